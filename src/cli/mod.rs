@@ -1,0 +1,58 @@
+//! Command-line parsing and dispatch. Nothing here that a library user would need.
+
+mod render;
+mod validate;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Exit codes shared by every subcommand.
+pub mod exit {
+    pub const SUCCESS: u8 = 0;
+    pub const INVALID: u8 = 2;
+}
+
+#[derive(Parser)]
+#[command(name = "fabro", version, about = "Run AI coding pipelines described as Graphviz DOT workflows")]
+struct Cli {
+    /// More diagnostics on stderr (-v info, -vv debug, -vvv trace).
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Parse, transform and lint a workflow; exit 0 when it has no errors, 2 otherwise.
+    Validate {
+        /// The workflow file (.dot).
+        workflow: PathBuf,
+        /// Print `{"valid": bool, "diagnostics": [...]}` instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing(cli.verbose);
+    let code = match cli.command {
+        Command::Validate { workflow, json } => validate::run(&workflow, json),
+    };
+    ExitCode::from(code)
+}
+
+fn init_tracing(verbose: u8) {
+    let level = match verbose {
+        0 => "warn",
+        1 => "info",
+        2 => "debug",
+        _ => "trace",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("FABRO_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).without_time().init();
+}

@@ -1,0 +1,59 @@
+//! `fabro validate WORKFLOW [--json]`
+
+use std::path::Path;
+
+use fabro::{LoadError, Loader};
+use serde_json::json;
+
+use super::exit;
+use super::render::{diagnostic_json, render_diagnostic, render_load_error, summary_line};
+
+pub fn run(path: &Path, json_output: bool) -> u8 {
+    let checked = match Loader::new().load_file(path) {
+        Ok(checked) => checked,
+        Err(error) => {
+            if json_output {
+                println!("{}", json!({ "valid": false, "diagnostics": [load_error_json(&error)] }));
+            } else {
+                eprint!("{}", render_load_error(&error));
+            }
+            return exit::INVALID;
+        }
+    };
+    let source = checked.workflow.source().clone();
+    let valid = !checked.has_errors();
+    if json_output {
+        let diagnostics: Vec<_> = checked.diagnostics.iter().map(|d| diagnostic_json(d, &source)).collect();
+        println!("{}", json!({ "valid": valid, "diagnostics": diagnostics }));
+    } else {
+        for diagnostic in &checked.diagnostics {
+            print!("{}", render_diagnostic(diagnostic, &source));
+        }
+        println!("{}", summary_line(path, &checked.diagnostics));
+    }
+    if valid {
+        exit::SUCCESS
+    } else {
+        exit::INVALID
+    }
+}
+
+fn load_error_json(error: &LoadError) -> serde_json::Value {
+    let (line, column, message, fix) = match error {
+        LoadError::Read { .. } => (None, None, error.to_string(), None),
+        LoadError::Syntax { error, file } => {
+            let location = file.location(error.span.start);
+            (Some(location.line), Some(location.column), error.to_string(), error.help())
+        }
+    };
+    json!({
+        "rule": "syntax",
+        "severity": "error",
+        "message": message,
+        "node_id": null,
+        "edge": null,
+        "line": line,
+        "column": column,
+        "fix": fix,
+    })
+}

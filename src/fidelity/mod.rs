@@ -1,0 +1,63 @@
+//! Fidelity: how much of the run's history an LLM stage sees. This module holds the mode names;
+//! preamble building comes with the engine.
+
+use std::fmt;
+use std::str::FromStr;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum FidelityMode {
+    /// The whole conversation thread, no preamble.
+    Full,
+    /// Only the goal and the run id.
+    Truncate,
+    /// Completed stages with handler details, then the context (the default).
+    #[default]
+    Compact,
+    SummaryLow,
+    SummaryMedium,
+    SummaryHigh,
+}
+
+impl FidelityMode {
+    pub const NAMES: [&'static str; 6] =
+        ["full", "truncate", "compact", "summary:low", "summary:medium", "summary:high"];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FidelityMode::Full => "full",
+            FidelityMode::Truncate => "truncate",
+            FidelityMode::Compact => "compact",
+            FidelityMode::SummaryLow => "summary:low",
+            FidelityMode::SummaryMedium => "summary:medium",
+            FidelityMode::SummaryHigh => "summary:high",
+        }
+    }
+}
+
+impl fmt::Display for FidelityMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "unknown fidelity `{0}`; expected full, truncate, compact, summary:low, summary:medium or summary:high"
+)]
+pub struct UnknownFidelity(pub String);
+
+impl FromStr for FidelityMode {
+    type Err = UnknownFidelity;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(match s.trim() {
+            "full" => FidelityMode::Full,
+            "truncate" => FidelityMode::Truncate,
+            "compact" => FidelityMode::Compact,
+            "summary:low" => FidelityMode::SummaryLow,
+            "summary:medium" => FidelityMode::SummaryMedium,
+            "summary:high" => FidelityMode::SummaryHigh,
+            _ => return Err(UnknownFidelity(s.to_string())),
+        })
+    }
+}

@@ -1,0 +1,579 @@
+//! The attribute schema (every attribute fabro knows, its type and where it applies) and typed
+//! attribute values. A literal is typed by the attribute it belongs to, not by how it was written:
+//! `max_retries=3` and `max_retries="3"` are both the integer 3.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use crate::source::Span;
+
+/// Where an attribute may be written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Scope {
+    Graph,
+    Node,
+    Edge,
+}
+
+impl Scope {
+    pub fn plural(self) -> &'static str {
+        match self {
+            Scope::Graph => "graphs",
+            Scope::Node => "nodes",
+            Scope::Edge => "edges",
+        }
+    }
+}
+
+/// The type an attribute's value must be read as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ValueType {
+    Text,
+    Integer,
+    /// An integer that is 0 or more.
+    Count,
+    Float,
+    Boolean,
+    /// `250ms`, `900s`, `15m`, `2h`, `1d`, or a sum such as `1h30m`.
+    Duration,
+    /// Text from a fixed set of words.
+    OneOf(&'static [&'static str]),
+}
+
+impl fmt::Display for ValueType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ValueType::Text => f.write_str("text"),
+            ValueType::Integer => f.write_str("an integer"),
+            ValueType::Count => f.write_str("a whole number (0 or more)"),
+            ValueType::Float => f.write_str("a number"),
+            ValueType::Boolean => f.write_str("true or false"),
+            ValueType::Duration => f.write_str("a duration such as 250ms, 900s, 15m, 2h or 1d"),
+            ValueType::OneOf(words) => write!(f, "one of {}", words.join(", ")),
+        }
+    }
+}
+
+/// One known attribute.
+#[derive(Debug)]
+pub struct AttributeSpec {
+    pub name: &'static str,
+    pub value_type: ValueType,
+    pub scopes: &'static [Scope],
+    pub doc: &'static str,
+}
+
+use Scope::{Edge as E, Graph as G, Node as N};
+
+const GRAPH: &[Scope] = &[G];
+const NODE: &[Scope] = &[N];
+const EDGE: &[Scope] = &[E];
+const GRAPH_NODE: &[Scope] = &[G, N];
+const NODE_EDGE: &[Scope] = &[N, E];
+const ANY: &[Scope] = &[G, N, E];
+
+pub const REASONING_EFFORTS: &[&str] = &["low", "medium", "high"];
+pub const RETRY_POLICIES: &[&str] = &["none", "standard", "aggressive", "linear", "patient"];
+pub const JOIN_POLICIES: &[&str] = &["wait_all", "first_success", "k_of_n", "quorum"];
+pub const ERROR_POLICIES: &[&str] = &["continue", "fail_fast"];
+
+macro_rules! spec {
+    ($name:literal, $ty:expr, $scopes:expr, $doc:literal) => {
+        AttributeSpec { name: $name, value_type: $ty, scopes: $scopes, doc: $doc }
+    };
+}
+
+/// Every attribute with a meaning to fabro. The README's attribute reference lists exactly these.
+pub static ATTRIBUTES: &[AttributeSpec] = &[
+    // Graph
+    spec!(
+        "goal",
+        ValueType::Text,
+        GRAPH,
+        "What the run is for; `$goal` in prompts and `graph.goal` in context."
+    ),
+    spec!(
+        "model_stylesheet",
+        ValueType::Text,
+        GRAPH,
+        "CSS-like rules giving nodes llm_model, llm_provider and reasoning_effort."
+    ),
+    spec!(
+        "default_max_retries",
+        ValueType::Count,
+        GRAPH,
+        "Retries for nodes without `max_retries` (default 0)."
+    ),
+    spec!(
+        "default_fidelity",
+        ValueType::Text,
+        GRAPH,
+        "Fidelity for nodes and edges that set none (default compact)."
+    ),
+    spec!("default_thread", ValueType::Text, GRAPH, "Thread id for full-fidelity stages that set none."),
+    spec!(
+        "max_node_visits",
+        ValueType::Count,
+        GRAPH,
+        "How often any node may run in one run (default 1000)."
+    ),
+    // Shared
+    spec!(
+        "label",
+        ValueType::Text,
+        ANY,
+        "Display name; on edges also the routing key for preferred labels and human choices."
+    ),
+    spec!(
+        "retry_target",
+        ValueType::Text,
+        GRAPH_NODE,
+        "Node to jump to when this node (or, on the graph, a goal gate) fails for good."
+    ),
+    spec!(
+        "fallback_retry_target",
+        ValueType::Text,
+        GRAPH_NODE,
+        "Second choice when `retry_target` is unset or missing."
+    ),
+    spec!(
+        "fidelity",
+        ValueType::Text,
+        NODE_EDGE,
+        "How much run history the stage sees: full, truncate, compact, summary:low|medium|high."
+    ),
+    spec!("thread_id", ValueType::Text, NODE_EDGE, "Conversation thread to continue under full fidelity."),
+    spec!("stack.child_dotfile", ValueType::Text, GRAPH_NODE, "Child workflow file run by a manager node."),
+    spec!("stack.child_workdir", ValueType::Text, GRAPH_NODE, "Working directory of the child run."),
+    spec!("tool_hooks.pre", ValueType::Text, GRAPH_NODE, "Shell command run before each LLM tool call."),
+    spec!("tool_hooks.post", ValueType::Text, GRAPH_NODE, "Shell command run after each LLM tool call."),
+    // Node
+    spec!(
+        "shape",
+        ValueType::Text,
+        NODE,
+        "Graphviz shape; picks the handler unless `type` is set (default box)."
+    ),
+    spec!("type", ValueType::Text, NODE, "Explicit handler type; wins over shape."),
+    spec!(
+        "prompt",
+        ValueType::Text,
+        NODE,
+        "Instruction for LLM stages; `$goal` expands, `@path` inlines a file."
+    ),
+    spec!("script", ValueType::Text, NODE, "Shell script of a command stage (alias `tool_command`)."),
+    spec!("max_retries", ValueType::Count, NODE, "Additional attempts after a fail or retry outcome."),
+    spec!("retry_policy", ValueType::OneOf(RETRY_POLICIES), NODE, "Backoff preset between attempts."),
+    spec!("goal_gate", ValueType::Boolean, NODE, "The run may only exit once this node has succeeded."),
+    spec!("class", ValueType::Text, NODE, "Comma-separated classes for stylesheet `.class` selectors."),
+    spec!("timeout", ValueType::Duration, NODE, "Longest a stage may run."),
+    spec!("llm_model", ValueType::Text, NODE, "Model id, e.g. claude-opus-4-6 or gpt-5.2."),
+    spec!("llm_provider", ValueType::Text, NODE, "Provider key; inferred from the model when unset."),
+    spec!("reasoning_effort", ValueType::OneOf(REASONING_EFFORTS), NODE, "Reasoning depth of the model."),
+    spec!("auto_status", ValueType::Boolean, NODE, "Treat a stage that reports no status as a success."),
+    spec!(
+        "allow_partial",
+        ValueType::Boolean,
+        NODE,
+        "Exhausted retries end in partial_success instead of fail."
+    ),
+    spec!("max_visits", ValueType::Count, NODE, "How often this node may run in one run."),
+    spec!(
+        "join_policy",
+        ValueType::OneOf(JOIN_POLICIES),
+        NODE,
+        "When a parallel stage is done (default wait_all)."
+    ),
+    spec!("join_k", ValueType::Count, NODE, "Branches that must succeed for join_policy=k_of_n."),
+    spec!(
+        "join_quorum",
+        ValueType::Float,
+        NODE,
+        "Fraction of branches that must succeed for join_policy=quorum."
+    ),
+    spec!(
+        "error_policy",
+        ValueType::OneOf(ERROR_POLICIES),
+        NODE,
+        "What a failed branch does to its siblings (default continue)."
+    ),
+    spec!(
+        "max_parallel",
+        ValueType::Count,
+        NODE,
+        "Branches of a parallel stage running at once (default 4)."
+    ),
+    spec!(
+        "human.default_choice",
+        ValueType::Text,
+        NODE,
+        "Choice a human gate takes when its timeout passes."
+    ),
+    spec!("duration", ValueType::Duration, NODE, "How long a wait stage sleeps."),
+    spec!(
+        "stack.child_workflow",
+        ValueType::Text,
+        NODE,
+        "Child workflow file of a manager node (alias of stack.child_dotfile)."
+    ),
+    spec!(
+        "manager.poll_interval",
+        ValueType::Duration,
+        NODE,
+        "How often a manager observes its child (default 45s)."
+    ),
+    spec!("manager.max_cycles", ValueType::Count, NODE, "Most supervision cycles of a manager."),
+    spec!(
+        "manager.stop_condition",
+        ValueType::Text,
+        NODE,
+        "Condition on the child's context that stops the manager."
+    ),
+    spec!("manager.actions", ValueType::Text, NODE, "Comma-separated manager actions: observe, steer, wait."),
+    spec!("import", ValueType::Text, NODE, "Workflow file whose graph replaces this node."),
+    spec!("backend", ValueType::Text, NODE, "LLM backend of the stage, e.g. cli."),
+    spec!(
+        "cli_agent",
+        ValueType::Text,
+        NODE,
+        "Coding agent run by the cli backend: claude, codex, gemini or a command."
+    ),
+    spec!("max_turns", ValueType::Count, NODE, "Most tool-calling turns of an agent stage."),
+    // Edge
+    spec!("condition", ValueType::Text, EDGE, "Guard expression; the edge is eligible only when it is true."),
+    spec!("weight", ValueType::Integer, EDGE, "Priority among eligible edges; higher wins (default 0)."),
+    spec!(
+        "loop_restart",
+        ValueType::Boolean,
+        EDGE,
+        "Taking this edge starts a fresh run directory from its target."
+    ),
+];
+
+/// Other spellings accepted for an attribute, folded to the canonical name when the graph is built.
+pub const ALIASES: &[(&str, &str)] =
+    &[("tool_command", "script"), ("default_max_retry", "default_max_retries")];
+
+/// Graphviz display attributes: accepted anywhere, meaningless to fabro, never warned about.
+pub const DISPLAY_ATTRIBUTES: &[&str] = &[
+    "rankdir",
+    "rank",
+    "ranksep",
+    "nodesep",
+    "splines",
+    "size",
+    "ratio",
+    "margin",
+    "pad",
+    "dpi",
+    "bgcolor",
+    "color",
+    "fillcolor",
+    "fontcolor",
+    "fontname",
+    "fontsize",
+    "style",
+    "penwidth",
+    "width",
+    "height",
+    "fixedsize",
+    "peripheries",
+    "tooltip",
+    "xlabel",
+    "headlabel",
+    "taillabel",
+    "labelloc",
+    "labeljust",
+    "arrowhead",
+    "arrowtail",
+    "arrowsize",
+    "dir",
+    "constraint",
+    "minlen",
+    "group",
+    "compound",
+    "concentrate",
+    "ordering",
+    "newrank",
+    "center",
+    "orientation",
+    "URL",
+    "href",
+    "target",
+    "id",
+    "comment",
+    "layer",
+    "sides",
+    "skew",
+    "distortion",
+    "regular",
+    "image",
+    "imagescale",
+    "labelfontsize",
+    "labelfontcolor",
+    "decorate",
+    "headport",
+    "tailport",
+    "lhead",
+    "ltail",
+    "samehead",
+    "sametail",
+    "fontpath",
+    "charset",
+];
+
+static BY_NAME: LazyLock<HashMap<&'static str, &'static AttributeSpec>> =
+    LazyLock::new(|| ATTRIBUTES.iter().map(|spec| (spec.name, spec)).collect());
+
+/// The spec of a known attribute (canonical name).
+pub fn spec(name: &str) -> Option<&'static AttributeSpec> {
+    BY_NAME.get(name).copied()
+}
+
+/// The canonical name of an attribute: aliases folded, everything else unchanged.
+pub fn canonical_name(name: &str) -> &str {
+    ALIASES.iter().find(|(alias, _)| *alias == name).map_or(name, |(_, canonical)| canonical)
+}
+
+pub fn is_display_attribute(name: &str) -> bool {
+    DISPLAY_ATTRIBUTES.contains(&name)
+}
+
+/// A typed attribute value.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    Text(String),
+    Integer(i64),
+    Float(f64),
+    Boolean(bool),
+    Duration(Duration),
+    /// The literal could not be read as the attribute's type; validation reports it.
+    Invalid {
+        raw: String,
+        expected: ValueType,
+    },
+}
+
+impl Value {
+    /// Reads `raw` as `value_type`.
+    pub fn typed(raw: &str, value_type: ValueType) -> Value {
+        let text = raw.trim();
+        let invalid = || Value::Invalid { raw: raw.to_string(), expected: value_type };
+        match value_type {
+            ValueType::Text => Value::Text(raw.to_string()),
+            ValueType::Integer => text.parse().map_or_else(|_| invalid(), Value::Integer),
+            ValueType::Count => match text.parse::<i64>() {
+                Ok(n) if n >= 0 => Value::Integer(n),
+                _ => invalid(),
+            },
+            ValueType::Float => match text.parse::<f64>() {
+                Ok(x) if x.is_finite() => Value::Float(x),
+                _ => invalid(),
+            },
+            ValueType::Boolean => match text.to_ascii_lowercase().as_str() {
+                "true" => Value::Boolean(true),
+                "false" => Value::Boolean(false),
+                _ => invalid(),
+            },
+            ValueType::Duration => parse_duration(text).map_or_else(invalid, Value::Duration),
+            ValueType::OneOf(words) if words.contains(&text) => Value::Text(text.to_string()),
+            ValueType::OneOf(_) => invalid(),
+        }
+    }
+
+    pub fn as_text(&self) -> Option<&str> {
+        match self {
+            Value::Text(s) => Some(s),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Value {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Value::Text(s) => f.write_str(s),
+            Value::Integer(n) => write!(f, "{n}"),
+            Value::Float(x) => write!(f, "{x}"),
+            Value::Boolean(b) => write!(f, "{b}"),
+            Value::Duration(d) => f.write_str(&format_duration(*d)),
+            Value::Invalid { raw, .. } => f.write_str(raw),
+        }
+    }
+}
+
+/// Parses `250ms`, `900s`, `15m`, `2h`, `1d` and sums of them such as `1h30m`.
+pub fn parse_duration(text: &str) -> Option<Duration> {
+    let mut rest = text.trim();
+    if rest.is_empty() {
+        return None;
+    }
+    let mut total = Duration::ZERO;
+    while !rest.is_empty() {
+        let digits = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+        if digits == 0 {
+            return None;
+        }
+        let amount: u64 = rest[..digits].parse().ok()?;
+        rest = &rest[digits..];
+        let unit_len = rest.find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len());
+        let millis_per_unit: u64 = match &rest[..unit_len] {
+            "ms" => 1,
+            "s" => 1_000,
+            "m" => 60_000,
+            "h" => 3_600_000,
+            "d" => 86_400_000,
+            _ => return None,
+        };
+        rest = &rest[unit_len..];
+        total = total.checked_add(Duration::from_millis(amount.checked_mul(millis_per_unit)?))?;
+    }
+    Some(total)
+}
+
+/// The shortest exact spelling of a duration in one unit (`90s`, `15m`, `250ms`).
+pub fn format_duration(duration: Duration) -> String {
+    let ms = duration.as_millis();
+    for (unit, size) in [("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1_000)] {
+        if ms >= size && ms % size == 0 {
+            return format!("{}{unit}", ms / size);
+        }
+    }
+    format!("{ms}ms")
+}
+
+/// One attribute on a graph, node or edge.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Attr {
+    pub value: Value,
+    /// The value's literal in the source (for a stylesheet-applied value, the stylesheet's).
+    pub span: Span,
+    pub key_span: Span,
+}
+
+/// An ordered attribute map. Small (a handful of entries per node), so a vector with linear
+/// lookup beats hashing.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Attributes {
+    entries: Vec<(String, Attr)>,
+}
+
+impl Attributes {
+    /// Sets `key`, replacing an earlier value in place (keeping its position).
+    pub fn set(&mut self, key: impl Into<String>, attr: Attr) {
+        let key = key.into();
+        match self.entries.iter_mut().find(|(k, _)| *k == key) {
+            Some(entry) => entry.1 = attr,
+            None => self.entries.push((key, attr)),
+        }
+    }
+
+    /// Overlays every entry of `other`.
+    pub fn merge(&mut self, other: &Attributes) {
+        for (key, attr) in &other.entries {
+            self.set(key.clone(), attr.clone());
+        }
+    }
+
+    pub fn get(&self, key: &str) -> Option<&Attr> {
+        self.entries.iter().find(|(k, _)| k == key).map(|(_, attr)| attr)
+    }
+
+    pub fn contains(&self, key: &str) -> bool {
+        self.get(key).is_some()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &Attr)> {
+        self.entries.iter().map(|(k, attr)| (k.as_str(), attr))
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The text of a text attribute; `None` when unset or not text.
+    pub fn text(&self, key: &str) -> Option<&str> {
+        self.get(key).and_then(|attr| attr.value.as_text())
+    }
+
+    /// Like [`Attributes::text`], but treats an empty or blank value as unset.
+    pub fn non_empty_text(&self, key: &str) -> Option<&str> {
+        self.text(key).filter(|text| !text.trim().is_empty())
+    }
+
+    pub fn integer(&self, key: &str) -> Option<i64> {
+        match self.get(key)?.value {
+            Value::Integer(n) => Some(n),
+            _ => None,
+        }
+    }
+
+    pub fn float(&self, key: &str) -> Option<f64> {
+        match self.get(key)?.value {
+            Value::Float(x) => Some(x),
+            Value::Integer(n) => Some(n as f64),
+            _ => None,
+        }
+    }
+
+    pub fn boolean(&self, key: &str) -> Option<bool> {
+        match self.get(key)?.value {
+            Value::Boolean(b) => Some(b),
+            _ => None,
+        }
+    }
+
+    pub fn duration(&self, key: &str) -> Option<Duration> {
+        match self.get(key)?.value {
+            Value::Duration(d) => Some(d),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_are_typed_by_their_attribute_not_their_spelling() {
+        assert_eq!(Value::typed("3", ValueType::Count), Value::Integer(3));
+        assert_eq!(Value::typed(" 3 ", ValueType::Count), Value::Integer(3));
+        assert!(matches!(Value::typed("-1", ValueType::Count), Value::Invalid { .. }));
+        assert_eq!(Value::typed("true", ValueType::Boolean), Value::Boolean(true));
+        assert!(matches!(Value::typed("yes", ValueType::Boolean), Value::Invalid { .. }));
+        assert_eq!(Value::typed("0.5", ValueType::Float), Value::Float(0.5));
+        assert_eq!(Value::typed("high", ValueType::OneOf(REASONING_EFFORTS)), Value::Text("high".into()));
+        assert!(matches!(Value::typed("max", ValueType::OneOf(REASONING_EFFORTS)), Value::Invalid { .. }));
+    }
+
+    #[test]
+    fn durations_take_every_unit_and_sums() {
+        assert_eq!(parse_duration("250ms"), Some(Duration::from_millis(250)));
+        assert_eq!(parse_duration("900s"), Some(Duration::from_secs(900)));
+        assert_eq!(parse_duration("15m"), Some(Duration::from_secs(900)));
+        assert_eq!(parse_duration("2h"), Some(Duration::from_secs(7200)));
+        assert_eq!(parse_duration("1d"), Some(Duration::from_secs(86_400)));
+        assert_eq!(parse_duration("1h30m"), Some(Duration::from_secs(5400)));
+        for bad in ["", "900", "s", "10x", "1.5h", "-1s", "99999999999999999999s"] {
+            assert_eq!(parse_duration(bad), None, "{bad}");
+        }
+        assert_eq!(format_duration(Duration::from_secs(900)), "15m");
+        assert_eq!(format_duration(Duration::from_millis(1500)), "1500ms");
+    }
+
+    #[test]
+    fn every_attribute_is_listed_once() {
+        let mut names: Vec<_> = ATTRIBUTES.iter().map(|spec| spec.name).collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), ATTRIBUTES.len());
+        assert!(names.iter().all(|name| !is_display_attribute(name)));
+    }
+}

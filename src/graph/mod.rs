@@ -1,0 +1,17 @@
+//! The typed workflow graph on petgraph: nodes, edges, attributes typed by their schema, the model
+//! stylesheet, and the transforms that run before validation.
+
+pub mod attribute;
+mod build;
+mod handler_type;
+mod node;
+pub mod stylesheet;
+pub mod transform;
+mod workflow;
+
+pub use attribute::{Attr, Attributes, Value, ValueType};
+pub use build::{build, derive_class, is_plain_identifier};
+pub use handler_type::HandlerType;
+pub use node::{Edge, Node};
+pub use transform::{builtin_transforms, Transform};
+pub use workflow::{EdgeRef, SubgraphInfo, Workflow};

@@ -1,0 +1,110 @@
+//! Transforms rewrite the workflow after it is built and before it is validated. Built-ins run
+//! first (prompt files, then `$goal`, then the stylesheet); transforms registered by library users
+//! follow in registration order.
+
+use std::path::Path;
+
+use super::attribute::{Attr, Value};
+use super::stylesheet::StyleProperty;
+use super::workflow::Workflow;
+use crate::diagnostic::Diagnostic;
+
+/// A rewrite of the workflow between building and validation. Problems it finds are returned as
+/// diagnostics so they are reported with the validation rules' findings.
+pub trait Transform: Send + Sync {
+    fn name(&self) -> &str;
+    fn apply(&self, workflow: &mut Workflow) -> Vec<Diagnostic>;
+}
+
+/// The built-in transforms in the order they run.
+pub fn builtin_transforms() -> Vec<Box<dyn Transform>> {
+    vec![Box::new(PromptFiles), Box::new(GoalExpansion), Box::new(StylesheetApplication)]
+}
+
+/// `prompt="@prompts/plan.md"` inlines that file, resolved against the workflow file's directory.
+pub struct PromptFiles;
+
+impl Transform for PromptFiles {
+    fn name(&self) -> &str {
+        "prompt_files"
+    }
+
+    fn apply(&self, workflow: &mut Workflow) -> Vec<Diagnostic> {
+        let base = workflow.source().path().parent().map(Path::to_path_buf).unwrap_or_default();
+        let mut diagnostics = Vec::new();
+        for node in workflow.nodes_mut() {
+            let Some(attr) = node.attributes.get("prompt") else { continue };
+            let Some(reference) = attr.value.as_text().and_then(|text| text.trim().strip_prefix('@')) else {
+                continue;
+            };
+            let path = base.join(reference);
+            match std::fs::read_to_string(&path) {
+                Ok(contents) => {
+                    let attr = Attr { value: Value::Text(contents), ..attr.clone() };
+                    node.attributes.set("prompt", attr);
+                }
+                Err(error) => diagnostics.push(
+                    Diagnostic::error(
+                        "prompt_file",
+                        format!("cannot read prompt file `{}`: {error}", path.display()),
+                    )
+                    .node(&node.id)
+                    .span(attr.span)
+                    .fix(format!(
+                        "create `{}` or fix the path (it is relative to the workflow file)",
+                        path.display()
+                    )),
+                ),
+            }
+        }
+        diagnostics
+    }
+}
+
+/// `$goal` in prompts becomes the graph goal.
+pub struct GoalExpansion;
+
+impl Transform for GoalExpansion {
+    fn name(&self) -> &str {
+        "goal_expansion"
+    }
+
+    fn apply(&self, workflow: &mut Workflow) -> Vec<Diagnostic> {
+        let goal = workflow.goal().to_string();
+        for node in workflow.nodes_mut() {
+            let Some(attr) = node.attributes.get("prompt") else { continue };
+            let Some(prompt) = attr.value.as_text().filter(|p| p.contains("$goal")) else { continue };
+            let attr = Attr { value: Value::Text(prompt.replace("$goal", &goal)), ..attr.clone() };
+            node.attributes.set("prompt", attr);
+        }
+        Vec::new()
+    }
+}
+
+/// Gives each node the stylesheet's llm_model, llm_provider and reasoning_effort unless the node
+/// sets them itself. Stylesheet syntax errors are reported by the `stylesheet_syntax` rule.
+pub struct StylesheetApplication;
+
+impl Transform for StylesheetApplication {
+    fn name(&self) -> &str {
+        "stylesheet"
+    }
+
+    fn apply(&self, workflow: &mut Workflow) -> Vec<Diagnostic> {
+        let Some(Ok(stylesheet)) = workflow.stylesheet.take() else { return Vec::new() };
+        let span = workflow.attributes().get("model_stylesheet").map(|attr| attr.span).unwrap_or_default();
+        for node in workflow.nodes_mut() {
+            let resolved = stylesheet.resolve(&node.id, node.shape(), &node.classes);
+            for property in StyleProperty::ALL {
+                let Some(value) = resolved.get(property) else { continue };
+                if node.attributes.contains(property.attribute()) {
+                    continue;
+                }
+                let attr = Attr { value: Value::Text(value.to_string()), span, key_span: span };
+                node.attributes.set(property.attribute(), attr);
+            }
+        }
+        workflow.stylesheet = Some(Ok(stylesheet));
+        Vec::new()
+    }
+}

@@ -1,0 +1,18 @@
+//! fabro: a workflow engine for AI coding pipelines described as Graphviz DOT files.
+//!
+//! The modules follow the data: [`source`] text is parsed by [`syntax`] into a tree, built into a
+//! typed [`graph`], rewritten by transforms, and checked by [`validate`]; [`load`] runs those
+//! phases in order.
+
+pub mod condition;
+pub mod diagnostic;
+pub mod fidelity;
+pub mod graph;
+pub mod load;
+pub mod outcome;
+pub mod source;
+pub mod syntax;
+pub mod validate;
+
+pub use diagnostic::{Diagnostic, Severity};
+pub use load::{CheckedWorkflow, Invalid, LoadError, Loader, ValidWorkflow};

@@ -1,0 +1,117 @@
+//! Loading a workflow file through its phases: source text -> syntax tree -> graph -> transforms ->
+//! validation. The result's type says how far it got: a [`CheckedWorkflow`] carries its
+//! diagnostics and may hold errors; a [`ValidWorkflow`] has none and is what the engine runs.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::diagnostic::Diagnostic;
+use crate::graph::{self, Transform, Workflow};
+use crate::source::SourceFile;
+use crate::syntax::{self, SyntaxError};
+use crate::validate::{self, Rule};
+
+/// Why a workflow could not be loaded at all (as opposed to loaded with diagnostics).
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("cannot read `{}`: {source}", path.display())]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("{error}")]
+    Syntax { error: SyntaxError, file: Arc<SourceFile> },
+}
+
+/// A loaded workflow with every diagnostic that transforms and rules found.
+#[derive(Debug)]
+pub struct CheckedWorkflow {
+    pub workflow: Workflow,
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+impl CheckedWorkflow {
+    pub fn has_errors(&self) -> bool {
+        self.diagnostics.iter().any(Diagnostic::is_error)
+    }
+
+    /// The runnable workflow, or every diagnostic when any of them is an error.
+    pub fn into_valid(self) -> Result<ValidWorkflow, Invalid> {
+        if self.has_errors() {
+            return Err(Invalid { workflow: self.workflow, diagnostics: self.diagnostics });
+        }
+        Ok(ValidWorkflow { workflow: self.workflow, warnings: self.diagnostics })
+    }
+}
+
+/// A workflow without validation errors.
+#[derive(Debug)]
+pub struct ValidWorkflow {
+    pub workflow: Workflow,
+    pub warnings: Vec<Diagnostic>,
+}
+
+/// Validation found errors; all diagnostics (errors and warnings) are kept for reporting.
+#[derive(Debug, thiserror::Error)]
+#[error("the workflow has {} validation error(s)", diagnostics.iter().filter(|d| d.is_error()).count())]
+pub struct Invalid {
+    pub workflow: Workflow,
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+/// Loads workflows with the built-in transforms and rules plus any registered by the caller.
+pub struct Loader {
+    transforms: Vec<Box<dyn Transform>>,
+    custom_rules: Vec<Box<dyn Rule>>,
+    custom_types: Vec<String>,
+}
+
+impl Default for Loader {
+    fn default() -> Self {
+        Loader { transforms: graph::builtin_transforms(), custom_rules: Vec::new(), custom_types: Vec::new() }
+    }
+}
+
+impl Loader {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a transform; it runs after the built-ins and earlier registrations.
+    pub fn with_transform(mut self, transform: impl Transform + 'static) -> Self {
+        self.transforms.push(Box::new(transform));
+        self
+    }
+
+    /// Adds a lint rule; it runs after the built-in rules.
+    pub fn with_rule(mut self, rule: impl Rule + 'static) -> Self {
+        self.custom_rules.push(Box::new(rule));
+        self
+    }
+
+    /// Declares a custom handler type so the `type_known` rule accepts it.
+    pub fn with_handler_type(mut self, name: impl Into<String>) -> Self {
+        self.custom_types.push(name.into());
+        self
+    }
+
+    pub fn load_file(&self, path: &Path) -> Result<CheckedWorkflow, LoadError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| LoadError::Read { path: path.to_path_buf(), source })?;
+        self.load_source(SourceFile::new(path, text))
+    }
+
+    pub fn load_source(&self, source: SourceFile) -> Result<CheckedWorkflow, LoadError> {
+        let source = Arc::new(source);
+        let tree = syntax::parse(source.text())
+            .map_err(|error| LoadError::Syntax { error, file: source.clone() })?;
+        let mut workflow = graph::build(&tree, source);
+        let mut diagnostics = Vec::new();
+        for transform in &self.transforms {
+            diagnostics.extend(transform.apply(&mut workflow));
+        }
+        let mut rules = validate::builtin_rules(self.custom_types.clone());
+        diagnostics.extend(validate::run_rules(&workflow, &rules));
+        rules.clear();
+        diagnostics.extend(validate::run_rules(&workflow, &self.custom_rules));
+        validate::sort_and_dedup(&mut diagnostics);
+        Ok(CheckedWorkflow { workflow, diagnostics })
+    }
+}

@@ -1,0 +1,56 @@
+//! Why a file could not be parsed, with the position to underline.
+
+use crate::source::Span;
+
+/// A parse failure: what went wrong and where. Rendering (file:line:col, the source line and a
+/// caret) is the CLI's job; [`SyntaxError::help`] says how to fix it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{kind}")]
+pub struct SyntaxError {
+    pub kind: SyntaxErrorKind,
+    pub span: Span,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SyntaxErrorKind {
+    /// The grammar could not continue: `expected` and `found` are plain words.
+    #[error("expected {expected}{}, found {found}", after.as_ref().map(|a| format!(" after {a}")).unwrap_or_default())]
+    Unexpected { expected: String, found: String, after: Option<String> },
+    #[error("`strict` graphs are not supported")]
+    StrictGraph,
+    #[error("undirected graphs are not supported: workflows are directed")]
+    UndirectedGraph,
+    #[error("undirected edge `--`: workflow edges are directed")]
+    UndirectedEdge,
+    #[error("HTML labels are not supported")]
+    HtmlLabel,
+    #[error("a workflow file holds exactly one graph, but a second one starts here")]
+    SeveralGraphs,
+    #[error("a subgraph cannot be an edge endpoint")]
+    SubgraphEndpoint,
+    #[error("the file is empty: expected `digraph Name {{ ... }}`")]
+    Empty,
+}
+
+impl SyntaxError {
+    pub fn new(kind: SyntaxErrorKind, span: Span) -> Self {
+        SyntaxError { kind, span }
+    }
+
+    /// A suggested fix, when there is an obvious one.
+    pub fn help(&self) -> Option<&'static str> {
+        Some(match &self.kind {
+            SyntaxErrorKind::StrictGraph => "remove `strict`; duplicate edges are kept as written",
+            SyntaxErrorKind::UndirectedGraph => "write `digraph Name { ... }`",
+            SyntaxErrorKind::UndirectedEdge => "write `->`",
+            SyntaxErrorKind::HtmlLabel => "use a double-quoted string: label=\"...\"",
+            SyntaxErrorKind::SeveralGraphs => "move the second graph to its own file",
+            SyntaxErrorKind::SubgraphEndpoint => "write one edge per node: `a -> b` and `a -> c`",
+            SyntaxErrorKind::Empty => "start the file with `digraph Name {` and end it with `}`",
+            SyntaxErrorKind::Unexpected { found, .. } if found.starts_with("`-") => {
+                "node ids are plain identifiers ([A-Za-z_][A-Za-z0-9_]*): use `_` instead of `-`"
+            }
+            SyntaxErrorKind::Unexpected { .. } => return None,
+        })
+    }
+}

@@ -1,0 +1,247 @@
+//! Attribute rules: values of the right type, unknown or misplaced attributes, handler types,
+//! fidelity names and the stylesheet.
+
+use std::collections::HashSet;
+
+use super::Rule;
+use crate::diagnostic::{did_you_mean, Diagnostic};
+use crate::fidelity::FidelityMode;
+use crate::graph::attribute::{self, Scope, ATTRIBUTES, DISPLAY_ATTRIBUTES};
+use crate::graph::{Attributes, HandlerType, Value, Workflow};
+use crate::source::Span;
+
+/// What an attribute belongs to, for messages and the `node_id`/`edge` fields.
+enum Owner<'w> {
+    Graph,
+    Subgraph(Option<&'w str>),
+    Node(&'w str),
+    Edge(&'w str, &'w str),
+}
+
+impl Owner<'_> {
+    fn scope(&self) -> Scope {
+        match self {
+            Owner::Graph | Owner::Subgraph(_) => Scope::Graph,
+            Owner::Node(_) => Scope::Node,
+            Owner::Edge(..) => Scope::Edge,
+        }
+    }
+
+    /// A message prefix naming the owner; empty for nodes and edges, whose diagnostics carry
+    /// `node_id` or `edge` instead.
+    fn prefix(&self) -> String {
+        match self {
+            Owner::Graph => "graph: ".to_string(),
+            Owner::Subgraph(Some(name)) => format!("subgraph `{name}`: "),
+            Owner::Subgraph(None) => "subgraph: ".to_string(),
+            Owner::Node(_) | Owner::Edge(..) => String::new(),
+        }
+    }
+
+    fn attach(&self, diagnostic: Diagnostic) -> Diagnostic {
+        match self {
+            Owner::Node(id) => diagnostic.node(*id),
+            Owner::Edge(from, to) => diagnostic.edge(*from, *to),
+            _ => diagnostic,
+        }
+    }
+}
+
+/// Every attribute map in the workflow with its owner.
+fn all_attributes(workflow: &Workflow) -> Vec<(Owner<'_>, &Attributes)> {
+    let mut all = vec![(Owner::Graph, workflow.attributes())];
+    all.extend(workflow.subgraphs().iter().map(|s| (Owner::Subgraph(s.name.as_deref()), &s.attributes)));
+    all.extend(workflow.nodes().map(|n| (Owner::Node(n.id.as_str()), &n.attributes)));
+    all.extend(
+        workflow.edges().map(|e| (Owner::Edge(e.from.id.as_str(), e.to.id.as_str()), &e.edge.attributes)),
+    );
+    all
+}
+
+pub fn attribute_type(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
+    // A bad value in a `node [..]` block is copied to every node it applies to: report it once.
+    let mut reported: HashSet<Span> = HashSet::new();
+    for (owner, attributes) in all_attributes(workflow) {
+        for (key, attr) in attributes.iter() {
+            let Value::Invalid { raw, expected } = &attr.value else { continue };
+            if !reported.insert(attr.span) {
+                continue;
+            }
+            let fix = match expected {
+                attribute::ValueType::Duration if raw.trim().parse::<u64>().is_ok() => {
+                    format!("add a unit, e.g. `{}={}s`", key, raw.trim())
+                }
+                _ => format!("write {expected}"),
+            };
+            out.push(
+                owner.attach(
+                    Diagnostic::error(
+                        "attribute_type",
+                        format!("{}`{key}` is `{raw}`, expected {expected}", owner.prefix()),
+                    )
+                    .span(attr.span)
+                    .fix(fix),
+                ),
+            );
+        }
+    }
+}
+
+pub fn unknown_attribute(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
+    let mut reported: HashSet<Span> = HashSet::new();
+    let known = || ATTRIBUTES.iter().map(|spec| spec.name).chain(DISPLAY_ATTRIBUTES.iter().copied());
+    for (owner, attributes) in all_attributes(workflow) {
+        for (key, attr) in attributes.iter() {
+            if attribute::is_display_attribute(key) || !reported.insert(attr.key_span) {
+                continue;
+            }
+            let finding = match attribute::spec(key) {
+                Some(spec) if !spec.scopes.contains(&owner.scope()) => Some((
+                    format!(
+                        "{}`{key}` applies to {}, not {}; here it has no effect",
+                        owner.prefix(),
+                        spec.scopes.iter().map(|s| s.plural()).collect::<Vec<_>>().join(" and "),
+                        owner.scope().plural()
+                    ),
+                    format!("move `{key}` to the {} it belongs to", spec.scopes[0].plural()),
+                )),
+                Some(_) if matches!(owner, Owner::Subgraph(_)) && key != "label" => Some((
+                    format!("{}graph attribute `{key}` set inside a subgraph applies only there and has no effect", owner.prefix()),
+                    format!("move `{key}` to the top level of the digraph"),
+                )),
+                Some(_) => None,
+                None => did_you_mean(key, known()).map(|similar| {
+                    (
+                        format!("{}unknown attribute `{key}` (did you mean `{similar}`?)", owner.prefix()),
+                        format!("rename it to `{similar}`; unknown attributes are kept only for custom handlers"),
+                    )
+                }),
+            };
+            if let Some((message, fix)) = finding {
+                out.push(
+                    owner.attach(
+                        Diagnostic::warning("unknown_attribute", message).span(attr.key_span).fix(fix),
+                    ),
+                );
+            }
+        }
+    }
+}
+
+/// Explicit `type` values must name a built-in or registered handler; shapes without a handler
+/// fall back to the agent handler, which is said rather than done silently.
+pub struct TypeKnown {
+    pub custom_types: Vec<String>,
+}
+
+impl Rule for TypeKnown {
+    fn id(&self) -> &str {
+        "type_known"
+    }
+
+    fn check(&self, workflow: &Workflow, out: &mut Vec<Diagnostic>) {
+        for node in workflow.nodes() {
+            if let Some(attr) = node
+                .attributes
+                .get("type")
+                .filter(|a| a.value.as_text().is_some_and(|t| !t.trim().is_empty()))
+            {
+                let HandlerType::Custom(name) = node.handler_type() else { continue };
+                if self.custom_types.iter().any(|t| t == name) {
+                    continue;
+                }
+                let builtin = HandlerType::known_names().map(|name| -> &str { name });
+                let names = builtin.chain(self.custom_types.iter().map(String::as_str));
+                let fix = match did_you_mean(name, names) {
+                    Some(similar) => format!("did you mean `{similar}`?"),
+                    None => "use a built-in type or register a handler for it".to_string(),
+                };
+                out.push(
+                    Diagnostic::warning("type_known", format!("no handler is registered for type `{name}`"))
+                        .node(&node.id)
+                        .span(attr.span)
+                        .fix(fix),
+                );
+            } else if let Some(attr) = node.attributes.get("shape") {
+                let shape = node.shape();
+                if HandlerType::from_shape(shape).is_some() {
+                    continue;
+                }
+                let fix = match did_you_mean(shape, HandlerType::known_shapes()) {
+                    Some(similar) => format!("did you mean `{similar}`? Otherwise set `type` explicitly"),
+                    None => "use a shape with a handler (box, tab, hexagon, diamond, ...) or set `type`"
+                        .to_string(),
+                };
+                out.push(
+                    Diagnostic::warning(
+                        "type_known",
+                        format!("shape `{shape}` has no handler; the node runs as an agent stage"),
+                    )
+                    .node(&node.id)
+                    .span(attr.span)
+                    .fix(fix),
+                );
+            }
+        }
+    }
+}
+
+pub fn fidelity_valid(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
+    let mut reported: HashSet<Span> = HashSet::new();
+    for (owner, attributes) in all_attributes(workflow) {
+        for key in ["fidelity", "default_fidelity"] {
+            let Some(attr) = attributes.get(key) else { continue };
+            let Some(text) = attr.value.as_text() else { continue };
+            if text.parse::<FidelityMode>().is_ok() || !reported.insert(attr.span) {
+                continue;
+            }
+            let fix = match did_you_mean(text.trim(), FidelityMode::NAMES) {
+                Some(similar) => format!("did you mean `{similar}`?"),
+                None => format!("use one of {}", FidelityMode::NAMES.join(", ")),
+            };
+            out.push(
+                owner.attach(
+                    Diagnostic::warning(
+                        "fidelity_valid",
+                        format!("{}unknown fidelity `{text}`; compact is used instead", owner.prefix()),
+                    )
+                    .span(attr.span)
+                    .fix(fix),
+                ),
+            );
+        }
+    }
+}
+
+pub fn stylesheet_syntax(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
+    let Some(stylesheet) = workflow.stylesheet() else { return };
+    let literal = workflow.attributes().get("model_stylesheet").map(|attr| attr.span).unwrap_or_default();
+    let position = |offset: usize| Span::at(workflow.source().offset_in_literal(literal, offset));
+    match stylesheet {
+        Err(error) => out.push(
+            Diagnostic::error("stylesheet_syntax", format!("model_stylesheet: {}", error.message))
+                .span(position(error.offset))
+                .fix("rules look like `.code { llm_model: claude-opus-4-6; reasoning_effort: high }`"),
+        ),
+        Ok(stylesheet) => {
+            for (selector, offset) in stylesheet.selectors() {
+                let crate::graph::stylesheet::Selector::Id(id) = selector else { continue };
+                if workflow.node(id).is_some() {
+                    continue;
+                }
+                let fix = match did_you_mean(id, workflow.nodes().map(|n| n.id.as_str())) {
+                    Some(similar) => format!("did you mean `#{similar}`?"),
+                    None => "remove the rule or fix the id".to_string(),
+                };
+                out.push(
+                    Diagnostic::warning(
+                        "stylesheet_syntax",
+                        format!("model_stylesheet: `#{id}` matches no node"),
+                    )
+                    .span(position(offset))
+                    .fix(fix),
+                );
+            }
+        }
+    }
+}

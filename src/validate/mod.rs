@@ -1,0 +1,85 @@
+//! Lint rules over a built and transformed [`Workflow`]. Each rule reports [`Diagnostic`]s with a
+//! rule id, severity, position and fix; a workflow with any error does not run. Library users add
+//! their own rules through the [`Rule`] trait.
+
+mod attributes;
+mod routing;
+mod stages;
+mod structure;
+
+use crate::diagnostic::Diagnostic;
+use crate::graph::Workflow;
+
+/// A lint rule. `check` appends what it finds; it must not panic on any workflow.
+pub trait Rule: Send + Sync {
+    fn id(&self) -> &str;
+    fn check(&self, workflow: &Workflow, diagnostics: &mut Vec<Diagnostic>);
+}
+
+/// A built-in rule: an id and a plain function.
+struct BuiltinRule {
+    id: &'static str,
+    check: fn(&Workflow, &mut Vec<Diagnostic>),
+}
+
+impl Rule for BuiltinRule {
+    fn id(&self) -> &str {
+        self.id
+    }
+
+    fn check(&self, workflow: &Workflow, diagnostics: &mut Vec<Diagnostic>) {
+        (self.check)(workflow, diagnostics)
+    }
+}
+
+/// The built-in rules. `custom_types` are handler types registered by the caller, which the
+/// `type_known` rule accepts alongside the built-in ones.
+pub fn builtin_rules(custom_types: Vec<String>) -> Vec<Box<dyn Rule>> {
+    let table: [(&'static str, fn(&Workflow, &mut Vec<Diagnostic>)); 22] = [
+        ("start_node", structure::start_node),
+        ("terminal_node", structure::terminal_node),
+        ("start_no_incoming", structure::start_no_incoming),
+        ("exit_no_outgoing", structure::exit_no_outgoing),
+        ("reachability", structure::reachability),
+        ("edge_target_exists", structure::edge_target_exists),
+        ("node_id_syntax", structure::node_id_syntax),
+        ("attribute_type", attributes::attribute_type),
+        ("unknown_attribute", attributes::unknown_attribute),
+        ("fidelity_valid", attributes::fidelity_valid),
+        ("stylesheet_syntax", attributes::stylesheet_syntax),
+        ("condition_syntax", routing::condition_syntax),
+        ("all_conditional_edges", routing::all_conditional_edges),
+        ("retry_target_exists", routing::retry_target_exists),
+        ("goal_gate_has_retry", routing::goal_gate_has_retry),
+        ("prompt_on_llm_nodes", stages::prompt_on_llm_nodes),
+        ("command_has_script", stages::command_has_script),
+        ("wait_has_duration", stages::wait_has_duration),
+        ("human_gate_has_choices", stages::human_gate_has_choices),
+        ("thread_id_without_full_fidelity", stages::thread_id_without_full_fidelity),
+        ("parallel_without_fan_in", stages::parallel_without_fan_in),
+        ("parallel_join_settings", stages::parallel_join_settings),
+    ];
+    let mut rules: Vec<Box<dyn Rule>> =
+        table.into_iter().map(|(id, check)| Box::new(BuiltinRule { id, check }) as Box<dyn Rule>).collect();
+    rules.insert(8, Box::new(attributes::TypeKnown { custom_types }));
+    rules
+}
+
+/// Runs `rules` and returns their findings sorted by position (whole-graph findings first), errors
+/// before warnings at the same place.
+pub fn run_rules(workflow: &Workflow, rules: &[Box<dyn Rule>]) -> Vec<Diagnostic> {
+    let mut diagnostics = Vec::new();
+    for rule in rules {
+        rule.check(workflow, &mut diagnostics);
+    }
+    diagnostics
+}
+
+/// Sorts findings by position, errors first at the same place, and drops exact repeats (a bad
+/// value in a `node [..]` default block is found once per node it applies to).
+pub fn sort_and_dedup(diagnostics: &mut Vec<Diagnostic>) {
+    diagnostics.sort_by(|a, b| {
+        (a.span.map(|s| s.start), a.severity, &a.rule).cmp(&(b.span.map(|s| s.start), b.severity, &b.rule))
+    });
+    diagnostics.dedup_by(|a, b| a.rule == b.rule && a.span == b.span && a.message == b.message);
+}

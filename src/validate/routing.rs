@@ -1,0 +1,103 @@
+//! Routing rules: conditions, fallbacks, retry targets and goal gates.
+
+use crate::diagnostic::{did_you_mean, Diagnostic};
+use crate::graph::{HandlerType, Workflow};
+use crate::source::Span;
+
+pub fn condition_syntax(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
+    for edge in workflow.edges() {
+        let Some(Err(error)) = &edge.edge.condition else { continue };
+        let literal = edge.edge.attributes.get("condition").map_or(edge.edge.span, |attr| attr.span);
+        let offset = workflow.source().offset_in_literal(literal, error.offset);
+        out.push(
+            Diagnostic::error(
+                "condition_syntax",
+                format!("invalid condition: {} (column {} of the condition)", error.message, error.offset + 1),
+            )
+            .edge(&edge.from.id, &edge.to.id)
+            .span(Span::at(offset))
+            .fix("conditions look like `outcome=success`, `context.tests_passed=true && preferred_label!=Skip`"),
+        );
+    }
+}
+
+/// A node whose every outgoing edge has a condition fails the run when none of them is true.
+pub fn all_conditional_edges(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
+    let graph = workflow.graph();
+    for index in graph.node_indices() {
+        let node = &graph[index];
+        if matches!(node.handler_type(), HandlerType::Exit) {
+            continue;
+        }
+        let outgoing = workflow.outgoing(index);
+        if outgoing.is_empty() || !outgoing.iter().all(|edge| edge.edge.is_conditional()) {
+            continue;
+        }
+        out.push(
+            Diagnostic::warning(
+                "all_conditional_edges",
+                format!("every edge out of `{}` has a condition; when none is true the run fails", node.id),
+            )
+            .node(&node.id)
+            .span(node.span)
+            .fix(format!("add an unconditional edge from `{}` as the fallback", node.id)),
+        );
+    }
+}
+
+pub fn retry_target_exists(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
+    let owners = std::iter::once((None, workflow.attributes()))
+        .chain(workflow.nodes().map(|node| (Some(node.id.as_str()), &node.attributes)));
+    for (owner, attributes) in owners {
+        for key in ["retry_target", "fallback_retry_target"] {
+            let Some(attr) = attributes.get(key) else { continue };
+            let Some(target) = attr.value.as_text().map(str::trim).filter(|t| !t.is_empty()) else {
+                continue;
+            };
+            if workflow.node(target).is_some() {
+                continue;
+            }
+            let fix = match did_you_mean(target, workflow.nodes().map(|n| n.id.as_str())) {
+                Some(similar) => format!("did you mean `{similar}`?"),
+                None => "name an existing node".to_string(),
+            };
+            let whose = if owner.is_some() { "" } else { "graph: " };
+            let mut diagnostic = Diagnostic::warning(
+                "retry_target_exists",
+                format!("{whose}`{key}` names `{target}`, which is not a node"),
+            )
+            .span(attr.span)
+            .fix(fix);
+            if let Some(id) = owner {
+                diagnostic = diagnostic.node(id);
+            }
+            out.push(diagnostic);
+        }
+    }
+}
+
+pub fn goal_gate_has_retry(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
+    let has_target = |attributes: &crate::graph::Attributes| {
+        ["retry_target", "fallback_retry_target"].iter().any(|key| attributes.non_empty_text(key).is_some())
+    };
+    if has_target(workflow.attributes()) {
+        return;
+    }
+    for node in workflow.nodes().filter(|node| node.is_goal_gate() && !has_target(&node.attributes)) {
+        out.push(
+            Diagnostic::warning(
+                "goal_gate_has_retry",
+                format!(
+                    "goal gate `{}` has no retry target; if it has not succeeded at exit the run fails",
+                    node.id
+                ),
+            )
+            .node(&node.id)
+            .span(node.span)
+            .fix(format!(
+                "set `retry_target` on `{}` (or on the graph) to the node that should try again",
+                node.id
+            )),
+        );
+    }
+}

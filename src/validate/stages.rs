@@ -1,0 +1,229 @@
+//! Stage rules: what each kind of node needs to run as intended.
+
+use std::collections::{HashSet, VecDeque};
+
+use petgraph::graph::NodeIndex;
+
+use crate::diagnostic::Diagnostic;
+use crate::fidelity::FidelityMode;
+use crate::graph::{Attributes, HandlerType, Node, Workflow};
+
+fn nodes_of_type<'w>(workflow: &'w Workflow, kind: HandlerType<'static>) -> impl Iterator<Item = &'w Node> {
+    workflow.nodes().filter(move |node| node.handler_type() == kind)
+}
+
+pub fn prompt_on_llm_nodes(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
+    for node in workflow.nodes().filter(|n| n.handler_type().is_llm() && n.prompt().is_none()) {
+        out.push(
+            Diagnostic::warning(
+                "prompt_on_llm_nodes",
+                format!(
+                    "{} stage `{}` has no prompt; its label \"{}\" is sent instead",
+                    node.handler_type(),
+                    node.id,
+                    node.label()
+                ),
+            )
+            .node(&node.id)
+            .span(node.span)
+            .fix(format!("add `prompt=\"...\"` to `{}`", node.id)),
+        );
+    }
+}
+
+pub fn command_has_script(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
+    for node in nodes_of_type(workflow, HandlerType::Command) {
+        if node.attributes.non_empty_text("script").is_some() {
+            continue;
+        }
+        out.push(
+            Diagnostic::error("command_has_script", format!("command stage `{}` has no script", node.id))
+                .node(&node.id)
+                .span(node.span)
+                .fix(format!("add `script=\"...\"` to `{}`", node.id)),
+        );
+    }
+}
+
+pub fn wait_has_duration(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
+    for node in nodes_of_type(workflow, HandlerType::Wait) {
+        if node.attributes.contains("duration") {
+            continue;
+        }
+        out.push(
+            Diagnostic::error("wait_has_duration", format!("wait stage `{}` has no duration", node.id))
+                .node(&node.id)
+                .span(node.span)
+                .fix(format!("add `duration=30s` (or another duration) to `{}`", node.id)),
+        );
+    }
+}
+
+pub fn human_gate_has_choices(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
+    for node in nodes_of_type(workflow, HandlerType::Human) {
+        let Some(index) = workflow.index_of(&node.id) else { continue };
+        let outgoing = workflow.outgoing(index);
+        if outgoing.is_empty() {
+            out.push(
+                Diagnostic::error(
+                    "human_gate_has_choices",
+                    format!("human gate `{}` has no outgoing edges to choose from", node.id),
+                )
+                .node(&node.id)
+                .span(node.span)
+                .fix("add one labeled edge per choice, e.g. `gate -> deploy [label=\"[A] Approve\"]`"),
+            );
+            continue;
+        }
+        if let Some(default) = node.attributes.get("human.default_choice") {
+            let choice = default.value.to_string();
+            let matches = outgoing.iter().any(|edge| {
+                edge.to.id == choice
+                    || edge.edge.label().is_some_and(|label| label.eq_ignore_ascii_case(&choice))
+            });
+            if !matches {
+                out.push(
+                    Diagnostic::error(
+                        "human_gate_has_choices",
+                        format!(
+                            "default choice `{choice}` is neither a target nor a label of the gate's edges"
+                        ),
+                    )
+                    .node(&node.id)
+                    .span(default.span)
+                    .fix("name one of the gate's edge targets or labels"),
+                );
+            }
+        }
+    }
+}
+
+/// The fidelity in force for a stage entered over an edge with `edge_attributes` (if any).
+fn resolved_fidelity(workflow: &Workflow, node: &Attributes, edge: Option<&Attributes>) -> FidelityMode {
+    edge.and_then(|e| e.text("fidelity"))
+        .or_else(|| node.text("fidelity"))
+        .or_else(|| workflow.attributes().text("default_fidelity"))
+        .and_then(|text| text.parse().ok())
+        .unwrap_or_default()
+}
+
+pub fn thread_id_without_full_fidelity(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
+    for node in workflow.nodes() {
+        let Some(attr) = node.attributes.get("thread_id") else { continue };
+        let mode = resolved_fidelity(workflow, &node.attributes, None);
+        if mode != FidelityMode::Full {
+            out.push(
+                Diagnostic::warning(
+                    "thread_id_without_full_fidelity",
+                    format!("node `{}` sets thread_id but its fidelity is {mode}; threads are only kept under full fidelity", node.id),
+                )
+                .node(&node.id)
+                .span(attr.span)
+                .fix(format!("set `fidelity=full` on `{}` or remove thread_id", node.id)),
+            );
+        }
+    }
+    for edge in workflow.edges() {
+        let Some(attr) = edge.edge.attributes.get("thread_id") else { continue };
+        let mode = resolved_fidelity(workflow, &edge.to.attributes, Some(&edge.edge.attributes));
+        if mode != FidelityMode::Full {
+            out.push(
+                Diagnostic::warning(
+                    "thread_id_without_full_fidelity",
+                    format!(
+                        "edge `{} -> {}` sets thread_id but the target's fidelity is {mode}",
+                        edge.from.id, edge.to.id
+                    ),
+                )
+                .edge(&edge.from.id, &edge.to.id)
+                .span(attr.span)
+                .fix("add `fidelity=full` to the edge or its target, or remove thread_id"),
+            );
+        }
+    }
+}
+
+/// Fan-in nodes reachable from `from` without passing through another fan-in.
+fn fan_ins_reached(workflow: &Workflow, from: NodeIndex) -> HashSet<NodeIndex> {
+    let graph = workflow.graph();
+    let mut seen = HashSet::from([from]);
+    let mut queue = VecDeque::from([from]);
+    let mut found = HashSet::new();
+    while let Some(index) = queue.pop_front() {
+        if graph[index].handler_type() == HandlerType::FanIn {
+            found.insert(index);
+            continue;
+        }
+        for next in graph.neighbors(index) {
+            if seen.insert(next) {
+                queue.push_back(next);
+            }
+        }
+    }
+    found
+}
+
+pub fn parallel_without_fan_in(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
+    for node in nodes_of_type(workflow, HandlerType::Parallel) {
+        let Some(index) = workflow.index_of(&node.id) else { continue };
+        let branches = workflow.outgoing(index);
+        let mut common: Option<HashSet<NodeIndex>> = None;
+        for branch in &branches {
+            let Some(target) = workflow.index_of(&branch.to.id) else { continue };
+            let reached = fan_ins_reached(workflow, target);
+            common = Some(match common {
+                None => reached,
+                Some(previous) => previous.intersection(&reached).copied().collect(),
+            });
+        }
+        if common.is_some_and(|fan_ins| !fan_ins.is_empty()) {
+            continue;
+        }
+        let message = if branches.is_empty() {
+            format!("parallel stage `{}` has no branches", node.id)
+        } else {
+            format!(
+                "the branches of parallel stage `{}` never meet at a fan-in (tripleoctagon) node",
+                node.id
+            )
+        };
+        out.push(
+            Diagnostic::warning("parallel_without_fan_in", message)
+                .node(&node.id)
+                .span(node.span)
+                .fix("add `join [shape=tripleoctagon]` and an edge from the end of every branch to it"),
+        );
+    }
+}
+
+/// `join_policy=k_of_n` needs `join_k`, `quorum` needs a `join_quorum` between 0 and 1.
+pub fn parallel_join_settings(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
+    for node in nodes_of_type(workflow, HandlerType::Parallel) {
+        let Some(policy) = node.attributes.get("join_policy") else { continue };
+        let problem = match policy.value.as_text() {
+            Some("k_of_n") if node.attributes.integer("join_k").is_none_or(|k| k < 1) => {
+                Some(("join_policy=k_of_n needs `join_k` of 1 or more", "add `join_k=2` (or another count)"))
+            }
+            Some("quorum")
+                if node
+                    .attributes
+                    .float("join_quorum")
+                    .is_none_or(|q| !(0.0..=1.0).contains(&q) || q == 0.0) =>
+            {
+                Some((
+                    "join_policy=quorum needs `join_quorum` above 0 and at most 1",
+                    "add `join_quorum=0.5`",
+                ))
+            }
+            _ => None,
+        };
+        if let Some((message, fix)) = problem {
+            out.push(
+                Diagnostic::error("parallel_join_settings", message)
+                    .node(&node.id)
+                    .span(policy.span)
+                    .fix(fix),
+            );
+        }
+    }
+}
