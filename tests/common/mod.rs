@@ -1,0 +1,152 @@
+//! A builder for integration tests that run the real `fabro` binary, in the style of `just`'s
+//! test suite: give it a workflow, arguments and expectations, then `run()`.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The compiled `fabro` binary.
+pub fn fabro_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_fabro"))
+}
+
+/// The repository root (for `workflows/`).
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+pub struct Test {
+    dir: tempfile::TempDir,
+    args: Vec<String>,
+    expected_status: Option<i32>,
+    stdout_contains: Vec<String>,
+    stderr_contains: Vec<String>,
+    stdout_lacks: Vec<String>,
+}
+
+pub struct Ran {
+    pub dir: tempfile::TempDir,
+    pub output: Output,
+}
+
+impl Ran {
+    pub fn stdout(&self) -> String {
+        String::from_utf8_lossy(&self.output.stdout).into_owned()
+    }
+
+    pub fn stderr(&self) -> String {
+        String::from_utf8_lossy(&self.output.stderr).into_owned()
+    }
+
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.output.stdout)
+            .unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{}", self.stdout()))
+    }
+}
+
+impl Test {
+    pub fn new() -> Self {
+        Test {
+            dir: tempfile::tempdir().expect("temp dir"),
+            args: Vec::new(),
+            expected_status: None,
+            stdout_contains: Vec::new(),
+            stderr_contains: Vec::new(),
+            stdout_lacks: Vec::new(),
+        }
+    }
+
+    /// Writes `workflow.dot` (or another file) into the test's temporary directory.
+    pub fn file(self, name: &str, contents: &str) -> Self {
+        let path = self.dir.path().join(name);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).expect("create dirs");
+        }
+        std::fs::write(path, contents).expect("write file");
+        self
+    }
+
+    /// Shorthand for `.file("workflow.dot", source)`.
+    pub fn workflow(self, source: &str) -> Self {
+        self.file("workflow.dot", source)
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    pub fn args<I, S>(mut self, args: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        self.args.extend(args.into_iter().map(|a| a.as_ref().to_string()));
+        self
+    }
+
+    pub fn status(mut self, code: i32) -> Self {
+        self.expected_status = Some(code);
+        self
+    }
+
+    pub fn stdout_contains(mut self, text: &str) -> Self {
+        self.stdout_contains.push(text.to_string());
+        self
+    }
+
+    pub fn stdout_lacks(mut self, text: &str) -> Self {
+        self.stdout_lacks.push(text.to_string());
+        self
+    }
+
+    pub fn stderr_contains(mut self, text: &str) -> Self {
+        self.stderr_contains.push(text.to_string());
+        self
+    }
+
+    /// Runs `fabro ARGS` in the test directory and checks every expectation.
+    pub fn run(self) -> Ran {
+        let output = Command::new(fabro_bin())
+            .args(&self.args)
+            .current_dir(self.dir.path())
+            .env_remove("CI")
+            .output()
+            .expect("run fabro");
+        let ran = Ran { dir: self.dir, output };
+        let context = || format!("fabro {}\n--- stdout\n{}\n--- stderr\n{}", self.args.join(" "), ran.stdout(), ran.stderr());
+        if let Some(code) = self.expected_status {
+            assert_eq!(ran.output.status.code(), Some(code), "unexpected exit status\n{}", context());
+        }
+        for text in &self.stdout_contains {
+            assert!(ran.stdout().contains(text), "stdout lacks {text:?}\n{}", context());
+        }
+        for text in &self.stdout_lacks {
+            assert!(!ran.stdout().contains(text), "stdout has {text:?}\n{}", context());
+        }
+        for text in &self.stderr_contains {
+            assert!(ran.stderr().contains(text), "stderr lacks {text:?}\n{}", context());
+        }
+        ran
+    }
+}
+
+/// Every `.dot` file under `workflows/`, sorted.
+pub fn shipped_workflows() -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    collect_dot_files(&repo_root().join("workflows"), &mut files);
+    files.sort();
+    files
+}
+
+fn collect_dot_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            collect_dot_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "dot") {
+            out.push(path);
+        }
+    }
+}
