@@ -79,19 +79,29 @@ impl SourceFile {
     }
 
     /// Maps a byte offset inside the *decoded* value of the literal at `literal` back to a byte
-    /// offset in the file. Quoted literals are re-scanned so escapes (`\"`, `\n`, ...) are
-    /// accounted for; bare literals map one to one.
+    /// offset in the file. Quoted literals (including `"a" + "b"` concatenations) are re-scanned so
+    /// escapes (`\"`, `\n`, ...) are accounted for; bare literals map one to one.
     pub fn offset_in_literal(&self, literal: Span, decoded_offset: usize) -> usize {
-        let raw = &self.text[literal.start.min(self.text.len())..literal.end.min(self.text.len())];
+        let raw = self.text.get(literal.start..literal.end).unwrap_or("");
         if !raw.starts_with('"') {
             return (literal.start + decoded_offset).min(literal.end);
         }
         let mut decoded = 0;
-        let mut chars = raw.char_indices().skip(1).peekable();
+        let mut inside = false;
+        let mut last_inside = literal.start;
+        let mut chars = raw.char_indices();
         while let Some((i, c)) = chars.next() {
-            if decoded >= decoded_offset || c == '"' {
+            if c == '"' {
+                inside = !inside;
+                continue;
+            }
+            if !inside {
+                continue; // whitespace and `+` between concatenated strings
+            }
+            if decoded >= decoded_offset {
                 return literal.start + i;
             }
+            last_inside = literal.start + i;
             if c == '\\' {
                 if let Some((_, escaped)) = chars.next() {
                     decoded += crate::syntax::decoded_escape_len(escaped);
@@ -100,7 +110,8 @@ impl SourceFile {
                 decoded += c.len_utf8();
             }
         }
-        literal.end
+        // The offset is the end of the value: point just after its last character.
+        (last_inside + 1).min(literal.end.saturating_sub(1)).max(literal.start)
     }
 }
 
@@ -125,5 +136,14 @@ mod tests {
         let literal = Span::new(4, text.len());
         // decoded value is `a"bc`; offset 2 is `b`.
         assert_eq!(&text[source.offset_in_literal(literal, 2)..][..1], "b");
+    }
+
+    #[test]
+    fn offsets_continue_across_concatenated_strings() {
+        let text = "x = \"ab\" +\n  \"cd\"";
+        let source = SourceFile::new("x.dot", text);
+        let literal = Span::new(4, text.len());
+        assert_eq!(&text[source.offset_in_literal(literal, 3)..][..1], "d");
+        assert_eq!(source.location(source.offset_in_literal(literal, 2)), Location { line: 2, column: 4 });
     }
 }

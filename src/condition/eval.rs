@@ -72,11 +72,12 @@ impl Clause {
     }
 }
 
-/// Numeric when both sides are numbers (so `1` equals `1.0` and `"1"`), otherwise exact text.
-/// JSON booleans render as `true`/`false`, so they equal those literals.
+/// Exact, case-sensitive text, except that a JSON number equals a numeric literal by value (so
+/// `1` equals `1.0`); strings that look like numbers still compare as text (`"1.10"` is not
+/// `"1.1"`). JSON booleans render as `true`/`false`, so they equal those literals.
 fn equals(value: Resolved<'_>, literal: &Literal) -> bool {
-    match (as_number(value), literal.number) {
-        (Some(number), Some(expected)) => number == expected,
+    match (value, literal.number) {
+        (Resolved::Json(Json::Number(number)), Some(expected)) => number.as_f64() == Some(expected),
         _ => as_text(value) == literal.text,
     }
 }

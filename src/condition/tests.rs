@@ -120,14 +120,19 @@ fn context_keys_resolve_with_prefix_fallback_and_plain_keys() {
 }
 
 #[test]
-fn equality_is_numeric_when_both_sides_are_numbers() {
-    let scope = with_context(json!({"float": 1.0, "text": "1", "int": 1, "word": "one", "id": "007"}));
+fn equality_is_numeric_only_for_json_numbers() {
+    let scope =
+        with_context(json!({"float": 1.0, "text": "1", "int": 1, "word": "one", "id": "007", "v": "1.1"}));
     assert!(eval("context.float=1", &scope));
-    assert!(eval("context.text=1.0", &scope));
     assert!(eval("context.int=\"1\"", &scope));
+    assert!(eval("context.int=1.0", &scope));
+    // Strings compare exactly, even when they look like numbers.
+    assert!(eval("context.text=1", &scope));
+    assert!(!eval("context.text=1.0", &scope));
+    assert!(!eval("context.id=7", &scope));
+    assert!(eval("context.id=007", &scope));
+    assert!(!eval("context.v=1.10", &scope));
     assert!(!eval("context.word=1", &scope));
-    assert!(eval("context.id=7", &scope));
-    assert!(eval("context.id!=8", &scope));
 }
 
 #[test]

@@ -451,6 +451,8 @@ pub struct Attr {
     /// The value's literal in the source (for a stylesheet-applied value, the stylesheet's).
     pub span: Span,
     pub key_span: Span,
+    /// Set by a `node [..]`/`edge [..]` default block rather than on the node or edge itself.
+    pub inherited: bool,
 }
 
 /// An ordered attribute map. Small (a handful of entries per node), so a vector with linear
@@ -468,6 +470,15 @@ impl Attributes {
             Some(entry) => entry.1 = attr,
             None => self.entries.push((key, attr)),
         }
+    }
+
+    /// A copy with every entry marked as inherited from a default block.
+    pub fn as_inherited(&self) -> Attributes {
+        let mut copy = self.clone();
+        for (_, attr) in &mut copy.entries {
+            attr.inherited = true;
+        }
+        copy
     }
 
     /// Overlays every entry of `other`.

@@ -59,7 +59,7 @@ pub fn typed_attr(attribute: &Attribute) -> (String, Attr) {
         Some(spec) => Value::typed(&attribute.value.text, spec.value_type),
         None => Value::Text(attribute.value.text.clone()),
     };
-    (key, Attr { value, span: attribute.value.span, key_span: attribute.key_span })
+    (key, Attr { value, span: attribute.value.span, key_span: attribute.key_span, inherited: false })
 }
 
 fn typed(attributes: &[Attribute]) -> Attributes {
@@ -118,7 +118,7 @@ impl Builder {
                     members.push(index);
                 }
                 Statement::Edge { endpoints, attributes, span } => {
-                    let mut edge_attributes = defaults.edge.clone();
+                    let mut edge_attributes = defaults.edge.as_inherited();
                     edge_attributes.merge(&typed(attributes));
                     let condition = parse_condition(&edge_attributes);
                     let indices: Vec<NodeIndex> =
@@ -185,7 +185,7 @@ impl Builder {
             span: id.span,
             irregular_id: !is_plain_identifier(&id.name),
             declared: declaration,
-            attributes: defaults.node.clone(),
+            attributes: defaults.node.as_inherited(),
             classes: Vec::new(),
         };
         let index = self.graph.add_node(node);

@@ -3,6 +3,7 @@
 
 pub mod attribute;
 mod build;
+pub mod choice;
 mod handler_type;
 mod node;
 pub mod stylesheet;
@@ -11,6 +12,7 @@ mod workflow;
 
 pub use attribute::{Attr, Attributes, Value, ValueType};
 pub use build::{build, derive_class, is_plain_identifier};
+pub use choice::{normalize_label, Choice};
 pub use handler_type::HandlerType;
 pub use node::{Edge, Node};
 pub use transform::{builtin_transforms, Transform};

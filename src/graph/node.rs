@@ -26,22 +26,29 @@ impl Node {
         self.attributes.text("shape").unwrap_or("box")
     }
 
-    /// Explicit `type`, then shape, then the conventional ids `start`/`exit`, then agent.
+    /// Explicit `type`, then the node's own shape, then the conventional ids `start`/`exit`, then
+    /// a shape inherited from a `node [..]` block, then agent.
     pub fn handler_type(&self) -> HandlerType<'_> {
         if let Some(name) = self.attributes.non_empty_text("type") {
             return HandlerType::from_type_name(name.trim());
         }
-        if let Some(kind) = self.attributes.text("shape").and_then(HandlerType::from_shape) {
+        let shape = self.attributes.get("shape");
+        let own_shape = shape.filter(|attr| !attr.inherited);
+        if let Some(kind) = own_shape.and_then(|attr| attr.value.as_text()).and_then(HandlerType::from_shape)
+        {
             return kind;
         }
-        if !self.attributes.contains("shape") {
+        if own_shape.is_none() {
             match self.id.as_str() {
                 "start" | "Start" => return HandlerType::Start,
                 "exit" | "Exit" | "end" | "End" => return HandlerType::Exit,
                 _ => {}
             }
         }
-        HandlerType::Agent
+        shape
+            .and_then(|attr| attr.value.as_text())
+            .and_then(HandlerType::from_shape)
+            .unwrap_or(HandlerType::Agent)
     }
 
     /// The display label (default: the id).

@@ -91,7 +91,9 @@ impl Transform for StylesheetApplication {
     }
 
     fn apply(&self, workflow: &mut Workflow) -> Vec<Diagnostic> {
-        let Some(Ok(stylesheet)) = workflow.stylesheet.take() else { return Vec::new() };
+        let Some(Ok(stylesheet)) = &workflow.stylesheet else { return Vec::new() };
+        // Taken out while nodes are borrowed mutably, put back below.
+        let stylesheet = stylesheet.clone();
         let span = workflow.attributes().get("model_stylesheet").map(|attr| attr.span).unwrap_or_default();
         for node in workflow.nodes_mut() {
             let resolved = stylesheet.resolve(&node.id, node.shape(), &node.classes);
@@ -100,7 +102,8 @@ impl Transform for StylesheetApplication {
                 if node.attributes.contains(property.attribute()) {
                     continue;
                 }
-                let attr = Attr { value: Value::Text(value.to_string()), span, key_span: span };
+                let attr =
+                    Attr { value: Value::Text(value.to_string()), span, key_span: span, inherited: false };
                 node.attributes.set(property.attribute(), attr);
             }
         }

@@ -19,6 +19,9 @@ pub fn parse(text: &str) -> Result<SyntaxTree, SyntaxError> {
     if is_blank(text) {
         return Err(SyntaxError::new(SyntaxErrorKind::Empty, Span::at(0)));
     }
+    if let Some(offset) = too_deep(text) {
+        return Err(SyntaxError::new(SyntaxErrorKind::TooDeep(MAX_NESTING), Span::at(offset)));
+    }
     let mut file = DotParser::parse(Rule::file, text).map_err(|e| translate_error(text, &e))?;
     let mut graphs =
         file.next().into_iter().flat_map(Pair::into_inner).filter(|pair| pair.as_rule() == Rule::graph);
@@ -27,6 +30,45 @@ pub fn parse(text: &str) -> Result<SyntaxTree, SyntaxError> {
         return Err(SyntaxError::new(SyntaxErrorKind::SeveralGraphs, span_of(&second)));
     }
     build_graph(first)
+}
+
+/// Deepest nesting of `{` (subgraphs) or `<` (HTML labels) the parser accepts. The grammar and the
+/// tree builder recurse per level, so unbounded nesting would overflow the stack.
+const MAX_NESTING: usize = 100;
+
+/// The offset of the first `{` or `<` nested deeper than [`MAX_NESTING`], outside strings and
+/// comments.
+fn too_deep(text: &str) -> Option<usize> {
+    let bytes = text.as_bytes();
+    let (mut braces, mut angles) = (0usize, 0usize);
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'"' => {
+                i += 1;
+                while i < bytes.len() && bytes[i] != b'"' {
+                    i += if bytes[i] == b'\\' { 2 } else { 1 };
+                }
+            }
+            b'/' if bytes.get(i + 1) == Some(&b'*') => {
+                i = text[i + 2..].find("*/").map_or(bytes.len(), |end| i + 2 + end + 1);
+            }
+            b'#' => i = text[i..].find('\n').map_or(bytes.len(), |end| i + end),
+            b'/' if bytes.get(i + 1) == Some(&b'/') => {
+                i = text[i..].find('\n').map_or(bytes.len(), |end| i + end)
+            }
+            b'{' => braces += 1,
+            b'}' => braces = braces.saturating_sub(1),
+            b'<' => angles += 1,
+            b'>' => angles = angles.saturating_sub(1),
+            _ => {}
+        }
+        if braces > MAX_NESTING || angles > MAX_NESTING {
+            return Some(i);
+        }
+        i += 1;
+    }
+    None
 }
 
 /// True when the text holds nothing but whitespace and comments.
@@ -74,47 +116,68 @@ fn build_graph(graph: Pair<'_, Rule>) -> Result<SyntaxTree, SyntaxError> {
 fn build_statement(pair: Pair<'_, Rule>) -> Result<Statement, SyntaxError> {
     let span = span_of(&pair);
     match pair.as_rule() {
-        Rule::defaults => {
-            let mut inner = pair.into_inner();
-            let kind = match inner.next().map(|k| k.as_rule()) {
-                Some(Rule::graph_keyword) => DefaultsKind::Graph,
-                Some(Rule::node_keyword) => DefaultsKind::Node,
-                _ => DefaultsKind::Edge,
-            };
-            Ok(Statement::Defaults { kind, attributes: build_attribute_lists(inner)?, span })
-        }
-        Rule::graph_attribute => Ok(Statement::GraphAttribute(build_attribute(pair)?)),
-        Rule::node_statement => {
-            let mut inner = pair.into_inner();
-            let id =
-                inner.next().map(build_id).unwrap_or_else(|| Id { name: String::new(), quoted: false, span });
-            Ok(Statement::Node { id, attributes: build_attribute_lists(inner)? })
-        }
-        Rule::edge_statement => build_edge(pair),
+        Rule::id_statement => build_id_statement(pair),
         Rule::subgraph => Ok(Statement::Subgraph(build_subgraph(pair)?)),
         other => unreachable_rule(other, span),
     }
 }
 
-fn build_edge(pair: Pair<'_, Rule>) -> Result<Statement, SyntaxError> {
+/// `a = v`, `a -> b [..]`, `a [..]` or `node [..]`, told apart by the first id and what follows.
+fn build_id_statement(pair: Pair<'_, Rule>) -> Result<Statement, SyntaxError> {
     let span = span_of(&pair);
-    let mut endpoints = Vec::new();
-    let mut lists = Vec::new();
-    for part in pair.into_inner() {
-        match part.as_rule() {
-            Rule::id => endpoints.push(build_id(part)),
-            Rule::subgraph => {
-                return Err(SyntaxError::new(SyntaxErrorKind::SubgraphEndpoint, span_of(&part)))
-            }
-            Rule::edge_operator if part.as_str() == "--" => {
-                return Err(SyntaxError::new(SyntaxErrorKind::UndirectedEdge, span_of(&part)))
-            }
-            Rule::attribute_list => lists.push(part),
-            _ => {}
-        }
+    let mut parts = pair.into_inner().peekable();
+    let Some(first) = parts.next() else { return unreachable_rule(Rule::id_statement, span) };
+    let defaults_kind = match first.as_str() {
+        word if word.eq_ignore_ascii_case("node") => Some(DefaultsKind::Node),
+        word if word.eq_ignore_ascii_case("edge") => Some(DefaultsKind::Edge),
+        word if word.eq_ignore_ascii_case("graph") => Some(DefaultsKind::Graph),
+        _ => None,
+    };
+    let next = parts.peek().map(Pair::as_rule);
+    if let (Some(kind), Some(Rule::attribute_list)) = (defaults_kind, next) {
+        return Ok(Statement::Defaults { kind, attributes: build_attribute_lists(parts)?, span });
     }
-    let attributes = build_attribute_lists(lists.into_iter())?;
-    Ok(Statement::Edge { endpoints, attributes, span })
+    match next {
+        Some(Rule::equals) => {
+            let key_span = span_of(&first);
+            let key = build_id(first);
+            let value = parts.nth(1);
+            let Some(value) = value else { return unreachable_rule(Rule::id_statement, span) };
+            Ok(Statement::GraphAttribute(Attribute { key: key.name, key_span, value: build_literal(value)? }))
+        }
+        Some(Rule::edge_operator) => {
+            let mut endpoints = vec![check_keyword(build_id(first))?];
+            let mut lists = Vec::new();
+            for part in parts {
+                match part.as_rule() {
+                    Rule::id => endpoints.push(check_keyword(build_id(part))?),
+                    Rule::subgraph => {
+                        return Err(SyntaxError::new(SyntaxErrorKind::SubgraphEndpoint, span_of(&part)))
+                    }
+                    Rule::edge_operator if part.as_str() == "--" => {
+                        return Err(SyntaxError::new(SyntaxErrorKind::UndirectedEdge, span_of(&part)))
+                    }
+                    Rule::attribute_list => lists.push(part),
+                    _ => {}
+                }
+            }
+            Ok(Statement::Edge { endpoints, attributes: build_attribute_lists(lists.into_iter())?, span })
+        }
+        _ => Ok(Statement::Node {
+            id: check_keyword(build_id(first))?,
+            attributes: build_attribute_lists(parts)?,
+        }),
+    }
+}
+
+/// DOT keywords cannot be unquoted node ids (`node`, `edge` and `graph` only parse as ids when no
+/// attribute list follows them, which is a mistake either way).
+fn check_keyword(id: Id) -> Result<Id, SyntaxError> {
+    const KEYWORDS: [&str; 6] = ["node", "edge", "graph", "digraph", "subgraph", "strict"];
+    if !id.quoted && KEYWORDS.iter().any(|k| k.eq_ignore_ascii_case(&id.name)) {
+        return Err(SyntaxError::new(SyntaxErrorKind::KeywordAsId(id.name), id.span));
+    }
+    Ok(id)
 }
 
 fn build_subgraph(pair: Pair<'_, Rule>) -> Result<Subgraph, SyntaxError> {
@@ -151,39 +214,61 @@ fn build_attribute(pair: Pair<'_, Rule>) -> Result<Attribute, SyntaxError> {
     for part in pair.into_inner() {
         match part.as_rule() {
             Rule::key => key = Some(part),
-            Rule::value => value = part.into_inner().next(),
+            Rule::quoted | Rule::html | Rule::bare => value = Some(part),
             _ => {}
         }
     }
     let (Some(key), Some(value)) = (key, value) else {
         return unreachable_rule(Rule::attribute, span);
     };
-    let value = match value.as_rule() {
-        Rule::html => return Err(SyntaxError::new(SyntaxErrorKind::HtmlLabel, span_of(&value))),
-        Rule::quoted => Literal { text: decode_quoted(&value), quoted: true, span: span_of(&value) },
-        _ => Literal { text: value.as_str().to_string(), quoted: false, span: span_of(&value) },
+    let key_text = match key.as_str().strip_prefix('"') {
+        Some(_) => crate::syntax::unescape(key.as_str().trim_matches('"')),
+        None => key.as_str().to_string(),
     };
-    Ok(Attribute { key: key.as_str().to_string(), key_span: span_of(&key), value })
+    Ok(Attribute { key: key_text, key_span: span_of(&key), value: build_literal(value)? })
+}
+
+fn build_literal(value: Pair<'_, Rule>) -> Result<Literal, SyntaxError> {
+    Ok(match value.as_rule() {
+        Rule::html => return Err(SyntaxError::new(SyntaxErrorKind::HtmlLabel, span_of(&value))),
+        Rule::quoted => Literal { text: decode_quoted(value.as_str()), quoted: true, span: span_of(&value) },
+        _ => Literal { text: value.as_str().to_string(), quoted: false, span: span_of(&value) },
+    })
 }
 
 fn build_id(pair: Pair<'_, Rule>) -> Id {
     let span = span_of(&pair);
-    match pair.into_inner().next() {
-        Some(inner) if inner.as_rule() == Rule::quoted => {
-            Id { name: decode_quoted(&inner), quoted: true, span }
-        }
-        Some(inner) => Id { name: inner.as_str().to_string(), quoted: false, span },
-        None => Id { name: String::new(), quoted: false, span },
+    let text = pair.as_str();
+    match text.starts_with('"') {
+        true => Id { name: decode_quoted(text), quoted: true, span },
+        false => Id { name: text.to_string(), quoted: false, span },
     }
 }
 
-/// Decodes `"a" + "b"` concatenations and escapes.
-fn decode_quoted(pair: &Pair<'_, Rule>) -> String {
-    pair.clone()
-        .into_inner()
-        .filter_map(|string| string.into_inner().next())
-        .map(|body| unescape(body.as_str()))
-        .collect()
+/// Decodes a quoted literal as the grammar matched it: one or more `"..."` strings joined by `+`
+/// with only whitespace around it, each with escapes.
+fn decode_quoted(text: &str) -> String {
+    let mut decoded = String::new();
+    let mut rest = text;
+    while let Some(start) = rest.find('"') {
+        let body = &rest[start + 1..];
+        let mut end = body.len();
+        let mut escaped = false;
+        for (i, c) in body.char_indices() {
+            match c {
+                _ if escaped => escaped = false,
+                '\\' => escaped = true,
+                '"' => {
+                    end = i;
+                    break;
+                }
+                _ => {}
+            }
+        }
+        decoded.push_str(&unescape(&body[..end]));
+        rest = body.get(end + 1..).unwrap_or("");
+    }
+    decoded
 }
 
 /// The grammar guarantees the shapes above; should it ever change without this file, fail with a
@@ -219,8 +304,7 @@ fn translate_error(text: &str, error: &pest::error::Error<Rule>) -> SyntaxError 
 
 fn expected_words(positives: &[Rule], after_edge_operator: bool) -> String {
     const STATEMENT: &str = "a new statement";
-    let statement_rules =
-        [Rule::defaults, Rule::subgraph, Rule::edge_statement, Rule::graph_attribute, Rule::node_statement];
+    let statement_rules = [Rule::subgraph, Rule::id_statement];
     // After `->` the grammar also tries a subgraph endpoint; that is not worth mentioning.
     let statement_possible = !after_edge_operator && positives.iter().any(|r| statement_rules.contains(r));
     let mut words: Vec<&str> = Vec::new();
@@ -261,14 +345,15 @@ fn expected_words(positives: &[Rule], after_edge_operator: bool) -> String {
 fn describe(rule: Rule) -> &'static str {
     match rule {
         Rule::graph | Rule::digraph_keyword | Rule::strict_keyword | Rule::graph_keyword => "`digraph`",
-        Rule::id | Rule::identifier_id | Rule::identifier | Rule::numeral | Rule::endpoint => "a node id",
+        Rule::subgraph_keyword => "a new statement",
+        Rule::id | Rule::identifier | Rule::dotted_identifier | Rule::numeral | Rule::endpoint => "a node id",
         Rule::edge_operator => "`->`",
         Rule::attribute_list | Rule::open_bracket => "`[`",
         Rule::close_bracket => "`]`",
         Rule::attribute => "an attribute (`name=value`)",
         Rule::key => "an attribute name",
         Rule::equals => "`=`",
-        Rule::value | Rule::quoted | Rule::string | Rule::bare | Rule::html | Rule::string_body => "a value",
+        Rule::quoted | Rule::bare | Rule::html | Rule::string_body => "a value",
         Rule::open_brace => "`{`",
         Rule::close_brace => "`}`",
         Rule::EOI => "the end of the file",
@@ -369,6 +454,12 @@ mod tests {
         assert_eq!(error("digraph { a }\ndigraph { b }").kind, SyntaxErrorKind::SeveralGraphs);
         assert_eq!(error("digraph { a -> {b c} }").kind, SyntaxErrorKind::SubgraphEndpoint);
         assert_eq!(error(" // only a comment\n").kind, SyntaxErrorKind::Empty);
+        assert_eq!(error("digraph { edge -> b }").kind, SyntaxErrorKind::KeywordAsId("edge".into()));
+        let deep = format!("digraph {{ {} a {} }}", "subgraph {".repeat(5000), "}".repeat(5000));
+        assert_eq!(error(&deep).kind, SyntaxErrorKind::TooDeep(MAX_NESTING));
+        let html = format!("digraph {{ a [label={}] }}", "<".repeat(5000));
+        assert_eq!(error(&html).kind, SyntaxErrorKind::TooDeep(MAX_NESTING));
+        assert!(parse(&format!("digraph {{ a [label=\"{}\"] }}", "{<".repeat(5000))).is_ok());
     }
 
     #[test]

@@ -28,6 +28,10 @@ pub enum SyntaxErrorKind {
     SeveralGraphs,
     #[error("a subgraph cannot be an edge endpoint")]
     SubgraphEndpoint,
+    #[error("`{0}` is a DOT keyword and cannot be a node id")]
+    KeywordAsId(String),
+    #[error("nesting deeper than {0} levels (subgraphs or `<`)")]
+    TooDeep(usize),
     #[error("the file is empty: expected `digraph Name {{ ... }}`")]
     Empty,
 }
@@ -46,6 +50,8 @@ impl SyntaxError {
             SyntaxErrorKind::HtmlLabel => "use a double-quoted string: label=\"...\"",
             SyntaxErrorKind::SeveralGraphs => "move the second graph to its own file",
             SyntaxErrorKind::SubgraphEndpoint => "write one edge per node: `a -> b` and `a -> c`",
+            SyntaxErrorKind::KeywordAsId(_) => "rename the node (for example `review_node`)",
+            SyntaxErrorKind::TooDeep(_) => "flatten the subgraphs; fabro does not need them nested this deep",
             SyntaxErrorKind::Empty => "start the file with `digraph Name {` and end it with `}`",
             SyntaxErrorKind::Unexpected { found, .. } if found.starts_with("`-") => {
                 "node ids are plain identifiers ([A-Za-z_][A-Za-z0-9_]*): use `_` instead of `-`"

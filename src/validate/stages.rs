@@ -6,7 +6,7 @@ use petgraph::graph::NodeIndex;
 
 use crate::diagnostic::Diagnostic;
 use crate::fidelity::FidelityMode;
-use crate::graph::{Attributes, HandlerType, Node, Workflow};
+use crate::graph::{Attributes, Choice, HandlerType, Node, Workflow};
 
 fn nodes_of_type<'w>(workflow: &'w Workflow, kind: HandlerType<'static>) -> impl Iterator<Item = &'w Node> {
     workflow.nodes().filter(move |node| node.handler_type() == kind)
@@ -110,12 +110,22 @@ fn resolved_fidelity(workflow: &Workflow, node: &Attributes, edge: Option<&Attri
 pub fn thread_id_without_full_fidelity(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
     for node in workflow.nodes() {
         let Some(attr) = node.attributes.get("thread_id") else { continue };
-        let mode = resolved_fidelity(workflow, &node.attributes, None);
-        if mode != FidelityMode::Full {
+        // The thread is lost on any way in that does not resolve to full fidelity.
+        let incoming = workflow.index_of(&node.id).map(|index| workflow.incoming(index)).unwrap_or_default();
+        let entries: Vec<Option<&Attributes>> = if incoming.is_empty() {
+            vec![None]
+        } else {
+            incoming.iter().map(|edge| Some(&edge.edge.attributes)).collect()
+        };
+        let lossy = entries
+            .into_iter()
+            .map(|edge| resolved_fidelity(workflow, &node.attributes, edge))
+            .find(|mode| *mode != FidelityMode::Full);
+        if let Some(mode) = lossy {
             out.push(
                 Diagnostic::warning(
                     "thread_id_without_full_fidelity",
-                    format!("node `{}` sets thread_id but its fidelity is {mode}; threads are only kept under full fidelity", node.id),
+                    format!("node `{}` sets thread_id but is entered with fidelity {mode}; threads are only kept under full fidelity", node.id),
                 )
                 .node(&node.id)
                 .span(attr.span)

@@ -114,7 +114,14 @@ impl Test {
             .output()
             .expect("run fabro");
         let ran = Ran { dir: self.dir, output };
-        let context = || format!("fabro {}\n--- stdout\n{}\n--- stderr\n{}", self.args.join(" "), ran.stdout(), ran.stderr());
+        let context = || {
+            format!(
+                "fabro {}\n--- stdout\n{}\n--- stderr\n{}",
+                self.args.join(" "),
+                ran.stdout(),
+                ran.stderr()
+            )
+        };
         if let Some(code) = self.expected_status {
             assert_eq!(ran.output.status.code(), Some(code), "unexpected exit status\n{}", context());
         }
