@@ -107,9 +107,8 @@ impl Loader {
         for transform in &self.transforms {
             diagnostics.extend(transform.apply(&mut workflow));
         }
-        let mut rules = validate::builtin_rules(self.custom_types.clone());
-        diagnostics.extend(validate::run_rules(&workflow, &rules));
-        rules.clear();
+        let builtin_rules = validate::builtin_rules(self.custom_types.clone());
+        diagnostics.extend(validate::run_rules(&workflow, &builtin_rules));
         diagnostics.extend(validate::run_rules(&workflow, &self.custom_rules));
         validate::sort_and_dedup(&mut diagnostics);
         Ok(CheckedWorkflow { workflow, diagnostics })

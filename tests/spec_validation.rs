@@ -731,7 +731,7 @@ fn rule_human_gate_has_choices() {
                 "human_gate_has_choices",
                 Severity::Error,
                 Some("approve"),
-                "default choice `Ship` is neither a target nor a label of the gate's edges",
+                "default choice `Ship` names none of the gate's choices (key, label or target)",
             ),
             (
                 "human_gate_has_choices",
@@ -1120,4 +1120,28 @@ fn binary_text_reports_missing_start_and_summary() {
         )
         .stdout_contains("workflow.dot: valid (1 warning)")
         .run();
+}
+
+/// fabro: a human gate's default choice may name a choice by accelerator key, by its label with or
+/// without the accelerator, or by target id.
+#[test]
+fn human_default_choice_matches_key_label_or_target() {
+    for default in ["S", "Skip", "[S] Skip", "exit"] {
+        let source = format!(
+            r#"digraph G {{
+                start [shape=Mdiamond]
+                exit [shape=Msquare]
+                gate [shape=hexagon, human.default_choice="{default}"]
+                ship [prompt="Ship it"]
+                start -> gate
+                gate -> ship [label="[A] Approve"]
+                gate -> exit [label="[S] Skip"]
+                ship -> exit
+            }}"#
+        );
+        let checked =
+            fabro::Loader::new().load_source(fabro::source::SourceFile::new("g.dot", source)).unwrap();
+        let rules: Vec<&str> = checked.diagnostics.iter().map(|d| d.rule.as_str()).collect();
+        assert!(!rules.contains(&"human_gate_has_choices"), "{default}: {rules:?}");
+    }
 }

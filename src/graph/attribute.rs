@@ -2,7 +2,6 @@
 //! attribute values. A literal is typed by the attribute it belongs to, not by how it was written:
 //! `max_retries=3` and `max_retries="3"` are both the integer 3.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -324,7 +323,7 @@ pub const DISPLAY_ATTRIBUTES: &[&str] = &[
     "charset",
 ];
 
-static BY_NAME: LazyLock<HashMap<&'static str, &'static AttributeSpec>> =
+static BY_NAME: LazyLock<rustc_hash::FxHashMap<&'static str, &'static AttributeSpec>> =
     LazyLock::new(|| ATTRIBUTES.iter().map(|spec| (spec.name, spec)).collect());
 
 /// The spec of a known attribute (canonical name).

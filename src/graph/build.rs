@@ -3,7 +3,7 @@
 //! once. Problems found here are kept in the graph (as invalid values or failed parses) for the
 //! validation rules to report, so building never fails.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::sync::Arc;
 
 use petgraph::graph::{DiGraph, NodeIndex};
@@ -26,7 +26,7 @@ pub fn build(tree: &SyntaxTree, source: Arc<SourceFile>) -> Workflow {
     };
     let mut builder = Builder {
         graph: DiGraph::new(),
-        ids: HashMap::new(),
+        ids: FxHashMap::default(),
         attributes: Attributes::default(),
         subgraphs: Vec::new(),
     };
@@ -81,7 +81,7 @@ struct Defaults {
 
 struct Builder {
     graph: DiGraph<Node, Edge>,
-    ids: HashMap<String, NodeIndex>,
+    ids: FxHashMap<String, NodeIndex>,
     attributes: Attributes,
     subgraphs: Vec<SubgraphInfo>,
 }

@@ -1,7 +1,7 @@
 //! The typed workflow graph: nodes and edges on a petgraph `DiGraph`, an id index for O(1)
 //! lookups, and everything else the file declared (graph attributes, subgraphs, stylesheet).
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::sync::Arc;
 
 use petgraph::graph::{DiGraph, EdgeIndex, NodeIndex};
@@ -40,7 +40,7 @@ pub struct Workflow {
     pub(super) source: Arc<SourceFile>,
     pub(super) attributes: Attributes,
     pub(super) graph: DiGraph<Node, Edge>,
-    pub(super) ids: HashMap<String, NodeIndex>,
+    pub(super) ids: FxHashMap<String, NodeIndex>,
     pub(super) subgraphs: Vec<SubgraphInfo>,
     pub(super) stylesheet: Option<Result<Stylesheet, StylesheetError>>,
 }

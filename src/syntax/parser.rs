@@ -73,7 +73,7 @@ fn too_deep(text: &str) -> Option<usize> {
 
 /// True when the text holds nothing but whitespace and comments.
 fn is_blank(text: &str) -> bool {
-    let mut rest = text.trim_start();
+    let mut rest = text.trim_start_matches('\u{FEFF}').trim_start();
     loop {
         if let Some(after) = rest.strip_prefix("/*") {
             match after.find("*/") {
@@ -107,6 +107,7 @@ fn build_graph(graph: Pair<'_, Rule>) -> Result<SyntaxTree, SyntaxError> {
             }
             Rule::id => name = Some(build_id(pair)),
             Rule::open_brace | Rule::close_brace | Rule::digraph_keyword => {}
+            Rule::edge_tail => return Err(subgraph_endpoint(&statements, &pair)),
             _ => statements.push(build_statement(pair)?),
         }
     }
@@ -180,6 +181,15 @@ fn check_keyword(id: Id) -> Result<Id, SyntaxError> {
     Ok(id)
 }
 
+/// `subgraph { .. } -> b`: points at the subgraph the edge starts from.
+fn subgraph_endpoint(statements: &[Statement], edge_tail: &Pair<'_, Rule>) -> SyntaxError {
+    let span = match statements.last() {
+        Some(Statement::Subgraph(subgraph)) => Span::new(subgraph.span.start, edge_tail.as_span().start()),
+        _ => span_of(edge_tail),
+    };
+    SyntaxError::new(SyntaxErrorKind::SubgraphEndpoint, span)
+}
+
 fn build_subgraph(pair: Pair<'_, Rule>) -> Result<Subgraph, SyntaxError> {
     let span = span_of(&pair);
     let mut name = None;
@@ -188,6 +198,7 @@ fn build_subgraph(pair: Pair<'_, Rule>) -> Result<Subgraph, SyntaxError> {
         match part.as_rule() {
             Rule::id => name = Some(build_id(part)),
             Rule::subgraph_keyword | Rule::open_brace | Rule::close_brace => {}
+            Rule::edge_tail => return Err(subgraph_endpoint(&statements, &part)),
             _ => statements.push(build_statement(part)?),
         }
     }
@@ -294,10 +305,11 @@ fn translate_error(text: &str, error: &pest::error::Error<Rule>) -> SyntaxError 
         ErrorVariant::ParsingError { positives, .. } => positives.clone(),
         ErrorVariant::CustomError { .. } => Vec::new(),
     };
+    let before = significant_prefix(text, offset);
     let kind = SyntaxErrorKind::Unexpected {
-        expected: expected_words(&positives, text[..offset.min(text.len())].trim_end().ends_with("->")),
+        expected: expected_words(&positives, before.ends_with("->")),
         found: found_words(text, offset),
-        after: previous_token(text, offset),
+        after: previous_token(before),
     };
     SyntaxError::new(kind, Span::at(offset))
 }
@@ -347,6 +359,7 @@ fn describe(rule: Rule) -> &'static str {
         Rule::graph | Rule::digraph_keyword | Rule::strict_keyword | Rule::graph_keyword => "`digraph`",
         Rule::subgraph_keyword => "a new statement",
         Rule::id | Rule::identifier | Rule::dotted_identifier | Rule::numeral | Rule::endpoint => "a node id",
+        Rule::edge_tail => "`->`",
         Rule::edge_operator => "`->`",
         Rule::attribute_list | Rule::open_bracket => "`[`",
         Rule::close_bracket => "`]`",
@@ -378,9 +391,54 @@ fn found_words(text: &str, offset: usize) -> String {
     format!("`{token}`")
 }
 
-/// The token just before `offset` (skipping whitespace), to say where the parser stopped.
-fn previous_token(text: &str, offset: usize) -> Option<String> {
-    let before = text.get(..offset)?.trim_end();
+/// The text before `offset` up to the end of its last token: trailing whitespace and comments
+/// dropped, so the error can say what the parser saw last.
+fn significant_prefix(text: &str, offset: usize) -> &str {
+    let mut limit = offset.min(text.len());
+    while !text.is_char_boundary(limit) {
+        limit -= 1;
+    }
+    let head = &text[..limit];
+    let (mut i, mut end) = (0, 0);
+    let mut line_start = true;
+    while let Some(c) = head[i..].chars().next() {
+        let rest = &head[i..];
+        if rest.starts_with("/*") {
+            i = rest.find("*/").map_or(head.len(), |at| i + at + 2);
+        } else if rest.starts_with("//") || (c == '#' && line_start) {
+            i = rest.find('\n').map_or(head.len(), |at| i + at);
+        } else if c == '"' {
+            i = string_end(rest).map_or(head.len(), |len| i + len);
+            end = i;
+        } else {
+            i += c.len_utf8();
+            if c.is_whitespace() {
+                line_start |= c == '\n';
+                continue;
+            }
+            end = i;
+        }
+        line_start = false;
+    }
+    &head[..end]
+}
+
+/// The byte length of the quoted string at the start of `text`, quotes included, if it closes.
+fn string_end(text: &str) -> Option<usize> {
+    let mut escaped = false;
+    for (at, c) in text.char_indices().skip(1) {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' => escaped = true,
+            '"' => return Some(at + 1),
+            _ => {}
+        }
+    }
+    None
+}
+
+/// The token at the end of `before`, to say where the parser stopped.
+fn previous_token(before: &str) -> Option<String> {
     let last = before.chars().last()?;
     if last.is_alphanumeric() || last == '_' {
         let start = before

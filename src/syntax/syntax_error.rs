@@ -53,7 +53,9 @@ impl SyntaxError {
             SyntaxErrorKind::KeywordAsId(_) => "rename the node (for example `review_node`)",
             SyntaxErrorKind::TooDeep(_) => "flatten the subgraphs; fabro does not need them nested this deep",
             SyntaxErrorKind::Empty => "start the file with `digraph Name {` and end it with `}`",
-            SyntaxErrorKind::Unexpected { found, .. } if found.starts_with("`-") => {
+            SyntaxErrorKind::Unexpected { found, .. }
+                if found.starts_with("`-") && !found.starts_with("`->") =>
+            {
                 "node ids are plain identifiers ([A-Za-z_][A-Za-z0-9_]*): use `_` instead of `-`"
             }
             SyntaxErrorKind::Unexpected { .. } => return None,

@@ -1,7 +1,7 @@
 //! Attribute rules: values of the right type, unknown or misplaced attributes, handler types,
 //! fidelity names and the stylesheet.
 
-use std::collections::HashSet;
+use rustc_hash::FxHashSet;
 
 use super::Rule;
 use crate::diagnostic::{did_you_mean, Diagnostic};
@@ -47,6 +47,17 @@ impl Owner<'_> {
     }
 }
 
+/// Attributes copied from a `node [..]`/`edge [..]` block share one source position; this reports
+/// each such position once. Attributes written on a node or edge are always new.
+#[derive(Default)]
+struct Seen(FxHashSet<Span>);
+
+impl Seen {
+    fn first_time(&mut self, attr: &crate::graph::Attr, span: Span) -> bool {
+        !attr.inherited || self.0.insert(span)
+    }
+}
+
 /// Every attribute map in the workflow with its owner.
 fn all_attributes(workflow: &Workflow) -> Vec<(Owner<'_>, &Attributes)> {
     let mut all = vec![(Owner::Graph, workflow.attributes())];
@@ -59,12 +70,11 @@ fn all_attributes(workflow: &Workflow) -> Vec<(Owner<'_>, &Attributes)> {
 }
 
 pub fn attribute_type(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
-    // A bad value in a `node [..]` block is copied to every node it applies to: report it once.
-    let mut reported: HashSet<Span> = HashSet::new();
+    let mut seen = Seen::default();
     for (owner, attributes) in all_attributes(workflow) {
         for (key, attr) in attributes.iter() {
             let Value::Invalid { raw, expected } = &attr.value else { continue };
-            if !reported.insert(attr.span) {
+            if !seen.first_time(attr, attr.span) {
                 continue;
             }
             let fix = match expected {
@@ -88,14 +98,19 @@ pub fn attribute_type(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
 }
 
 pub fn unknown_attribute(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
-    let mut reported: HashSet<Span> = HashSet::new();
+    let mut seen = Seen::default();
     let known = || ATTRIBUTES.iter().map(|spec| spec.name).chain(DISPLAY_ATTRIBUTES.iter().copied());
     for (owner, attributes) in all_attributes(workflow) {
         for (key, attr) in attributes.iter() {
-            if attribute::is_display_attribute(key) || !reported.insert(attr.key_span) {
+            let spec = attribute::spec(key);
+            let in_scope = spec.is_some_and(|spec| spec.scopes.contains(&owner.scope()));
+            if (in_scope && !matches!(owner, Owner::Subgraph(_))) || attribute::is_display_attribute(key) {
                 continue;
             }
-            let finding = match attribute::spec(key) {
+            if !seen.first_time(attr, attr.key_span) {
+                continue;
+            }
+            let finding = match spec {
                 Some(spec) if !spec.scopes.contains(&owner.scope()) => Some((
                     format!(
                         "{}`{key}` applies to {}, not {}; here it has no effect",
@@ -187,12 +202,12 @@ impl Rule for TypeKnown {
 }
 
 pub fn fidelity_valid(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
-    let mut reported: HashSet<Span> = HashSet::new();
+    let mut seen = Seen::default();
     for (owner, attributes) in all_attributes(workflow) {
         for key in ["fidelity", "default_fidelity"] {
             let Some(attr) = attributes.get(key) else { continue };
             let Some(text) = attr.value.as_text() else { continue };
-            if text.parse::<FidelityMode>().is_ok() || !reported.insert(attr.span) {
+            if text.parse::<FidelityMode>().is_ok() || !seen.first_time(attr, attr.span) {
                 continue;
             }
             let fix = match did_you_mean(text.trim(), FidelityMode::NAMES) {

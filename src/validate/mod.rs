@@ -65,8 +65,7 @@ pub fn builtin_rules(custom_types: Vec<String>) -> Vec<Box<dyn Rule>> {
     rules
 }
 
-/// Runs `rules` and returns their findings sorted by position (whole-graph findings first), errors
-/// before warnings at the same place.
+/// Runs `rules` and returns their findings in rule order.
 pub fn run_rules(workflow: &Workflow, rules: &[Box<dyn Rule>]) -> Vec<Diagnostic> {
     let mut diagnostics = Vec::new();
     for rule in rules {
@@ -75,8 +74,8 @@ pub fn run_rules(workflow: &Workflow, rules: &[Box<dyn Rule>]) -> Vec<Diagnostic
     diagnostics
 }
 
-/// Sorts findings by position, errors first at the same place, and drops exact repeats (a bad
-/// value in a `node [..]` default block is found once per node it applies to).
+/// Sorts findings by position (whole-graph findings first), errors before warnings at the same
+/// place, and drops exact repeats.
 pub fn sort_and_dedup(diagnostics: &mut Vec<Diagnostic>) {
     diagnostics.sort_by(|a, b| {
         (a.span.map(|s| s.start), a.severity, &a.rule).cmp(&(b.span.map(|s| s.start), b.severity, &b.rule))

@@ -77,17 +77,14 @@ pub fn human_gate_has_choices(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
         }
         if let Some(default) = node.attributes.get("human.default_choice") {
             let choice = default.value.to_string();
-            let matches = outgoing.iter().any(|edge| {
-                edge.to.id == choice
-                    || edge.edge.label().is_some_and(|label| label.eq_ignore_ascii_case(&choice))
-            });
+            let matches = outgoing
+                .iter()
+                .any(|edge| Choice::from_edge(edge.edge.label(), &edge.to.id).matches(&choice));
             if !matches {
                 out.push(
                     Diagnostic::error(
                         "human_gate_has_choices",
-                        format!(
-                            "default choice `{choice}` is neither a target nor a label of the gate's edges"
-                        ),
+                        format!("default choice `{choice}` names none of the gate's choices (key, label or target)"),
                     )
                     .node(&node.id)
                     .span(default.span)
