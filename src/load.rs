@@ -4,6 +4,9 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Instant;
+
+use tracing::debug;
 
 use crate::diagnostic::Diagnostic;
 use crate::graph::{self, Transform, Workflow};
@@ -99,18 +102,33 @@ impl Loader {
     }
 
     pub fn load_source(&self, source: SourceFile) -> Result<CheckedWorkflow, LoadError> {
+        let started = Instant::now();
         let source = Arc::new(source);
         let tree = syntax::parse(source.text())
             .map_err(|error| LoadError::Syntax { error, file: source.clone() })?;
+        let parsed = Instant::now();
         let mut workflow = graph::build(&tree, source);
+        let built = Instant::now();
         let mut diagnostics = Vec::new();
         for transform in &self.transforms {
             diagnostics.extend(transform.apply(&mut workflow));
         }
+        let transformed = Instant::now();
         let builtin_rules = validate::builtin_rules(self.custom_types.clone());
         diagnostics.extend(validate::run_rules(&workflow, &builtin_rules));
         diagnostics.extend(validate::run_rules(&workflow, &self.custom_rules));
         validate::sort_and_dedup(&mut diagnostics);
+        debug!(
+            path = %workflow.source().path().display(),
+            nodes = workflow.node_count(),
+            edges = workflow.edge_count(),
+            diagnostics = diagnostics.len(),
+            parse = ?(parsed - started),
+            build = ?(built - parsed),
+            transform = ?(transformed - built),
+            validate = ?transformed.elapsed(),
+            "loaded workflow"
+        );
         Ok(CheckedWorkflow { workflow, diagnostics })
     }
 }
