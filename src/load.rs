@@ -38,7 +38,7 @@ impl CheckedWorkflow {
     /// The runnable workflow, or every diagnostic when any of them is an error.
     pub fn into_valid(self) -> Result<ValidWorkflow, Invalid> {
         if self.has_errors() {
-            return Err(Invalid { workflow: self.workflow, diagnostics: self.diagnostics });
+            return Err(Invalid { file: self.workflow.source().clone(), diagnostics: self.diagnostics });
         }
         Ok(ValidWorkflow { workflow: self.workflow, warnings: self.diagnostics })
     }
@@ -51,11 +51,12 @@ pub struct ValidWorkflow {
     pub warnings: Vec<Diagnostic>,
 }
 
-/// Validation found errors; all diagnostics (errors and warnings) are kept for reporting.
+/// Validation found errors; all diagnostics (errors and warnings) are kept, with the source they
+/// point into, for reporting.
 #[derive(Debug, thiserror::Error)]
 #[error("the workflow has {} validation error(s)", diagnostics.iter().filter(|d| d.is_error()).count())]
 pub struct Invalid {
-    pub workflow: Workflow,
+    pub file: Arc<SourceFile>,
     pub diagnostics: Vec<Diagnostic>,
 }
 
@@ -107,7 +108,7 @@ impl Loader {
         let tree = syntax::parse(source.text())
             .map_err(|error| LoadError::Syntax { error, file: source.clone() })?;
         let parsed = Instant::now();
-        let mut workflow = graph::build(&tree, source);
+        let mut workflow = graph::build(&tree, source.clone());
         let built = Instant::now();
         let mut diagnostics = Vec::new();
         for transform in &self.transforms {

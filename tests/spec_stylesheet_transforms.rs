@@ -46,7 +46,7 @@ fn located_in(
 fn rules_without_transforms(text: &str) -> Vec<(String, Severity, usize, usize, String)> {
     let source = Arc::new(SourceFile::new("x.dot", text));
     let tree = fabro::syntax::parse(source.text()).expect("parses");
-    let workflow = fabro::graph::build(&tree, source);
+    let workflow = fabro::graph::build(&tree, source.clone());
     let diagnostics = fabro::validate::run_rules(&workflow, &fabro::validate::builtin_rules(Vec::new()));
     located_in(&workflow, &diagnostics)
 }

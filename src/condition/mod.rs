@@ -7,9 +7,11 @@
 //! only walks that AST against a [`ConditionScope`]: it never parses, never compiles a
 //! regex and never panics.
 //!
-//! Grammar (see `grammar/condition.pest`): clauses `key OP value` or a bare `key`
-//! (truthiness), combined with `!`, `&&`, `||` and parentheses, in that order of precedence.
-//! Operators: `=` (also `==`), `!=`, `<`, `<=`, `>`, `>=`, `contains`, `matches`.
+//! The language is small enough that it is parsed by a small hand-written lexer and
+//! recursive-descent parser (`parser.rs`, whose doc comment gives the grammar in EBNF): clauses
+//! `key OP value` or a bare `key` (truthiness), combined with `!`, `&&`, `||` and parentheses, in
+//! that order of precedence. Operators: `=` (also `==`), `!=`, `<`, `<=`, `>`, `>=`, `contains`,
+//! `matches`.
 
 mod eval;
 mod parser;

@@ -1,37 +1,77 @@
-//! Text -> AST. Runs once per condition, at load time; all errors carry a byte offset.
+//! Text -> AST: a small hand-written lexer and recursive-descent parser. Runs once per
+//! condition, at load time; all errors carry a byte offset.
+//!
+//! Grammar, in EBNF. Whitespace (space, tab, CR, LF) may appear between tokens, but not inside a
+//! key, an operator or a value. `!` binds tightest, then `&&`, then `||`.
+//!
+//! ```text
+//! condition = or_expr ;
+//! or_expr   = and_expr , { "||" , and_expr } ;
+//! and_expr  = unary , { "&&" , unary } ;
+//! unary     = { "!" } , ( group | clause ) ;
+//! group     = "(" , or_expr , ( ")" | END ) ;      (* a missing ")" is reported at the "(" *)
+//! clause    = key , [ operator , value ] ;          (* a bare key tests truthiness *)
+//! key       = segment , { "." , segment } ;
+//! segment   = ( ALPHA | "_" ) , { ALPHA | DIGIT | "_" | "-" } ;
+//! operator  = "==" | "!=" | "<=" | ">=" | "=" | "<" | ">"
+//!           | ( "contains" | "matches" ) , ? not followed by ALPHA, DIGIT, "_" or "-" ? ;
+//! value     = dq_string | sq_string | bare_word ;
+//! dq_string = '"' , { "\" , CHAR | CHAR - '"' } , [ '"' ] ;   (* escapes: \" \\ \n \t *)
+//! sq_string = "'" , { CHAR - "'" } , [ "'" ] ;               (* no escapes *)
+//! bare_word = bare_char , { bare_char } ;
+//! bare_char = CHAR - ( " " | TAB | CR | LF | "(" | ")" | "&" | "|" | "!" | "=" | "<" | ">"
+//!                    | '"' | "'" ) ;
+//! ```
+//!
+//! `ALPHA` and `DIGIT` are ASCII; `CHAR` is any character; `END` is the end of the text. A
+//! missing closing quote is accepted by the grammar and reported as "unclosed" afterwards.
+//!
+//! The parser is deterministic (one token of lookahead; the only longer look is the check that
+//! `contains`/`matches` is not the start of a longer word). Syntax errors name everything that
+//! could have come next where parsing stopped: each failed attempt to read a token records what
+//! was wanted at its offset, and the furthest offset wins. Errors in otherwise well-formed
+//! clauses (unknown outcomes, bad regexes, unclosed quotes and parentheses, ...) are kept aside
+//! and reported only when the whole text is syntactically valid, the first one in reading order,
+//! except that an unclosed `(` takes precedence over errors inside its group.
 
-use pest::error::{ErrorVariant, InputLocation};
-use pest::iterators::Pair;
-use pest::Parser as _;
+use std::borrow::Cow;
+
 use regex::Regex;
 
 use super::{parse_number, Clause, ConditionError, Expr, Key, Literal, OrderOp, Test};
 use crate::outcome::StageStatus;
 
-#[derive(pest_derive::Parser)]
-#[grammar = "../grammar/condition.pest"]
-struct ConditionParser;
-
 /// Parenthesis depth beyond which we refuse the text, so hostile input cannot exhaust the
 /// stack in the parser or the (recursive) evaluator.
 const MAX_NESTING: usize = 64;
 
+/// Kept out of line so profiles attribute all condition parsing to this one symbol.
+#[inline(never)]
 pub(super) fn parse(text: &str) -> Result<Expr, ConditionError> {
     if text.trim().is_empty() {
         return Err(ConditionError::new(0, "the condition is empty"));
     }
-    check_nesting(text)?;
-    let pairs =
-        ConditionParser::parse(Rule::condition, text).map_err(|error| translate_pest_error(text, &error))?;
-    let top = pairs.flatten().find(|pair| pair.as_rule() == Rule::or_expr).ok_or_else(|| malformed(0))?;
-    build_or(top)
+    // Nesting too deep takes more than MAX_NESTING `(`, so shorter texts need no scan.
+    if text.len() > MAX_NESTING {
+        check_nesting(text)?;
+    }
+    let mut parser = Parser::new(text);
+    match parser.condition() {
+        Ok(expr) => match parser.invalid {
+            None => Ok(expr),
+            Some(error) => Err(error),
+        },
+        Err(Stop::Syntax) => Err(parser.syntax_error()),
+        Err(Stop::Fatal(error)) => Err(error),
+    }
 }
 
-/// Only reachable if the grammar and this builder disagree; reported rather than panicking.
-fn malformed(offset: usize) -> ConditionError {
-    ConditionError::new(offset, "could not understand the condition here")
+fn nesting_error(offset: usize) -> ConditionError {
+    ConditionError::new(offset, format!("parentheses nested more than {MAX_NESTING} deep"))
 }
 
+/// Refuses more than MAX_NESTING open parentheses (outside quotes) before parsing, so the limit
+/// is reported even when the text has other problems.
 fn check_nesting(text: &str) -> Result<(), ConditionError> {
     let mut depth = 0usize;
     let mut quote = None;
@@ -44,10 +84,7 @@ fn check_nesting(text: &str) -> Result<(), ConditionError> {
             Some(_) => {}
             None => match ch {
                 '"' | '\'' => quote = Some(ch),
-                '(' if depth == MAX_NESTING => {
-                    let message = format!("parentheses nested more than {MAX_NESTING} deep");
-                    return Err(ConditionError::new(offset, message));
-                }
+                '(' if depth == MAX_NESTING => return Err(nesting_error(offset)),
                 '(' => depth += 1,
                 ')' => depth = depth.saturating_sub(1),
                 _ => {}
@@ -57,156 +94,477 @@ fn check_nesting(text: &str) -> Result<(), ConditionError> {
     Ok(())
 }
 
-fn build_or(pair: Pair<'_, Rule>) -> Result<Expr, ConditionError> {
-    let items = pair
-        .into_inner()
-        .filter(|child| child.as_rule() == Rule::and_expr)
-        .map(build_and)
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(flatten(items, Expr::Any))
+// ---------------------------------------------------------------------------------------------
+// Lexer
+
+/// Whitespace between tokens. Only these four: other Unicode spaces are ordinary characters.
+fn is_space(byte: u8) -> bool {
+    matches!(byte, b' ' | b'\t' | b'\r' | b'\n')
 }
 
-fn build_and(pair: Pair<'_, Rule>) -> Result<Expr, ConditionError> {
-    let items = pair
-        .into_inner()
-        .filter(|child| child.as_rule() == Rule::unary)
-        .map(build_unary)
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(flatten(items, Expr::All))
+fn is_segment_start(byte: u8) -> bool {
+    byte.is_ascii_alphabetic() || byte == b'_'
 }
 
-/// A single operand stands for itself; only real lists become `Any`/`All`.
-fn flatten(mut items: Vec<Expr>, combine: fn(Vec<Expr>) -> Expr) -> Expr {
-    match items.len() {
-        1 => items.remove(0),
-        _ => combine(items),
-    }
+fn is_segment_char(byte: u8) -> bool {
+    byte.is_ascii_alphanumeric() || byte == b'_' || byte == b'-'
 }
 
-fn build_unary(pair: Pair<'_, Rule>) -> Result<Expr, ConditionError> {
-    let offset = pair.as_span().start();
-    let mut negations = 0usize;
-    let mut operand = None;
-    for child in pair.into_inner() {
-        match child.as_rule() {
-            Rule::not_op => negations += 1,
-            Rule::group => operand = Some(build_group(child)?),
-            Rule::clause => operand = Some(Expr::Clause(build_clause(child)?)),
-            _ => {}
+/// Characters that end a bare word (all ASCII, so byte scanning stays on char boundaries).
+fn ends_bare_word(byte: u8) -> bool {
+    matches!(
+        byte,
+        b' ' | b'\t' | b'\r' | b'\n' | b'(' | b')' | b'&' | b'|' | b'!' | b'=' | b'<' | b'>' | b'"' | b'\''
+    )
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Operator {
+    Equal,
+    DoubleEqual,
+    NotEqual,
+    Less,
+    LessOrEqual,
+    Greater,
+    GreaterOrEqual,
+    Contains,
+    Matches,
+}
+
+impl Operator {
+    fn as_str(self) -> &'static str {
+        match self {
+            Operator::Equal => "=",
+            Operator::DoubleEqual => "==",
+            Operator::NotEqual => "!=",
+            Operator::Less => "<",
+            Operator::LessOrEqual => "<=",
+            Operator::Greater => ">",
+            Operator::GreaterOrEqual => ">=",
+            Operator::Contains => "contains",
+            Operator::Matches => "matches",
         }
     }
-    let operand = operand.ok_or_else(|| malformed(offset))?;
-    Ok(match negations % 2 {
-        0 => operand,
-        _ => Expr::Not(Box::new(operand)),
-    })
 }
 
-fn build_group(pair: Pair<'_, Rule>) -> Result<Expr, ConditionError> {
-    let offset = pair.as_span().start();
-    let mut inner = None;
-    let mut closed = false;
-    for child in pair.into_inner() {
-        match child.as_rule() {
-            Rule::or_expr => inner = Some(child),
-            Rule::close_paren => closed = true,
-            _ => {}
+/// A right-hand side as written. Quoted bodies exclude the quotes; `closed` is false when the
+/// text ended before the closing quote.
+enum RawValue<'t> {
+    Bare(&'t str),
+    Quoted { quote: char, body: &'t str, body_start: usize, closed: bool },
+}
+
+/// A cursor over the text that reads the token the parser asks for at the current offset. The
+/// language is context-sensitive (`contains` is a key or an operator, `a-b` a key or a bare
+/// word), so the parser, not the lexer, decides which kind of token comes next.
+struct Lexer<'t> {
+    text: &'t str,
+    bytes: &'t [u8],
+    pos: usize,
+}
+
+impl<'t> Lexer<'t> {
+    fn new(text: &'t str) -> Self {
+        Lexer { text, bytes: text.as_bytes(), pos: 0 }
+    }
+
+    fn peek(&self) -> Option<u8> {
+        self.bytes.get(self.pos).copied()
+    }
+
+    fn at_end(&self) -> bool {
+        self.pos >= self.bytes.len()
+    }
+
+    fn skip_whitespace(&mut self) {
+        while self.peek().is_some_and(is_space) {
+            self.pos += 1;
         }
     }
-    if !closed {
-        return Err(ConditionError::new(offset, "unclosed `(` opened here"));
+
+    /// Consumes `token` (ASCII punctuation) if the text continues with it.
+    fn eat(&mut self, token: &[u8]) -> bool {
+        let found = self.bytes.get(self.pos..).is_some_and(|rest| rest.starts_with(token));
+        if found {
+            self.pos += token.len();
+        }
+        found
     }
-    build_or(inner.ok_or_else(|| malformed(offset))?)
+
+    /// `segment ("." segment)*`; a `.` not followed by a segment is left unread.
+    fn key(&mut self) -> Option<&'t str> {
+        let start = self.pos;
+        if !self.peek().is_some_and(is_segment_start) {
+            return None;
+        }
+        let mut end = start;
+        loop {
+            end += 1;
+            while self.bytes.get(end).copied().is_some_and(is_segment_char) {
+                end += 1;
+            }
+            match (self.bytes.get(end), self.bytes.get(end + 1)) {
+                (Some(b'.'), Some(&next)) if is_segment_start(next) => end += 1,
+                _ => break,
+            }
+        }
+        self.pos = end;
+        self.text.get(start..end)
+    }
+
+    fn operator(&mut self) -> Option<Operator> {
+        let rest = self.bytes.get(self.pos..)?;
+        let (operator, length) = match rest {
+            [b'=', b'=', ..] => (Operator::DoubleEqual, 2),
+            [b'!', b'=', ..] => (Operator::NotEqual, 2),
+            [b'<', b'=', ..] => (Operator::LessOrEqual, 2),
+            [b'>', b'=', ..] => (Operator::GreaterOrEqual, 2),
+            [b'=', ..] => (Operator::Equal, 1),
+            [b'<', ..] => (Operator::Less, 1),
+            [b'>', ..] => (Operator::Greater, 1),
+            [b'c' | b'm', ..] => {
+                let operator = match rest {
+                    _ if rest.starts_with(b"contains") => Operator::Contains,
+                    _ if rest.starts_with(b"matches") => Operator::Matches,
+                    _ => return None,
+                };
+                let length = operator.as_str().len();
+                // A word operator must not run on into a longer word (`containsx`).
+                if rest.get(length).copied().is_some_and(is_segment_char) {
+                    return None;
+                }
+                (operator, length)
+            }
+            _ => return None,
+        };
+        self.pos += length;
+        Some(operator)
+    }
+
+    fn value(&mut self) -> Option<RawValue<'t>> {
+        let start = self.pos;
+        let first = self.peek()?;
+        if first == b'"' || first == b'\'' {
+            let body_start = start + 1;
+            let mut end = body_start;
+            while let Some(&byte) = self.bytes.get(end) {
+                if byte == first {
+                    break;
+                }
+                // `\` takes the next character along (so `\"` does not close the string); the
+                // rest of a multi-byte character is never a quote or a backslash.
+                end += if byte == b'\\' && first == b'"' && end + 1 < self.bytes.len() { 2 } else { 1 };
+            }
+            let closed = end < self.bytes.len();
+            let body = self.text.get(body_start..end)?;
+            self.pos = if closed { end + 1 } else { end };
+            return Some(RawValue::Quoted { quote: char::from(first), body, body_start, closed });
+        }
+        if ends_bare_word(first) {
+            return None;
+        }
+        let length = self.bytes[start..].iter().position(|&byte| ends_bare_word(byte));
+        let end = length.map_or(self.bytes.len(), |length| start + length);
+        self.pos = end;
+        self.text.get(start..end).map(RawValue::Bare)
+    }
 }
 
-fn build_clause(pair: Pair<'_, Rule>) -> Result<Clause, ConditionError> {
-    let offset = pair.as_span().start();
-    let mut children = pair.into_inner();
-    let key = match children.next() {
-        Some(key) if key.as_rule() == Rule::key => match key.as_str() {
+// ---------------------------------------------------------------------------------------------
+// Parser
+
+/// What the parser expected where it stopped, one bit each, in the order messages list them.
+const KEY: u16 = 1 << 0;
+const NOT: u16 = 1 << 1;
+const OPEN: u16 = 1 << 2;
+const OPERATOR: u16 = 1 << 3;
+const VALUE: u16 = 1 << 4;
+const AND: u16 = 1 << 5;
+const OR: u16 = 1 << 6;
+const CLOSE: u16 = 1 << 7;
+const DOUBLE_QUOTE: u16 = 1 << 8;
+const SINGLE_QUOTE: u16 = 1 << 9;
+const END: u16 = 1 << 10;
+const EXPECTATIONS: [(u16, &str); 11] = [
+    (KEY, "a key such as `outcome` or `context.name`"),
+    (NOT, "`!`"),
+    (OPEN, "`(`"),
+    (OPERATOR, "an operator (=, !=, <, <=, >, >=, contains, matches)"),
+    (VALUE, "a value"),
+    (AND, "`&&`"),
+    (OR, "`||`"),
+    (CLOSE, "`)`"),
+    (DOUBLE_QUOTE, "`\"`"),
+    (SINGLE_QUOTE, "`'`"),
+    (END, "the end of the condition"),
+];
+
+/// Why parsing stopped early.
+enum Stop {
+    /// No token that could come next is there; the parser's expectations say what was wanted.
+    Syntax,
+    /// Reported as is.
+    Fatal(ConditionError),
+}
+
+struct Parser<'t> {
+    lexer: Lexer<'t>,
+    /// The furthest offset at which a token was wanted but not found, and what was wanted there.
+    failed_at: usize,
+    expected: u16,
+    /// The first error found in a syntactically well-formed part, in reading order.
+    invalid: Option<ConditionError>,
+    depth: usize,
+}
+
+impl<'t> Parser<'t> {
+    fn new(text: &'t str) -> Self {
+        Parser { lexer: Lexer::new(text), failed_at: 0, expected: 0, invalid: None, depth: 0 }
+    }
+
+    /// Records that one of `wanted` was not found at `offset`.
+    fn missed(&mut self, offset: usize, wanted: u16) {
+        if offset > self.failed_at {
+            self.failed_at = offset;
+            self.expected = wanted;
+        } else if offset == self.failed_at {
+            self.expected |= wanted;
+        }
+    }
+
+    /// Keeps the first problem in reading order; a clause's problem is computed only if no
+    /// earlier one was found.
+    fn invalid(&mut self, error: ConditionError) {
+        if self.invalid.is_none() {
+            self.invalid = Some(error);
+        }
+    }
+
+    fn condition(&mut self) -> Result<Expr, Stop> {
+        self.lexer.skip_whitespace();
+        let expr = self.or_expr()?;
+        self.lexer.skip_whitespace();
+        if !self.lexer.at_end() {
+            self.missed(self.lexer.pos, END);
+            return Err(Stop::Syntax);
+        }
+        Ok(expr)
+    }
+
+    fn or_expr(&mut self) -> Result<Expr, Stop> {
+        let first = self.and_expr()?;
+        let mut rest = Vec::new();
+        loop {
+            self.lexer.skip_whitespace();
+            if !self.lexer.eat(b"||") {
+                self.missed(self.lexer.pos, OR);
+                break;
+            }
+            self.lexer.skip_whitespace();
+            rest.push(self.and_expr()?);
+        }
+        Ok(combine(first, rest, Expr::Any))
+    }
+
+    fn and_expr(&mut self) -> Result<Expr, Stop> {
+        let first = self.unary()?;
+        let mut rest = Vec::new();
+        loop {
+            self.lexer.skip_whitespace();
+            if !self.lexer.eat(b"&&") {
+                self.missed(self.lexer.pos, AND);
+                break;
+            }
+            self.lexer.skip_whitespace();
+            rest.push(self.unary()?);
+        }
+        Ok(combine(first, rest, Expr::All))
+    }
+
+    /// `!`* then a group or a clause; an even number of `!` cancels out.
+    fn unary(&mut self) -> Result<Expr, Stop> {
+        let mut negated = false;
+        while self.lexer.eat(b"!") {
+            negated = !negated;
+            self.lexer.skip_whitespace();
+        }
+        self.missed(self.lexer.pos, NOT);
+        let operand = match self.lexer.peek() {
+            Some(b'(') => self.group()?,
+            _ => match self.lexer.key() {
+                Some(key) => Expr::Clause(self.clause(key)?),
+                None => {
+                    self.missed(self.lexer.pos, OPEN | KEY);
+                    return Err(Stop::Syntax);
+                }
+            },
+        };
+        Ok(match negated {
+            false => operand,
+            true => Expr::Not(Box::new(operand)),
+        })
+    }
+
+    fn group(&mut self) -> Result<Expr, Stop> {
+        let open = self.lexer.pos;
+        if self.depth == MAX_NESTING {
+            // check_nesting already refused such texts; kept so recursion is bounded regardless.
+            return Err(Stop::Fatal(nesting_error(open)));
+        }
+        self.lexer.pos += 1;
+        let earlier_problem = self.invalid.is_some();
+        self.depth += 1;
+        self.lexer.skip_whitespace();
+        let inner = self.or_expr()?;
+        self.depth -= 1;
+        self.lexer.skip_whitespace();
+        if self.lexer.eat(b")") {
+            return Ok(inner);
+        }
+        self.missed(self.lexer.pos, CLOSE);
+        if !self.lexer.at_end() {
+            return Err(Stop::Syntax);
+        }
+        // Unclosed at the end of the text: reported at the `(`, before anything inside the group.
+        if !earlier_problem {
+            self.invalid = Some(ConditionError::new(open, "unclosed `(` opened here"));
+        }
+        Ok(inner)
+    }
+
+    /// The rest of a clause whose key has just been read.
+    fn clause(&mut self, written: &'t str) -> Result<Clause, Stop> {
+        let key = match written {
             "outcome" => Key::Outcome,
             "preferred_label" => Key::PreferredLabel,
             other => Key::Context(other.to_string()),
-        },
-        _ => return Err(malformed(offset)),
-    };
-    let test = match (children.next(), children.next()) {
-        (None, _) => Test::Truthy,
-        (Some(operator), Some(value)) => build_test(&key, &operator, value)?,
-        (Some(operator), None) => return Err(malformed(operator.as_span().start())),
-    };
-    Ok(Clause { key, test })
+        };
+        self.lexer.skip_whitespace();
+        let operator_offset = self.lexer.pos;
+        let Some(operator) = self.lexer.operator() else {
+            self.missed(operator_offset, OPERATOR);
+            return Ok(Clause { key, test: Test::Truthy });
+        };
+        self.lexer.skip_whitespace();
+        let value_offset = self.lexer.pos;
+        let Some(value) = self.lexer.value() else {
+            self.missed(value_offset, VALUE);
+            return Err(Stop::Syntax);
+        };
+        if let RawValue::Quoted { quote, closed: false, .. } = value {
+            self.missed(self.lexer.pos, if quote == '"' { DOUBLE_QUOTE } else { SINGLE_QUOTE });
+        }
+        let mut test = Test::Truthy;
+        if self.invalid.is_none() {
+            match build_test(&key, operator, operator_offset, &value, value_offset) {
+                Ok(built) => test = built,
+                Err(error) => self.invalid(error),
+            }
+        }
+        Ok(Clause { key, test })
+    }
+
+    /// "expected X, Y or Z after `prev`, found `tok`", from what was wanted where parsing stopped.
+    fn syntax_error(&self) -> ConditionError {
+        let text = self.lexer.text;
+        let offset = self.failed_at;
+        let found = token_at(text, offset);
+        if found == Some(")") && self.expected & END != 0 {
+            return ConditionError::new(offset, "`)` has no matching `(`");
+        }
+        let wanted: Vec<&str> = EXPECTATIONS
+            .iter()
+            .filter(|(bit, _)| self.expected & bit != 0)
+            .map(|(_, description)| *description)
+            .collect();
+        let mut message = match wanted.split_last() {
+            None => "expected a valid condition".to_string(),
+            Some((last, [])) => format!("expected {last}"),
+            Some((last, rest)) => format!("expected {} or {last}", rest.join(", ")),
+        };
+        if let Some(previous) = token_before(text, offset) {
+            message.push_str(&format!(" after `{previous}`"));
+        }
+        match found {
+            Some(token) => message.push_str(&format!(", found `{token}`")),
+            None => message.push_str(", found the end of the condition"),
+        }
+        ConditionError::new(offset, message)
+    }
 }
 
-fn build_test(key: &Key, operator: &Pair<'_, Rule>, value: Pair<'_, Rule>) -> Result<Test, ConditionError> {
-    let operator_text = operator.as_str();
-    let value_offset = value.as_span().start();
-    let text = literal_text(value)?;
+/// A single operand stands for itself; only real lists become `Any`/`All`.
+fn combine(first: Expr, mut rest: Vec<Expr>, list: fn(Vec<Expr>) -> Expr) -> Expr {
+    if rest.is_empty() {
+        return first;
+    }
+    rest.insert(0, first);
+    list(rest)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Clause semantics
+
+fn build_test(
+    key: &Key,
+    operator: Operator,
+    operator_offset: usize,
+    value: &RawValue<'_>,
+    value_offset: usize,
+) -> Result<Test, ConditionError> {
+    let text = literal_text(value, value_offset)?;
     let is_outcome = matches!(key, Key::Outcome);
-    match operator_text {
-        "=" | "==" | "!=" => {
-            let negated = operator_text == "!=";
+    match operator {
+        Operator::Equal | Operator::DoubleEqual | Operator::NotEqual => {
+            let negated = operator == Operator::NotEqual;
             Ok(match is_outcome {
                 true => Test::Status { status: parse_status(&text, value_offset)?, negated },
-                false => Test::Equals { literal: Literal::new(text), negated },
+                false => Test::Equals { literal: Literal::new(text.into_owned()), negated },
             })
         }
-        _ if is_outcome && operator_text != "matches" => Err(ConditionError::new(
-            operator.as_span().start(),
-            format!("`outcome` cannot be compared with `{operator_text}`; use `=`, `!=` or `matches`"),
+        _ if is_outcome && operator != Operator::Matches => Err(ConditionError::new(
+            operator_offset,
+            format!("`outcome` cannot be compared with `{}`; use `=`, `!=` or `matches`", operator.as_str()),
         )),
-        "<" | "<=" | ">" | ">=" => {
-            let op = match operator_text {
-                "<" => OrderOp::Less,
-                "<=" => OrderOp::LessOrEqual,
-                ">" => OrderOp::Greater,
+        Operator::Less | Operator::LessOrEqual | Operator::Greater | Operator::GreaterOrEqual => {
+            let op = match operator {
+                Operator::Less => OrderOp::Less,
+                Operator::LessOrEqual => OrderOp::LessOrEqual,
+                Operator::Greater => OrderOp::Greater,
                 _ => OrderOp::GreaterOrEqual,
             };
             let bound = parse_number(&text).ok_or_else(|| {
-                let message = format!("`{operator_text}` compares numbers, but `{text}` is not a number");
+                let message =
+                    format!("`{}` compares numbers, but `{text}` is not a number", operator.as_str());
                 ConditionError::new(value_offset, message)
             })?;
             Ok(Test::Order { op, bound })
         }
-        "contains" => Ok(Test::Contains(Literal::new(text))),
-        "matches" => Regex::new(&text).map(Test::Matches).map_err(|error| {
+        Operator::Contains => Ok(Test::Contains(Literal::new(text.into_owned()))),
+        Operator::Matches => Regex::new(&text).map(Test::Matches).map_err(|error| {
             let message = format!("invalid regex `{text}`: {}", summarize_regex_error(&error));
             ConditionError::new(value_offset, message)
         }),
-        _ => Err(malformed(operator.as_span().start())),
     }
 }
 
 /// The value's text: bare words as written, quoted strings unquoted (and unescaped for `"`).
-fn literal_text(value: Pair<'_, Rule>) -> Result<String, ConditionError> {
-    let offset = value.as_span().start();
-    let literal = value.into_inner().next().ok_or_else(|| malformed(offset))?;
-    let rule = literal.as_rule();
-    if rule == Rule::bare_word {
-        return Ok(literal.as_str().to_string());
-    }
-    let mut body = None;
-    let mut closed = false;
-    for part in literal.into_inner() {
-        match part.as_rule() {
-            Rule::dq_text | Rule::sq_text => body = Some(part),
-            Rule::dq_close | Rule::sq_close => closed = true,
-            _ => {}
+fn literal_text<'t>(value: &RawValue<'t>, offset: usize) -> Result<Cow<'t, str>, ConditionError> {
+    match *value {
+        RawValue::Bare(word) => Ok(Cow::Borrowed(word)),
+        RawValue::Quoted { quote, closed: false, .. } => {
+            Err(ConditionError::new(offset, format!("unclosed `{quote}` opened here")))
         }
-    }
-    let quote = if rule == Rule::dq_string { '"' } else { '\'' };
-    if !closed {
-        return Err(ConditionError::new(offset, format!("unclosed `{quote}` opened here")));
-    }
-    match body {
-        Some(body) if quote == '"' => unescape(body.as_str(), body.as_span().start()),
-        Some(body) => Ok(body.as_str().to_string()),
-        None => Ok(String::new()),
+        RawValue::Quoted { quote: '"', body, body_start, .. } => unescape(body, body_start),
+        RawValue::Quoted { body, .. } => Ok(Cow::Borrowed(body)),
     }
 }
 
 /// Resolves `\"`, `\\`, `\n` and `\t`; any other escape is an error at its backslash.
-fn unescape(raw: &str, start: usize) -> Result<String, ConditionError> {
+fn unescape(raw: &str, start: usize) -> Result<Cow<'_, str>, ConditionError> {
+    if !raw.contains('\\') {
+        return Ok(Cow::Borrowed(raw));
+    }
     let mut text = String::with_capacity(raw.len());
     let mut chars = raw.char_indices();
     while let Some((index, ch)) = chars.next() {
@@ -229,7 +587,7 @@ fn unescape(raw: &str, start: usize) -> Result<String, ConditionError> {
             }
         }
     }
-    Ok(text)
+    Ok(Cow::Owned(text))
 }
 
 /// Spellings [`StageStatus::from_str`] accepts, for "did you mean".
@@ -247,7 +605,16 @@ const STATUS_SPELLINGS: [&str; 10] = [
 ];
 
 fn parse_status(text: &str, offset: usize) -> Result<StageStatus, ConditionError> {
-    if let Ok(status) = text.parse::<StageStatus>() {
+    // The usual lower-case spellings without the allocation `from_str` makes to lower-case.
+    let known = match text {
+        "success" | "succeeded" => Some(StageStatus::Success),
+        "partial_success" | "partially_succeeded" => Some(StageStatus::PartialSuccess),
+        "retry" => Some(StageStatus::Retry),
+        "fail" | "failed" | "failure" => Some(StageStatus::Fail),
+        "skipped" | "skip" => Some(StageStatus::Skipped),
+        _ => text.parse::<StageStatus>().ok(),
+    };
+    if let Some(status) = known {
         return Ok(status);
     }
     if text.is_empty() {
@@ -285,73 +652,8 @@ fn summarize_regex_error(error: &regex::Error) -> String {
     }
 }
 
-// Descriptions for what the parser expected, in the order they are listed in messages.
-const KEY: &str = "a key such as `outcome` or `context.name`";
-const NOT: &str = "`!`";
-const OPEN: &str = "`(`";
-const OPERATOR: &str = "an operator (=, !=, <, <=, >, >=, contains, matches)";
-const VALUE: &str = "a value";
-const AND: &str = "`&&`";
-const OR: &str = "`||`";
-const CLOSE: &str = "`)`";
-const DOUBLE_QUOTE: &str = "`\"`";
-const SINGLE_QUOTE: &str = "`'`";
-const END: &str = "the end of the condition";
-const EXPECTATIONS: [&str; 11] =
-    [KEY, NOT, OPEN, OPERATOR, VALUE, AND, OR, CLOSE, DOUBLE_QUOTE, SINGLE_QUOTE, END];
-
-/// Plain-words meaning of a grammar rule the parser was trying when it stopped.
-fn describe(rule: Rule) -> &'static [&'static str] {
-    match rule {
-        Rule::condition | Rule::or_expr | Rule::and_expr | Rule::unary | Rule::group => &[KEY, NOT, OPEN],
-        Rule::clause | Rule::key => &[KEY],
-        Rule::not_op => &[NOT],
-        Rule::open_paren => &[OPEN],
-        Rule::operator => &[OPERATOR],
-        Rule::value | Rule::dq_string | Rule::sq_string | Rule::bare_word => &[VALUE],
-        Rule::dq_text | Rule::sq_text => &[VALUE],
-        Rule::and_op => &[AND],
-        Rule::or_op => &[OR],
-        Rule::close_paren => &[CLOSE],
-        Rule::dq_close => &[DOUBLE_QUOTE],
-        Rule::sq_close => &[SINGLE_QUOTE],
-        Rule::EOI => &[END],
-        _ => &[],
-    }
-}
-
-/// Turns pest's "expected [rules]" into "expected X, Y or Z after `prev`, found `tok`".
-fn translate_pest_error(text: &str, error: &pest::error::Error<Rule>) -> ConditionError {
-    let offset = match error.location {
-        InputLocation::Pos(offset) => offset,
-        InputLocation::Span((start, _)) => start,
-    };
-    let expected: &[Rule] = match &error.variant {
-        ErrorVariant::ParsingError { positives, .. } => positives,
-        ErrorVariant::CustomError { .. } => &[],
-    };
-    let found = token_at(text, offset);
-    if found == Some(")") && expected.contains(&Rule::EOI) {
-        return ConditionError::new(offset, "`)` has no matching `(`");
-    }
-    let wanted: Vec<&str> = EXPECTATIONS
-        .into_iter()
-        .filter(|description| expected.iter().any(|rule| describe(*rule).contains(description)))
-        .collect();
-    let mut message = match wanted.split_last() {
-        None => "expected a valid condition".to_string(),
-        Some((last, [])) => format!("expected {last}"),
-        Some((last, rest)) => format!("expected {} or {last}", rest.join(", ")),
-    };
-    if let Some(previous) = token_before(text, offset) {
-        message.push_str(&format!(" after `{previous}`"));
-    }
-    match found {
-        Some(token) => message.push_str(&format!(", found `{token}`")),
-        None => message.push_str(", found the end of the condition"),
-    }
-    ConditionError::new(offset, message)
-}
+// ---------------------------------------------------------------------------------------------
+// Tokens quoted in syntax errors
 
 #[derive(PartialEq)]
 enum CharClass {

@@ -454,16 +454,20 @@ pub struct Attr {
     pub inherited: bool,
 }
 
+/// An attribute name: known names are the schema's static strings, so the thousands of attributes
+/// in a large workflow do not each allocate their name.
+pub type AttrName = std::borrow::Cow<'static, str>;
+
 /// An ordered attribute map. Small (a handful of entries per node), so a vector with linear
 /// lookup beats hashing.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Attributes {
-    entries: Vec<(String, Attr)>,
+    entries: Vec<(AttrName, Attr)>,
 }
 
 impl Attributes {
     /// Sets `key`, replacing an earlier value in place (keeping its position).
-    pub fn set(&mut self, key: impl Into<String>, attr: Attr) {
+    pub fn set(&mut self, key: impl Into<AttrName>, attr: Attr) {
         let key = key.into();
         match self.entries.iter_mut().find(|(k, _)| *k == key) {
             Some(entry) => entry.1 = attr,
@@ -488,7 +492,7 @@ impl Attributes {
     }
 
     pub fn get(&self, key: &str) -> Option<&Attr> {
-        self.entries.iter().find(|(k, _)| k == key).map(|(_, attr)| attr)
+        self.entries.iter().find(|(k, _)| k.as_ref() == key).map(|(_, attr)| attr)
     }
 
     pub fn contains(&self, key: &str) -> bool {
@@ -496,7 +500,7 @@ impl Attributes {
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (&str, &Attr)> {
-        self.entries.iter().map(|(k, attr)| (k.as_str(), attr))
+        self.entries.iter().map(|(k, attr)| (k.as_ref(), attr))
     }
 
     pub fn len(&self) -> usize {

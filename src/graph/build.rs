@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use petgraph::graph::{DiGraph, NodeIndex};
 
-use super::attribute::{canonical_name, spec, Attr, Attributes, Value};
+use super::attribute::{canonical_name, spec, Attr, AttrName, Attributes, Value};
 use super::node::{Edge, Node};
 use super::stylesheet::Stylesheet;
 use super::workflow::{SubgraphInfo, Workflow};
@@ -17,9 +17,9 @@ use crate::source::SourceFile;
 use crate::syntax::{Attribute, DefaultsKind, Id, Statement, SyntaxTree};
 
 /// Builds the workflow graph of a parsed file.
-pub fn build(tree: &SyntaxTree, source: Arc<SourceFile>) -> Workflow {
+pub fn build(tree: &SyntaxTree<'_>, source: Arc<SourceFile>) -> Workflow {
     let name = match &tree.name {
-        Some(id) if !id.name.is_empty() => id.name.clone(),
+        Some(id) if !id.name.is_empty() => id.name.to_string(),
         _ => {
             source.path().file_stem().map_or_else(|| "workflow".into(), |s| s.to_string_lossy().into_owned())
         }
@@ -53,16 +53,16 @@ pub fn build(tree: &SyntaxTree, source: Arc<SourceFile>) -> Workflow {
 }
 
 /// Reads one literal as the attribute it belongs to.
-pub fn typed_attr(attribute: &Attribute) -> (String, Attr) {
-    let key = canonical_name(&attribute.key).to_string();
-    let value = match spec(&key) {
-        Some(spec) => Value::typed(&attribute.value.text, spec.value_type),
-        None => Value::Text(attribute.value.text.clone()),
+pub fn typed_attr(attribute: &Attribute<'_>) -> (AttrName, Attr) {
+    let canonical = canonical_name(&attribute.key);
+    let (key, value) = match spec(canonical) {
+        Some(spec) => (AttrName::Borrowed(spec.name), Value::typed(&attribute.value.text, spec.value_type)),
+        None => (AttrName::Owned(canonical.to_string()), Value::Text(attribute.value.text.to_string())),
     };
     (key, Attr { value, span: attribute.value.span, key_span: attribute.key_span, inherited: false })
 }
 
-fn typed(attributes: &[Attribute]) -> Attributes {
+fn typed(attributes: &[Attribute<'_>]) -> Attributes {
     let mut typed_attributes = Attributes::default();
     for attribute in attributes {
         let (key, attr) = typed_attr(attribute);
@@ -136,7 +136,7 @@ impl Builder {
                 Statement::Subgraph(inner) => {
                     let info = self.subgraphs.len();
                     self.subgraphs.push(SubgraphInfo {
-                        name: inner.name.as_ref().map(|id| id.name.clone()),
+                        name: inner.name.as_ref().map(|id| id.name.to_string()),
                         attributes: Attributes::default(),
                         class: None,
                         span: inner.span,
@@ -161,7 +161,7 @@ impl Builder {
     }
 
     /// A graph attribute goes to the root graph, or stays with its subgraph.
-    fn graph_attribute(&mut self, attribute: &Attribute, subgraph: Option<usize>) {
+    fn graph_attribute(&mut self, attribute: &Attribute<'_>, subgraph: Option<usize>) {
         let (key, attr) = typed_attr(attribute);
         match subgraph {
             None => self.attributes.set(key, attr),
@@ -171,8 +171,8 @@ impl Builder {
 
     /// The node named `id`, created with the defaults in force if it is new. While building,
     /// `classes` holds only subgraph-derived classes; `build` puts explicit ones first.
-    fn node(&mut self, id: &Id, defaults: &Defaults, declaration: bool) -> NodeIndex {
-        if let Some(&index) = self.ids.get(&id.name) {
+    fn node(&mut self, id: &Id<'_>, defaults: &Defaults, declaration: bool) -> NodeIndex {
+        if let Some(&index) = self.ids.get(id.name.as_ref()) {
             let node = &mut self.graph[index];
             if declaration && !node.declared {
                 node.declared = true;
@@ -181,7 +181,7 @@ impl Builder {
             return index;
         }
         let node = Node {
-            id: id.name.clone(),
+            id: id.name.to_string(),
             span: id.span,
             irregular_id: !is_plain_identifier(&id.name),
             declared: declaration,
@@ -189,7 +189,7 @@ impl Builder {
             classes: Vec::new(),
         };
         let index = self.graph.add_node(node);
-        self.ids.insert(id.name.clone(), index);
+        self.ids.insert(id.name.to_string(), index);
         index
     }
 }

@@ -10,7 +10,7 @@ pub mod stylesheet;
 pub mod transform;
 mod workflow;
 
-pub use attribute::{Attr, Attributes, Value, ValueType};
+pub use attribute::{Attr, AttrName, Attributes, Value, ValueType};
 pub use build::{build, derive_class, is_plain_identifier};
 pub use choice::{normalize_label, Choice};
 pub use handler_type::HandlerType;

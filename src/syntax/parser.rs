@@ -1,6 +1,8 @@
 //! The pest driver: runs `grammar/dot.pest`, turns its pairs into a [`SyntaxTree`], and turns its
 //! errors into plain words.
 
+use std::borrow::Cow;
+
 use pest::error::{ErrorVariant, InputLocation};
 use pest::iterators::Pair;
 use pest::Parser as _;
@@ -15,7 +17,7 @@ use crate::source::Span;
 struct DotParser;
 
 /// Parses one workflow file's text.
-pub fn parse(text: &str) -> Result<SyntaxTree, SyntaxError> {
+pub fn parse(text: &str) -> Result<SyntaxTree<'_>, SyntaxError> {
     if is_blank(text) {
         return Err(SyntaxError::new(SyntaxErrorKind::Empty, Span::at(0)));
     }
@@ -93,7 +95,7 @@ fn span_of(pair: &Pair<'_, Rule>) -> Span {
     Span::new(span.start(), span.end())
 }
 
-fn build_graph(graph: Pair<'_, Rule>) -> Result<SyntaxTree, SyntaxError> {
+fn build_graph(graph: Pair<'_, Rule>) -> Result<SyntaxTree<'_>, SyntaxError> {
     let span = span_of(&graph);
     let mut name = None;
     let mut statements = Vec::new();
@@ -114,7 +116,7 @@ fn build_graph(graph: Pair<'_, Rule>) -> Result<SyntaxTree, SyntaxError> {
     Ok(SyntaxTree { name, statements, span })
 }
 
-fn build_statement(pair: Pair<'_, Rule>) -> Result<Statement, SyntaxError> {
+fn build_statement(pair: Pair<'_, Rule>) -> Result<Statement<'_>, SyntaxError> {
     let span = span_of(&pair);
     match pair.as_rule() {
         Rule::id_statement => build_id_statement(pair),
@@ -124,7 +126,7 @@ fn build_statement(pair: Pair<'_, Rule>) -> Result<Statement, SyntaxError> {
 }
 
 /// `a = v`, `a -> b [..]`, `a [..]` or `node [..]`, told apart by the first id and what follows.
-fn build_id_statement(pair: Pair<'_, Rule>) -> Result<Statement, SyntaxError> {
+fn build_id_statement(pair: Pair<'_, Rule>) -> Result<Statement<'_>, SyntaxError> {
     let span = span_of(&pair);
     let mut parts = pair.into_inner().peekable();
     let Some(first) = parts.next() else { return unreachable_rule(Rule::id_statement, span) };
@@ -173,16 +175,16 @@ fn build_id_statement(pair: Pair<'_, Rule>) -> Result<Statement, SyntaxError> {
 
 /// DOT keywords cannot be unquoted node ids (`node`, `edge` and `graph` only parse as ids when no
 /// attribute list follows them, which is a mistake either way).
-fn check_keyword(id: Id) -> Result<Id, SyntaxError> {
+fn check_keyword(id: Id<'_>) -> Result<Id<'_>, SyntaxError> {
     const KEYWORDS: [&str; 6] = ["node", "edge", "graph", "digraph", "subgraph", "strict"];
     if !id.quoted && KEYWORDS.iter().any(|k| k.eq_ignore_ascii_case(&id.name)) {
-        return Err(SyntaxError::new(SyntaxErrorKind::KeywordAsId(id.name), id.span));
+        return Err(SyntaxError::new(SyntaxErrorKind::KeywordAsId(id.name.into_owned()), id.span));
     }
     Ok(id)
 }
 
 /// `subgraph { .. } -> b`: points at the subgraph the edge starts from.
-fn subgraph_endpoint(statements: &[Statement], edge_tail: &Pair<'_, Rule>) -> SyntaxError {
+fn subgraph_endpoint(statements: &[Statement<'_>], edge_tail: &Pair<'_, Rule>) -> SyntaxError {
     let span = match statements.last() {
         Some(Statement::Subgraph(subgraph)) => Span::new(subgraph.span.start, edge_tail.as_span().start()),
         _ => span_of(edge_tail),
@@ -190,7 +192,7 @@ fn subgraph_endpoint(statements: &[Statement], edge_tail: &Pair<'_, Rule>) -> Sy
     SyntaxError::new(SyntaxErrorKind::SubgraphEndpoint, span)
 }
 
-fn build_subgraph(pair: Pair<'_, Rule>) -> Result<Subgraph, SyntaxError> {
+fn build_subgraph(pair: Pair<'_, Rule>) -> Result<Subgraph<'_>, SyntaxError> {
     let span = span_of(&pair);
     let mut name = None;
     let mut statements = Vec::new();
@@ -207,7 +209,7 @@ fn build_subgraph(pair: Pair<'_, Rule>) -> Result<Subgraph, SyntaxError> {
 
 fn build_attribute_lists<'i>(
     lists: impl Iterator<Item = Pair<'i, Rule>>,
-) -> Result<Vec<Attribute>, SyntaxError> {
+) -> Result<Vec<Attribute<'i>>, SyntaxError> {
     let mut attributes = Vec::new();
     for list in lists {
         for attribute in list.into_inner().filter(|p| p.as_rule() == Rule::attribute) {
@@ -218,7 +220,7 @@ fn build_attribute_lists<'i>(
 }
 
 /// Builds an `attribute` or `graph_attribute` pair: `key = value`.
-fn build_attribute(pair: Pair<'_, Rule>) -> Result<Attribute, SyntaxError> {
+fn build_attribute(pair: Pair<'_, Rule>) -> Result<Attribute<'_>, SyntaxError> {
     let span = span_of(&pair);
     let mut key = None;
     let mut value = None;
@@ -232,33 +234,39 @@ fn build_attribute(pair: Pair<'_, Rule>) -> Result<Attribute, SyntaxError> {
     let (Some(key), Some(value)) = (key, value) else {
         return unreachable_rule(Rule::attribute, span);
     };
-    let key_text = match key.as_str().strip_prefix('"') {
-        Some(_) => crate::syntax::unescape(key.as_str().trim_matches('"')),
-        None => key.as_str().to_string(),
+    let key_text = match key.as_str().starts_with('"') {
+        true => decode_quoted(key.as_str()),
+        false => Cow::Borrowed(key.as_str()),
     };
     Ok(Attribute { key: key_text, key_span: span_of(&key), value: build_literal(value)? })
 }
 
-fn build_literal(value: Pair<'_, Rule>) -> Result<Literal, SyntaxError> {
+fn build_literal(value: Pair<'_, Rule>) -> Result<Literal<'_>, SyntaxError> {
     Ok(match value.as_rule() {
         Rule::html => return Err(SyntaxError::new(SyntaxErrorKind::HtmlLabel, span_of(&value))),
         Rule::quoted => Literal { text: decode_quoted(value.as_str()), quoted: true, span: span_of(&value) },
-        _ => Literal { text: value.as_str().to_string(), quoted: false, span: span_of(&value) },
+        _ => Literal { text: Cow::Borrowed(value.as_str()), quoted: false, span: span_of(&value) },
     })
 }
 
-fn build_id(pair: Pair<'_, Rule>) -> Id {
+fn build_id(pair: Pair<'_, Rule>) -> Id<'_> {
     let span = span_of(&pair);
     let text = pair.as_str();
     match text.starts_with('"') {
         true => Id { name: decode_quoted(text), quoted: true, span },
-        false => Id { name: text.to_string(), quoted: false, span },
+        false => Id { name: Cow::Borrowed(text), quoted: false, span },
     }
 }
 
 /// Decodes a quoted literal as the grammar matched it: one or more `"..."` strings joined by `+`
 /// with only whitespace around it, each with escapes.
-fn decode_quoted(text: &str) -> String {
+fn decode_quoted(text: &str) -> Cow<'_, str> {
+    // Most strings are one segment without escapes.
+    if let Some(body) = text.strip_prefix('"').and_then(|t| t.strip_suffix('"')) {
+        if !body.contains(['"', '\\']) {
+            return Cow::Borrowed(body);
+        }
+    }
     let mut decoded = String::new();
     let mut rest = text;
     while let Some(start) = rest.find('"') {
@@ -279,7 +287,7 @@ fn decode_quoted(text: &str) -> String {
         decoded.push_str(&unescape(&body[..end]));
         rest = body.get(end + 1..).unwrap_or("");
     }
-    decoded
+    Cow::Owned(decoded)
 }
 
 /// The grammar guarantees the shapes above; should it ever change without this file, fail with a
@@ -358,7 +366,7 @@ fn describe(rule: Rule) -> &'static str {
     match rule {
         Rule::graph | Rule::digraph_keyword | Rule::strict_keyword | Rule::graph_keyword => "`digraph`",
         Rule::subgraph_keyword => "a new statement",
-        Rule::id | Rule::identifier | Rule::dotted_identifier | Rule::numeral | Rule::endpoint => "a node id",
+        Rule::id | Rule::dotted_identifier | Rule::numeral | Rule::endpoint => "a node id",
         Rule::edge_tail => "`->`",
         Rule::edge_operator => "`->`",
         Rule::attribute_list | Rule::open_bracket => "`[`",
@@ -474,7 +482,7 @@ mod tests {
         assert_eq!(tree.name.unwrap().name, "G");
         assert_eq!(tree.statements.len(), 3);
         let Statement::Edge { endpoints, attributes, .. } = &tree.statements[1] else { panic!() };
-        assert_eq!(endpoints.iter().map(|e| e.name.as_str()).collect::<Vec<_>>(), ["a", "b", "c"]);
+        assert_eq!(endpoints.iter().map(|e| e.name.as_ref()).collect::<Vec<_>>(), ["a", "b", "c"]);
         assert_eq!(attributes[0].value.text, "2");
     }
 
@@ -482,7 +490,7 @@ mod tests {
     fn attribute_lists_accept_any_separator_and_repeat() {
         let tree = parse("digraph { a [x=1, y=2; z=3\n w=4][v=5] }").unwrap();
         let Statement::Node { attributes, .. } = &tree.statements[0] else { panic!() };
-        let keys: Vec<_> = attributes.iter().map(|a| a.key.as_str()).collect();
+        let keys: Vec<_> = attributes.iter().map(|a| a.key.as_ref()).collect();
         assert_eq!(keys, ["x", "y", "z", "w", "v"]);
     }
 
@@ -491,7 +499,7 @@ mod tests {
         let tree =
             parse(r#"digraph { a [m=gpt-5.2, f=summary:high, t=900s, s="x\"y" + "z", k.d=1] }"#).unwrap();
         let Statement::Node { attributes, .. } = &tree.statements[0] else { panic!() };
-        let texts: Vec<_> = attributes.iter().map(|a| a.value.text.as_str()).collect();
+        let texts: Vec<_> = attributes.iter().map(|a| a.value.text.as_ref()).collect();
         assert_eq!(texts, ["gpt-5.2", "summary:high", "900s", "x\"yz", "1"]);
         assert_eq!(attributes[4].key, "k.d");
     }

@@ -16,10 +16,13 @@ pub trait Rule: Send + Sync {
     fn check(&self, workflow: &Workflow, diagnostics: &mut Vec<Diagnostic>);
 }
 
+/// What a built-in rule does: look at the workflow, append findings.
+type Check = fn(&Workflow, &mut Vec<Diagnostic>);
+
 /// A built-in rule: an id and a plain function.
 struct BuiltinRule {
     id: &'static str,
-    check: fn(&Workflow, &mut Vec<Diagnostic>),
+    check: Check,
 }
 
 impl Rule for BuiltinRule {
@@ -35,7 +38,7 @@ impl Rule for BuiltinRule {
 /// The built-in rules. `custom_types` are handler types registered by the caller, which the
 /// `type_known` rule accepts alongside the built-in ones.
 pub fn builtin_rules(custom_types: Vec<String>) -> Vec<Box<dyn Rule>> {
-    let table: [(&'static str, fn(&Workflow, &mut Vec<Diagnostic>)); 22] = [
+    let table: [(&'static str, Check); 22] = [
         ("start_node", structure::start_node),
         ("terminal_node", structure::terminal_node),
         ("start_no_incoming", structure::start_no_incoming),
