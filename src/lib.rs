@@ -4,12 +4,18 @@
 //! typed [`graph`], rewritten by transforms, and checked by [`validate`]; [`load`] runs those
 //! phases in order.
 
+pub mod backends;
 pub mod condition;
+pub mod context;
 pub mod diagnostic;
+pub mod engine;
 pub mod fidelity;
 pub mod graph;
+pub mod handlers;
+pub mod interview;
 pub mod load;
 pub mod outcome;
+pub mod run_dir;
 pub mod source;
 pub mod syntax;
 pub mod validate;

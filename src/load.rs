@@ -65,11 +65,17 @@ pub struct Loader {
     transforms: Vec<Box<dyn Transform>>,
     custom_rules: Vec<Box<dyn Rule>>,
     custom_types: Vec<String>,
+    goal: Option<String>,
 }
 
 impl Default for Loader {
     fn default() -> Self {
-        Loader { transforms: graph::builtin_transforms(), custom_rules: Vec::new(), custom_types: Vec::new() }
+        Loader {
+            transforms: graph::builtin_transforms(),
+            custom_rules: Vec::new(),
+            custom_types: Vec::new(),
+            goal: None,
+        }
     }
 }
 
@@ -96,6 +102,12 @@ impl Loader {
         self
     }
 
+    /// Replaces the graph `goal` before transforms run, so `$goal` expands to it (`--goal`).
+    pub fn with_goal(mut self, goal: impl Into<String>) -> Self {
+        self.goal = Some(goal.into());
+        self
+    }
+
     pub fn load_file(&self, path: &Path) -> Result<CheckedWorkflow, LoadError> {
         let text = std::fs::read_to_string(path)
             .map_err(|source| LoadError::Read { path: path.to_path_buf(), source })?;
@@ -109,6 +121,16 @@ impl Loader {
             .map_err(|error| LoadError::Syntax { error, file: source.clone() })?;
         let parsed = Instant::now();
         let mut workflow = graph::build(&tree, source.clone());
+        if let Some(goal) = &self.goal {
+            let span = workflow.attributes().get("goal").map(|attr| attr.span).unwrap_or_default();
+            let attr = graph::Attr {
+                value: graph::Value::Text(goal.clone()),
+                span,
+                key_span: span,
+                inherited: false,
+            };
+            workflow.attributes_mut().set("goal", attr);
+        }
         let built = Instant::now();
         let mut diagnostics = Vec::new();
         for transform in &self.transforms {

@@ -82,3 +82,78 @@ mod tests {
         }
     }
 }
+
+/// What a stage reports when it ends: its status and how it wants the run to continue. This is
+/// also the Attractor status-file contract (`status.json`); `preferred_next_label` is accepted as
+/// another name for `preferred_label`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Outcome {
+    #[serde(rename = "outcome", deserialize_with = "deserialize_status")]
+    pub status: StageStatus,
+    #[serde(default, alias = "preferred_next_label", skip_serializing_if = "Option::is_none")]
+    pub preferred_label: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub suggested_next_ids: Vec<String>,
+    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub context_updates: serde_json::Map<String, serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notes: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_reason: Option<String>,
+}
+
+/// Reads a status in any accepted spelling (`failed`, `succeeded`, ...).
+fn deserialize_status<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<StageStatus, D::Error> {
+    let text = <std::borrow::Cow<'de, str> as serde::Deserialize>::deserialize(deserializer)?;
+    text.parse().map_err(serde::de::Error::custom)
+}
+
+impl Outcome {
+    pub fn new(status: StageStatus) -> Self {
+        Outcome {
+            status,
+            preferred_label: None,
+            suggested_next_ids: Vec::new(),
+            context_updates: serde_json::Map::new(),
+            notes: None,
+            failure_reason: None,
+        }
+    }
+
+    pub fn success() -> Self {
+        Self::new(StageStatus::Success)
+    }
+
+    pub fn fail(reason: impl Into<String>) -> Self {
+        Outcome { failure_reason: Some(reason.into()), ..Self::new(StageStatus::Fail) }
+    }
+
+    pub fn with_notes(mut self, notes: impl Into<String>) -> Self {
+        self.notes = Some(notes.into());
+        self
+    }
+
+    pub fn with_update(mut self, key: impl Into<String>, value: impl Into<serde_json::Value>) -> Self {
+        self.context_updates.insert(key.into(), value.into());
+        self
+    }
+}
+
+#[cfg(test)]
+mod outcome_tests {
+    use super::*;
+
+    #[test]
+    fn status_files_accept_both_contracts() {
+        let attractor: Outcome = serde_json::from_str(
+            r#"{"outcome":"failed","preferred_next_label":"Fix","suggested_next_ids":["fix"],"context_updates":{"a":1},"notes":"n"}"#,
+        )
+        .unwrap();
+        assert_eq!(attractor.status, StageStatus::Fail);
+        assert_eq!(attractor.preferred_label.as_deref(), Some("Fix"));
+        assert_eq!(attractor.context_updates["a"], 1);
+        let written = serde_json::to_value(Outcome::success()).unwrap();
+        assert_eq!(written, serde_json::json!({"outcome": "success"}));
+        assert!(serde_json::from_str::<Outcome>(r#"{"outcome":"great"}"#).is_err());
+    }
+}

@@ -1,6 +1,7 @@
 //! Command-line parsing and dispatch. Nothing here that a library user would need.
 
 mod render;
+mod run;
 mod validate;
 
 use std::path::PathBuf;
@@ -11,7 +12,10 @@ use clap::{Parser, Subcommand};
 /// Exit codes shared by every subcommand.
 pub mod exit {
     pub const SUCCESS: u8 = 0;
+    pub const FAILED: u8 = 1;
     pub const INVALID: u8 = 2;
+    pub const PAUSED: u8 = 3;
+    pub const INTERRUPTED: u8 = 130;
 }
 
 #[derive(Parser)]
@@ -26,6 +30,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run a workflow: exit 0 succeeded, 1 failed, 2 invalid input, 3 paused for input, 130 interrupted.
+    Run(run::RunArgs),
     /// Parse, transform and lint a workflow; exit 0 when it has no errors, 2 otherwise.
     Validate {
         /// The workflow file (.dot).
@@ -41,6 +47,7 @@ pub fn main() -> ExitCode {
     init_tracing(cli.verbose);
     let code = match cli.command {
         Command::Validate { workflow, json } => validate::run(&workflow, json),
+        Command::Run(args) => run::run(args),
     };
     ExitCode::from(code)
 }

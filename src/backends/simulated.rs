@@ -1,0 +1,28 @@
+//! The `simulated` backend: deterministic placeholder text, for `--simulate` and `--dry-run`.
+
+use super::{Backend, BackendError, LlmRequest, LlmResponse, Usage};
+
+/// Answers every call with text naming the stage and visit; never fails.
+pub struct SimulatedBackend;
+
+#[async_trait::async_trait]
+impl Backend for SimulatedBackend {
+    fn name(&self) -> &str {
+        "simulated"
+    }
+
+    async fn complete(&self, request: &LlmRequest<'_>) -> Result<LlmResponse, BackendError> {
+        let text = format!(
+            "[simulated] Stage `{}`, visit {}: the {} would answer the prompt here.",
+            request.node_id,
+            request.visit,
+            if request.agentic { "agent" } else { "model" }
+        );
+        // A rough token count (characters / 4) so usage figures are plausible.
+        let usage = Usage {
+            input_tokens: request.prompt.len().div_ceil(4) as u64,
+            output_tokens: text.len().div_ceil(4) as u64,
+        };
+        Ok(LlmResponse { text, model: Some("simulated".to_string()), usage: Some(usage) })
+    }
+}

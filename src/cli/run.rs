@@ -1,0 +1,307 @@
+//! `fabro run WORKFLOW [...]`: validate, run, report. Progress goes to stderr, `--json` puts
+//! result.json alone on stdout, and the exit code says how the run ended.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use fabro::backends::scripted::ScriptedBackend;
+use fabro::backends::simulated::SimulatedBackend;
+use fabro::backends::Backend;
+use fabro::engine::events::Event;
+use fabro::engine::{Engine, RunOptions};
+use fabro::graph::Workflow;
+use fabro::handlers::{builtin_handlers, Services};
+use fabro::interview::answers::AnswersFile;
+use fabro::interview::console::Console;
+use fabro::interview::{AutoApprove, FirstAvailable, Interviewer, NoAnswers};
+use fabro::run_dir::{RunResult, RunStatus};
+use fabro::{Loader, Severity};
+use tokio_util::sync::CancellationToken;
+
+use super::exit;
+use super::render::{render_diagnostic, render_load_error};
+
+#[derive(clap::Args)]
+pub struct RunArgs {
+    /// The workflow file (.dot).
+    workflow: PathBuf,
+    /// Where the run's files go (default .fabro/runs/<run id>); must not exist or be empty.
+    #[arg(long)]
+    run_dir: Option<PathBuf>,
+    /// Where commands run and agents work (default: the current directory).
+    #[arg(long)]
+    workdir: Option<PathBuf>,
+    /// Answer every LLM stage with deterministic placeholder text.
+    #[arg(long)]
+    simulate: bool,
+    /// Answer LLM stages from a JSON file: {"node_id": "text" | ["visit 1", "visit 2", ...]}.
+    #[arg(long, value_name = "FILE")]
+    responses: Option<PathBuf>,
+    /// Check the wiring: simulate LLM calls, commands and waits; cap loops at 3 visits.
+    #[arg(long)]
+    dry_run: bool,
+    /// Take the first choice at every human gate.
+    #[arg(long)]
+    auto_approve: bool,
+    /// Answers for human gates: {"gate_id": ["A", "Fix", "node_id", ...]}, used in order.
+    #[arg(long, value_name = "FILE")]
+    answers: Option<PathBuf>,
+    /// Replace the workflow's goal.
+    #[arg(long)]
+    goal: Option<String>,
+    /// Seed a context value (JSON if it parses as JSON, else text). Repeatable.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    set: Vec<String>,
+    /// Print result.json on stdout and nothing else.
+    #[arg(long)]
+    json: bool,
+    /// No progress lines, only the summary.
+    #[arg(short, long)]
+    quiet: bool,
+}
+
+pub fn run(args: RunArgs) -> u8 {
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the async runtime: {error}");
+            return exit::INVALID;
+        }
+    };
+    runtime.block_on(run_async(args))
+}
+
+async fn run_async(args: RunArgs) -> u8 {
+    let mut loader = Loader::new();
+    if let Some(goal) = &args.goal {
+        loader = loader.with_goal(goal.clone());
+    }
+    let checked = match loader.load_file(&args.workflow) {
+        Ok(checked) => checked,
+        Err(error) => {
+            eprint!("{}", render_load_error(&error));
+            return exit::INVALID;
+        }
+    };
+    let source = checked.workflow.source().clone();
+    for diagnostic in &checked.diagnostics {
+        if diagnostic.severity == Severity::Error || !args.quiet {
+            eprint!("{}", render_diagnostic(diagnostic, &source));
+        }
+    }
+    let valid = match checked.into_valid() {
+        Ok(valid) => valid,
+        Err(invalid) => {
+            let errors = invalid.diagnostics.iter().filter(|d| d.is_error()).count();
+            eprintln!(
+                "error: {} has {errors} validation error(s); the run did not start",
+                args.workflow.display()
+            );
+            return exit::INVALID;
+        }
+    };
+    let handlers = builtin_handlers();
+    if let Some(node) = handlers.first_unhandled(&valid.workflow) {
+        eprintln!(
+            "error: node `{}` is a {} stage, which this version of fabro cannot run yet; the run did not start",
+            node.id,
+            node.handler_type()
+        );
+        return exit::INVALID;
+    }
+    let backend = match choose_backend(&args, &valid.workflow) {
+        Ok(backend) => backend,
+        Err(message) => {
+            eprintln!("error: {message}");
+            return exit::INVALID;
+        }
+    };
+    let interviewer = match choose_interviewer(&args) {
+        Ok(interviewer) => interviewer,
+        Err(message) => {
+            eprintln!("error: {message}");
+            return exit::INVALID;
+        }
+    };
+    let context = match parse_sets(&args.set) {
+        Ok(context) => context,
+        Err(message) => {
+            eprintln!("error: {message}");
+            return exit::INVALID;
+        }
+    };
+    let work_dir = match args.workdir.clone().map_or_else(std::env::current_dir, Ok) {
+        Ok(dir) => dir,
+        Err(error) => {
+            eprintln!("error: cannot read the current directory: {error}");
+            return exit::INVALID;
+        }
+    };
+    let options = RunOptions { run_dir: args.run_dir.clone(), work_dir, dry_run: args.dry_run, context };
+    let engine = Engine::new(handlers, Services { backend, interviewer });
+    let cancel = CancellationToken::new();
+    watch_signals(cancel.clone());
+    let quiet = args.quiet || args.json;
+    let report = match engine.run(&valid, &options, move |event| progress(event, quiet), cancel).await {
+        Ok(report) => report,
+        Err(error) => {
+            eprintln!("error: {error}");
+            return exit::INVALID;
+        }
+    };
+    let result = &report.result;
+    if args.json {
+        match serde_json::to_string_pretty(result) {
+            Ok(text) => println!("{text}"),
+            Err(error) => eprintln!("error: cannot print result.json: {error}"),
+        }
+    }
+    eprint!("{}", summary(result));
+    if let Some(reason) = &report.pause_reason {
+        eprintln!("paused: {reason}");
+    }
+    match result.status {
+        RunStatus::Succeeded => exit::SUCCESS,
+        RunStatus::Paused => exit::PAUSED,
+        RunStatus::Interrupted => {
+            eprintln!("interrupted; the checkpoint is in {}", result.run_dir);
+            exit::INTERRUPTED
+        }
+        RunStatus::Failed | RunStatus::Running => exit::FAILED,
+    }
+}
+
+/// Simulated for `--simulate`/`--dry-run`, scripted for `--responses`; no real providers yet.
+fn choose_backend(args: &RunArgs, workflow: &Workflow) -> Result<Arc<dyn Backend>, String> {
+    if let Some(path) = &args.responses {
+        return ScriptedBackend::from_file(path)
+            .map(|b| Arc::new(b) as Arc<dyn Backend>)
+            .map_err(|e| e.to_string());
+    }
+    let needs_llm = workflow.nodes().any(|node| node.handler_type().is_llm());
+    if args.simulate || args.dry_run || !needs_llm {
+        return Ok(Arc::new(SimulatedBackend));
+    }
+    Err("this workflow has LLM stages but no LLM provider is configured. Run with --simulate (placeholder \
+         responses) or --responses FILE (scripted responses); real providers (ANTHROPIC_API_KEY, \
+         OPENAI_API_KEY, OPENAI_BASE_URL, FABRO_LLM_BASE_URL) are not supported by this version yet"
+        .to_string())
+}
+
+/// Answers file first, then auto-approve, then the terminal; without any, gates pause the run.
+fn choose_interviewer(args: &RunArgs) -> Result<Arc<dyn Interviewer>, String> {
+    let mut chain: Vec<Arc<dyn Interviewer>> = Vec::new();
+    if let Some(path) = &args.answers {
+        chain.push(Arc::new(AnswersFile::from_file(path).map_err(|e| e.to_string())?));
+    }
+    if args.auto_approve {
+        chain.push(Arc::new(AutoApprove));
+    }
+    if Console::is_available() && std::env::var_os("CI").is_none() {
+        chain.push(Arc::new(Console::new()));
+    }
+    Ok(match chain.len() {
+        0 => Arc::new(NoAnswers),
+        _ => Arc::new(FirstAvailable(chain)),
+    })
+}
+
+/// `--set key=value`: JSON values stay JSON, anything else is text.
+fn parse_sets(sets: &[String]) -> Result<Vec<(String, serde_json::Value)>, String> {
+    sets.iter()
+        .map(|set| {
+            let (key, value) =
+                set.split_once('=').ok_or_else(|| format!("--set `{set}` is not KEY=VALUE"))?;
+            let key = key.trim();
+            if key.is_empty() {
+                return Err(format!("--set `{set}` has an empty key"));
+            }
+            let value =
+                serde_json::from_str(value).unwrap_or_else(|_| serde_json::Value::String(value.to_string()));
+            Ok((key.to_string(), value))
+        })
+        .collect()
+}
+
+/// First SIGINT/SIGTERM: cancel the run (the current stage stops, the checkpoint is saved).
+/// Second SIGINT: exit at once.
+fn watch_signals(cancel: CancellationToken) {
+    tokio::spawn(async move {
+        let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+        let term = async {
+            match terminate.as_mut() {
+                Some(signal) => {
+                    signal.recv().await;
+                }
+                None => std::future::pending::<()>().await,
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term => {}
+        }
+        eprintln!("\nstopping: finishing the checkpoint (press Ctrl-C again to exit at once)");
+        cancel.cancel();
+        if tokio::signal::ctrl_c().await.is_ok() {
+            std::process::exit(i32::from(exit::INTERRUPTED));
+        }
+    });
+}
+
+/// One plain line per stage event on stderr.
+fn progress(event: &Event, quiet: bool) {
+    if quiet {
+        return;
+    }
+    let time = event.ts.get(11..19).unwrap_or("");
+    let node = event.node_id.as_deref().unwrap_or("");
+    let field = |key: &str| event.fields.get(key).and_then(|v| v.as_str()).unwrap_or("");
+    let line = match event.event.as_str() {
+        "stage.started" => format!("▶ {node} ({})", field("handler")),
+        "stage.completed" | "stage.failed" => {
+            let ms = event.fields.get("duration_ms").and_then(|v| v.as_u64()).unwrap_or(0);
+            let mut line = format!(
+                "{} {node}: {} in {}",
+                if event.event == "stage.failed" { "✗" } else { "✓" },
+                field("status"),
+                seconds(ms)
+            );
+            if !field("failure_reason").is_empty() {
+                line.push_str(&format!(" ({})", field("failure_reason")));
+            }
+            line
+        }
+        "stage.retrying" => format!("↻ {node}: retrying ({})", field("reason")),
+        "edge.selected" => format!("  → {} ({})", field("to"), field("reason")),
+        "interview.started" => format!("? {node}: waiting for an answer"),
+        _ => return,
+    };
+    eprintln!("[{time}] {line}");
+}
+
+fn seconds(ms: u64) -> String {
+    format!("{:.1}s", ms as f64 / 1000.0)
+}
+
+fn summary(result: &RunResult) -> String {
+    let mut out = String::from("\nstage                 visit  status            time\n");
+    for stage in &result.stages {
+        out.push_str(&format!(
+            "{:<22}{:>5}  {:<16}{:>6}\n",
+            stage.node_id,
+            stage.visit,
+            stage.status.as_str(),
+            seconds(stage.duration_ms)
+        ));
+    }
+    out.push_str(&format!(
+        "\nrun {} in {}: {}\n",
+        result.status.as_str(),
+        seconds(result.duration_ms),
+        result.run_dir
+    ));
+    if let Some(reason) = &result.failure_reason {
+        out.push_str(&format!("reason: {reason}\n"));
+    }
+    out
+}

@@ -1,0 +1,179 @@
+//! Which edge a run takes after a stage. For a stage that did not fail, in order:
+//! (1) edges whose condition is true, best by weight then target id; (2) the preferred label among
+//! unconditional edges; (3) the suggested next ids among unconditional edges; (4) the highest
+//! weight among unconditional edges, (5) ties broken by target id. A failed stage takes only an
+//! edge whose condition is true; otherwise its retry targets decide (see [`failure_route`]).
+
+use petgraph::graph::NodeIndex;
+use serde_json::Value;
+
+use crate::condition::ConditionScope;
+use crate::context::Context;
+use crate::graph::{normalize_label, EdgeRef, Workflow};
+use crate::outcome::{Outcome, StageStatus};
+
+/// Which step chose the edge; recorded in the `edge.selected` event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SelectionReason {
+    Condition,
+    PreferredLabel,
+    SuggestedNextId,
+    Weight,
+    Lexical,
+}
+
+impl SelectionReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SelectionReason::Condition => "condition",
+            SelectionReason::PreferredLabel => "preferred_label",
+            SelectionReason::SuggestedNextId => "suggested_next_id",
+            SelectionReason::Weight => "weight",
+            SelectionReason::Lexical => "lexical",
+        }
+    }
+}
+
+/// What conditions read: the stage's outcome and the run context.
+pub struct Scope<'a> {
+    pub outcome: &'a Outcome,
+    pub context: &'a Context,
+}
+
+impl ConditionScope for Scope<'_> {
+    fn outcome(&self) -> Option<StageStatus> {
+        Some(self.outcome.status)
+    }
+
+    fn preferred_label(&self) -> Option<&str> {
+        self.outcome.preferred_label.as_deref()
+    }
+
+    fn context(&self, key: &str) -> Option<&Value> {
+        self.context.get(key)
+    }
+}
+
+/// Best first: higher weight, then lexically smaller target id.
+fn rank(a: &EdgeRef<'_>, b: &EdgeRef<'_>) -> std::cmp::Ordering {
+    b.edge.weight().cmp(&a.edge.weight()).then_with(|| a.to.id.cmp(&b.to.id))
+}
+
+/// The edge to take from `from`, or `None` when no edge is eligible.
+pub fn select_edge<'w>(
+    workflow: &'w Workflow,
+    from: NodeIndex,
+    outcome: &Outcome,
+    context: &Context,
+) -> Option<(EdgeRef<'w>, SelectionReason)> {
+    let edges = workflow.outgoing(from);
+    let scope = Scope { outcome, context };
+    let matching = edges
+        .iter()
+        .filter(|e| e.edge.condition().is_some_and(|c| c.evaluate(&scope)))
+        .min_by(|a, b| rank(a, b));
+    if let Some(edge) = matching {
+        return Some((*edge, SelectionReason::Condition));
+    }
+    if outcome.status == StageStatus::Fail {
+        return None;
+    }
+    let unconditional: Vec<&EdgeRef<'w>> = edges.iter().filter(|e| !e.edge.is_conditional()).collect();
+    if let Some(label) = outcome.preferred_label.as_deref().map(normalize_label).filter(|l| !l.is_empty()) {
+        let by_label = unconditional
+            .iter()
+            .filter(|e| e.edge.label().is_some_and(|l| normalize_label(l) == label))
+            .min_by(|a, b| rank(a, b));
+        if let Some(edge) = by_label {
+            return Some((**edge, SelectionReason::PreferredLabel));
+        }
+    }
+    for id in &outcome.suggested_next_ids {
+        if let Some(edge) = unconditional.iter().filter(|e| e.to.id == *id).min_by(|a, b| rank(a, b)) {
+            return Some((**edge, SelectionReason::SuggestedNextId));
+        }
+    }
+    let best = unconditional.iter().min_by(|a, b| rank(a, b))?;
+    let tied = unconditional.iter().filter(|e| e.edge.weight() == best.edge.weight()).count() > 1;
+    Some((**best, if tied { SelectionReason::Lexical } else { SelectionReason::Weight }))
+}
+
+/// Where a failed stage with no matching edge goes: its `retry_target`, else its
+/// `fallback_retry_target`, if that names a node.
+pub fn failure_route(workflow: &Workflow, from: NodeIndex) -> Option<&str> {
+    let node = workflow.node_at(from);
+    ["retry_target", "fallback_retry_target"]
+        .iter()
+        .filter_map(|key| node.attributes.non_empty_text(key).map(str::trim))
+        .find(|target| workflow.node(target).is_some())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::SourceFile;
+
+    fn workflow(edges: &str) -> Workflow {
+        let text = format!(
+            "digraph T {{ start [shape=Mdiamond]; exit [shape=Msquare]; a [prompt=\"x\"]; b [prompt=\"x\"]; c [prompt=\"x\"]; fix [prompt=\"x\"]\n start -> a\n {edges}\n b -> exit\n c -> exit\n fix -> exit }}"
+        );
+        crate::Loader::new().load_source(SourceFile::new("t.dot", text)).unwrap().workflow
+    }
+
+    fn pick(workflow: &Workflow, outcome: &Outcome, context: &Context) -> Option<(String, SelectionReason)> {
+        let from = workflow.index_of("a").unwrap();
+        select_edge(workflow, from, outcome, context).map(|(edge, reason)| (edge.to.id.clone(), reason))
+    }
+
+    #[test]
+    fn a_true_condition_wins_over_weight() {
+        let w = workflow("a -> b [weight=10]\n a -> c [condition=\"outcome=success\"]");
+        assert_eq!(
+            pick(&w, &Outcome::success(), &Context::new()),
+            Some(("c".into(), SelectionReason::Condition))
+        );
+    }
+
+    #[test]
+    fn weight_then_lexical_among_unconditional_edges() {
+        let w = workflow("a -> c [weight=2]\n a -> b [weight=1]");
+        assert_eq!(
+            pick(&w, &Outcome::success(), &Context::new()),
+            Some(("c".into(), SelectionReason::Weight))
+        );
+        let w = workflow("a -> c\n a -> b");
+        assert_eq!(
+            pick(&w, &Outcome::success(), &Context::new()),
+            Some(("b".into(), SelectionReason::Lexical))
+        );
+    }
+
+    #[test]
+    fn preferred_label_then_suggested_ids() {
+        let w = workflow("a -> b [label=\"[A] Approve\"]\n a -> c [label=\"[F] Fix\"]");
+        let outcome = Outcome { preferred_label: Some("fix".into()), ..Outcome::success() };
+        assert_eq!(pick(&w, &outcome, &Context::new()), Some(("c".into(), SelectionReason::PreferredLabel)));
+        let outcome = Outcome { suggested_next_ids: vec!["nope".into(), "c".into()], ..Outcome::success() };
+        assert_eq!(pick(&w, &outcome, &Context::new()), Some(("c".into(), SelectionReason::SuggestedNextId)));
+    }
+
+    #[test]
+    fn conditions_read_the_context() {
+        let w = workflow("a -> b\n a -> c [condition=\"context.ready=true\"]");
+        let mut context = Context::new();
+        assert_eq!(pick(&w, &Outcome::success(), &context).unwrap().0, "b");
+        context.set("ready", true);
+        assert_eq!(pick(&w, &Outcome::success(), &context).unwrap().0, "c");
+    }
+
+    #[test]
+    fn a_failed_stage_takes_only_matching_conditions_then_retry_targets() {
+        let w = workflow("a -> b\n a -> fix [condition=\"outcome=fail\"]");
+        assert_eq!(pick(&w, &Outcome::fail("x"), &Context::new()).unwrap().0, "fix");
+        let w = workflow("a -> b");
+        assert_eq!(pick(&w, &Outcome::fail("x"), &Context::new()), None);
+        let text = "digraph T { start [shape=Mdiamond]; exit [shape=Msquare]; a [prompt=\"x\", retry_target=missing, fallback_retry_target=start]; start -> a -> exit }";
+        let w = crate::Loader::new().load_source(SourceFile::new("t.dot", text)).unwrap().workflow;
+        assert_eq!(failure_route(&w, w.index_of("a").unwrap()), Some("start"));
+    }
+}

@@ -1,0 +1,8 @@
+//! The scheduler and its rules: edge selection, retries, goal gates, visits; and the event log.
+
+pub mod edge_selection;
+pub mod events;
+pub mod retry;
+mod scheduler;
+
+pub use scheduler::{Engine, RunOptions, RunReport, StartError};

@@ -1,0 +1,579 @@
+//! The scheduler: walks a validated workflow one stage at a time from its start node, runs each
+//! stage's handler (with retries), records what happened, and follows the selected edge until the
+//! exit node, a failure, a pause or a cancellation. Everything it records goes through the run
+//! directory and the event log; the loop itself holds no I/O details.
+
+use std::collections::BTreeMap;
+use std::panic::AssertUnwindSafe;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures::FutureExt;
+use petgraph::graph::NodeIndex;
+use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
+
+use super::edge_selection::{failure_route, select_edge};
+use super::events::{now_rfc3339, EventLog};
+use super::retry::RetryPolicy;
+use crate::context::Context;
+use crate::graph::{HandlerType, Node, Workflow};
+use crate::handlers::{Handler, HandlerError, HandlerRegistry, Services, StageRun};
+use crate::outcome::{Outcome, StageStatus};
+use crate::run_dir::{
+    Checkpoint, Manifest, RunDir, RunDirError, RunResult, RunStatus, StageRecord, StageStatusFile,
+};
+use crate::ValidWorkflow;
+
+/// How to run a workflow.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// Where the run's files go; `None` for `.fabro/runs/<run_id>` under the current directory.
+    pub run_dir: Option<PathBuf>,
+    pub work_dir: PathBuf,
+    /// Simulate every side effect; visits are capped low so loops end quickly.
+    pub dry_run: bool,
+    /// Extra context values (`--set key=value`).
+    pub context: Vec<(String, Value)>,
+}
+
+/// Why a run could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    RunDir(#[from] RunDirError),
+    #[error("cannot open the event log: {0}")]
+    Events(std::io::Error),
+    #[error("the workflow has no start node")]
+    NoStart,
+}
+
+/// How a run ended, with `result.json`'s content.
+#[derive(Debug, Clone)]
+pub struct RunReport {
+    pub result: RunResult,
+    /// Why the run paused (a human gate without an answer), when it did.
+    pub pause_reason: Option<String>,
+}
+
+/// Runs workflows with a set of handlers and services.
+pub struct Engine {
+    handlers: HandlerRegistry,
+    services: Arc<Services>,
+}
+
+/// Default cap on how often any one node may run (graph `max_node_visits` overrides it).
+const DEFAULT_MAX_NODE_VISITS: i64 = 1000;
+/// Under `--dry-run` loops stop after this many visits of a node.
+const DRY_RUN_MAX_VISITS: i64 = 3;
+
+impl Engine {
+    pub fn new(handlers: HandlerRegistry, services: Services) -> Engine {
+        Engine { handlers, services: Arc::new(services) }
+    }
+
+    /// Creates the run directory and runs the workflow to its end. `observe` sees every event.
+    pub async fn run(
+        &self,
+        valid: &ValidWorkflow,
+        options: &RunOptions,
+        observe: impl Fn(&super::events::Event) + Send + Sync + 'static,
+        cancel: CancellationToken,
+    ) -> Result<RunReport, StartError> {
+        let workflow = &valid.workflow;
+        let start = workflow
+            .graph()
+            .node_indices()
+            .find(|&i| workflow.node_at(i).handler_type() == HandlerType::Start)
+            .ok_or(StartError::NoStart)?;
+        let run_id = uuid::Uuid::now_v7().to_string();
+        let root =
+            options.run_dir.clone().unwrap_or_else(|| PathBuf::from(".fabro").join("runs").join(&run_id));
+        let run_dir = RunDir::create(&root)?;
+        let mut events = EventLog::open(run_dir.root(), &run_id, 0).map_err(StartError::Events)?;
+        events.observe(observe);
+        let manifest = Manifest {
+            run_id: run_id.clone(),
+            workflow: workflow.name().to_string(),
+            source_path: workflow.source().path().display().to_string(),
+            source_sha256: sha256_hex(workflow.source().text()),
+            goal: workflow.goal().to_string(),
+            work_dir: options.work_dir.display().to_string(),
+            started_at: now_rfc3339(),
+            finished_at: None,
+            status: RunStatus::Running,
+            tool_version: env!("CARGO_PKG_VERSION").to_string(),
+        };
+        run_dir.write_json("manifest.json", &manifest)?;
+        run_dir.write_text("workflow.dot", workflow.source().text())?;
+        let mut run = Run {
+            engine: self,
+            workflow,
+            run_dir,
+            run_id,
+            options,
+            events,
+            cancel,
+            manifest,
+            state: RunState { context: seed_context(workflow, options), ..RunState::default() },
+            started: Instant::now(),
+        };
+        run.context_set("internal.run_id", run.run_id.clone());
+        run.events.run_event("run.started", json!({"workflow": workflow.name(), "goal": workflow.goal()}));
+        Ok(run.execute(start).await)
+    }
+}
+
+/// Context at the start: `graph.*` mirrors of every graph attribute, then `--set` values.
+fn seed_context(workflow: &Workflow, options: &RunOptions) -> Context {
+    let mut context = Context::new();
+    for (key, attr) in workflow.attributes().iter() {
+        let value = match &attr.value {
+            crate::graph::Value::Integer(n) => json!(n),
+            crate::graph::Value::Float(x) => json!(x),
+            crate::graph::Value::Boolean(b) => json!(b),
+            other => json!(other.to_string()),
+        };
+        context.set(format!("graph.{key}"), value);
+    }
+    context.set("internal.work_dir", options.work_dir.display().to_string());
+    for (key, value) in &options.context {
+        context.set(key.clone(), value.clone());
+    }
+    context
+}
+
+fn sha256_hex(text: &str) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(text.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[derive(Default)]
+struct RunState {
+    context: Context,
+    completed: Vec<String>,
+    outcomes: BTreeMap<String, StageStatus>,
+    visits: BTreeMap<String, u32>,
+    retries: BTreeMap<String, u32>,
+    stages: Vec<StageRecord>,
+}
+
+/// How one stage visit ended.
+enum StageEnd {
+    Done { outcome: Outcome, attempts: u32 },
+    Paused(String),
+    Cancelled,
+}
+
+/// Where the loop goes after a stage.
+enum Step {
+    Next(NodeIndex),
+    Finish(RunStatus, Option<String>),
+}
+
+struct Run<'e> {
+    engine: &'e Engine,
+    workflow: &'e Workflow,
+    run_dir: RunDir,
+    run_id: String,
+    options: &'e RunOptions,
+    events: EventLog,
+    cancel: CancellationToken,
+    manifest: Manifest,
+    state: RunState,
+    started: Instant,
+}
+
+impl Run<'_> {
+    fn context_set(&mut self, key: &str, value: impl Into<Value>) {
+        self.state.context.set(key, value);
+    }
+
+    async fn execute(mut self, start: NodeIndex) -> RunReport {
+        let mut current = start;
+        loop {
+            match self.visit(current).await {
+                Step::Next(next) => current = next,
+                Step::Finish(status, reason) => return self.finish(current, status, reason),
+            }
+        }
+    }
+
+    /// Runs one visit of the node at `index` and decides where to go next.
+    async fn visit(&mut self, index: NodeIndex) -> Step {
+        let workflow = self.workflow;
+        let node = workflow.node_at(index);
+        if node.handler_type() == HandlerType::Exit {
+            if let Some(step) = self.enforce_goal_gates(node) {
+                return step;
+            }
+        }
+        let visit = {
+            let count = self.state.visits.entry(node.id.clone()).or_insert(0);
+            *count += 1;
+            *count
+        };
+        if let Some(reason) = self.visit_limit_exceeded(node, visit) {
+            return Step::Finish(RunStatus::Failed, Some(reason));
+        }
+        let stage_dir = match self.run_dir.stage_dir(&node.id, visit) {
+            Ok(dir) => dir,
+            Err(error) => return Step::Finish(RunStatus::Failed, Some(error.to_string())),
+        };
+        self.context_set("current_node", node.id.clone());
+        self.context_set("internal.node_visit_count", visit);
+        self.events.stage_event(
+            "stage.started",
+            &node.id,
+            visit,
+            json!({"handler": node.handler_type().name()}),
+        );
+        let started_at = now_rfc3339();
+        let clock = Instant::now();
+        let (outcome, attempts) = match self.run_stage(node, visit, &stage_dir).await {
+            StageEnd::Done { outcome, attempts } => (outcome, attempts),
+            StageEnd::Paused(reason) => {
+                // The gate runs again when the run resumes, as the same visit.
+                if let Some(count) = self.state.visits.get_mut(&node.id) {
+                    *count -= 1;
+                }
+                self.save_checkpoint(RunStatus::Paused, &node.id, Some(&node.id));
+                self.events.stage_event("run.paused", &node.id, visit, json!({"reason": reason}));
+                return Step::Finish(RunStatus::Paused, Some(reason));
+            }
+            StageEnd::Cancelled => {
+                self.save_checkpoint(RunStatus::Interrupted, &node.id, Some(&node.id));
+                return Step::Finish(
+                    RunStatus::Interrupted,
+                    Some(format!("interrupted during stage `{}`", node.id)),
+                );
+            }
+        };
+        let duration_ms = clock.elapsed().as_millis() as u64;
+        self.record(node, visit, &stage_dir, &outcome, attempts, started_at, duration_ms);
+        if node.handler_type() == HandlerType::Exit {
+            return Step::Finish(RunStatus::Succeeded, None);
+        }
+        let step = self.next_step(index, &outcome);
+        let next_id = match &step {
+            Step::Next(next) => Some(workflow.node_at(*next).id.as_str()),
+            Step::Finish(..) => None,
+        };
+        self.save_checkpoint(RunStatus::Running, &node.id, next_id);
+        step
+    }
+
+    /// `max_visits` on the node, graph `max_node_visits`, and the dry-run cap.
+    fn visit_limit_exceeded(&self, node: &Node, visit: u32) -> Option<String> {
+        let visit = i64::from(visit);
+        if let Some(max) = node.attributes.integer("max_visits").filter(|max| visit > *max) {
+            return Some(format!(
+                "node `{}` would run a {} time, but max_visits={max}",
+                node.id,
+                ordinal(visit)
+            ));
+        }
+        let graph_max =
+            self.workflow.attributes().integer("max_node_visits").unwrap_or(DEFAULT_MAX_NODE_VISITS);
+        let max = if self.options.dry_run { graph_max.min(DRY_RUN_MAX_VISITS) } else { graph_max };
+        (visit > max).then(|| {
+            let why = if self.options.dry_run { "the dry-run visit cap" } else { "max_node_visits" };
+            format!("node `{}` would run a {} time, but {why} is {max}", node.id, ordinal(visit))
+        })
+    }
+
+    /// Runs the node's handler, retrying failed attempts as the node's retry settings allow.
+    async fn run_stage(&mut self, node: &Node, visit: u32, stage_dir: &std::path::Path) -> StageEnd {
+        let Some(handler) = self.engine.handlers.for_node(node).cloned() else {
+            let reason = format!("no handler is registered for type `{}`", node.handler_type());
+            return StageEnd::Done { outcome: Outcome::fail(reason), attempts: 1 };
+        };
+        let max_retries = node
+            .attributes
+            .integer("max_retries")
+            .or_else(|| self.workflow.attributes().integer("default_max_retries"))
+            .unwrap_or(0)
+            .max(0) as u32;
+        let policy = RetryPolicy::preset(node.attributes.text("retry_policy"));
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let result = self.attempt(handler.as_ref(), node, visit, attempt, stage_dir).await;
+            let mut outcome = match result {
+                Ok(outcome) => outcome,
+                Err(HandlerError::Retryable(reason)) => {
+                    Outcome { failure_reason: Some(reason), ..Outcome::new(StageStatus::Retry) }
+                }
+                Err(HandlerError::Terminal(reason)) => {
+                    return StageEnd::Done { outcome: Outcome::fail(reason), attempts: attempt }
+                }
+                Err(HandlerError::Paused(reason)) => return StageEnd::Paused(reason),
+                Err(HandlerError::Cancelled) => return StageEnd::Cancelled,
+            };
+            if !matches!(outcome.status, StageStatus::Fail | StageStatus::Retry) {
+                return StageEnd::Done { outcome, attempts: attempt };
+            }
+            if attempt <= max_retries {
+                let retries = self.state.retries.entry(node.id.clone()).or_insert(0);
+                *retries += 1;
+                let retries = *retries;
+                self.context_set(&format!("internal.retry_count.{}", node.id), retries);
+                let delay = if self.options.dry_run {
+                    std::time::Duration::ZERO
+                } else {
+                    policy.delay(attempt, seed(&self.run_id, &node.id))
+                };
+                self.events.stage_event(
+                    "stage.retrying",
+                    &node.id,
+                    visit,
+                    json!({"attempt": attempt + 1, "delay_ms": delay.as_millis() as u64, "reason": outcome.failure_reason}),
+                );
+                tokio::select! {
+                    _ = tokio::time::sleep(delay) => continue,
+                    _ = self.cancel.cancelled() => return StageEnd::Cancelled,
+                }
+            }
+            if node.attributes.boolean("allow_partial").unwrap_or(false) {
+                outcome.status = StageStatus::PartialSuccess;
+                outcome.notes =
+                    Some(format!("retries exhausted after {attempt} attempts; allow_partial accepts it"));
+            } else {
+                outcome.status = StageStatus::Fail;
+            }
+            return StageEnd::Done { outcome, attempts: attempt };
+        }
+    }
+
+    /// One attempt; a panicking handler becomes a failed attempt.
+    async fn attempt(
+        &self,
+        handler: &dyn Handler,
+        node: &Node,
+        visit: u32,
+        attempt: u32,
+        stage_dir: &std::path::Path,
+    ) -> Result<Outcome, HandlerError> {
+        let stage = StageRun {
+            node,
+            workflow: self.workflow,
+            context: &self.state.context,
+            run_id: &self.run_id,
+            run_dir: self.run_dir.root(),
+            work_dir: &self.options.work_dir,
+            stage_dir,
+            visit,
+            attempt,
+            services: &self.engine.services,
+            events: &self.events,
+            cancel: &self.cancel,
+            dry_run: self.options.dry_run,
+        };
+        match AssertUnwindSafe(handler.run(&stage)).catch_unwind().await {
+            Ok(result) => result,
+            Err(panic) => {
+                let message = panic
+                    .downcast_ref::<String>()
+                    .map(String::as_str)
+                    .or_else(|| panic.downcast_ref::<&str>().copied())
+                    .unwrap_or("unknown panic");
+                Ok(Outcome::fail(format!("the `{}` handler panicked: {message}", node.handler_type())))
+            }
+        }
+    }
+
+    /// Writes status.json, applies the outcome to the context and records the visit.
+    #[allow(clippy::too_many_arguments)]
+    fn record(
+        &mut self,
+        node: &Node,
+        visit: u32,
+        stage_dir: &std::path::Path,
+        outcome: &Outcome,
+        attempts: u32,
+        started_at: String,
+        duration_ms: u64,
+    ) {
+        let status_file = StageStatusFile {
+            outcome: outcome.clone(),
+            handler: node.handler_type().name().to_string(),
+            attempts,
+            started_at,
+            duration_ms,
+        };
+        if let Err(error) = crate::run_dir::write_json_file(&stage_dir.join("status.json"), &status_file) {
+            tracing::warn!(%error, "could not write status.json");
+        }
+        let context = &mut self.state.context;
+        context.apply(&outcome.context_updates);
+        context.set("outcome", outcome.status.as_str());
+        match &outcome.preferred_label {
+            Some(label) => context.set("preferred_label", label.clone()),
+            None => {
+                context.remove("preferred_label");
+            }
+        }
+        if outcome.status == StageStatus::Fail {
+            let reason = outcome.failure_reason.clone().unwrap_or_default();
+            context.set("failure_class", if attempts > 1 { "retries_exhausted" } else { "stage_failed" });
+            context.set("failure_signature", format!("{}:{}", node.id, reason.lines().next().unwrap_or("")));
+        }
+        self.state.completed.push(node.id.clone());
+        self.state.outcomes.insert(node.id.clone(), outcome.status);
+        self.state.stages.push(StageRecord {
+            node_id: node.id.clone(),
+            visit,
+            status: outcome.status,
+            duration_ms,
+        });
+        let event = if outcome.status == StageStatus::Fail { "stage.failed" } else { "stage.completed" };
+        self.events.stage_event(
+            event,
+            &node.id,
+            visit,
+            json!({"status": outcome.status, "duration_ms": duration_ms, "attempts": attempts,
+                   "notes": outcome.notes, "failure_reason": outcome.failure_reason}),
+        );
+    }
+
+    /// The edge to follow, the failure route, or the end of the run.
+    fn next_step(&mut self, index: NodeIndex, outcome: &Outcome) -> Step {
+        let workflow = self.workflow;
+        let node = workflow.node_at(index);
+        if let Some((edge, reason)) = select_edge(workflow, index, outcome, &self.state.context) {
+            self.events.run_event(
+                "edge.selected",
+                json!({"from": node.id, "to": edge.to.id, "reason": reason.as_str()}),
+            );
+            return workflow.index_of(&edge.to.id).map_or(Step::Finish(RunStatus::Failed, None), Step::Next);
+        }
+        if outcome.status == StageStatus::Fail {
+            if let Some(target) = failure_route(workflow, index) {
+                self.events.run_event(
+                    "edge.selected",
+                    json!({"from": node.id, "to": target, "reason": "retry_target"}),
+                );
+                return workflow.index_of(target).map_or(Step::Finish(RunStatus::Failed, None), Step::Next);
+            }
+            let reason = outcome.failure_reason.clone().unwrap_or_else(|| "no reason given".to_string());
+            return Step::Finish(RunStatus::Failed, Some(format!("stage `{}` failed: {reason}", node.id)));
+        }
+        Step::Finish(
+            RunStatus::Failed,
+            Some(format!(
+                "stage `{}` ended with outcome {} but none of its outgoing edges is eligible",
+                node.id, outcome.status
+            )),
+        )
+    }
+
+    /// At the exit node: every goal gate must have succeeded; otherwise jump to the first
+    /// unsatisfied gate's retry target, or fail the run.
+    fn enforce_goal_gates(&mut self, exit: &Node) -> Option<Step> {
+        let workflow = self.workflow;
+        let gate = workflow
+            .nodes()
+            .filter(|node| node.is_goal_gate())
+            .find(|node| !self.state.outcomes.get(&node.id).is_some_and(|status| status.is_successful()))?;
+        let candidates = [
+            gate.attributes.non_empty_text("retry_target"),
+            gate.attributes.non_empty_text("fallback_retry_target"),
+            workflow.attributes().non_empty_text("retry_target"),
+            workflow.attributes().non_empty_text("fallback_retry_target"),
+        ];
+        let status = self.state.outcomes.get(&gate.id).map_or("not run".to_string(), |s| s.to_string());
+        match candidates.into_iter().flatten().map(str::trim).find_map(|t| workflow.index_of(t)) {
+            Some(target) => {
+                let to = &workflow.node_at(target).id;
+                self.events.run_event(
+                    "edge.selected",
+                    json!({"from": exit.id, "to": to, "reason": "goal_gate", "gate": gate.id, "gate_status": status}),
+                );
+                Some(Step::Next(target))
+            }
+            None => Some(Step::Finish(
+                RunStatus::Failed,
+                Some(format!("goal gate `{}` has not succeeded ({status}) and has no retry target", gate.id)),
+            )),
+        }
+    }
+
+    fn save_checkpoint(&mut self, status: RunStatus, current: &str, next: Option<&str>) {
+        let checkpoint = Checkpoint {
+            run_id: self.run_id.clone(),
+            status,
+            current_node: current.to_string(),
+            next_node: next.map(str::to_string),
+            completed_nodes: self.state.completed.clone(),
+            node_outcomes: self.state.outcomes.clone(),
+            node_visits: self.state.visits.clone(),
+            node_retries: self.state.retries.clone(),
+            context: self.state.context.clone(),
+            timestamp: now_rfc3339(),
+        };
+        match self.run_dir.write_json("checkpoint.json", &checkpoint) {
+            Ok(()) => self
+                .events
+                .run_event("checkpoint.saved", json!({"node_id": current, "status": status.as_str()})),
+            Err(error) => {
+                tracing::warn!(%error, "checkpoint not saved");
+                self.events.run_event("checkpoint.failed", json!({"error": error.to_string()}));
+            }
+        }
+    }
+
+    /// Writes the final checkpoint, manifest and result, and emits the closing event.
+    fn finish(mut self, last: NodeIndex, status: RunStatus, reason: Option<String>) -> RunReport {
+        let last_id = self.workflow.node_at(last).id.clone();
+        if matches!(status, RunStatus::Succeeded | RunStatus::Failed) {
+            self.save_checkpoint(status, &last_id, None);
+        }
+        self.manifest.finished_at = Some(now_rfc3339());
+        self.manifest.status = status;
+        if let Err(error) = self.run_dir.write_json("manifest.json", &self.manifest) {
+            tracing::warn!(%error, "manifest not updated");
+        }
+        let result = RunResult {
+            run_id: self.run_id.clone(),
+            status,
+            failure_reason: if status == RunStatus::Paused { None } else { reason.clone() },
+            completed_nodes: self.state.completed.clone(),
+            duration_ms: self.started.elapsed().as_millis() as u64,
+            stages: self.state.stages.clone(),
+            run_dir: self.run_dir.root().display().to_string(),
+        };
+        if let Err(error) = self.run_dir.write_json("result.json", &result) {
+            tracing::warn!(%error, "result.json not written");
+        }
+        let event = match status {
+            RunStatus::Succeeded => "run.completed",
+            RunStatus::Paused => "run.paused",
+            RunStatus::Interrupted => "run.interrupted",
+            _ => "run.failed",
+        };
+        if status != RunStatus::Paused {
+            self.events.run_event(event, json!({"status": status.as_str(), "failure_reason": reason, "duration_ms": result.duration_ms}));
+        }
+        let pause_reason = if status == RunStatus::Paused { reason } else { None };
+        RunReport { result, pause_reason }
+    }
+}
+
+fn seed(run_id: &str, node_id: &str) -> u64 {
+    run_id
+        .bytes()
+        .chain(node_id.bytes())
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
+}
+
+fn ordinal(n: i64) -> String {
+    let suffix = match (n % 10, n % 100) {
+        (1, 11) | (2, 12) | (3, 13) => "th",
+        (1, _) => "st",
+        (2, _) => "nd",
+        (3, _) => "rd",
+        _ => "th",
+    };
+    format!("{n}{suffix}")
+}

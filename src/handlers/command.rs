@@ -1,0 +1,624 @@
+//! Command stages (`shape=parallelogram`): run the node's `script` with `sh -c` in the work
+//! directory.
+//!
+//! The script never sees context text pasted into it; it reads the run through environment
+//! variables instead: `FABRO_RUN_ID`, `FABRO_RUN_DIR`, `FABRO_STAGE_DIR`, `FABRO_NODE_ID`,
+//! `FABRO_VISIT` and `FABRO_CONTEXT` (a JSON snapshot of the context in `context.json`).
+//!
+//! Output goes straight to `stdout.log` and `stderr.log` in the stage directory as it is written;
+//! afterwards the last 64 KiB of each become `command.output` and `command.stderr`, next to
+//! `command.exit_code`. The command runs as the leader of its own process group so that a
+//! timeout or a cancelled run can stop everything it started (SIGTERM, then SIGKILL after a
+//! grace period). A script may decide the outcome itself by writing
+//! `$FABRO_STAGE_DIR/status.json` (the [`Outcome`] contract).
+
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncSeekExt};
+
+use super::{Handler, HandlerError, StageRun};
+use crate::graph::attribute::format_duration;
+use crate::outcome::{Outcome, StageStatus};
+
+/// Runs command stages.
+pub struct CommandHandler;
+
+/// How much of the end of each log becomes a context value.
+const OUTPUT_TAIL_BYTES: u64 = 64 * 1024;
+/// How long a process group has between SIGTERM and SIGKILL.
+const KILL_GRACE: Duration = Duration::from_secs(2);
+/// How often the group is checked for survivors during the grace period.
+const GROUP_POLL: Duration = Duration::from_millis(20);
+
+const STATUS_FILE: &str = "status.json";
+const CONTEXT_FILE: &str = "context.json";
+const STDOUT_LOG: &str = "stdout.log";
+const STDERR_LOG: &str = "stderr.log";
+
+/// How the wait for the command ended.
+enum Ending {
+    Exited(ExitStatus),
+    TimedOut(Duration),
+    Cancelled,
+}
+
+#[async_trait::async_trait]
+impl Handler for CommandHandler {
+    async fn run(&self, stage: &StageRun<'_>) -> Result<Outcome, HandlerError> {
+        let node_id = &stage.node.id;
+        let script = stage
+            .node
+            .attributes
+            .non_empty_text("script")
+            .ok_or_else(|| HandlerError::Terminal(format!("command stage `{node_id}` has no script")))?;
+
+        if stage.dry_run {
+            return Ok(Outcome::success()
+                .with_notes(format!("dry run: would run `{script}`"))
+                .with_update("command.output", "")
+                .with_update("command.stderr", ""));
+        }
+        if stage.cancel.is_cancelled() {
+            return Err(HandlerError::Cancelled);
+        }
+
+        let stage_dir = absolute(stage.stage_dir);
+        let context_path = stage_dir.join(CONTEXT_FILE);
+        let status_path = stage_dir.join(STATUS_FILE);
+        let stdout_path = stage_dir.join(STDOUT_LOG);
+        let stderr_path = stage_dir.join(STDERR_LOG);
+
+        write_context_snapshot(stage, &context_path).await?;
+        // A status file left by an earlier attempt of this visit must not decide this one.
+        match tokio::fs::remove_file(&status_path).await {
+            Ok(()) => {}
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+            Err(error) => {
+                return Err(HandlerError::Terminal(format!(
+                    "could not remove stale {}: {error}",
+                    status_path.display()
+                )))
+            }
+        }
+        let stdout_file = create_log(&stdout_path).await?;
+        let stderr_file = create_log(&stderr_path).await?;
+
+        let mut command = tokio::process::Command::new("sh");
+        command
+            .arg("-c")
+            .arg(script)
+            .current_dir(stage.work_dir)
+            .stdin(Stdio::null())
+            .stdout(stdout_file)
+            .stderr(stderr_file)
+            .env("FABRO_RUN_ID", stage.run_id)
+            .env("FABRO_RUN_DIR", absolute(stage.run_dir))
+            .env("FABRO_STAGE_DIR", &stage_dir)
+            .env("FABRO_NODE_ID", node_id)
+            .env("FABRO_VISIT", stage.visit.to_string())
+            .env("FABRO_CONTEXT", &context_path)
+            .process_group(0)
+            .kill_on_drop(true);
+
+        let started = Instant::now();
+        let mut child = command.spawn().map_err(|error| {
+            HandlerError::Terminal(format!(
+                "command stage `{node_id}` could not start `sh` in {}: {error}",
+                stage.work_dir.display()
+            ))
+        })?;
+        // The child leads its own group, so its pid is the group id.
+        let mut group = GroupGuard { pgid: child.id().and_then(|pid| i32::try_from(pid).ok()) };
+
+        let timeout = stage.node.attributes.duration("timeout");
+        let ending = tokio::select! {
+            status = child.wait() => match status {
+                Ok(status) => Ending::Exited(status),
+                Err(error) => {
+                    group.terminate(&mut child).await;
+                    return Err(HandlerError::Terminal(format!(
+                        "command stage `{node_id}`: waiting for the command failed: {error}"
+                    )));
+                }
+            },
+            () = sleep_or_forever(timeout) => Ending::TimedOut(timeout.unwrap_or_default()),
+            () = stage.cancel.cancelled() => Ending::Cancelled,
+        };
+        let status = match ending {
+            Ending::Exited(status) => {
+                // Background processes the script left behind are its business.
+                group.disarm();
+                status
+            }
+            Ending::Cancelled => {
+                group.terminate(&mut child).await;
+                return Err(HandlerError::Cancelled);
+            }
+            Ending::TimedOut(limit) => {
+                let status = group.terminate(&mut child).await;
+                let elapsed = started.elapsed();
+                let mut outcome =
+                    Outcome::fail(format!("command timed out after {}", format_duration(limit)))
+                        .with_notes(format!("timed out after {}", seconds(elapsed)));
+                record_output(&mut outcome, status, &stdout_path, &stderr_path).await;
+                return Ok(outcome);
+            }
+        };
+
+        let elapsed = started.elapsed();
+        let summary = match (status.code(), signal_of(status)) {
+            (Some(code), _) => format!("exit {code} in {}", seconds(elapsed)),
+            (None, Some(signal)) => format!("killed by signal {signal} after {}", seconds(elapsed)),
+            (None, None) => format!("ended in {}", seconds(elapsed)),
+        };
+        let mut outcome =
+            if status.success() { Outcome::success() } else { Outcome::fail(describe_failure(status)) }
+                .with_notes(summary);
+        record_output(&mut outcome, Some(status), &stdout_path, &stderr_path).await;
+
+        Ok(apply_status_file(outcome, status, &status_path).await)
+    }
+}
+
+/// Writes the context snapshot `FABRO_CONTEXT` points at.
+async fn write_context_snapshot(stage: &StageRun<'_>, path: &Path) -> Result<(), HandlerError> {
+    let json = serde_json::to_vec_pretty(&stage.context.to_json())
+        .map_err(|error| HandlerError::Terminal(format!("could not serialize the context: {error}")))?;
+    tokio::fs::write(path, json)
+        .await
+        .map_err(|error| HandlerError::Terminal(format!("could not write {}: {error}", path.display())))
+}
+
+/// Creates (truncating) a log file the command writes to directly.
+async fn create_log(path: &Path) -> Result<std::fs::File, HandlerError> {
+    match tokio::fs::File::create(path).await {
+        Ok(file) => Ok(file.into_std().await),
+        Err(error) => Err(HandlerError::Terminal(format!("could not create {}: {error}", path.display()))),
+    }
+}
+
+/// Sets `command.output`, `command.stderr` and `command.exit_code` (null when the command ended
+/// by a signal).
+async fn record_output(outcome: &mut Outcome, status: Option<ExitStatus>, stdout: &Path, stderr: &Path) {
+    let exit_code = status.and_then(|status| status.code());
+    outcome.context_updates.insert("command.output".into(), read_tail(stdout).await.into());
+    outcome.context_updates.insert("command.stderr".into(), read_tail(stderr).await.into());
+    outcome.context_updates.insert("command.exit_code".into(), exit_code.into());
+}
+
+/// The last [`OUTPUT_TAIL_BYTES`] of a log as text; a longer log gets a first line saying how
+/// much was left out.
+async fn read_tail(path: &Path) -> String {
+    match read_tail_bytes(path, OUTPUT_TAIL_BYTES).await {
+        Ok((0, bytes)) => String::from_utf8_lossy(&bytes).into_owned(),
+        Ok((skipped, bytes)) => {
+            let name =
+                path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into());
+            format!("[... {skipped} bytes earlier in {name}]\n{}", String::from_utf8_lossy(&bytes))
+        }
+        Err(error) => {
+            tracing::warn!(%error, path = %path.display(), "could not read command output back");
+            format!("[could not read {}: {error}]", path.display())
+        }
+    }
+}
+
+/// Reads at most `limit` bytes from the end of a file, starting on a UTF-8 character boundary.
+/// Returns how many bytes were skipped and the bytes read.
+async fn read_tail_bytes(path: &Path, limit: u64) -> std::io::Result<(u64, Vec<u8>)> {
+    let mut file = tokio::fs::File::open(path).await?;
+    let len = file.metadata().await?.len();
+    let start = len.saturating_sub(limit);
+    if start > 0 {
+        file.seek(std::io::SeekFrom::Start(start)).await?;
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(len - start).unwrap_or(0));
+    // `take` guards against the file growing (a background process still writing).
+    (&mut file).take(limit).read_to_end(&mut bytes).await?;
+    let mut skipped = start;
+    if start > 0 {
+        // Do not start in the middle of a multi-byte character.
+        let continuation = bytes.iter().take(3).take_while(|&&byte| byte & 0xC0 == 0x80).count();
+        bytes.drain(..continuation);
+        skipped += continuation as u64;
+    }
+    Ok((skipped, bytes))
+}
+
+/// Lets `status.json`, when the script wrote one, decide the outcome. The handler's `command.*`
+/// values stay; the file's `context_updates` go on top. A file that cannot be read fails the stage.
+async fn apply_status_file(outcome: Outcome, status: ExitStatus, path: &Path) -> Outcome {
+    let text = match tokio::fs::read_to_string(path).await {
+        Ok(text) => text,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return outcome,
+        Err(error) => return replace_reason(outcome, format!("could not read {}: {error}", path.display())),
+    };
+    let reported: Outcome = match serde_json::from_str(&text) {
+        Ok(reported) => reported,
+        Err(error) => return replace_reason(outcome, format!("invalid {}: {error}", path.display())),
+    };
+    let mut context_updates = outcome.context_updates;
+    context_updates.extend(reported.context_updates);
+    let failure_reason = match reported.status {
+        StageStatus::Fail | StageStatus::Retry => reported.failure_reason.or_else(|| {
+            Some(format!("{STATUS_FILE} reported {} ({})", reported.status, describe_exit(status)))
+        }),
+        _ => reported.failure_reason,
+    };
+    Outcome {
+        status: reported.status,
+        preferred_label: reported.preferred_label,
+        suggested_next_ids: reported.suggested_next_ids,
+        context_updates,
+        notes: reported.notes.or(outcome.notes),
+        failure_reason,
+    }
+}
+
+/// The outcome turned into a failure with `reason`, keeping its context updates and notes.
+fn replace_reason(outcome: Outcome, reason: String) -> Outcome {
+    Outcome { status: StageStatus::Fail, failure_reason: Some(reason), ..outcome }
+}
+
+fn describe_failure(status: ExitStatus) -> String {
+    format!("command {}", describe_exit(status))
+}
+
+fn describe_exit(status: ExitStatus) -> String {
+    match (status.code(), signal_of(status)) {
+        (Some(code), _) => format!("exited with code {code}"),
+        (None, Some(signal)) => format!("killed by signal {signal}"),
+        (None, None) => "ended without an exit code".to_string(),
+    }
+}
+
+fn signal_of(status: ExitStatus) -> Option<i32> {
+    std::os::unix::process::ExitStatusExt::signal(&status)
+}
+
+fn seconds(elapsed: Duration) -> String {
+    format!("{:.1}s", elapsed.as_secs_f64())
+}
+
+/// The path made absolute, so scripts running elsewhere can still use it.
+fn absolute(path: &Path) -> PathBuf {
+    std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
+}
+
+async fn sleep_or_forever(limit: Option<Duration>) {
+    match limit {
+        Some(limit) => tokio::time::sleep(limit).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The command's process group. Dropped while armed (the handler's future was dropped mid-run),
+/// it kills the whole group.
+struct GroupGuard {
+    pgid: Option<i32>,
+}
+
+impl GroupGuard {
+    fn disarm(&mut self) {
+        self.pgid = None;
+    }
+
+    /// Stops every process in the group: SIGTERM, up to [`KILL_GRACE`] for the group to empty,
+    /// then SIGKILL. Reaps the leader and returns its exit status when it could be had.
+    async fn terminate(&mut self, child: &mut tokio::process::Child) -> Option<ExitStatus> {
+        let Some(pgid) = self.pgid else {
+            let _ = child.start_kill();
+            return child.wait().await.ok();
+        };
+        signal_group(pgid, libc::SIGTERM);
+        let deadline = tokio::time::Instant::now() + KILL_GRACE;
+        let mut status = tokio::time::timeout_at(deadline, child.wait()).await.ok().and_then(Result::ok);
+        // The leader is gone; give the rest of the group what is left of the grace period.
+        while status.is_some() && group_alive(pgid) && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(GROUP_POLL).await;
+        }
+        signal_group(pgid, libc::SIGKILL);
+        if status.is_none() {
+            status = child.wait().await.ok();
+        }
+        self.disarm();
+        status
+    }
+}
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        if let Some(pgid) = self.pgid {
+            signal_group(pgid, libc::SIGKILL);
+        }
+    }
+}
+
+/// Sends `signal` to every process in group `pgid`; false when none received it.
+fn signal_group(pgid: i32, signal: libc::c_int) -> bool {
+    // A group id of 0 or 1 would mean "our own group" or "every process": never signal those.
+    if pgid <= 1 {
+        return false;
+    }
+    // SAFETY: kill(2) takes plain integers and touches no memory of ours.
+    unsafe { libc::kill(-pgid, signal) == 0 }
+}
+
+fn group_alive(pgid: i32) -> bool {
+    signal_group(pgid, 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::graph::{Attr, Value};
+    use crate::handlers::test_support::Fixture;
+
+    fn workflow(attributes: &str) -> String {
+        format!(
+            "digraph T {{ start [shape=Mdiamond]; exit [shape=Msquare]\n  run [shape=parallelogram, {attributes}]\n  start -> run -> exit }}"
+        )
+    }
+
+    fn fixture(attributes: &str) -> Fixture {
+        Fixture::new(&workflow(attributes))
+    }
+
+    fn update<'a>(outcome: &'a Outcome, key: &str) -> &'a serde_json::Value {
+        outcome.context_updates.get(key).unwrap_or_else(|| panic!("no `{key}` in {outcome:?}"))
+    }
+
+    /// Whether `pid` is still running a second after the handler returned. Signals are delivered
+    /// asynchronously and an orphan is reaped by init in its own time, so a zombie counts as gone.
+    async fn still_running(pid: i32) -> bool {
+        for _ in 0..50 {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let zombie = stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'));
+            // SAFETY: signal 0 only checks that the process exists.
+            let exists = unsafe { libc::kill(pid, 0) == 0 };
+            if !exists || zombie {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        true
+    }
+
+    fn child_pid(stage: &StageRun<'_>) -> i32 {
+        let text = std::fs::read_to_string(stage.stage_dir.join("child.pid")).expect("child.pid written");
+        text.trim().parse().expect("a pid")
+    }
+
+    #[tokio::test]
+    async fn success_streams_logs_and_records_output() {
+        let fixture = fixture(r#"script="echo hello; echo oops >&2", timeout=5s"#);
+        let stage = fixture.stage("run");
+        let outcome = CommandHandler.run(&stage).await.expect("runs");
+        assert_eq!(outcome.status, StageStatus::Success, "{outcome:?}");
+        assert_eq!(update(&outcome, "command.output"), "hello\n");
+        assert_eq!(update(&outcome, "command.stderr"), "oops\n");
+        assert_eq!(update(&outcome, "command.exit_code"), 0);
+        assert!(outcome.notes.as_deref().is_some_and(|notes| notes.starts_with("exit 0 in ")), "{outcome:?}");
+        assert_eq!(std::fs::read_to_string(stage.stage_dir.join("stdout.log")).unwrap(), "hello\n");
+        assert_eq!(std::fs::read_to_string(stage.stage_dir.join("stderr.log")).unwrap(), "oops\n");
+    }
+
+    #[tokio::test]
+    async fn runs_in_the_work_dir() {
+        let fixture = fixture(r#"script="pwd""#);
+        let stage = fixture.stage("run");
+        let outcome = CommandHandler.run(&stage).await.expect("runs");
+        let pwd = update(&outcome, "command.output").as_str().unwrap().trim().to_string();
+        assert_eq!(std::fs::canonicalize(pwd).unwrap(), std::fs::canonicalize(stage.work_dir).unwrap());
+    }
+
+    #[tokio::test]
+    async fn non_zero_exit_fails_with_the_code() {
+        let fixture = fixture(r#"script="echo partial; exit 3""#);
+        let outcome = CommandHandler.run(&fixture.stage("run")).await.expect("runs");
+        assert_eq!(outcome.status, StageStatus::Fail);
+        assert_eq!(outcome.failure_reason.as_deref(), Some("command exited with code 3"));
+        assert_eq!(update(&outcome, "command.exit_code"), 3);
+        assert_eq!(update(&outcome, "command.output"), "partial\n");
+    }
+
+    #[tokio::test]
+    async fn environment_describes_the_stage_and_context() {
+        let mut fixture = fixture(
+            r#"script="echo $FABRO_NODE_ID $FABRO_VISIT $FABRO_RUN_ID; echo $FABRO_STAGE_DIR; echo $FABRO_RUN_DIR; cat \"$FABRO_CONTEXT\"""#,
+        );
+        fixture.context.set("answer", 42);
+        fixture.context.set("name", "fabro");
+        let stage = fixture.stage("run");
+        let outcome = CommandHandler.run(&stage).await.expect("runs");
+        assert_eq!(outcome.status, StageStatus::Success, "{outcome:?}");
+        let output = update(&outcome, "command.output").as_str().unwrap().to_string();
+        let mut lines = output.splitn(4, '\n');
+        assert_eq!(lines.next(), Some("run 1 test-run"));
+        assert_eq!(lines.next().map(PathBuf::from), Some(std::path::absolute(stage.stage_dir).unwrap()));
+        assert_eq!(lines.next().map(PathBuf::from), Some(std::path::absolute(stage.run_dir).unwrap()));
+        let snapshot: serde_json::Value =
+            serde_json::from_str(lines.next().unwrap()).expect("context is JSON");
+        assert_eq!(snapshot, json!({"answer": 42, "name": "fabro"}));
+        assert!(stage.stage_dir.join("context.json").is_file());
+    }
+
+    #[tokio::test]
+    async fn context_text_is_never_interpolated_into_the_shell() {
+        let mut fixture = fixture(r#"script="cat \"$FABRO_CONTEXT\" > /dev/null; echo done""#);
+        fixture.context.set("evil", "$(touch pwned) `touch pwned2`; touch pwned3");
+        let stage = fixture.stage("run");
+        let outcome = CommandHandler.run(&stage).await.expect("runs");
+        assert_eq!(outcome.status, StageStatus::Success);
+        for name in ["pwned", "pwned2", "pwned3"] {
+            assert!(!stage.work_dir.join(name).exists(), "{name} was created");
+            assert!(!stage.stage_dir.join(name).exists(), "{name} was created");
+        }
+        let snapshot = std::fs::read_to_string(stage.stage_dir.join("context.json")).unwrap();
+        assert!(snapshot.contains("$(touch pwned)"));
+    }
+
+    #[tokio::test]
+    async fn status_file_decides_the_route() {
+        let fixture = fixture(
+            r#"script="echo out; printf '%s' '{\"outcome\":\"partial_success\",\"preferred_label\":\"Fix\",\"suggested_next_ids\":[\"exit\"],\"context_updates\":{\"review.verdict\":\"needs work\",\"command.output\":\"overridden\"},\"notes\":\"from file\"}' > \"$FABRO_STAGE_DIR/status.json\"""#,
+        );
+        let outcome = CommandHandler.run(&fixture.stage("run")).await.expect("runs");
+        assert_eq!(outcome.status, StageStatus::PartialSuccess, "{outcome:?}");
+        assert_eq!(outcome.preferred_label.as_deref(), Some("Fix"));
+        assert_eq!(outcome.suggested_next_ids, vec!["exit".to_string()]);
+        assert_eq!(outcome.notes.as_deref(), Some("from file"));
+        assert_eq!(update(&outcome, "review.verdict"), "needs work");
+        assert_eq!(update(&outcome, "command.exit_code"), 0);
+        // The file's updates go on top of the handler's.
+        assert_eq!(update(&outcome, "command.output"), "overridden");
+    }
+
+    #[tokio::test]
+    async fn status_file_can_fail_a_zero_exit() {
+        let fixture = fixture(r#"script="echo '{\"outcome\":\"fail\"}' > \"$FABRO_STAGE_DIR/status.json\"""#);
+        let outcome = CommandHandler.run(&fixture.stage("run")).await.expect("runs");
+        assert_eq!(outcome.status, StageStatus::Fail);
+        assert_eq!(outcome.failure_reason.as_deref(), Some("status.json reported fail (exited with code 0)"));
+        assert!(outcome.notes.as_deref().is_some_and(|notes| notes.starts_with("exit 0")));
+    }
+
+    #[tokio::test]
+    async fn malformed_status_file_fails_the_stage() {
+        let fixture = fixture(r#"script="echo '{\"outcome\":' > \"$FABRO_STAGE_DIR/status.json\"""#);
+        let outcome = CommandHandler.run(&fixture.stage("run")).await.expect("runs");
+        assert_eq!(outcome.status, StageStatus::Fail);
+        let reason = outcome.failure_reason.as_deref().unwrap();
+        assert!(reason.contains("status.json") && reason.contains("EOF"), "{reason}");
+        assert_eq!(update(&outcome, "command.exit_code"), 0);
+    }
+
+    #[tokio::test]
+    async fn stale_status_file_from_an_earlier_attempt_is_ignored() {
+        let fixture = fixture(r#"script="true""#);
+        let stage = fixture.stage("run");
+        std::fs::write(stage.stage_dir.join("status.json"), r#"{"outcome":"fail"}"#).unwrap();
+        let outcome = CommandHandler.run(&stage).await.expect("runs");
+        assert_eq!(outcome.status, StageStatus::Success, "{outcome:?}");
+    }
+
+    #[tokio::test]
+    async fn timeout_kills_the_whole_process_group() {
+        let fixture = fixture(
+            r#"script="echo started; sleep 30 & echo $! > \"$FABRO_STAGE_DIR/child.pid\"; wait; echo never", timeout=300ms"#,
+        );
+        let stage = fixture.stage("run");
+        let started = Instant::now();
+        let outcome = CommandHandler.run(&stage).await.expect("runs");
+        let elapsed = started.elapsed();
+        assert!(elapsed < Duration::from_secs(3), "took {elapsed:?}");
+        assert!(elapsed >= Duration::from_millis(300), "took {elapsed:?}");
+        assert_eq!(outcome.status, StageStatus::Fail);
+        assert_eq!(outcome.failure_reason.as_deref(), Some("command timed out after 300ms"));
+        assert_eq!(update(&outcome, "command.output"), "started\n");
+        assert_eq!(update(&outcome, "command.exit_code"), &serde_json::Value::Null);
+        let pid = child_pid(&stage);
+        assert!(!still_running(pid).await, "background child {pid} survived");
+    }
+
+    #[tokio::test]
+    async fn timeout_escalates_to_sigkill_when_sigterm_is_ignored() {
+        let fixture = fixture(
+            r#"script="trap '' TERM; sh -c 'trap \"\" TERM; echo $$ > \"$FABRO_STAGE_DIR/child.pid\"; while :; do sleep 1; done' & wait", timeout=200ms"#,
+        );
+        let stage = fixture.stage("run");
+        let started = Instant::now();
+        let outcome = CommandHandler.run(&stage).await.expect("runs");
+        let elapsed = started.elapsed();
+        // The leader ignores SIGTERM, so only the SIGKILL after the grace period stops it.
+        assert!(elapsed >= KILL_GRACE && elapsed < Duration::from_secs(5), "took {elapsed:?}");
+        assert_eq!(outcome.status, StageStatus::Fail);
+        let pid = child_pid(&stage);
+        assert!(!still_running(pid).await, "background child {pid} survived");
+    }
+
+    #[tokio::test]
+    async fn cancellation_stops_the_command_promptly() {
+        let fixture =
+            fixture(r#"script="sleep 30 & echo $! > \"$FABRO_STAGE_DIR/child.pid\"; wait", timeout=60s"#);
+        let stage = fixture.stage("run");
+        let cancel = fixture.cancel.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            cancel.cancel();
+        });
+        let started = Instant::now();
+        let result = CommandHandler.run(&stage).await;
+        assert_eq!(result, Err(HandlerError::Cancelled));
+        assert!(started.elapsed() < Duration::from_secs(3), "took {:?}", started.elapsed());
+        let pid = child_pid(&stage);
+        assert!(!still_running(pid).await, "background child {pid} survived");
+    }
+
+    #[tokio::test]
+    async fn large_output_keeps_only_the_tail_in_context() {
+        let fixture = fixture(r#"script="head -c 1000000 /dev/zero | tr '\\0' x""#);
+        let stage = fixture.stage("run");
+        let outcome = CommandHandler.run(&stage).await.expect("runs");
+        assert_eq!(outcome.status, StageStatus::Success, "{outcome:?}");
+        assert_eq!(std::fs::metadata(stage.stage_dir.join("stdout.log")).unwrap().len(), 1_000_000);
+        let output = update(&outcome, "command.output").as_str().unwrap();
+        let skipped = 1_000_000 - 64 * 1024;
+        let header = format!("[... {skipped} bytes earlier in stdout.log]\n");
+        assert!(output.starts_with(&header), "{}", &output[..80]);
+        assert_eq!(output.len(), header.len() + 64 * 1024);
+        assert!(output[header.len()..].bytes().all(|byte| byte == b'x'));
+    }
+
+    #[tokio::test]
+    async fn tail_starts_on_a_character_boundary() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("stdout.log");
+        std::fs::write(&path, "aé€x").unwrap(); // 1 + 2 + 3 + 1 bytes
+        let (skipped, bytes) = read_tail_bytes(&path, 5).await.unwrap();
+        assert_eq!((skipped, String::from_utf8(bytes).unwrap()), (3, "€x".to_string()));
+        assert_eq!(read_tail_bytes(&path, 4).await.unwrap(), (3, "€x".as_bytes().to_vec()));
+        assert_eq!(read_tail_bytes(&path, 100).await.unwrap(), (0, "aé€x".as_bytes().to_vec()));
+    }
+
+    #[tokio::test]
+    async fn dry_run_runs_nothing() {
+        let mut fixture = fixture(r#"script="touch ran""#);
+        fixture.dry_run = true;
+        let stage = fixture.stage("run");
+        let outcome = CommandHandler.run(&stage).await.expect("runs");
+        assert_eq!(outcome.status, StageStatus::Success);
+        assert_eq!(outcome.notes.as_deref(), Some("dry run: would run `touch ran`"));
+        assert_eq!(update(&outcome, "command.output"), "");
+        assert!(!stage.work_dir.join("ran").exists());
+        assert!(!stage.stage_dir.join("stdout.log").exists());
+    }
+
+    #[tokio::test]
+    async fn blank_script_is_a_terminal_error() {
+        let mut fixture = fixture(r#"script="true""#);
+        for node in fixture.workflow.nodes_mut().filter(|node| node.id == "run") {
+            let attr = node.attributes.get("script").cloned().unwrap();
+            node.attributes.set("script", Attr { value: Value::Text("  ".into()), ..attr });
+        }
+        let result = CommandHandler.run(&fixture.stage("run")).await;
+        assert_eq!(result, Err(HandlerError::Terminal("command stage `run` has no script".into())));
+    }
+
+    #[tokio::test]
+    async fn missing_work_dir_is_a_terminal_error() {
+        let fixture = fixture(r#"script="true""#);
+        let stage = fixture.stage("run");
+        std::fs::remove_dir(stage.work_dir).unwrap();
+        match CommandHandler.run(&stage).await {
+            Err(HandlerError::Terminal(message)) => assert!(message.contains("could not start"), "{message}"),
+            other => panic!("expected a terminal error, got {other:?}"),
+        }
+    }
+}

@@ -1,0 +1,472 @@
+//! Human gates (`shape=hexagon`): ask the run's interviewer to pick one of the gate's outgoing
+//! edges and route to it.
+//!
+//! Each outgoing edge is a choice, in declaration order, named by its label's accelerator key
+//! (`[A] Approve`). The question is the node's `prompt`, else its label; `timeout` bounds the wait
+//! and `human.default_choice` is taken when it passes. The chosen edge becomes the outcome's
+//! preferred label and suggested next stage, and the context records it:
+//!
+//! | key | value |
+//! |---|---|
+//! | `human.gate.selected` | the choice's key, or `freeform` |
+//! | `human.gate.label` | the chosen edge's full label (its target id when unlabeled) |
+//! | `human.gate.target` | the chosen edge's target node id |
+//! | `human.gate.text` | the text of a freeform answer |
+//!
+//! When no answer can be had (no terminal, answers file used up) the run pauses.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use super::{Handler, HandlerError, StageRun};
+use crate::graph::attribute::format_duration;
+use crate::graph::{Choice, EdgeRef};
+use crate::interview::{choice_for, Answer, Question};
+use crate::outcome::Outcome;
+
+/// Runs human gates.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct HumanHandler;
+
+/// One choice with the edge it came from.
+struct GateChoice<'w> {
+    choice: Choice<'w>,
+    /// The edge's label as written, or its target id when unlabeled.
+    full_label: &'w str,
+}
+
+#[async_trait::async_trait]
+impl Handler for HumanHandler {
+    async fn run(&self, stage: &StageRun<'_>) -> Result<Outcome, HandlerError> {
+        let node = stage.node;
+        let gate = node.id.as_str();
+        let edges = match stage.workflow.index_of(gate) {
+            Some(index) => stage.workflow.outgoing(index),
+            None => Vec::new(),
+        };
+        let options: Vec<GateChoice<'_>> = edges.iter().map(option_for).collect();
+        if options.is_empty() {
+            return Ok(Outcome::fail(format!("human gate `{gate}` has no outgoing edges to choose from")));
+        }
+        let choices: Vec<Choice<'_>> = options.iter().map(|option| option.choice.clone()).collect();
+
+        if stage.dry_run {
+            let first = &options[0];
+            return Ok(chosen(first).with_notes(format!("dry run: chose {}", describe(first))));
+        }
+
+        let text = node.prompt().unwrap_or_else(|| node.label());
+        let timeout = node.attributes.duration("timeout");
+        let mut started = json!({
+            "question": text,
+            "choices": options.iter().map(|option| option.full_label).collect::<Vec<_>>(),
+        });
+        if let (Some(timeout), Some(fields)) = (timeout, started.as_object_mut()) {
+            fields.insert("timeout".into(), format_duration(timeout).into());
+        }
+        stage.events.stage_event("interview.started", gate, stage.visit, started);
+
+        let question = Question { gate_id: gate, text, choices: &choices, timeout };
+        let answer = tokio::select! {
+            biased;
+            () = stage.cancel.cancelled() => return Err(HandlerError::Cancelled),
+            answer = ask(stage, &question) => answer,
+        };
+
+        match answer {
+            Answer::Choice(index) => {
+                let Some(option) = options.get(index) else {
+                    return Err(HandlerError::Terminal(format!(
+                        "the interviewer answered choice {} but human gate `{gate}` has {} choices",
+                        index + 1,
+                        options.len()
+                    )));
+                };
+                completed(stage, json!(option.choice.key), Some(option));
+                Ok(chosen(option).with_notes(format!("chose {}", describe(option))))
+            }
+            Answer::Freeform(text) => Ok(freeform(stage, &options, text)),
+            Answer::Timeout => Ok(timed_out(stage, &options, &choices, timeout)),
+            Answer::Unavailable => Err(HandlerError::Paused(format!(
+                "human gate `{gate}` is waiting for an answer; resume with `fabro resume <run dir> \
+                 --answers FILE` (e.g. {{\"{gate}\": [\"{}\"]}}) or `--auto-approve`",
+                options[0].choice.key
+            ))),
+        }
+    }
+}
+
+/// Asks the interviewer, giving up after the gate's timeout even if the interviewer does not
+/// watch it itself.
+async fn ask(stage: &StageRun<'_>, question: &Question<'_>) -> Answer {
+    let asking = stage.services.interviewer.ask(question);
+    match question.timeout {
+        Some(timeout) => tokio::time::timeout(timeout, asking).await.unwrap_or(Answer::Timeout),
+        None => asking.await,
+    }
+}
+
+fn option_for<'w>(edge: &EdgeRef<'w>) -> GateChoice<'w> {
+    let target = edge.to.id.as_str();
+    let label = edge.edge.label();
+    GateChoice { choice: Choice::from_edge(label, target), full_label: label.unwrap_or(target) }
+}
+
+/// `[A] Approve -> deploy`
+fn describe(option: &GateChoice<'_>) -> String {
+    format!("[{}] {} -> {}", option.choice.key, option.choice.label, option.choice.target)
+}
+
+/// Success routed along the option's edge.
+fn chosen(option: &GateChoice<'_>) -> Outcome {
+    Outcome {
+        preferred_label: Some(option.full_label.to_string()),
+        suggested_next_ids: vec![option.choice.target.to_string()],
+        ..Outcome::success()
+    }
+    .with_update("human.gate.selected", option.choice.key.as_str())
+    .with_update("human.gate.label", option.full_label)
+    .with_update("human.gate.target", option.choice.target)
+}
+
+/// Records `interview.completed`: the answer and the choice it led to, if any.
+fn completed(stage: &StageRun<'_>, answer: Value, option: Option<&GateChoice<'_>>) {
+    stage.events.stage_event(
+        "interview.completed",
+        &stage.node.id,
+        stage.visit,
+        json!({
+            "answer": answer,
+            "key": option.map(|o| o.choice.key.as_str()),
+            "label": option.map(|o| o.full_label),
+            "target": option.map(|o| o.choice.target),
+        }),
+    );
+}
+
+/// A freeform answer: text that names a choice (an interviewer that does not match) takes it;
+/// other text routes along the only edge if there is one, else leaves routing to the edges'
+/// conditions.
+fn freeform(stage: &StageRun<'_>, options: &[GateChoice<'_>], text: String) -> Outcome {
+    let choices: Vec<Choice<'_>> = options.iter().map(|option| option.choice.clone()).collect();
+    if let Some(option) = choice_for(&text, &choices).and_then(|index| options.get(index)) {
+        completed(stage, json!(text), Some(option));
+        return chosen(option)
+            .with_update("human.gate.text", text)
+            .with_notes(format!("chose {}", describe(option)));
+    }
+    let only = match options {
+        [only] => Some(only),
+        _ => None,
+    };
+    completed(stage, json!(text), only);
+    let outcome = match only {
+        Some(option) => Outcome {
+            preferred_label: Some(option.full_label.to_string()),
+            suggested_next_ids: vec![option.choice.target.to_string()],
+            ..Outcome::success()
+        }
+        .with_update("human.gate.label", option.full_label)
+        .with_update("human.gate.target", option.choice.target)
+        .with_notes(format!("freeform answer; the only choice is {}", describe(option))),
+        None => Outcome::success().with_notes("freeform answer"),
+    };
+    outcome.with_update("human.gate.selected", "freeform").with_update("human.gate.text", text)
+}
+
+/// Nobody answered in time: take `human.default_choice` if it names a choice, else fail.
+fn timed_out(
+    stage: &StageRun<'_>,
+    options: &[GateChoice<'_>],
+    choices: &[Choice<'_>],
+    timeout: Option<Duration>,
+) -> Outcome {
+    let gate = stage.node.id.as_str();
+    let default = stage
+        .node
+        .attributes
+        .get("human.default_choice")
+        .map(|attr| attr.value.to_string())
+        .filter(|text| !text.trim().is_empty());
+    let option = default.as_deref().and_then(|text| choice_for(text, choices)).and_then(|i| options.get(i));
+    let waited = timeout.map(|t| format!(" after {}", format_duration(t))).unwrap_or_default();
+    stage.events.stage_event(
+        "interview.timeout",
+        gate,
+        stage.visit,
+        json!({
+            "timeout": timeout.map(format_duration),
+            "default": default,
+            "key": option.map(|o| o.choice.key.as_str()),
+            "label": option.map(|o| o.full_label),
+            "target": option.map(|o| o.choice.target),
+        }),
+    );
+    match (option, default) {
+        (Some(option), _) => chosen(option)
+            .with_notes(format!("no answer{waited}; took the default choice {}", describe(option))),
+        (None, Some(default)) => Outcome::fail(format!(
+            "human gate `{gate}` timed out{waited}; its default choice `{default}` names none of its choices"
+        )),
+        (None, None) => Outcome::fail(format!("human gate `{gate}` timed out with no default choice")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+    use crate::engine::events::{Event, EventLog};
+    use crate::handlers::test_support::{FixedAnswer, Fixture};
+    use crate::interview::answers::AnswersFile;
+    use crate::interview::{AutoApprove, FirstAvailable, Interviewer, NoAnswers};
+    use crate::outcome::StageStatus;
+
+    const GATE: &str = r#"digraph t {
+        start [shape=Mdiamond]
+        exit [shape=Msquare]
+        gate [shape=hexagon, label="Ship it?", human.default_choice="S", timeout=5s]
+        deploy [shape=parallelogram, script="true"]
+        revise [shape=parallelogram, script="true"]
+        start -> gate
+        gate -> deploy [label="[A] Approve"]
+        gate -> revise [label="R) Request changes"]
+        gate -> exit [label="[S] Skip"]
+        deploy -> exit
+        revise -> gate
+    }"#;
+
+    /// A fixture for `dot` whose events are collected.
+    fn fixture_with(dot: &str, interviewer: Arc<dyn Interviewer>) -> (Fixture, Arc<Mutex<Vec<Event>>>) {
+        let mut fixture = Fixture::new(dot);
+        fixture.services.interviewer = interviewer;
+        let events = Arc::new(Mutex::new(Vec::new()));
+        let mut log = EventLog::in_memory("test-run");
+        let sink = events.clone();
+        log.observe(move |event| sink.lock().unwrap().push(event.clone()));
+        fixture.events = log;
+        (fixture, events)
+    }
+
+    fn fixture(answer: Answer) -> (Fixture, Arc<Mutex<Vec<Event>>>) {
+        fixture_with(GATE, Arc::new(FixedAnswer(answer)))
+    }
+
+    async fn run(fixture: &Fixture) -> Result<Outcome, HandlerError> {
+        HumanHandler.run(&fixture.stage("gate")).await
+    }
+
+    fn update<'a>(outcome: &'a Outcome, key: &str) -> Option<&'a str> {
+        outcome.context_updates.get(key).and_then(Value::as_str)
+    }
+
+    fn names(events: &Mutex<Vec<Event>>) -> Vec<String> {
+        events.lock().unwrap().iter().map(|event| event.event.clone()).collect()
+    }
+
+    #[tokio::test]
+    async fn a_choice_routes_along_its_edge() {
+        let (fixture, events) = fixture(Answer::Choice(1));
+        let outcome = run(&fixture).await.unwrap();
+        assert_eq!(outcome.status, StageStatus::Success);
+        assert_eq!(outcome.preferred_label.as_deref(), Some("R) Request changes"));
+        assert_eq!(outcome.suggested_next_ids, ["revise"]);
+        assert_eq!(update(&outcome, "human.gate.selected"), Some("R"));
+        assert_eq!(update(&outcome, "human.gate.label"), Some("R) Request changes"));
+        assert_eq!(update(&outcome, "human.gate.target"), Some("revise"));
+        assert_eq!(update(&outcome, "human.gate.text"), None);
+        assert_eq!(outcome.notes.as_deref(), Some("chose [R] Request changes -> revise"));
+
+        let events = events.lock().unwrap();
+        assert_eq!(events.len(), 2);
+        assert_eq!(events[0].event, "interview.started");
+        assert_eq!(events[0].node_id.as_deref(), Some("gate"));
+        assert_eq!(events[0].visit, Some(1));
+        assert_eq!(events[0].fields["question"], "Ship it?");
+        assert_eq!(events[0].fields["choices"], json!(["[A] Approve", "R) Request changes", "[S] Skip"]));
+        assert_eq!(events[0].fields["timeout"], "5s");
+        assert_eq!(events[1].event, "interview.completed");
+        assert_eq!(events[1].fields["answer"], "R");
+        assert_eq!(events[1].fields["key"], "R");
+        assert_eq!(events[1].fields["label"], "R) Request changes");
+        assert_eq!(events[1].fields["target"], "revise");
+    }
+
+    #[tokio::test]
+    async fn a_choice_out_of_range_is_a_terminal_error() {
+        let (fixture, _) = fixture(Answer::Choice(3));
+        let error = run(&fixture).await.unwrap_err();
+        assert!(
+            matches!(&error, HandlerError::Terminal(m) if m.contains("choice 4") && m.contains("3 choices"))
+        );
+    }
+
+    #[tokio::test]
+    async fn freeform_text_is_recorded_without_a_route() {
+        let (fixture, events) = fixture(Answer::Freeform("add more tests first".into()));
+        let outcome = run(&fixture).await.unwrap();
+        assert_eq!(outcome.status, StageStatus::Success);
+        assert_eq!(outcome.preferred_label, None);
+        assert!(outcome.suggested_next_ids.is_empty());
+        assert_eq!(update(&outcome, "human.gate.selected"), Some("freeform"));
+        assert_eq!(update(&outcome, "human.gate.text"), Some("add more tests first"));
+        assert_eq!(update(&outcome, "human.gate.target"), None);
+        let events = events.lock().unwrap();
+        assert_eq!(events[1].event, "interview.completed");
+        assert_eq!(events[1].fields["answer"], "add more tests first");
+        assert_eq!(events[1].fields["key"], Value::Null);
+    }
+
+    #[tokio::test]
+    async fn freeform_text_naming_a_choice_takes_it() {
+        let (fixture, _) = fixture(Answer::Freeform("Approve".into()));
+        let outcome = run(&fixture).await.unwrap();
+        assert_eq!(outcome.preferred_label.as_deref(), Some("[A] Approve"));
+        assert_eq!(outcome.suggested_next_ids, ["deploy"]);
+        assert_eq!(update(&outcome, "human.gate.selected"), Some("A"));
+        assert_eq!(update(&outcome, "human.gate.text"), Some("Approve"));
+    }
+
+    #[tokio::test]
+    async fn freeform_text_at_a_gate_with_one_edge_follows_it() {
+        let dot = r#"digraph t {
+            start [shape=Mdiamond]
+            exit [shape=Msquare]
+            note [shape=hexagon, prompt="Anything to add?"]
+            start -> note -> exit
+        }"#;
+        let (fixture, events) = fixture_with(dot, Arc::new(FixedAnswer(Answer::Freeform("ship it".into()))));
+        let outcome = HumanHandler.run(&fixture.stage("note")).await.unwrap();
+        assert_eq!(outcome.preferred_label.as_deref(), Some("exit"));
+        assert_eq!(outcome.suggested_next_ids, ["exit"]);
+        assert_eq!(update(&outcome, "human.gate.selected"), Some("freeform"));
+        assert_eq!(update(&outcome, "human.gate.text"), Some("ship it"));
+        assert_eq!(update(&outcome, "human.gate.target"), Some("exit"));
+        let events = events.lock().unwrap();
+        assert_eq!(events[0].fields["question"], "Anything to add?");
+        assert_eq!(events[0].fields["choices"], json!(["exit"]));
+        assert!(!events[0].fields.contains_key("timeout"));
+        assert_eq!(events[1].fields["target"], "exit");
+    }
+
+    #[tokio::test]
+    async fn a_timeout_takes_the_default_choice() {
+        let (fixture, events) = fixture(Answer::Timeout);
+        let outcome = run(&fixture).await.unwrap();
+        assert_eq!(outcome.status, StageStatus::Success);
+        assert_eq!(outcome.preferred_label.as_deref(), Some("[S] Skip"));
+        assert_eq!(outcome.suggested_next_ids, ["exit"]);
+        assert_eq!(update(&outcome, "human.gate.selected"), Some("S"));
+        assert_eq!(update(&outcome, "human.gate.target"), Some("exit"));
+        let notes = outcome.notes.unwrap();
+        assert!(notes.contains("default choice [S] Skip -> exit") && notes.contains("after 5s"), "{notes}");
+        assert_eq!(names(&events), ["interview.started", "interview.timeout"]);
+        let events = events.lock().unwrap();
+        assert_eq!(events[1].fields["default"], "S");
+        assert_eq!(events[1].fields["target"], "exit");
+    }
+
+    #[tokio::test]
+    async fn a_timeout_without_a_default_fails() {
+        let dot = GATE.replace(r#"human.default_choice="S", "#, "");
+        let (fixture, events) = fixture_with(&dot, Arc::new(FixedAnswer(Answer::Timeout)));
+        let outcome = run(&fixture).await.unwrap();
+        assert_eq!(outcome.status, StageStatus::Fail);
+        assert_eq!(
+            outcome.failure_reason.as_deref(),
+            Some("human gate `gate` timed out with no default choice")
+        );
+        assert_eq!(names(&events), ["interview.started", "interview.timeout"]);
+    }
+
+    #[tokio::test]
+    async fn the_gate_times_out_even_if_the_interviewer_does_not() {
+        struct Never;
+        #[async_trait::async_trait]
+        impl Interviewer for Never {
+            async fn ask(&self, _question: &Question<'_>) -> Answer {
+                std::future::pending().await
+            }
+        }
+        let dot = GATE.replace("timeout=5s", "timeout=10ms");
+        let (fixture, _) = fixture_with(&dot, Arc::new(Never));
+        let outcome = run(&fixture).await.unwrap();
+        assert_eq!(outcome.suggested_next_ids, ["exit"]);
+    }
+
+    #[tokio::test]
+    async fn no_answer_pauses_the_run_with_an_example() {
+        let (fixture, events) = fixture(Answer::Unavailable);
+        let error = run(&fixture).await.unwrap_err();
+        assert_eq!(
+            error,
+            HandlerError::Paused(
+                "human gate `gate` is waiting for an answer; resume with `fabro resume <run dir> \
+                 --answers FILE` (e.g. {\"gate\": [\"A\"]}) or `--auto-approve`"
+                    .into()
+            )
+        );
+        assert_eq!(names(&events), ["interview.started"]);
+
+        let (fixture, _) = fixture_with(GATE, Arc::new(NoAnswers));
+        assert!(matches!(run(&fixture).await, Err(HandlerError::Paused(_))));
+    }
+
+    #[tokio::test]
+    async fn dry_run_takes_the_first_choice_without_asking() {
+        let (mut fixture, events) = fixture(Answer::Unavailable);
+        fixture.dry_run = true;
+        let outcome = run(&fixture).await.unwrap();
+        assert_eq!(outcome.suggested_next_ids, ["deploy"]);
+        assert_eq!(update(&outcome, "human.gate.selected"), Some("A"));
+        assert_eq!(outcome.notes.as_deref(), Some("dry run: chose [A] Approve -> deploy"));
+        assert!(names(&events).is_empty());
+    }
+
+    #[tokio::test]
+    async fn cancellation_stops_the_wait() {
+        struct Never;
+        #[async_trait::async_trait]
+        impl Interviewer for Never {
+            async fn ask(&self, _question: &Question<'_>) -> Answer {
+                std::future::pending().await
+            }
+        }
+        let (fixture, _) = fixture_with(GATE, Arc::new(Never));
+        let cancel = fixture.cancel.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            cancel.cancel();
+        });
+        assert_eq!(run(&fixture).await, Err(HandlerError::Cancelled));
+    }
+
+    #[tokio::test]
+    async fn answers_file_drives_successive_visits() {
+        let answers = AnswersFile::from_json(r#"{"gate": ["revise", "Approve"]}"#, "answers.json").unwrap();
+        let (fixture, _) = fixture_with(GATE, Arc::new(answers));
+        assert_eq!(run(&fixture).await.unwrap().suggested_next_ids, ["revise"]);
+        assert_eq!(run(&fixture).await.unwrap().suggested_next_ids, ["deploy"]);
+        assert!(matches!(run(&fixture).await, Err(HandlerError::Paused(_))));
+    }
+
+    #[tokio::test]
+    async fn a_chain_falls_back_to_auto_approve() {
+        let answers = AnswersFile::from_json(r#"{"gate": ["S"]}"#, "answers.json").unwrap();
+        let chain = FirstAvailable(vec![Arc::new(answers), Arc::new(AutoApprove)]);
+        let (fixture, _) = fixture_with(GATE, Arc::new(chain));
+        assert_eq!(run(&fixture).await.unwrap().suggested_next_ids, ["exit"]);
+        assert_eq!(run(&fixture).await.unwrap().suggested_next_ids, ["deploy"]);
+    }
+
+    #[tokio::test]
+    async fn console_answers_route_the_gate() {
+        let console = crate::interview::console::Console::with_io(&b"request changes\n"[..], std::io::sink());
+        let (fixture, _) = fixture_with(GATE, Arc::new(console));
+        let outcome = run(&fixture).await.unwrap();
+        assert_eq!(outcome.suggested_next_ids, ["revise"]);
+        assert!(matches!(run(&fixture).await, Err(HandlerError::Paused(_))), "input exhausted");
+    }
+}

@@ -1,0 +1,603 @@
+//! The LLM handler: agent (`box`) and prompt (`tab`) stages send their prompt to the backend and
+//! report the answer.
+//!
+//! The prompt is the node's `prompt` (else its label) with `{{context.KEY}}`/`{{KEY}}` placeholders
+//! filled from the run context; what is sent is written to `prompt.md` and the answer to
+//! `response.md` in the stage directory. The answer may steer routing with a JSON object (bare or in
+//! a ```` ```json ```` fence) carrying any of `outcome`, `preferred_label` (or
+//! `preferred_next_label`), `suggested_next_ids` and `context_updates`; the last such object wins.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use serde_json::{Map, Value};
+
+use super::{Handler, HandlerError, StageRun};
+use crate::backends::simulated::SimulatedBackend;
+use crate::backends::{Backend, BackendError, LlmRequest, LlmResponse};
+use crate::context::Context;
+use crate::graph::HandlerType;
+use crate::outcome::{Outcome, StageStatus};
+
+/// How many characters of the response go into the `last_response` context key.
+pub const LAST_RESPONSE_CHARS: usize = 200;
+
+/// Keys that make a JSON object in a response a routing directive.
+pub const DIRECTIVE_KEYS: &[&str] =
+    &["outcome", "preferred_label", "preferred_next_label", "suggested_next_ids", "context_updates"];
+
+/// Runs agent and prompt stages through the configured backend (the simulated one under
+/// `--dry-run`).
+pub struct LlmHandler;
+
+#[async_trait::async_trait]
+impl Handler for LlmHandler {
+    async fn run(&self, stage: &StageRun<'_>) -> Result<Outcome, HandlerError> {
+        let node = stage.node;
+        let template = node.prompt().unwrap_or_else(|| node.label());
+        let prompt = expand_prompt(template, stage.context);
+        write_file(&stage.stage_dir.join("prompt.md"), &prompt).await?;
+
+        let request = LlmRequest {
+            node_id: &node.id,
+            visit: stage.visit,
+            agentic: node.handler_type() == HandlerType::Agent,
+            prompt: &prompt,
+            model: node.attributes.non_empty_text("llm_model"),
+            provider: node.attributes.non_empty_text("llm_provider"),
+            reasoning_effort: node.attributes.non_empty_text("reasoning_effort"),
+            timeout: node.attributes.duration("timeout"),
+        };
+        let backend: &dyn Backend =
+            if stage.dry_run { &SimulatedBackend } else { stage.services.backend.as_ref() };
+        let response = tokio::select! {
+            biased;
+            () = stage.cancel.cancelled() => return Err(HandlerError::Cancelled),
+            result = backend.complete(&request) => result,
+        };
+        let response = response.map_err(|err| match err {
+            BackendError::Retryable(message) => HandlerError::Retryable(message),
+            BackendError::Terminal(message) => HandlerError::Terminal(message),
+        })?;
+        write_file(&stage.stage_dir.join("response.md"), &response.text).await?;
+
+        Ok(outcome_for(&node.id, backend.name(), &response))
+    }
+}
+
+/// Writes a stage file; failing to do so fails the stage (retrying will not help).
+async fn write_file(path: &Path, text: &str) -> Result<(), HandlerError> {
+    tokio::fs::write(path, text)
+        .await
+        .map_err(|err| HandlerError::Terminal(format!("cannot write {}: {err}", path.display())))
+}
+
+/// The stage's outcome: success with the response in context, adjusted by the response's last
+/// routing directive, if it has one.
+fn outcome_for(node_id: &str, backend_name: &str, response: &LlmResponse) -> Outcome {
+    let text = &response.text;
+    let mut notes = response.model.as_deref().unwrap_or(backend_name).to_string();
+    if let Some(usage) = &response.usage {
+        notes.push_str(&format!(
+            " · {} tokens in / {} out",
+            format_tokens(usage.input_tokens),
+            format_tokens(usage.output_tokens)
+        ));
+    }
+    let base = |outcome: Outcome| {
+        outcome
+            .with_notes(notes.clone())
+            .with_update("last_stage", node_id)
+            .with_update("last_response", text.chars().take(LAST_RESPONSE_CHARS).collect::<String>())
+            .with_update(format!("response.{node_id}"), text.as_str())
+    };
+    let Some(directive) = find_directive(text) else { return base(Outcome::success()) };
+    match apply_directive(base(Outcome::success()), &directive) {
+        Ok(outcome) => outcome,
+        Err(reason) => base(Outcome::fail(format!("the response's routing directive is invalid: {reason}"))),
+    }
+}
+
+/// Token counts for notes: `950`, `1.2k`, `12.4k`.
+pub fn format_tokens(count: u64) -> String {
+    if count < 1000 {
+        count.to_string()
+    } else {
+        format!("{:.1}k", count as f64 / 1000.0)
+    }
+}
+
+/// Fills `{{context.KEY}}` and `{{KEY}}` from the context (missing keys become empty) and `$goal`
+/// from `graph.goal` when the context has it. One pass: substituted text is not expanded again.
+/// Braces that do not enclose a plain key (`{{ }}`, `{{a b}}`) are left as written.
+pub fn expand_prompt(template: &str, context: &Context) -> String {
+    let goal = context.get_text("graph.goal");
+    let mut out = String::with_capacity(template.len());
+    let mut rest = template;
+    while let Some(pos) = rest.find(['{', '$']) {
+        out.push_str(&rest[..pos]);
+        rest = &rest[pos..];
+        if let Some(after) = rest.strip_prefix("{{") {
+            if let Some(end) = after.find("}}") {
+                let key = after[..end].trim();
+                if is_placeholder_key(key) {
+                    let key = key.strip_prefix("context.").unwrap_or(key);
+                    out.push_str(&context.get_text(key).unwrap_or_default());
+                    rest = &after[end + 2..];
+                    continue;
+                }
+            }
+            out.push_str("{{");
+            rest = after;
+            continue;
+        }
+        if let (Some(goal), Some(after)) = (goal.as_deref(), rest.strip_prefix("$goal")) {
+            out.push_str(goal);
+            rest = after;
+            continue;
+        }
+        // `{` or `$`, both one byte.
+        out.push_str(&rest[..1]);
+        rest = &rest[1..];
+    }
+    out.push_str(rest);
+    out
+}
+
+fn is_placeholder_key(key: &str) -> bool {
+    !key.is_empty() && key.chars().all(|c| c.is_alphanumeric() || matches!(c, '_' | '.' | '-'))
+}
+
+/// The last JSON object in `text` that has a directive key. Objects nested in another parsed
+/// object are part of it and not considered on their own.
+pub fn find_directive(text: &str) -> Option<Map<String, Value>> {
+    let mut last = None;
+    for object in json_objects(text) {
+        if DIRECTIVE_KEYS.iter().any(|key| object.contains_key(*key)) {
+            last = Some(object);
+        }
+    }
+    last
+}
+
+/// Applies a directive to the handler's outcome; `Err` says what is wrong with it.
+fn apply_directive(mut outcome: Outcome, directive: &Map<String, Value>) -> Result<Outcome, String> {
+    let text_field = |key: &str| -> Result<Option<String>, String> {
+        match directive.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(text)) => Ok(Some(text.clone())),
+            Some(other) => Err(format!("`{key}` must be a string, not {other}")),
+        }
+    };
+    if let Some(status) = text_field("outcome")? {
+        let status: StageStatus = status.parse().map_err(|err| format!("{err}"))?;
+        outcome.status = status;
+        if status == StageStatus::Fail {
+            let reason = text_field("failure_reason")?
+                .filter(|reason| !reason.trim().is_empty())
+                .unwrap_or_else(|| "the response reported outcome `fail`".to_string());
+            outcome.failure_reason = Some(reason);
+        }
+    }
+    let label = match text_field("preferred_label")? {
+        Some(label) => Some(label),
+        None => text_field("preferred_next_label")?,
+    };
+    if label.is_some() {
+        outcome.preferred_label = label;
+    }
+    match directive.get("suggested_next_ids") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(id)) => outcome.suggested_next_ids = vec![id.clone()],
+        Some(Value::Array(items)) => {
+            outcome.suggested_next_ids = items
+                .iter()
+                .map(|item| match item {
+                    Value::String(id) => Ok(id.clone()),
+                    other => Err(format!("`suggested_next_ids` must list node ids as strings, not {other}")),
+                })
+                .collect::<Result<_, _>>()?;
+        }
+        Some(other) => return Err(format!("`suggested_next_ids` must be an array of node ids, not {other}")),
+    }
+    match directive.get("context_updates") {
+        None | Some(Value::Null) => {}
+        Some(Value::Object(updates)) => {
+            for (key, value) in updates {
+                outcome.context_updates.insert(key.clone(), value.clone());
+            }
+        }
+        Some(other) => return Err(format!("`context_updates` must be an object, not {other}")),
+    }
+    Ok(outcome)
+}
+
+/// Every top-level JSON object in `text`, in order: balanced `{...}` spans (braces inside JSON
+/// strings do not count) that parse as JSON objects. Text around and between them is ignored;
+/// a span that does not parse is searched for objects inside it.
+pub fn json_objects(text: &str) -> Vec<Map<String, Value>> {
+    let mut scanner = BraceScanner::new(text.as_bytes());
+    let mut objects = Vec::new();
+    let mut from = 0;
+    while let Some(offset) = text.get(from..).and_then(|rest| rest.find('{')) {
+        let start = from + offset;
+        from = start + 1;
+        let Some(end) = scanner.matching_close(start) else { continue };
+        // Both ends are ASCII braces, so the slice is on character boundaries.
+        let Some(candidate) = text.get(start..=end) else { continue };
+        if let Ok(Value::Object(object)) = serde_json::from_str::<Value>(candidate) {
+            objects.push(object);
+            from = end + 1;
+        }
+    }
+    objects
+}
+
+/// Finds the `}` closing a `{`, treating `"..."` (with backslash escapes) as JSON strings.
+///
+/// A scan from one brace sees every brace it passes outside a string exactly as a scan starting
+/// there would, so their results are remembered: known spans are skipped and a brace known to be
+/// unclosed ends the scan at once. That keeps text full of stray braces linear; a step budget
+/// bounds whatever is left.
+struct BraceScanner<'a> {
+    bytes: &'a [u8],
+    known: HashMap<usize, Option<usize>>,
+    budget: usize,
+}
+
+impl<'a> BraceScanner<'a> {
+    fn new(bytes: &'a [u8]) -> Self {
+        BraceScanner { bytes, known: HashMap::new(), budget: bytes.len().saturating_mul(16).max(1 << 20) }
+    }
+
+    fn matching_close(&mut self, start: usize) -> Option<usize> {
+        if let Some(known) = self.known.get(&start) {
+            return *known;
+        }
+        if self.bytes.get(start) != Some(&b'{') {
+            return None;
+        }
+        let mut open = vec![start];
+        let mut in_string = false;
+        let mut escaped = false;
+        let mut i = start + 1;
+        while let Some(&byte) = self.bytes.get(i) {
+            if self.budget == 0 {
+                return None;
+            }
+            self.budget -= 1;
+            if in_string {
+                if escaped {
+                    escaped = false;
+                } else if byte == b'\\' {
+                    escaped = true;
+                } else if byte == b'"' {
+                    in_string = false;
+                }
+            } else {
+                match byte {
+                    b'"' => in_string = true,
+                    b'{' => match self.known.get(&i) {
+                        Some(Some(close)) => {
+                            i = close + 1;
+                            continue;
+                        }
+                        Some(None) => break,
+                        None => open.push(i),
+                    },
+                    b'}' => {
+                        if let Some(opened) = open.pop() {
+                            self.known.insert(opened, Some(i));
+                        }
+                        if open.is_empty() {
+                            return Some(i);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            i += 1;
+        }
+        for opened in open {
+            self.known.insert(opened, None);
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::backends::scripted::ScriptedBackend;
+    use crate::handlers::test_support::Fixture;
+
+    const DOT: &str = r#"digraph G {
+        graph [goal="Ship it"]
+        start [shape=Mdiamond]
+        exit [shape=Msquare]
+        plan [shape=box, prompt="Plan for $goal using {{context.lang}} and {{ tool }}.", llm_model="gpt-5.2", reasoning_effort="high"]
+        ask [shape=tab, label="Summarise the plan"]
+        start -> plan -> ask -> exit
+    }"#;
+
+    fn scripted(json: &str) -> Arc<dyn Backend> {
+        Arc::new(ScriptedBackend::from_json(json, "test").expect("valid responses"))
+    }
+
+    fn read(fixture: &Fixture, node: &str, file: &str) -> String {
+        std::fs::read_to_string(fixture.dir.path().join("stages").join(node).join("1").join(file))
+            .expect("stage file")
+    }
+
+    /// Runs `plan` with a scripted response.
+    async fn run_with_response(response: &str) -> Outcome {
+        let mut fixture = Fixture::new(DOT);
+        fixture.services.backend = scripted(&serde_json::json!({ "plan": response }).to_string());
+        LlmHandler.run(&fixture.stage("plan")).await.expect("stage runs")
+    }
+
+    /// Records the request it gets and answers or fails as told.
+    struct Recording {
+        result: Result<String, BackendError>,
+        seen: std::sync::Mutex<Vec<Seen>>,
+    }
+
+    /// What a [`Recording`] backend was asked: prompt, agentic, model, provider, reasoning effort.
+    type Seen = (String, bool, Option<String>, Option<String>, Option<String>);
+
+    #[async_trait::async_trait]
+    impl Backend for Recording {
+        fn name(&self) -> &str {
+            "recording"
+        }
+
+        async fn complete(&self, request: &LlmRequest<'_>) -> Result<LlmResponse, BackendError> {
+            if let Ok(mut seen) = self.seen.lock() {
+                seen.push((
+                    request.prompt.to_string(),
+                    request.agentic,
+                    request.model.map(str::to_string),
+                    request.provider.map(str::to_string),
+                    request.reasoning_effort.map(str::to_string),
+                ));
+            }
+            let text = self.result.clone()?;
+            Ok(LlmResponse { text, model: None, usage: None })
+        }
+    }
+
+    fn recording(result: Result<String, BackendError>) -> Arc<Recording> {
+        Arc::new(Recording { result, seen: Default::default() })
+    }
+
+    /// Never answers.
+    struct Hang;
+
+    #[async_trait::async_trait]
+    impl Backend for Hang {
+        fn name(&self) -> &str {
+            "hang"
+        }
+
+        async fn complete(&self, _request: &LlmRequest<'_>) -> Result<LlmResponse, BackendError> {
+            std::future::pending().await
+        }
+    }
+
+    #[tokio::test]
+    async fn writes_exactly_what_is_sent_and_received() {
+        let mut fixture = Fixture::new(DOT);
+        fixture.context.set("lang", "Rust");
+        fixture.context.set("tool", serde_json::json!({"name": "cargo"}));
+        fixture.services.backend = scripted(r#"{"plan": "Step 1: write code.\n"}"#);
+        let outcome = LlmHandler.run(&fixture.stage("plan")).await.unwrap();
+
+        let prompt = read(&fixture, "plan", "prompt.md");
+        assert_eq!(prompt, r#"Plan for Ship it using Rust and {"name":"cargo"}."#);
+        assert_eq!(read(&fixture, "plan", "response.md"), "Step 1: write code.\n");
+        assert_eq!(outcome.status, StageStatus::Success);
+        assert_eq!(outcome.context_updates["last_stage"], "plan");
+        assert_eq!(outcome.context_updates["last_response"], "Step 1: write code.\n");
+        assert_eq!(outcome.context_updates["response.plan"], "Step 1: write code.\n");
+        assert_eq!(outcome.notes.as_deref(), Some("scripted · 13 tokens in / 5 out"));
+    }
+
+    #[tokio::test]
+    async fn request_carries_node_settings() {
+        let mut fixture = Fixture::new(DOT);
+        let backend = recording(Ok("fine".to_string()));
+        fixture.services.backend = backend.clone();
+        LlmHandler.run(&fixture.stage("plan")).await.unwrap();
+        LlmHandler.run(&fixture.stage("ask")).await.unwrap();
+        let seen = backend.seen.lock().unwrap();
+        assert_eq!(seen[0].0, "Plan for Ship it using  and .");
+        assert!(seen[0].1, "box stages are agentic");
+        assert_eq!(seen[0].2.as_deref(), Some("gpt-5.2"));
+        assert_eq!(seen[0].3, None);
+        assert_eq!(seen[0].4.as_deref(), Some("high"));
+        assert_eq!(seen[1].0, "Summarise the plan");
+        assert!(!seen[1].1, "tab stages are single prompts");
+    }
+
+    #[tokio::test]
+    async fn missing_keys_expand_to_nothing_and_label_is_the_fallback_prompt() {
+        let mut fixture = Fixture::new(DOT);
+        fixture.services.backend = scripted("{}");
+        LlmHandler.run(&fixture.stage("ask")).await.unwrap();
+        assert_eq!(read(&fixture, "ask", "prompt.md"), "Summarise the plan");
+        LlmHandler.run(&fixture.stage("plan")).await.unwrap();
+        assert_eq!(read(&fixture, "plan", "prompt.md"), "Plan for Ship it using  and .");
+    }
+
+    #[test]
+    fn placeholders_expand_once_and_odd_braces_stay() {
+        let mut context = Context::new();
+        context.set("a", "{{b}}");
+        context.set("b", "B");
+        context.set("n", 3);
+        context.set("graph.goal", "Win");
+        assert_eq!(expand_prompt("{{a}}|{{context.b}}|{{ n }}|$goal", &context), "{{b}}|B|3|Win");
+        assert_eq!(expand_prompt("{{ }} {{a b}} {{{x}}} {{ $ {", &context), "{{ }} {{a b}} {{{x}}} {{ $ {");
+        assert_eq!(expand_prompt("é{{b}}ü$", &context), "éBü$");
+        assert_eq!(expand_prompt("no goal $goal", &Context::new()), "no goal $goal");
+    }
+
+    #[tokio::test]
+    async fn goal_override_in_context_expands_remaining_goal() {
+        let mut fixture = Fixture::new(
+            r#"digraph G { start [shape=Mdiamond]; exit [shape=Msquare];
+               plan [label="Work on $goal"]; start -> plan -> exit }"#,
+        );
+        fixture.context.set("graph.goal", "the override");
+        LlmHandler.run(&fixture.stage("plan")).await.unwrap();
+        assert_eq!(read(&fixture, "plan", "prompt.md"), "Work on the override");
+    }
+
+    #[tokio::test]
+    async fn last_response_is_cut_at_200_characters() {
+        let long = "é".repeat(150) + &"ü".repeat(100);
+        let outcome = run_with_response(&long).await;
+        let last = outcome.context_updates["last_response"].as_str().unwrap();
+        assert_eq!(last.chars().count(), 200);
+        assert_eq!(last, "é".repeat(150) + &"ü".repeat(50));
+        assert_eq!(outcome.context_updates["response.plan"], long.as_str());
+    }
+
+    #[tokio::test]
+    async fn the_last_directive_wins() {
+        let response = r#"First I thought: {"outcome": "success", "preferred_label": "Ship"}
+Then: {"outcome": "failed", "preferred_label": "Fix", "context_updates": {"tests": "red", "last_stage": "x"}}
+Done."#;
+        let outcome = run_with_response(response).await;
+        assert_eq!(outcome.status, StageStatus::Fail);
+        assert_eq!(outcome.preferred_label.as_deref(), Some("Fix"));
+        assert!(outcome.failure_reason.is_some());
+        assert_eq!(outcome.context_updates["tests"], "red");
+        // Directive updates go on top of the handler's own.
+        assert_eq!(outcome.context_updates["last_stage"], "x");
+        assert_eq!(outcome.context_updates["response.plan"], response);
+    }
+
+    #[tokio::test]
+    async fn fenced_directives_are_read() {
+        let response = "Looks good.\n\n```json\n{\n  \"outcome\": \"partial_success\",\n  \"preferred_next_label\": \"Review\",\n  \"suggested_next_ids\": [\"review\"],\n  \"note\": \"a } in a string { and \\\" quote\"\n}\n```\n";
+        let outcome = run_with_response(response).await;
+        assert_eq!(outcome.status, StageStatus::PartialSuccess);
+        assert_eq!(outcome.preferred_label.as_deref(), Some("Review"));
+        assert_eq!(outcome.suggested_next_ids, vec!["review".to_string()]);
+        assert_eq!(outcome.failure_reason, None);
+    }
+
+    #[tokio::test]
+    async fn json_without_directive_keys_is_ignored() {
+        let outcome = run_with_response(r#"Config: {"name": "x", "data": {"outcome": "fail"}} ok"#).await;
+        assert_eq!(outcome.status, StageStatus::Success);
+        assert_eq!(outcome.preferred_label, None);
+        assert!(!outcome.context_updates.contains_key("name"));
+    }
+
+    #[tokio::test]
+    async fn unknown_outcomes_fail_the_stage_clearly() {
+        let outcome = run_with_response(r#"{"outcome": "great"}"#).await;
+        assert_eq!(outcome.status, StageStatus::Fail);
+        let reason = outcome.failure_reason.unwrap();
+        assert!(reason.contains("unknown outcome `great`"), "{reason}");
+        assert_eq!(outcome.context_updates["last_stage"], "plan");
+
+        let outcome = run_with_response(r#"{"outcome": 3}"#).await;
+        assert_eq!(outcome.status, StageStatus::Fail);
+        assert!(outcome.failure_reason.unwrap().contains("`outcome` must be a string"));
+
+        let outcome = run_with_response(r#"{"context_updates": [1]}"#).await;
+        assert_eq!(outcome.status, StageStatus::Fail);
+    }
+
+    #[tokio::test]
+    async fn malformed_json_never_panics() {
+        for response in [
+            "{",
+            "}",
+            "{{{{",
+            "}}}{",
+            r#"{"outcome": "fail""#,
+            r#"{"outcome": fail}"#,
+            "{\"a\": \"\\",
+            "{\"é\": \"ü\\\"}\" ",
+            "``` json {\"outcome\": } ```",
+            "\u{0}{\u{fffd}}",
+            "",
+        ] {
+            let outcome = run_with_response(response).await;
+            assert_eq!(outcome.status, StageStatus::Success, "{response:?}");
+        }
+        // An unparsable span around a directive still lets the directive be found.
+        let outcome = run_with_response(r#"{ broken {"outcome": "retry"} "#).await;
+        assert_eq!(outcome.status, StageStatus::Retry);
+        // A stray quote before a directive does not hide it.
+        let outcome = run_with_response(r#"the { key, a 5" screen {"outcome": "skipped"}"#).await;
+        assert_eq!(outcome.status, StageStatus::Skipped);
+    }
+
+    #[test]
+    fn scanning_pathological_text_is_fast() {
+        let text = "{\"".repeat(50_000) + &"{".repeat(100_000) + r#"{"outcome": "fail"}"#;
+        let started = std::time::Instant::now();
+        let _ = find_directive(&text);
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
+        assert!(find_directive(&("{".repeat(200_000) + r#"{"outcome": "fail"}"#)).is_some());
+    }
+
+    #[test]
+    fn token_counts_are_short() {
+        assert_eq!(format_tokens(0), "0");
+        assert_eq!(format_tokens(999), "999");
+        assert_eq!(format_tokens(1000), "1.0k");
+        assert_eq!(format_tokens(1234), "1.2k");
+        assert_eq!(format_tokens(12_400), "12.4k");
+    }
+
+    #[tokio::test]
+    async fn backend_errors_map_to_handler_errors() {
+        let mut fixture = Fixture::new(DOT);
+        fixture.services.backend = recording(Err(BackendError::Retryable("rate limited".into())));
+        assert_eq!(
+            LlmHandler.run(&fixture.stage("plan")).await,
+            Err(HandlerError::Retryable("rate limited".into()))
+        );
+        fixture.services.backend = recording(Err(BackendError::Terminal("bad key".into())));
+        assert_eq!(
+            LlmHandler.run(&fixture.stage("plan")).await,
+            Err(HandlerError::Terminal("bad key".into()))
+        );
+        assert!(!fixture.dir.path().join("stages/plan/1/response.md").exists());
+    }
+
+    #[tokio::test]
+    async fn dry_run_uses_the_simulated_backend() {
+        let mut fixture = Fixture::new(DOT);
+        fixture.services.backend = scripted(r#"{"plan": "{\"outcome\": \"fail\"}"}"#);
+        fixture.dry_run = true;
+        let outcome = LlmHandler.run(&fixture.stage("plan")).await.unwrap();
+        assert_eq!(outcome.status, StageStatus::Success);
+        let response = read(&fixture, "plan", "response.md");
+        assert!(response.starts_with("[simulated] Stage `plan`, visit 1"), "{response}");
+        assert!(outcome.notes.unwrap().starts_with("simulated · "));
+    }
+
+    #[tokio::test]
+    async fn cancellation_stops_the_call() {
+        let mut fixture = Fixture::new(DOT);
+        fixture.services.backend = Arc::new(Hang);
+        let stage = fixture.stage("plan");
+        let cancel = fixture.cancel.clone();
+        let (result, ()) = tokio::join!(LlmHandler.run(&stage), async move {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            cancel.cancel();
+        });
+        assert_eq!(result, Err(HandlerError::Cancelled));
+        // Already cancelled: returns at once.
+        assert_eq!(LlmHandler.run(&stage).await, Err(HandlerError::Cancelled));
+    }
+}

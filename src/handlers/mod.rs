@@ -1,0 +1,207 @@
+//! Handlers run stages: one file per node kind. The engine resolves a node's handler by its
+//! explicit `type`, then its shape, then the default agent handler, and library users may
+//! register their own by type name.
+//!
+//! A handler reports how the stage went as an [`Outcome`]; it must never panic (the engine turns
+//! a panic into a failed stage anyway) and must stop promptly when the run is cancelled.
+
+pub mod command;
+pub mod human;
+pub mod llm;
+pub mod pass_through;
+pub mod wait;
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::backends::Backend;
+use crate::context::Context;
+use crate::engine::events::EventLog;
+use crate::graph::{Node, Workflow};
+use crate::interview::Interviewer;
+use crate::outcome::Outcome;
+
+/// Everything a handler may read while it runs one visit of one stage.
+pub struct StageRun<'a> {
+    pub node: &'a Node,
+    pub workflow: &'a Workflow,
+    pub context: &'a Context,
+    pub run_id: &'a str,
+    pub run_dir: &'a Path,
+    /// Where commands run and agents edit files.
+    pub work_dir: &'a Path,
+    /// `stages/<node_id>/<visit>/`, already created; everything the stage writes goes here.
+    pub stage_dir: &'a Path,
+    /// 1 for the first visit of this node in the run.
+    pub visit: u32,
+    /// 1 for the first attempt of this visit; retries count up.
+    pub attempt: u32,
+    pub services: &'a Services,
+    pub events: &'a EventLog,
+    /// Cancelled on SIGINT/SIGTERM or when the run is stopped; long work must watch it.
+    pub cancel: &'a CancellationToken,
+    /// `--dry-run`: simulate every side effect (commands, waits, LLM calls).
+    pub dry_run: bool,
+}
+
+/// Shared services handlers call out to.
+pub struct Services {
+    pub backend: Arc<dyn Backend>,
+    pub interviewer: Arc<dyn Interviewer>,
+}
+
+/// Why a handler could not produce an outcome.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HandlerError {
+    /// Worth trying again (rate limit, network): counts against `max_retries`.
+    #[error("{0}")]
+    Retryable(String),
+    /// Trying again will not help: the stage fails at once.
+    #[error("{0}")]
+    Terminal(String),
+    /// The stage needs input that is not available now (a human gate without an answer): the
+    /// run pauses and can be resumed.
+    #[error("{0}")]
+    Paused(String),
+    /// The run was cancelled while the stage ran.
+    #[error("cancelled")]
+    Cancelled,
+}
+
+#[async_trait::async_trait]
+pub trait Handler: Send + Sync {
+    async fn run(&self, stage: &StageRun<'_>) -> Result<Outcome, HandlerError>;
+}
+
+/// Handlers by canonical type name (`agent`, `command`, ...) plus custom types.
+#[derive(Default, Clone)]
+pub struct HandlerRegistry {
+    handlers: HashMap<String, Arc<dyn Handler>>,
+}
+
+impl HandlerRegistry {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Registers (or replaces) the handler for a type name.
+    pub fn register(&mut self, type_name: impl Into<String>, handler: Arc<dyn Handler>) {
+        self.handlers.insert(type_name.into(), handler);
+    }
+
+    /// The handler for a node: its resolved type's handler, if one is registered.
+    pub fn for_node(&self, node: &Node) -> Option<&Arc<dyn Handler>> {
+        self.handlers.get(node.handler_type().name())
+    }
+
+    pub fn type_names(&self) -> impl Iterator<Item = &str> {
+        self.handlers.keys().map(String::as_str)
+    }
+
+    /// The first node (in declaration order) whose type has no handler, if any.
+    pub fn first_unhandled<'w>(&self, workflow: &'w Workflow) -> Option<&'w Node> {
+        workflow.nodes().find(|node| self.for_node(node).is_none())
+    }
+}
+
+/// The built-in handlers. Parallel fan-out/fan-in and sub-workflow managers are not built in yet.
+pub fn builtin_handlers() -> HandlerRegistry {
+    let mut registry = HandlerRegistry::new();
+    let pass_through: Arc<dyn Handler> = Arc::new(pass_through::PassThrough);
+    for type_name in ["start", "exit", "conditional"] {
+        registry.register(type_name, pass_through.clone());
+    }
+    registry.register("command", Arc::new(command::CommandHandler));
+    registry.register("wait", Arc::new(wait::WaitHandler));
+    registry.register("human", Arc::new(human::HumanHandler));
+    let llm: Arc<dyn Handler> = Arc::new(llm::LlmHandler);
+    registry.register("agent", llm.clone());
+    registry.register("prompt", llm);
+    registry
+}
+
+#[cfg(test)]
+pub(crate) mod test_support {
+    //! Builds a [`StageRun`] for one node of a workflow written inline, with a temporary run
+    //! directory, so handler tests stay short.
+
+    use std::sync::Arc;
+
+    use tokio_util::sync::CancellationToken;
+
+    use super::{Services, StageRun};
+    use crate::backends::simulated::SimulatedBackend;
+    use crate::context::Context;
+    use crate::engine::events::EventLog;
+    use crate::graph::Workflow;
+    use crate::interview::{Answer, Interviewer, Question};
+    use crate::source::SourceFile;
+
+    /// An interviewer that always gives the same answer.
+    pub struct FixedAnswer(pub Answer);
+
+    #[async_trait::async_trait]
+    impl Interviewer for FixedAnswer {
+        async fn ask(&self, _question: &Question<'_>) -> Answer {
+            self.0.clone()
+        }
+    }
+
+    pub struct Fixture {
+        pub workflow: Workflow,
+        pub context: Context,
+        pub dir: tempfile::TempDir,
+        pub services: Services,
+        pub events: EventLog,
+        pub cancel: CancellationToken,
+        pub dry_run: bool,
+    }
+
+    impl Fixture {
+        /// Loads `dot` (which must be valid) with the simulated backend and an interviewer that
+        /// has no answers.
+        pub fn new(dot: &str) -> Fixture {
+            let checked = crate::Loader::new().load_source(SourceFile::new("test.dot", dot)).expect("parses");
+            assert!(!checked.has_errors(), "{:?}", checked.diagnostics);
+            let dir = tempfile::tempdir().expect("temp dir");
+            std::fs::create_dir_all(dir.path().join("work")).expect("work dir");
+            Fixture {
+                workflow: checked.workflow,
+                context: Context::new(),
+                dir,
+                services: Services {
+                    backend: Arc::new(SimulatedBackend),
+                    interviewer: Arc::new(FixedAnswer(Answer::Unavailable)),
+                },
+                events: EventLog::in_memory("test-run"),
+                cancel: CancellationToken::new(),
+                dry_run: false,
+            }
+        }
+
+        /// The stage run for `node_id`, visit 1, attempt 1; its stage directory is created.
+        pub fn stage(&self, node_id: &str) -> StageRun<'_> {
+            let node = self.workflow.node(node_id).expect("node exists");
+            let stage_dir = self.dir.path().join("stages").join(node_id).join("1");
+            std::fs::create_dir_all(&stage_dir).expect("stage dir");
+            StageRun {
+                node,
+                workflow: &self.workflow,
+                context: &self.context,
+                run_id: "test-run",
+                run_dir: self.dir.path(),
+                work_dir: Box::leak(self.dir.path().join("work").into_boxed_path()),
+                stage_dir: Box::leak(stage_dir.into_boxed_path()),
+                visit: 1,
+                attempt: 1,
+                services: &self.services,
+                events: &self.events,
+                cancel: &self.cancel,
+                dry_run: self.dry_run,
+            }
+        }
+    }
+}

@@ -1,0 +1,281 @@
+//! Asks human gates on an interactive terminal: the question and its choices go to stderr, the
+//! answer is one line read from stdin.
+//!
+//! ```text
+//! [?] Ship it?
+//!   [A] Approve -> deploy
+//!   [R] Request changes -> revise
+//! (answer within 5m)
+//! >
+//! ```
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::sync::Mutex as SyncMutex;
+
+use tokio::io::{AsyncBufRead, AsyncBufReadExt};
+use tokio::sync::{mpsc, Mutex};
+
+use super::{answer_for, Answer, Interviewer, Question};
+use crate::graph::attribute::format_duration;
+
+type Writer = Box<dyn Write + Send>;
+
+/// An interviewer that reads answers typed on a terminal (or any reader, for tests).
+pub struct Console {
+    input: Mutex<Input>,
+    output: SyncMutex<Writer>,
+}
+
+/// Where answers are read from.
+enum Input {
+    Reader(Box<dyn AsyncBufRead + Send + Unpin>),
+    /// Lines of the process's stdin, read on a dedicated thread (started at the first question)
+    /// so a pending read never holds up the runtime's shutdown; `None` until then.
+    Stdin(Option<mpsc::Receiver<std::io::Result<Vec<u8>>>>),
+}
+
+impl Input {
+    /// The next line, with its newline; empty at the end of input.
+    async fn read_line(&mut self) -> std::io::Result<Vec<u8>> {
+        match self {
+            Input::Reader(reader) => {
+                let mut line = Vec::new();
+                reader.read_until(b'\n', &mut line).await?;
+                Ok(line)
+            }
+            Input::Stdin(lines) => {
+                let lines = match lines {
+                    Some(lines) => {
+                        // Lines typed while no question was showing (say, after a timeout)
+                        // answered an earlier question: drop them.
+                        while let Ok(Ok(stale)) = lines.try_recv() {
+                            if stale.is_empty() {
+                                return Ok(stale);
+                            }
+                        }
+                        lines
+                    }
+                    None => lines.insert(spawn_stdin_reader()?),
+                };
+                lines.recv().await.unwrap_or_else(|| Ok(Vec::new()))
+            }
+        }
+    }
+}
+
+/// Reads stdin line by line on its own thread; the channel closes at the end of input.
+fn spawn_stdin_reader() -> std::io::Result<mpsc::Receiver<std::io::Result<Vec<u8>>>> {
+    let (sender, receiver) = mpsc::channel(1);
+    std::thread::Builder::new().name("fabro-stdin".into()).spawn(move || {
+        let stdin = std::io::stdin();
+        loop {
+            let mut line = Vec::new();
+            let read = stdin.lock().read_until(b'\n', &mut line);
+            let last = !matches!(read, Ok(n) if n > 0);
+            if sender.blocking_send(read.map(|_| line)).is_err() || last {
+                break;
+            }
+        }
+    })?;
+    Ok(receiver)
+}
+
+impl Console {
+    /// Reads stdin and writes to stderr.
+    pub fn new() -> Console {
+        Console { input: Mutex::new(Input::Stdin(None)), output: SyncMutex::new(Box::new(std::io::stderr())) }
+    }
+
+    /// Reads answers from `reader` and writes questions to `writer`.
+    pub fn with_io(
+        reader: impl AsyncBufRead + Send + Unpin + 'static,
+        writer: impl Write + Send + 'static,
+    ) -> Console {
+        Console {
+            input: Mutex::new(Input::Reader(Box::new(reader))),
+            output: SyncMutex::new(Box::new(writer)),
+        }
+    }
+
+    /// True when stdin and stderr are both terminals, so someone can see and answer questions.
+    pub fn is_available() -> bool {
+        std::io::stdin().is_terminal() && std::io::stderr().is_terminal()
+    }
+
+    /// Writes to the output; a failed write is logged, never fatal (the answer may still come).
+    fn say(&self, text: &str) {
+        let mut output = self.output.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Err(error) = output.write_all(text.as_bytes()).and_then(|()| output.flush()) {
+            tracing::warn!(%error, "could not write the question to the terminal");
+        }
+    }
+}
+
+impl Default for Console {
+    fn default() -> Self {
+        Console::new()
+    }
+}
+
+/// The question as shown: `[?] text`, one line per choice, the time limit, and a `> ` prompt.
+pub fn render_question(question: &Question<'_>) -> String {
+    let mut text = format!("[?] {}\n", question.text.trim());
+    for choice in question.choices {
+        text.push_str(&format!("  [{}] {} -> {}\n", choice.key, choice.label, choice.target));
+    }
+    if let Some(timeout) = question.timeout {
+        text.push_str(&format!("(answer within {})\n", format_duration(timeout)));
+    }
+    text.push_str("> ");
+    text
+}
+
+#[async_trait::async_trait]
+impl Interviewer for Console {
+    async fn ask(&self, question: &Question<'_>) -> Answer {
+        // One question at a time: parallel branches wait their turn for the terminal.
+        let mut input = self.input.lock().await;
+        self.say(&render_question(question));
+        let read = input.read_line();
+        let read = match question.timeout {
+            Some(timeout) => match tokio::time::timeout(timeout, read).await {
+                Ok(read) => read,
+                Err(_elapsed) => {
+                    self.say(&format!("\n[!] no answer within {}\n", format_duration(timeout)));
+                    return Answer::Timeout;
+                }
+            },
+            None => read.await,
+        };
+        match read {
+            Ok(line) if line.is_empty() => {
+                self.say("\n");
+                Answer::Unavailable
+            }
+            Ok(line) => {
+                let text = String::from_utf8_lossy(&line);
+                if text.trim().is_empty() {
+                    Answer::Unavailable
+                } else {
+                    answer_for(&text, question.choices)
+                }
+            }
+            Err(error) => {
+                tracing::warn!(%error, "could not read an answer from the terminal");
+                Answer::Unavailable
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use tokio::io::BufReader;
+
+    use super::*;
+    use crate::graph::Choice;
+
+    /// A writer tests can read back.
+    #[derive(Clone, Default)]
+    struct Shared(Arc<SyncMutex<Vec<u8>>>);
+
+    impl Write for Shared {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Shared {
+        fn text(&self) -> String {
+            String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
+        }
+    }
+
+    fn choices() -> Vec<Choice<'static>> {
+        vec![
+            Choice::from_edge(Some("[A] Approve"), "deploy"),
+            Choice::from_edge(Some("R) Request changes"), "revise"),
+            Choice::from_edge(Some("[S] Skip"), "exit"),
+        ]
+    }
+
+    fn console(input: &'static str) -> (Console, Shared) {
+        let output = Shared::default();
+        (Console::with_io(input.as_bytes(), output.clone()), output)
+    }
+
+    async fn ask(console: &Console, timeout: Option<Duration>) -> Answer {
+        let choices = choices();
+        console.ask(&Question { gate_id: "gate", text: "Ship it?", choices: &choices, timeout }).await
+    }
+
+    #[tokio::test]
+    async fn answers_by_key_label_target_or_freeform_then_eof() {
+        let (console, output) = console("a\n  Request changes \nexit\nnot yet, add tests\n\n");
+        assert_eq!(ask(&console, None).await, Answer::Choice(0));
+        assert_eq!(ask(&console, None).await, Answer::Choice(1));
+        assert_eq!(ask(&console, None).await, Answer::Choice(2));
+        assert_eq!(ask(&console, None).await, Answer::Freeform("not yet, add tests".into()));
+        assert_eq!(ask(&console, None).await, Answer::Unavailable, "empty line");
+        assert_eq!(ask(&console, None).await, Answer::Unavailable, "end of input");
+        let question =
+            "[?] Ship it?\n  [A] Approve -> deploy\n  [R] Request changes -> revise\n  [S] Skip -> exit\n> ";
+        assert!(output.text().starts_with(&format!("{question}{question}")), "{}", output.text());
+    }
+
+    #[tokio::test]
+    async fn last_line_without_newline_still_counts() {
+        let (console, _) = console("S");
+        assert_eq!(ask(&console, Some(Duration::from_secs(5))).await, Answer::Choice(2));
+    }
+
+    #[tokio::test]
+    async fn no_answer_within_the_timeout() {
+        let (reader, _writer) = tokio::io::duplex(64);
+        let output = Shared::default();
+        let console = Console::with_io(BufReader::new(reader), output.clone());
+        assert_eq!(ask(&console, Some(Duration::from_millis(20))).await, Answer::Timeout);
+        let text = output.text();
+        assert!(text.contains("(answer within 20ms)\n> "), "{text}");
+        assert!(text.ends_with("\n[!] no answer within 20ms\n"), "{text}");
+    }
+
+    #[tokio::test]
+    async fn an_answer_typed_before_the_timeout_is_taken() {
+        let (reader, mut writer) = tokio::io::duplex(64);
+        let console = Console::with_io(BufReader::new(reader), Shared::default());
+        let typing = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            tokio::io::AsyncWriteExt::write_all(&mut writer, b"r\n").await.unwrap();
+            writer
+        });
+        assert_eq!(ask(&console, Some(Duration::from_secs(5))).await, Answer::Choice(1));
+        drop(typing.await.unwrap());
+        assert_eq!(ask(&console, Some(Duration::from_secs(5))).await, Answer::Unavailable, "closed input");
+    }
+
+    #[tokio::test]
+    async fn stdin_lines_typed_before_the_question_are_dropped() {
+        let (sender, receiver) = mpsc::channel(4);
+        let output = Shared::default();
+        let console = Console {
+            input: Mutex::new(Input::Stdin(Some(receiver))),
+            output: SyncMutex::new(Box::new(output.clone())),
+        };
+        sender.send(Ok(b"a\n".to_vec())).await.unwrap();
+        let typing = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            sender.send(Ok(b"s\n".to_vec())).await.unwrap();
+        });
+        assert_eq!(ask(&console, Some(Duration::from_secs(5))).await, Answer::Choice(2));
+        typing.await.unwrap();
+        assert_eq!(ask(&console, None).await, Answer::Unavailable, "stdin closed");
+    }
+}

@@ -1,0 +1,171 @@
+//! Interviewers answer human gates: on a terminal, from an answers file, by approving the first
+//! choice, or not at all (the run then pauses until it is resumed with an answer).
+
+pub mod answers;
+pub mod console;
+
+use std::time::Duration;
+
+use crate::graph::Choice;
+
+/// What a human gate asks.
+#[derive(Debug, Clone)]
+pub struct Question<'a> {
+    pub gate_id: &'a str,
+    /// The gate's label or prompt.
+    pub text: &'a str,
+    pub choices: &'a [Choice<'a>],
+    pub timeout: Option<Duration>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answer {
+    /// Index into the question's choices.
+    Choice(usize),
+    /// Text that names no choice.
+    Freeform(String),
+    /// Nobody answered within the timeout.
+    Timeout,
+    /// No answer can be had now (no terminal, no answer left in the file).
+    Unavailable,
+}
+
+#[async_trait::async_trait]
+pub trait Interviewer: Send + Sync {
+    async fn ask(&self, question: &Question<'_>) -> Answer;
+}
+
+/// The choice an answer's text names: a choice whose accelerator key it is (so a typed `R` means
+/// the `[R]` choice even when another label reads `R`), else the first choice it
+/// [matches](Choice::matches) by label or target id.
+pub fn choice_for(text: &str, choices: &[Choice<'_>]) -> Option<usize> {
+    let text = text.trim();
+    choices
+        .iter()
+        .position(|choice| !choice.key.is_empty() && text.eq_ignore_ascii_case(&choice.key))
+        .or_else(|| choices.iter().position(|choice| choice.matches(text)))
+}
+
+/// The answer that typed or recorded text gives: the choice it names, else the text itself.
+pub fn answer_for(text: &str, choices: &[Choice<'_>]) -> Answer {
+    match choice_for(text, choices) {
+        Some(index) => Answer::Choice(index),
+        None => Answer::Freeform(text.trim().to_string()),
+    }
+}
+
+/// Approves every gate: the first choice, or the freeform answer `approved` when a question has
+/// no choices (`--auto-approve`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AutoApprove;
+
+#[async_trait::async_trait]
+impl Interviewer for AutoApprove {
+    async fn ask(&self, question: &Question<'_>) -> Answer {
+        if question.choices.is_empty() {
+            Answer::Freeform("approved".to_string())
+        } else {
+            Answer::Choice(0)
+        }
+    }
+}
+
+/// Never answers: a non-interactive run without answers pauses at its first human gate.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoAnswers;
+
+#[async_trait::async_trait]
+impl Interviewer for NoAnswers {
+    async fn ask(&self, _question: &Question<'_>) -> Answer {
+        Answer::Unavailable
+    }
+}
+
+/// Asks each interviewer in order and gives the first answer that is not
+/// [`Answer::Unavailable`] (e.g. an answers file, then the terminal, then auto-approve).
+#[derive(Clone, Default)]
+pub struct FirstAvailable(pub Vec<std::sync::Arc<dyn Interviewer>>);
+
+#[async_trait::async_trait]
+impl Interviewer for FirstAvailable {
+    async fn ask(&self, question: &Question<'_>) -> Answer {
+        for interviewer in &self.0 {
+            let answer = interviewer.ask(question).await;
+            if answer != Answer::Unavailable {
+                return answer;
+            }
+        }
+        Answer::Unavailable
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    use super::*;
+
+    fn choices() -> Vec<Choice<'static>> {
+        vec![
+            Choice::from_edge(Some("[A] Approve"), "deploy"),
+            Choice::from_edge(Some("R) Request changes"), "revise"),
+            Choice::from_edge(Some("[S] Skip"), "exit"),
+        ]
+    }
+
+    fn question<'a>(choices: &'a [Choice<'a>]) -> Question<'a> {
+        Question { gate_id: "gate", text: "Ship it?", choices, timeout: None }
+    }
+
+    /// Counts how often it was asked, then gives its answer.
+    struct Counting(Answer, AtomicUsize);
+
+    #[async_trait::async_trait]
+    impl Interviewer for Counting {
+        async fn ask(&self, _question: &Question<'_>) -> Answer {
+            self.1.fetch_add(1, Ordering::SeqCst);
+            self.0.clone()
+        }
+    }
+
+    #[test]
+    fn text_names_a_choice_by_key_label_or_target() {
+        let choices = choices();
+        assert_eq!(answer_for("a", &choices), Answer::Choice(0));
+        assert_eq!(answer_for(" Request changes ", &choices), Answer::Choice(1));
+        assert_eq!(answer_for("R) Request changes", &choices), Answer::Choice(1));
+        assert_eq!(answer_for("exit", &choices), Answer::Choice(2));
+        assert_eq!(answer_for("ship it later", &choices), Answer::Freeform("ship it later".into()));
+        // A key wins over a later label that reads the same.
+        let tricky = [Choice::from_edge(Some("[X] R"), "x"), Choice::from_edge(Some("[R] Retry"), "retry")];
+        assert_eq!(choice_for("r", &tricky), Some(1));
+    }
+
+    #[tokio::test]
+    async fn auto_approve_takes_the_first_choice() {
+        let choices = choices();
+        assert_eq!(AutoApprove.ask(&question(&choices)).await, Answer::Choice(0));
+        assert_eq!(AutoApprove.ask(&question(&[])).await, Answer::Freeform("approved".into()));
+        assert_eq!(NoAnswers.ask(&question(&choices)).await, Answer::Unavailable);
+    }
+
+    #[tokio::test]
+    async fn first_available_stops_at_the_first_real_answer() {
+        let choices = choices();
+        let unavailable = Arc::new(Counting(Answer::Unavailable, AtomicUsize::new(0)));
+        let timeout = Arc::new(Counting(Answer::Timeout, AtomicUsize::new(0)));
+        let never = Arc::new(Counting(Answer::Choice(2), AtomicUsize::new(0)));
+        let chain = FirstAvailable(vec![unavailable.clone(), timeout.clone(), never.clone()]);
+        assert_eq!(chain.ask(&question(&choices)).await, Answer::Timeout);
+        assert_eq!(unavailable.1.load(Ordering::SeqCst), 1);
+        assert_eq!(timeout.1.load(Ordering::SeqCst), 1);
+        assert_eq!(never.1.load(Ordering::SeqCst), 0);
+
+        let chain = FirstAvailable(vec![Arc::new(NoAnswers), Arc::new(AutoApprove)]);
+        assert_eq!(chain.ask(&question(&choices)).await, Answer::Choice(0));
+        let chain = FirstAvailable(vec![Arc::new(NoAnswers), Arc::new(NoAnswers)]);
+        assert_eq!(chain.ask(&question(&choices)).await, Answer::Unavailable);
+        assert_eq!(FirstAvailable::default().ask(&question(&choices)).await, Answer::Unavailable);
+    }
+}
