@@ -32,7 +32,15 @@ pub struct EventLog {
 
 struct EventState {
     seq: u64,
-    file: Option<std::fs::File>,
+    /// Buffered: flushed by [`EventLog::flush`] at every checkpoint and when the run ends, so
+    /// a stage costs one write, not one per event.
+    file: Option<std::io::BufWriter<std::fs::File>>,
+}
+
+impl Drop for EventLog {
+    fn drop(&mut self) {
+        self.flush();
+    }
 }
 
 impl EventLog {
@@ -42,7 +50,7 @@ impl EventLog {
             std::fs::OpenOptions::new().create(true).append(true).open(run_dir.join("events.jsonl"))?;
         Ok(EventLog {
             run_id: run_id.to_string(),
-            state: Mutex::new(EventState { seq: next_seq, file: Some(file) }),
+            state: Mutex::new(EventState { seq: next_seq, file: Some(std::io::BufWriter::new(file)) }),
             observers: Vec::new(),
         })
     }
@@ -107,6 +115,14 @@ impl EventLog {
         drop(state);
         for observer in &self.observers {
             observer(&record);
+        }
+    }
+
+    /// Writes buffered events to the file.
+    pub fn flush(&self) {
+        let Ok(mut state) = self.state.lock() else { return };
+        if let Some(Err(error)) = state.file.as_mut().map(Write::flush) {
+            tracing::warn!(%error, "could not write events.jsonl");
         }
     }
 

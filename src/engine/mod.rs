@@ -5,4 +5,4 @@ pub mod events;
 pub mod retry;
 mod scheduler;
 
-pub use scheduler::{Engine, RunOptions, RunReport, StartError};
+pub use scheduler::{Engine, RunOptions, RunReport, RunTimings, StartError};

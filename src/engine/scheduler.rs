@@ -22,7 +22,7 @@ use crate::graph::{HandlerType, Node, Workflow};
 use crate::handlers::{Handler, HandlerError, HandlerRegistry, Services, StageRun};
 use crate::outcome::{Outcome, StageStatus};
 use crate::run_dir::{
-    Checkpoint, Manifest, RunDir, RunDirError, RunResult, RunStatus, StageRecord, StageStatusFile,
+    CheckpointRef, Manifest, RunDir, RunDirError, RunResult, RunStatus, StageRecord, StageStatusFile,
 };
 use crate::ValidWorkflow;
 
@@ -55,6 +55,19 @@ pub struct RunReport {
     pub result: RunResult,
     /// Why the run paused (a human gate without an answer), when it did.
     pub pause_reason: Option<String>,
+    pub timings: RunTimings,
+}
+
+/// Where the engine's own time went, for `-v` and the engine benchmark.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RunTimings {
+    /// Writing `checkpoint.json` after every stage.
+    pub checkpoints: std::time::Duration,
+    /// Creating stage directories and writing `status.json`.
+    pub stage_files: std::time::Duration,
+    /// Appending buffered events to `events.jsonl`.
+    pub events: std::time::Duration,
+    pub checkpoint_count: u32,
 }
 
 /// Runs workflows with a set of handlers and services.
@@ -118,6 +131,7 @@ impl Engine {
             manifest,
             state: RunState { context: seed_context(workflow, options), ..RunState::default() },
             started: Instant::now(),
+            timings: RunTimings::default(),
         };
         run.context_set("internal.run_id", run.run_id.clone());
         run.events.run_event("run.started", json!({"workflow": workflow.name(), "goal": workflow.goal()}));
@@ -183,6 +197,7 @@ struct Run<'e> {
     manifest: Manifest,
     state: RunState,
     started: Instant,
+    timings: RunTimings,
 }
 
 impl Run<'_> {
@@ -217,7 +232,10 @@ impl Run<'_> {
         if let Some(reason) = self.visit_limit_exceeded(node, visit) {
             return Step::Finish(RunStatus::Failed, Some(reason));
         }
-        let stage_dir = match self.run_dir.stage_dir(&node.id, visit) {
+        let files_clock = Instant::now();
+        let stage_dir = self.run_dir.stage_dir(&node.id, visit);
+        self.timings.stage_files += files_clock.elapsed();
+        let stage_dir = match stage_dir {
             Ok(dir) => dir,
             Err(error) => return Step::Finish(RunStatus::Failed, Some(error.to_string())),
         };
@@ -402,9 +420,11 @@ impl Run<'_> {
             started_at,
             duration_ms,
         };
+        let files_clock = Instant::now();
         if let Err(error) = crate::run_dir::write_json_file(&stage_dir.join("status.json"), &status_file) {
             tracing::warn!(%error, "could not write status.json");
         }
+        self.timings.stage_files += files_clock.elapsed();
         let context = &mut self.state.context;
         context.apply(&outcome.context_updates);
         context.set("outcome", outcome.status.as_str());
@@ -500,19 +520,26 @@ impl Run<'_> {
     }
 
     fn save_checkpoint(&mut self, status: RunStatus, current: &str, next: Option<&str>) {
-        let checkpoint = Checkpoint {
-            run_id: self.run_id.clone(),
+        let clock = Instant::now();
+        self.events.flush();
+        self.timings.events += clock.elapsed();
+        let clock = Instant::now();
+        let checkpoint = CheckpointRef {
+            run_id: &self.run_id,
             status,
-            current_node: current.to_string(),
-            next_node: next.map(str::to_string),
-            completed_nodes: self.state.completed.clone(),
-            node_outcomes: self.state.outcomes.clone(),
-            node_visits: self.state.visits.clone(),
-            node_retries: self.state.retries.clone(),
-            context: self.state.context.clone(),
+            current_node: current,
+            next_node: next,
+            completed_nodes: &self.state.completed,
+            node_outcomes: &self.state.outcomes,
+            node_visits: &self.state.visits,
+            node_retries: &self.state.retries,
+            context: &self.state.context,
             timestamp: now_rfc3339(),
         };
-        match self.run_dir.write_json("checkpoint.json", &checkpoint) {
+        let written = self.run_dir.write_compact_json("checkpoint.json", &checkpoint);
+        self.timings.checkpoints += clock.elapsed();
+        self.timings.checkpoint_count += 1;
+        match written {
             Ok(()) => self
                 .events
                 .run_event("checkpoint.saved", json!({"node_id": current, "status": status.as_str()})),
@@ -555,8 +582,9 @@ impl Run<'_> {
         if status != RunStatus::Paused {
             self.events.run_event(event, json!({"status": status.as_str(), "failure_reason": reason, "duration_ms": result.duration_ms}));
         }
+        self.events.flush();
         let pause_reason = if status == RunStatus::Paused { reason } else { None };
-        RunReport { result, pause_reason }
+        RunReport { result, pause_reason, timings: self.timings }
     }
 }
 

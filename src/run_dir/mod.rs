@@ -19,7 +19,7 @@ mod records;
 use std::path::{Path, PathBuf};
 
 pub use atomic::write_atomic;
-pub use records::{Checkpoint, Manifest, RunResult, RunStatus, StageRecord, StageStatusFile};
+pub use records::{Checkpoint, CheckpointRef, Manifest, RunResult, RunStatus, StageRecord, StageStatusFile};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RunDirError {
@@ -61,6 +61,19 @@ impl RunDir {
         }
         std::fs::create_dir_all(&dir).map_err(|source| io(&dir, source))?;
         Ok(dir)
+    }
+
+    /// Writes `value` as compact JSON (one line) to `relative`, atomically: for files rewritten
+    /// after every stage, where size is time.
+    pub fn write_compact_json(
+        &self,
+        relative: impl AsRef<Path>,
+        value: &impl serde::Serialize,
+    ) -> Result<(), RunDirError> {
+        let path = self.root.join(relative);
+        let mut bytes = serde_json::to_vec(value).map_err(|e| io(&path, std::io::Error::other(e)))?;
+        bytes.push(b'\n');
+        write_atomic(&path, &bytes).map_err(|source| io(&path, source))
     }
 
     /// Writes `value` as pretty JSON to `relative` inside the run directory, atomically.

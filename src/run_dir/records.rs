@@ -59,6 +59,22 @@ pub struct Checkpoint {
     pub timestamp: String,
 }
 
+/// The same record as [`Checkpoint`], borrowing the engine's state so that saving it after every
+/// stage copies nothing. It serializes to exactly what [`Checkpoint`] reads.
+#[derive(Debug, serde::Serialize)]
+pub struct CheckpointRef<'a> {
+    pub run_id: &'a str,
+    pub status: RunStatus,
+    pub current_node: &'a str,
+    pub next_node: Option<&'a str>,
+    pub completed_nodes: &'a [String],
+    pub node_outcomes: &'a BTreeMap<String, StageStatus>,
+    pub node_visits: &'a BTreeMap<String, u32>,
+    pub node_retries: &'a BTreeMap<String, u32>,
+    pub context: &'a Context,
+    pub timestamp: String,
+}
+
 /// One visit of one stage, as `result.json` lists it.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct StageRecord {
@@ -89,4 +105,36 @@ pub struct StageStatusFile {
     pub attempts: u32,
     pub started_at: String,
     pub duration_ms: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_borrowed_checkpoint_reads_back_as_a_checkpoint() {
+        let mut context = Context::new();
+        context.set("graph.goal", "ship");
+        let completed = vec!["start".to_string(), "plan".to_string()];
+        let outcomes = BTreeMap::from([("plan".to_string(), StageStatus::Success)]);
+        let visits = BTreeMap::from([("plan".to_string(), 1)]);
+        let retries = BTreeMap::new();
+        let view = CheckpointRef {
+            run_id: "r1",
+            status: RunStatus::Running,
+            current_node: "plan",
+            next_node: Some("exit"),
+            completed_nodes: &completed,
+            node_outcomes: &outcomes,
+            node_visits: &visits,
+            node_retries: &retries,
+            context: &context,
+            timestamp: "2026-11-21T00:00:00Z".into(),
+        };
+        let read: Checkpoint = serde_json::from_str(&serde_json::to_string(&view).unwrap()).unwrap();
+        assert_eq!(read.completed_nodes, completed);
+        assert_eq!(read.next_node.as_deref(), Some("exit"));
+        assert_eq!(read.node_outcomes, outcomes);
+        assert_eq!(read.context, context);
+    }
 }
