@@ -141,8 +141,8 @@ async fn run_async(args: RunArgs) -> u8 {
     let engine = Engine::new(handlers, Services { backend, interviewer });
     let cancel = CancellationToken::new();
     watch_signals(cancel.clone());
-    let quiet = args.quiet || args.json;
-    let report = match engine.run(&valid, &options, move |event| progress(event, quiet), cancel).await {
+    let view = ProgressView::new(args.quiet || args.json);
+    let report = match engine.run(&valid, &options, move |event| view.show(event), cancel).await {
         Ok(report) => report,
         Err(error) => {
             eprintln!("error: {error}");
@@ -248,35 +248,86 @@ fn watch_signals(cancel: CancellationToken) {
     });
 }
 
-/// One plain line per stage event on stderr.
-fn progress(event: &Event, quiet: bool) {
-    if quiet {
-        return;
+/// Progress on stderr: on a terminal, a spinner with the current stage and its elapsed time
+/// above which finished stages are printed; elsewhere (or with `CI` set), one timestamped line
+/// per event.
+struct ProgressView {
+    quiet: bool,
+    live: bool,
+    spinner: std::sync::Mutex<Option<indicatif::ProgressBar>>,
+}
+
+impl ProgressView {
+    fn new(quiet: bool) -> ProgressView {
+        let live = !quiet
+            && std::io::IsTerminal::is_terminal(&std::io::stderr())
+            && std::env::var_os("CI").is_none();
+        ProgressView { quiet, live, spinner: std::sync::Mutex::new(None) }
     }
-    let time = event.ts.get(11..19).unwrap_or("");
+
+    fn show(&self, event: &Event) {
+        if self.quiet {
+            return;
+        }
+        let node = event.node_id.as_deref().unwrap_or("");
+        if self.live && event.event == "stage.started" {
+            let spinner = indicatif::ProgressBar::new_spinner();
+            let style = indicatif::ProgressStyle::with_template("{spinner} {msg} {elapsed}")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner());
+            spinner.set_style(style);
+            spinner.set_message(format!("{node} ({})", field(event, "handler")));
+            spinner.enable_steady_tick(std::time::Duration::from_millis(100));
+            self.replace_spinner(Some(spinner));
+            return;
+        }
+        let Some(line) = describe(event) else { return };
+        if !self.live {
+            eprintln!("[{}] {line}", event.ts.get(11..19).unwrap_or(""));
+            return;
+        }
+        // A finished stage or a question ends the spinner, so the console prompt stays readable.
+        if matches!(event.event.as_str(), "stage.completed" | "stage.failed" | "interview.started") {
+            self.replace_spinner(None);
+        }
+        match self.spinner.lock().ok().and_then(|guard| guard.clone()) {
+            Some(spinner) => spinner.println(line),
+            None => eprintln!("{line}"),
+        }
+    }
+
+    fn replace_spinner(&self, next: Option<indicatif::ProgressBar>) {
+        if let Ok(mut current) = self.spinner.lock() {
+            if let Some(previous) = current.take() {
+                previous.finish_and_clear();
+            }
+            *current = next;
+        }
+    }
+}
+
+fn field<'e>(event: &'e Event, key: &str) -> &'e str {
+    event.fields.get(key).and_then(|v| v.as_str()).unwrap_or("")
+}
+
+/// The progress line for an event, if it deserves one.
+fn describe(event: &Event) -> Option<String> {
     let node = event.node_id.as_deref().unwrap_or("");
-    let field = |key: &str| event.fields.get(key).and_then(|v| v.as_str()).unwrap_or("");
-    let line = match event.event.as_str() {
-        "stage.started" => format!("▶ {node} ({})", field("handler")),
+    Some(match event.event.as_str() {
+        "stage.started" => format!("▶ {node} ({})", field(event, "handler")),
         "stage.completed" | "stage.failed" => {
             let ms = event.fields.get("duration_ms").and_then(|v| v.as_u64()).unwrap_or(0);
-            let mut line = format!(
-                "{} {node}: {} in {}",
-                if event.event == "stage.failed" { "✗" } else { "✓" },
-                field("status"),
-                seconds(ms)
-            );
-            if !field("failure_reason").is_empty() {
-                line.push_str(&format!(" ({})", field("failure_reason")));
+            let mark = if event.event == "stage.failed" { "✗" } else { "✓" };
+            let mut line = format!("{mark} {node}: {} in {}", field(event, "status"), seconds(ms));
+            if !field(event, "failure_reason").is_empty() {
+                line.push_str(&format!(" ({})", field(event, "failure_reason")));
             }
             line
         }
-        "stage.retrying" => format!("↻ {node}: retrying ({})", field("reason")),
-        "edge.selected" => format!("  → {} ({})", field("to"), field("reason")),
+        "stage.retrying" => format!("↻ {node}: retrying ({})", field(event, "reason")),
+        "edge.selected" => format!("  → {} ({})", field(event, "to"), field(event, "reason")),
         "interview.started" => format!("? {node}: waiting for an answer"),
-        _ => return,
-    };
-    eprintln!("[{time}] {line}");
+        _ => return None,
+    })
 }
 
 fn seconds(ms: u64) -> String {
