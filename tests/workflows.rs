@@ -155,7 +155,13 @@ fn branch_and_loop_routes_on_outcome_and_loops_through_fix() {
     assert!(run_tests.attributes.duration("timeout").is_some());
 
     assert_eq!(node(&workflow, "tests_passed").handler_type(), HandlerType::Conditional);
-    assert_eq!(targets(&outgoing(&workflow, "run_tests")), ["tests_passed"]);
+    // Success and failure both reach the diamond; the failure path is an explicit edge.
+    let into_diamond: Vec<(Option<&str>, String)> =
+        outgoing(&workflow, "run_tests").iter().map(|e| (condition(e), e.to.id.clone())).collect();
+    assert_eq!(
+        into_diamond,
+        [(None, "tests_passed".to_string()), (Some("outcome=fail"), "tests_passed".to_string())]
+    );
     let routes: Vec<(Option<&str>, String)> =
         outgoing(&workflow, "tests_passed").iter().map(|e| (condition(e), e.to.id.clone())).collect();
     assert_eq!(
@@ -299,16 +305,21 @@ fn ci_pipeline_runs_commands_waits_and_explains_failures() {
 
     let explain = node(&workflow, "explain_failure");
     assert!(explain.handler_type().is_llm());
-    assert_eq!(targets(&outgoing(&workflow, "explain_failure")), ["exit"]);
+    // After explaining, the run fails on purpose so CI gets an honest exit code.
+    assert_eq!(targets(&outgoing(&workflow, "explain_failure")), ["report_failure"]);
+    let report = node(&workflow, "report_failure");
+    assert_eq!(report.handler_type(), HandlerType::Command);
+    assert!(report.attributes.text("script").unwrap().ends_with("exit 1"));
+    assert!(outgoing(&workflow, "report_failure").is_empty());
 
-    // Every gate: success continues down the pipeline, the unconditional fallback goes to the
-    // explainer with a richer fidelity than the graph default.
+    // Every gate: the unconditional edge continues down the pipeline after success; the
+    // `outcome=fail` edge goes to the explainer with a richer fidelity than the graph default.
     for id in gates {
         let edges = outgoing(&workflow, id);
-        assert_eq!(edges.len(), 2, "`{id}` has a success edge and a fallback");
-        assert_eq!(condition(&edges[0]), Some("outcome=success"), "`{id}` success edge");
+        assert_eq!(edges.len(), 2, "`{id}` has a success edge and a failure edge");
+        assert!(!edges[0].edge.is_conditional(), "`{id}` goes on unconditionally after success");
         assert_ne!(edges[0].to.id, "explain_failure");
-        assert!(!edges[1].edge.is_conditional(), "`{id}` fallback is unconditional");
+        assert_eq!(condition(&edges[1]), Some("outcome=fail"), "`{id}` failure edge");
         assert_eq!(edges[1].to.id, "explain_failure");
         assert_eq!(edges[1].edge.attributes.text("fidelity"), Some("summary:high"));
     }

@@ -255,6 +255,9 @@ impl Run<'_> {
                 // The gate runs again when the run resumes, as the same visit.
                 if let Some(count) = self.state.visits.get_mut(&node.id) {
                     *count -= 1;
+                    if *count == 0 {
+                        self.state.visits.remove(&node.id);
+                    }
                 }
                 self.save_checkpoint(RunStatus::Paused, &node.id, Some(&node.id));
                 self.events.stage_event("run.paused", &node.id, visit, json!({"reason": reason}));
@@ -348,6 +351,7 @@ impl Run<'_> {
                     visit,
                     json!({"attempt": attempt + 1, "delay_ms": delay.as_millis() as u64, "reason": outcome.failure_reason}),
                 );
+                archive_attempt(stage_dir, attempt);
                 tokio::select! {
                     _ = tokio::time::sleep(delay) => continue,
                     _ = self.cancel.cancelled() => return StageEnd::Cancelled,
@@ -427,6 +431,9 @@ impl Run<'_> {
         self.timings.stage_files += files_clock.elapsed();
         let context = &mut self.state.context;
         context.apply(&outcome.context_updates);
+        if node.handler_type() != HandlerType::Conditional {
+            context.set("last_stage", node.id.clone());
+        }
         context.set("outcome", outcome.status.as_str());
         match &outcome.preferred_label {
             Some(label) => context.set("preferred_label", label.clone()),
@@ -585,6 +592,26 @@ impl Run<'_> {
         self.events.flush();
         let pause_reason = if status == RunStatus::Paused { reason } else { None };
         RunReport { result, pause_reason, timings: self.timings }
+    }
+}
+
+/// Moves what attempt `attempt` left in the stage directory into `attempts/<attempt>/`, so the
+/// next attempt starts clean and nothing an earlier attempt wrote is overwritten.
+fn archive_attempt(stage_dir: &std::path::Path, attempt: u32) {
+    let archive = stage_dir.join("attempts").join(attempt.to_string());
+    let Ok(entries) = std::fs::read_dir(stage_dir) else { return };
+    let entries: Vec<_> = entries.flatten().filter(|entry| entry.file_name() != "attempts").collect();
+    if entries.is_empty() {
+        return;
+    }
+    if let Err(error) = std::fs::create_dir_all(&archive) {
+        tracing::warn!(%error, "could not archive attempt {attempt}");
+        return;
+    }
+    for entry in entries {
+        if let Err(error) = std::fs::rename(entry.path(), archive.join(entry.file_name())) {
+            tracing::warn!(%error, "could not archive {}", entry.path().display());
+        }
     }
 }
 

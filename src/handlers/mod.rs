@@ -111,9 +111,9 @@ impl HandlerRegistry {
 pub fn builtin_handlers() -> HandlerRegistry {
     let mut registry = HandlerRegistry::new();
     let pass_through: Arc<dyn Handler> = Arc::new(pass_through::PassThrough);
-    for type_name in ["start", "exit", "conditional"] {
-        registry.register(type_name, pass_through.clone());
-    }
+    registry.register("start", pass_through.clone());
+    registry.register("exit", pass_through);
+    registry.register("conditional", Arc::new(pass_through::Conditional));
     registry.register("command", Arc::new(command::CommandHandler));
     registry.register("wait", Arc::new(wait::WaitHandler));
     registry.register("human", Arc::new(human::HumanHandler));

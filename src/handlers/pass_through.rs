@@ -1,8 +1,10 @@
-//! Start, exit and conditional stages: they do nothing and succeed. Routing from a conditional
-//! happens in edge selection; goal gates are checked by the scheduler before the exit stage.
+//! Start and exit stages do nothing and succeed (goal gates are checked by the scheduler before
+//! the exit stage). A conditional stage does nothing either, but passes the outcome and preferred
+//! label of the stage before it through, so its edges can route on them
+//! (`validate -> gate; gate -> fix [condition="outcome=fail"]`).
 
 use super::{Handler, HandlerError, StageRun};
-use crate::outcome::Outcome;
+use crate::outcome::{Outcome, StageStatus};
 
 pub struct PassThrough;
 
@@ -10,5 +12,49 @@ pub struct PassThrough;
 impl Handler for PassThrough {
     async fn run(&self, _stage: &StageRun<'_>) -> Result<Outcome, HandlerError> {
         Ok(Outcome::success())
+    }
+}
+
+pub struct Conditional;
+
+#[async_trait::async_trait]
+impl Handler for Conditional {
+    async fn run(&self, stage: &StageRun<'_>) -> Result<Outcome, HandlerError> {
+        let previous = stage.context.get_text("outcome").and_then(|text| text.parse::<StageStatus>().ok());
+        let Some(status) = previous else { return Ok(Outcome::success()) };
+        let from = stage.context.get_text("last_stage").unwrap_or_else(|| "the previous stage".to_string());
+        Ok(Outcome {
+            preferred_label: stage.context.get_text("preferred_label"),
+            notes: Some(format!("routes on outcome {status} of {from}")),
+            failure_reason: (status == StageStatus::Fail).then(|| {
+                stage
+                    .context
+                    .get_text("failure_signature")
+                    .unwrap_or_else(|| "the previous stage failed".to_string())
+            }),
+            ..Outcome::new(status)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::handlers::test_support::Fixture;
+
+    #[tokio::test]
+    async fn a_conditional_passes_the_previous_outcome_through() {
+        let mut fixture = Fixture::new(
+            "digraph T { start [shape=Mdiamond]; exit [shape=Msquare]; gate [shape=diamond]; start -> gate -> exit }",
+        );
+        let outcome = Conditional.run(&fixture.stage("gate")).await.unwrap();
+        assert_eq!(outcome.status, StageStatus::Success);
+        fixture.context.set("outcome", "fail");
+        fixture.context.set("preferred_label", "Fix");
+        fixture.context.set("last_stage", "tests");
+        let outcome = Conditional.run(&fixture.stage("gate")).await.unwrap();
+        assert_eq!(outcome.status, StageStatus::Fail);
+        assert_eq!(outcome.preferred_label.as_deref(), Some("Fix"));
+        assert_eq!(outcome.notes.as_deref(), Some("routes on outcome fail of tests"));
     }
 }
