@@ -771,9 +771,10 @@ fn wait_human_without_an_answer_pauses_the_run() {
         "{stderr}"
     );
     assert!(
-        stderr.contains(r#"`--answers FILE` (e.g. {"gate": ["A"]}) or `--auto-approve` when running again"#),
+        stderr.contains(r#"Resume with `fabro resume <run dir> --answers FILE` (e.g. {"gate": ["A"]}) or `--auto-approve`"#),
         "{stderr}"
     );
+    assert!(stderr.contains("resume with: fabro resume run --answers FILE (or --auto-approve)"), "{stderr}");
     assert!(stderr.contains("run paused in "), "{stderr}");
 
     // An answers file that runs out pauses at the next question.
@@ -1859,7 +1860,7 @@ fn sigint_interrupts_the_run_and_saves_the_checkpoint() {
         "{events}"
     );
     assert!(!run_dir.join("stages/after").exists());
-    assert!(stderr.contains("interrupted; the checkpoint is in run"), "{stderr}");
+    assert!(stderr.contains("interrupted; resume with: fabro resume run"), "{stderr}");
 }
 
 // ---------------------------------------------------------------------------------------------

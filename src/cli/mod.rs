@@ -1,6 +1,7 @@
 //! Command-line parsing and dispatch. Nothing here that a library user would need.
 
 mod render;
+mod resume;
 mod run;
 mod validate;
 
@@ -32,6 +33,8 @@ struct Cli {
 enum Command {
     /// Run a workflow: exit 0 succeeded, 1 failed, 2 invalid input, 3 paused for input, 130 interrupted.
     Run(run::RunArgs),
+    /// Continue a paused, interrupted or crashed run from its last checkpoint (same exit codes).
+    Resume(resume::ResumeArgs),
     /// Parse, transform and lint a workflow; exit 0 when it has no errors, 2 otherwise.
     Validate {
         /// The workflow file (.dot).
@@ -48,6 +51,7 @@ pub fn main() -> ExitCode {
     let code = match cli.command {
         Command::Validate { workflow, json } => validate::run(&workflow, json),
         Command::Run(args) => run::run(args),
+        Command::Resume(args) => resume::resume(args),
     };
     ExitCode::from(code)
 }

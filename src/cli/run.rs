@@ -31,33 +31,40 @@ pub struct RunArgs {
     /// Where commands run and agents work (default: the current directory).
     #[arg(long)]
     workdir: Option<PathBuf>,
-    /// Answer every LLM stage with deterministic placeholder text.
-    #[arg(long)]
-    simulate: bool,
-    /// Answer LLM stages from a JSON file: {"node_id": "text" | ["visit 1", "visit 2", ...]}.
-    #[arg(long, value_name = "FILE")]
-    responses: Option<PathBuf>,
-    /// Check the wiring: simulate LLM calls, commands and waits; cap loops at 3 visits.
-    #[arg(long)]
-    dry_run: bool,
-    /// Take the first choice at every human gate.
-    #[arg(long)]
-    auto_approve: bool,
-    /// Answers for human gates: {"gate_id": ["A", "Fix", "node_id", ...]}, used in order.
-    #[arg(long, value_name = "FILE")]
-    answers: Option<PathBuf>,
     /// Replace the workflow's goal.
     #[arg(long)]
     goal: Option<String>,
     /// Seed a context value (JSON if it parses as JSON, else text). Repeatable.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     set: Vec<String>,
+    #[command(flatten)]
+    launch: LaunchArgs,
+}
+
+/// How stages get their answers and how the run reports: shared by `run` and `resume`.
+#[derive(clap::Args)]
+pub struct LaunchArgs {
+    /// Answer every LLM stage with deterministic placeholder text.
+    #[arg(long)]
+    pub simulate: bool,
+    /// Answer LLM stages from a JSON file: {"node_id": "text" | ["visit 1", "visit 2", ...]}.
+    #[arg(long, value_name = "FILE")]
+    pub responses: Option<PathBuf>,
+    /// Check the wiring: simulate LLM calls, commands and waits; cap loops at 3 visits.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Take the first choice at every human gate.
+    #[arg(long)]
+    pub auto_approve: bool,
+    /// Answers for human gates: {"gate_id": ["A", "Fix", "node_id", ...]}, used in order.
+    #[arg(long, value_name = "FILE")]
+    pub answers: Option<PathBuf>,
     /// Print result.json on stdout and nothing else.
     #[arg(long)]
-    json: bool,
+    pub json: bool,
     /// No progress lines, only the summary.
     #[arg(short, long)]
-    quiet: bool,
+    pub quiet: bool,
 }
 
 pub fn run(args: RunArgs) -> u8 {
@@ -83,45 +90,8 @@ async fn run_async(args: RunArgs) -> u8 {
             return exit::INVALID;
         }
     };
-    let source = checked.workflow.source().clone();
-    for diagnostic in &checked.diagnostics {
-        if diagnostic.severity == Severity::Error || !args.quiet {
-            eprint!("{}", render_diagnostic(diagnostic, &source));
-        }
-    }
-    let valid = match checked.into_valid() {
-        Ok(valid) => valid,
-        Err(invalid) => {
-            let errors = invalid.diagnostics.iter().filter(|d| d.is_error()).count();
-            eprintln!(
-                "error: {} has {errors} validation error(s); the run did not start",
-                args.workflow.display()
-            );
-            return exit::INVALID;
-        }
-    };
-    let handlers = builtin_handlers();
-    if let Some(node) = handlers.first_unhandled(&valid.workflow) {
-        eprintln!(
-            "error: node `{}` is a {} stage, which this version of fabro cannot run yet; the run did not start",
-            node.id,
-            node.handler_type()
-        );
+    let Some(valid) = report_diagnostics(checked, &args.workflow, args.launch.quiet) else {
         return exit::INVALID;
-    }
-    let backend = match choose_backend(&args, &valid.workflow) {
-        Ok(backend) => backend,
-        Err(message) => {
-            eprintln!("error: {message}");
-            return exit::INVALID;
-        }
-    };
-    let interviewer = match choose_interviewer(&args) {
-        Ok(interviewer) => interviewer,
-        Err(message) => {
-            eprintln!("error: {message}");
-            return exit::INVALID;
-        }
     };
     let context = match parse_sets(&args.set) {
         Ok(context) => context,
@@ -137,12 +107,66 @@ async fn run_async(args: RunArgs) -> u8 {
             return exit::INVALID;
         }
     };
-    let options = RunOptions { run_dir: args.run_dir.clone(), work_dir, dry_run: args.dry_run, context };
-    let engine = Engine::new(handlers, Services { backend, interviewer });
+    let engine = match engine_for(&args.launch, &valid.workflow) {
+        Ok(engine) => engine,
+        Err(message) => {
+            eprintln!("error: {message}");
+            return exit::INVALID;
+        }
+    };
+    let options =
+        RunOptions { run_dir: args.run_dir.clone(), work_dir, dry_run: args.launch.dry_run, context };
     let cancel = CancellationToken::new();
     watch_signals(cancel.clone());
-    let view = ProgressView::new(args.quiet || args.json);
-    let report = match engine.run(&valid, &options, move |event| view.show(event), cancel).await {
+    let view = ProgressView::new(args.launch.quiet || args.launch.json);
+    let report = engine.run(&valid, &options, move |event| view.show(event), cancel).await;
+    conclude(report, &args.launch)
+}
+
+/// Prints the diagnostics of a loaded workflow and returns it when it has no errors.
+pub fn report_diagnostics(
+    checked: fabro::CheckedWorkflow,
+    path: &std::path::Path,
+    quiet: bool,
+) -> Option<fabro::ValidWorkflow> {
+    let source = checked.workflow.source().clone();
+    for diagnostic in &checked.diagnostics {
+        if diagnostic.severity == Severity::Error || !quiet {
+            eprint!("{}", render_diagnostic(diagnostic, &source));
+        }
+    }
+    match checked.into_valid() {
+        Ok(valid) => Some(valid),
+        Err(invalid) => {
+            let errors = invalid.diagnostics.iter().filter(|d| d.is_error()).count();
+            eprintln!("error: {} has {errors} validation error(s); the run did not start", path.display());
+            None
+        }
+    }
+}
+
+/// The engine with the built-in handlers, the backend and the interviewer the options ask for;
+/// refuses workflows with stages this version cannot run.
+pub fn engine_for(launch: &LaunchArgs, workflow: &Workflow) -> Result<Engine, String> {
+    let handlers = builtin_handlers();
+    if let Some(node) = handlers.first_unhandled(workflow) {
+        return Err(format!(
+            "node `{}` is a {} stage, which this version of fabro cannot run yet; the run did not start",
+            node.id,
+            node.handler_type()
+        ));
+    }
+    let backend = choose_backend(launch, workflow)?;
+    let interviewer = choose_interviewer(launch)?;
+    Ok(Engine::new(handlers, Services { backend, interviewer }))
+}
+
+/// Prints the outcome and turns it into the exit code.
+pub fn conclude(
+    report: Result<fabro::engine::RunReport, fabro::engine::StartError>,
+    launch: &LaunchArgs,
+) -> u8 {
+    let report = match report {
         Ok(report) => report,
         Err(error) => {
             eprintln!("error: {error}");
@@ -150,7 +174,7 @@ async fn run_async(args: RunArgs) -> u8 {
         }
     };
     let result = &report.result;
-    if args.json {
+    if launch.json {
         match serde_json::to_string_pretty(result) {
             Ok(text) => println!("{text}"),
             Err(error) => eprintln!("error: cannot print result.json: {error}"),
@@ -159,12 +183,13 @@ async fn run_async(args: RunArgs) -> u8 {
     eprint!("{}", summary(result));
     if let Some(reason) = &report.pause_reason {
         eprintln!("paused: {reason}");
+        eprintln!("resume with: fabro resume {} --answers FILE (or --auto-approve)", result.run_dir);
     }
     match result.status {
         RunStatus::Succeeded => exit::SUCCESS,
         RunStatus::Paused => exit::PAUSED,
         RunStatus::Interrupted => {
-            eprintln!("interrupted; the checkpoint is in {}", result.run_dir);
+            eprintln!("interrupted; resume with: fabro resume {}", result.run_dir);
             exit::INTERRUPTED
         }
         RunStatus::Failed | RunStatus::Running => exit::FAILED,
@@ -172,7 +197,7 @@ async fn run_async(args: RunArgs) -> u8 {
 }
 
 /// Simulated for `--simulate`/`--dry-run`, scripted for `--responses`; no real providers yet.
-fn choose_backend(args: &RunArgs, workflow: &Workflow) -> Result<Arc<dyn Backend>, String> {
+fn choose_backend(args: &LaunchArgs, workflow: &Workflow) -> Result<Arc<dyn Backend>, String> {
     if let Some(path) = &args.responses {
         return ScriptedBackend::from_file(path)
             .map(|b| Arc::new(b) as Arc<dyn Backend>)
@@ -189,7 +214,7 @@ fn choose_backend(args: &RunArgs, workflow: &Workflow) -> Result<Arc<dyn Backend
 }
 
 /// Answers file first, then auto-approve, then the terminal; without any, gates pause the run.
-fn choose_interviewer(args: &RunArgs) -> Result<Arc<dyn Interviewer>, String> {
+fn choose_interviewer(args: &LaunchArgs) -> Result<Arc<dyn Interviewer>, String> {
     let mut chain: Vec<Arc<dyn Interviewer>> = Vec::new();
     if let Some(path) = &args.answers {
         chain.push(Arc::new(AnswersFile::from_file(path).map_err(|e| e.to_string())?));
@@ -225,7 +250,7 @@ fn parse_sets(sets: &[String]) -> Result<Vec<(String, serde_json::Value)>, Strin
 
 /// First SIGINT/SIGTERM: cancel the run (the current stage stops, the checkpoint is saved).
 /// Second SIGINT: exit at once.
-fn watch_signals(cancel: CancellationToken) {
+pub fn watch_signals(cancel: CancellationToken) {
     tokio::spawn(async move {
         let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
         let term = async {
@@ -251,21 +276,21 @@ fn watch_signals(cancel: CancellationToken) {
 /// Progress on stderr: on a terminal, a spinner with the current stage and its elapsed time
 /// above which finished stages are printed; elsewhere (or with `CI` set), one timestamped line
 /// per event.
-struct ProgressView {
+pub struct ProgressView {
     quiet: bool,
     live: bool,
     spinner: std::sync::Mutex<Option<indicatif::ProgressBar>>,
 }
 
 impl ProgressView {
-    fn new(quiet: bool) -> ProgressView {
+    pub fn new(quiet: bool) -> ProgressView {
         let live = !quiet
             && std::io::IsTerminal::is_terminal(&std::io::stderr())
             && std::env::var_os("CI").is_none();
         ProgressView { quiet, live, spinner: std::sync::Mutex::new(None) }
     }
 
-    fn show(&self, event: &Event) {
+    pub fn show(&self, event: &Event) {
         if self.quiet {
             return;
         }

@@ -22,7 +22,8 @@ use crate::graph::{HandlerType, Node, Workflow};
 use crate::handlers::{Handler, HandlerError, HandlerRegistry, Services, StageRun};
 use crate::outcome::{Outcome, StageStatus};
 use crate::run_dir::{
-    CheckpointRef, Manifest, RunDir, RunDirError, RunResult, RunStatus, StageRecord, StageStatusFile,
+    CheckpointRef, Manifest, RunDir, RunDirError, RunResult, RunStatus, SavedRun, StageRecord,
+    StageStatusFile,
 };
 use crate::ValidWorkflow;
 
@@ -47,6 +48,8 @@ pub enum StartError {
     Events(std::io::Error),
     #[error("the workflow has no start node")]
     NoStart,
+    #[error("the checkpoint continues at node `{0}`, which the workflow does not have")]
+    MissingNode(String),
 }
 
 /// How a run ended, with `result.json`'s content.
@@ -136,6 +139,53 @@ impl Engine {
         run.context_set("internal.run_id", run.run_id.clone());
         run.events.run_event("run.started", json!({"workflow": workflow.name(), "goal": workflow.goal()}));
         Ok(run.execute(start).await)
+    }
+
+    /// Continues a saved run from its checkpoint: same run id and directory, events appended,
+    /// completed stages not run again, the stage that was waiting or in flight run again.
+    /// `valid` must be loaded from the saved run's `workflow_source`.
+    pub async fn resume(
+        &self,
+        valid: &ValidWorkflow,
+        saved: SavedRun,
+        options: &RunOptions,
+        observe: impl Fn(&super::events::Event) + Send + Sync + 'static,
+        cancel: CancellationToken,
+    ) -> Result<RunReport, StartError> {
+        let workflow = &valid.workflow;
+        let next_id = saved.checkpoint.next_node.clone().unwrap_or_default();
+        let next = workflow.index_of(&next_id).ok_or_else(|| StartError::MissingNode(next_id.clone()))?;
+        let mut events = EventLog::open(saved.dir.root(), &saved.manifest.run_id, saved.last_event_seq)
+            .map_err(StartError::Events)?;
+        events.observe(observe);
+        let previous = saved.checkpoint.status;
+        let mut manifest = saved.manifest;
+        manifest.status = RunStatus::Running;
+        manifest.finished_at = None;
+        saved.dir.write_json("manifest.json", &manifest)?;
+        let checkpoint = saved.checkpoint;
+        let run = Run {
+            engine: self,
+            workflow,
+            run_dir: saved.dir,
+            run_id: manifest.run_id.clone(),
+            options,
+            events,
+            cancel,
+            manifest,
+            state: RunState {
+                context: checkpoint.context,
+                completed: checkpoint.completed_nodes,
+                outcomes: checkpoint.node_outcomes,
+                visits: checkpoint.node_visits,
+                retries: checkpoint.node_retries,
+                stages: saved.stages,
+            },
+            started: Instant::now(),
+            timings: RunTimings::default(),
+        };
+        run.events.run_event("run.resumed", json!({"from": next_id, "previous_status": previous.as_str()}));
+        Ok(run.execute(next).await)
     }
 }
 
@@ -252,18 +302,13 @@ impl Run<'_> {
         let (outcome, attempts) = match self.run_stage(node, visit, &stage_dir).await {
             StageEnd::Done { outcome, attempts } => (outcome, attempts),
             StageEnd::Paused(reason) => {
-                // The gate runs again when the run resumes, as the same visit.
-                if let Some(count) = self.state.visits.get_mut(&node.id) {
-                    *count -= 1;
-                    if *count == 0 {
-                        self.state.visits.remove(&node.id);
-                    }
-                }
+                self.uncount_visit(&node.id);
                 self.save_checkpoint(RunStatus::Paused, &node.id, Some(&node.id));
                 self.events.stage_event("run.paused", &node.id, visit, json!({"reason": reason}));
                 return Step::Finish(RunStatus::Paused, Some(reason));
             }
             StageEnd::Cancelled => {
+                self.uncount_visit(&node.id);
                 self.save_checkpoint(RunStatus::Interrupted, &node.id, Some(&node.id));
                 return Step::Finish(
                     RunStatus::Interrupted,
@@ -283,6 +328,17 @@ impl Run<'_> {
         };
         self.save_checkpoint(RunStatus::Running, &node.id, next_id);
         step
+    }
+
+    /// A stage that paused or was interrupted runs again on resume as the same visit (in a new,
+    /// suffixed stage directory, so its partial files are kept).
+    fn uncount_visit(&mut self, node_id: &str) {
+        if let Some(count) = self.state.visits.get_mut(node_id) {
+            *count -= 1;
+            if *count == 0 {
+                self.state.visits.remove(node_id);
+            }
+        }
     }
 
     /// `max_visits` on the node, graph `max_node_visits`, and the dry-run cap.

@@ -89,9 +89,9 @@ impl Handler for HumanHandler {
             Answer::Freeform(text) => Ok(freeform(stage, &options, text)),
             Answer::Timeout => Ok(timed_out(stage, &options, &choices, timeout)),
             Answer::Unavailable => Err(HandlerError::Paused(format!(
-                "human gate `{gate}` is waiting for an answer; the checkpoint is saved. Answer it with \
-                 `--answers FILE` (e.g. {{\"{gate}\": [\"{}\"]}}) or `--auto-approve` when running \
-                 again (this version cannot resume a paused run yet)",
+                "human gate `{gate}` is waiting for an answer; the checkpoint is saved. Resume with \
+                 `fabro resume <run dir> --answers FILE` (e.g. {{\"{gate}\": [\"{}\"]}}) or \
+                 `--auto-approve`",
                 options[0].choice.key
             ))),
         }
@@ -404,9 +404,9 @@ mod tests {
         assert_eq!(
             error,
             HandlerError::Paused(
-                "human gate `gate` is waiting for an answer; the checkpoint is saved. Answer it with \
-                 `--answers FILE` (e.g. {\"gate\": [\"A\"]}) or `--auto-approve` when running \
-                 again (this version cannot resume a paused run yet)"
+                "human gate `gate` is waiting for an answer; the checkpoint is saved. Resume with \
+                 `fabro resume <run dir> --answers FILE` (e.g. {\"gate\": [\"A\"]}) or \
+                 `--auto-approve`"
                     .into()
             )
         );

@@ -15,11 +15,13 @@
 
 mod atomic;
 mod records;
+mod saved;
 
 use std::path::{Path, PathBuf};
 
 pub use atomic::write_atomic;
 pub use records::{Checkpoint, CheckpointRef, Manifest, RunResult, RunStatus, StageRecord, StageStatusFile};
+pub use saved::{ResumeError, SavedRun};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RunDirError {

@@ -1,0 +1,82 @@
+//! `fabro resume RUN_DIR [...]`: continue a paused, interrupted or crashed run from its last
+//! checkpoint, with the workflow source stored in the run directory.
+
+use std::path::PathBuf;
+
+use fabro::engine::RunOptions;
+use fabro::run_dir::SavedRun;
+use fabro::source::SourceFile;
+use fabro::Loader;
+use tokio_util::sync::CancellationToken;
+
+use super::exit;
+use super::render::render_load_error;
+use super::run::{conclude, engine_for, report_diagnostics, watch_signals, LaunchArgs, ProgressView};
+
+#[derive(clap::Args)]
+pub struct ResumeArgs {
+    /// The run directory (it holds manifest.json, checkpoint.json and workflow.dot).
+    run_dir: PathBuf,
+    #[command(flatten)]
+    launch: LaunchArgs,
+}
+
+pub fn resume(args: ResumeArgs) -> u8 {
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the async runtime: {error}");
+            return exit::INVALID;
+        }
+    };
+    runtime.block_on(resume_async(args))
+}
+
+async fn resume_async(args: ResumeArgs) -> u8 {
+    let saved = match SavedRun::open(&args.run_dir) {
+        Ok(saved) => saved,
+        Err(error) => {
+            eprintln!("error: {error}");
+            return exit::INVALID;
+        }
+    };
+    // The stored copy is what ran; say so when the original file has changed since.
+    let source_path = PathBuf::from(&saved.manifest.source_path);
+    if let Ok(current) = std::fs::read_to_string(&source_path) {
+        if current != saved.workflow_source {
+            eprintln!(
+                "note: {} changed since the run started; continuing with the copy stored in the run directory",
+                source_path.display()
+            );
+        }
+    }
+    let loaded = Loader::new().load_source(SourceFile::new(&source_path, saved.workflow_source.clone()));
+    let checked = match loaded {
+        Ok(checked) => checked,
+        Err(error) => {
+            eprint!("{}", render_load_error(&error));
+            return exit::INVALID;
+        }
+    };
+    let Some(valid) = report_diagnostics(checked, &source_path, true) else {
+        return exit::INVALID;
+    };
+    let engine = match engine_for(&args.launch, &valid.workflow) {
+        Ok(engine) => engine,
+        Err(message) => {
+            eprintln!("error: {message}");
+            return exit::INVALID;
+        }
+    };
+    let options = RunOptions {
+        run_dir: Some(args.run_dir.clone()),
+        work_dir: PathBuf::from(&saved.manifest.work_dir),
+        dry_run: args.launch.dry_run,
+        context: Vec::new(),
+    };
+    let cancel = CancellationToken::new();
+    watch_signals(cancel.clone());
+    let view = ProgressView::new(args.launch.quiet || args.launch.json);
+    let report = engine.resume(&valid, saved, &options, move |event| view.show(event), cancel).await;
+    conclude(report, &args.launch)
+}

@@ -1,0 +1,84 @@
+//! Reading a run directory back to continue it.
+
+use std::path::{Path, PathBuf};
+
+use super::records::{Checkpoint, Manifest, RunResult, RunStatus, StageRecord};
+use super::RunDir;
+
+/// Why a directory cannot be resumed.
+#[derive(Debug, thiserror::Error)]
+pub enum ResumeError {
+    #[error("`{}` is not a fabro run directory (no {missing})", path.display())]
+    NotARun { path: PathBuf, missing: &'static str },
+    #[error("`{}` is corrupt: {message}", path.display())]
+    Corrupt { path: PathBuf, message: String },
+    #[error("the run in `{}` already {}; there is nothing to resume", path.display(), describe(*status))]
+    Finished { path: PathBuf, status: RunStatus },
+    #[error("the checkpoint in `{}` names no stage to continue from", path.display())]
+    NoNextStage { path: PathBuf },
+}
+
+fn describe(status: RunStatus) -> &'static str {
+    match status {
+        RunStatus::Succeeded => "succeeded",
+        RunStatus::Failed => "failed (a stage failed for good; change the workflow and start a new run)",
+        _ => "ended",
+    }
+}
+
+/// A run as its directory holds it: what the engine needs to pick it up again.
+#[derive(Debug)]
+pub struct SavedRun {
+    pub dir: RunDir,
+    pub manifest: Manifest,
+    pub checkpoint: Checkpoint,
+    /// The stages recorded so far (from result.json when the run ended paused or interrupted).
+    pub stages: Vec<StageRecord>,
+    /// The exact source that ran.
+    pub workflow_source: String,
+    /// The last event sequence number, so new events continue the log.
+    pub last_event_seq: u64,
+}
+
+impl SavedRun {
+    /// Reads a run directory; refuses ones that are not runs, are corrupt, or have ended.
+    pub fn open(root: &Path) -> Result<SavedRun, ResumeError> {
+        let manifest: Manifest = read_json(root, "manifest.json")?;
+        let checkpoint: Checkpoint = read_json(root, "checkpoint.json")?;
+        if matches!(checkpoint.status, RunStatus::Succeeded | RunStatus::Failed) {
+            return Err(ResumeError::Finished { path: root.to_path_buf(), status: checkpoint.status });
+        }
+        if checkpoint.next_node.is_none() {
+            return Err(ResumeError::NoNextStage { path: root.to_path_buf() });
+        }
+        let workflow_source = std::fs::read_to_string(root.join("workflow.dot"))
+            .map_err(|_| ResumeError::NotARun { path: root.to_path_buf(), missing: "workflow.dot" })?;
+        let stages = match std::fs::read_to_string(root.join("result.json")) {
+            Ok(text) => serde_json::from_str::<RunResult>(&text).map(|r| r.stages).unwrap_or_default(),
+            Err(_) => Vec::new(),
+        };
+        let last_event_seq = std::fs::read_to_string(root.join("events.jsonl"))
+            .ok()
+            .and_then(|text| {
+                text.lines().rev().find_map(|line| {
+                    serde_json::from_str::<serde_json::Value>(line).ok()?.get("seq")?.as_u64()
+                })
+            })
+            .unwrap_or(0);
+        Ok(SavedRun {
+            dir: RunDir { root: root.to_path_buf() },
+            manifest,
+            checkpoint,
+            stages,
+            workflow_source,
+            last_event_seq,
+        })
+    }
+}
+
+fn read_json<T: serde::de::DeserializeOwned>(root: &Path, name: &'static str) -> Result<T, ResumeError> {
+    let path = root.join(name);
+    let text = std::fs::read_to_string(&path)
+        .map_err(|_| ResumeError::NotARun { path: root.to_path_buf(), missing: name })?;
+    serde_json::from_str(&text).map_err(|error| ResumeError::Corrupt { path, message: error.to_string() })
+}

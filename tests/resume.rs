@@ -1,0 +1,237 @@
+//! `fabro resume`: a paused, interrupted or crashed run continues from its checkpoint with the
+//! same run id and directory; finished, foreign and corrupt directories are refused untouched.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::{json, Value};
+
+/// A temporary directory in which `fabro` runs several times.
+struct Dir(tempfile::TempDir);
+
+impl Dir {
+    fn new(files: &[(&str, &str)]) -> Dir {
+        let dir = tempfile::tempdir().expect("temp dir");
+        for (name, text) in files {
+            std::fs::write(dir.path().join(name), text).expect("write");
+        }
+        Dir(dir)
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.0.path().join(name)
+    }
+
+    fn fabro(&self, args: &[&str]) -> Output {
+        Command::new(common::fabro_bin())
+            .args(args)
+            .current_dir(self.0.path())
+            .env_remove("CI")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("run fabro")
+    }
+
+    fn json(&self, name: &str) -> Value {
+        let text = std::fs::read_to_string(self.path(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{name}: {e}"))
+    }
+
+    fn events(&self) -> Vec<Value> {
+        std::fs::read_to_string(self.path("run/events.jsonl"))
+            .expect("events")
+            .lines()
+            .map(|line| serde_json::from_str(line).expect("event json"))
+            .collect()
+    }
+}
+
+fn code(output: &Output) -> Option<i32> {
+    output.status.code()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+const GATED: &str = r#"digraph gated {
+    start [shape=Mdiamond]
+    exit [shape=Msquare]
+    plan [shape=parallelogram, script="echo plan >> log"]
+    gate [shape=hexagon, label="Ship it?"]
+    ship [shape=parallelogram, script="echo ship >> log"]
+    start -> plan -> gate
+    gate -> ship [label="[A] Approve"]
+    gate -> exit [label="[S] Skip"]
+    ship -> exit
+}
+"#;
+
+#[test]
+fn a_paused_run_resumes_with_an_answer_and_never_reruns_completed_stages() {
+    let dir = Dir::new(&[("w.dot", GATED), ("answers.json", r#"{"gate": ["A"]}"#)]);
+    let paused = dir.fabro(&["run", "w.dot", "--run-dir", "run", "-q"]);
+    assert_eq!(code(&paused), Some(3), "{}", stderr(&paused));
+    assert!(stderr(&paused).contains("resume with: fabro resume run --answers FILE"), "{}", stderr(&paused));
+    let run_id = dir.json("run/manifest.json")["run_id"].clone();
+    assert_eq!(dir.json("run/checkpoint.json")["status"], "paused");
+
+    let resumed = dir.fabro(&["resume", "run", "--answers", "answers.json", "-q"]);
+    assert_eq!(code(&resumed), Some(0), "{}", stderr(&resumed));
+    let result = dir.json("run/result.json");
+    assert_eq!(result["status"], "succeeded");
+    assert_eq!(result["run_id"], run_id);
+    assert_eq!(result["completed_nodes"], json!(["start", "plan", "gate", "ship", "exit"]));
+    assert_eq!(std::fs::read_to_string(dir.path("log")).unwrap(), "plan\nship\n", "plan ran once");
+    let manifest = dir.json("run/manifest.json");
+    assert_eq!(manifest["status"], "succeeded");
+    assert_eq!(manifest["run_id"], run_id);
+
+    let events = dir.events();
+    let seqs: Vec<u64> = events.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+    assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "one log, sequence continues: {seqs:?}");
+    assert!(events.iter().all(|e| e["run_id"] == run_id));
+    let resumed_event = events.iter().find(|e| e["event"] == "run.resumed").expect("run.resumed");
+    assert_eq!(resumed_event["from"], "gate");
+    assert_eq!(resumed_event["previous_status"], "paused");
+    // The gate's paused visit keeps its directory; the resumed visit gets its own.
+    assert!(dir.path("run/stages/gate/1").is_dir() && dir.path("run/stages/gate/1.2").is_dir());
+}
+
+/// Attractor 11.12: "Checkpoint save and resume produces same result".
+#[test]
+fn checkpoint_save_and_resume_produces_the_same_result() {
+    let straight = Dir::new(&[("w.dot", GATED), ("answers.json", r#"{"gate": ["A"]}"#)]);
+    let output = straight.fabro(&["run", "w.dot", "--run-dir", "run", "--answers", "answers.json", "-q"]);
+    assert_eq!(code(&output), Some(0), "{}", stderr(&output));
+
+    let split = Dir::new(&[("w.dot", GATED), ("answers.json", r#"{"gate": ["A"]}"#)]);
+    assert_eq!(code(&split.fabro(&["run", "w.dot", "--run-dir", "run", "-q"])), Some(3));
+    assert_eq!(code(&split.fabro(&["resume", "run", "--answers", "answers.json", "-q"])), Some(0));
+
+    let (a, b) = (straight.json("run/checkpoint.json"), split.json("run/checkpoint.json"));
+    for key in [
+        "status",
+        "current_node",
+        "next_node",
+        "completed_nodes",
+        "node_outcomes",
+        "node_visits",
+        "node_retries",
+    ] {
+        assert_eq!(a[key], b[key], "{key}");
+    }
+    let context = |c: &Value| {
+        let mut map = c["context"].as_object().unwrap().clone();
+        for key in ["internal.run_id", "internal.work_dir"] {
+            map.remove(key);
+        }
+        map
+    };
+    assert_eq!(context(&a), context(&b));
+    assert_eq!(
+        std::fs::read_to_string(straight.path("log")).unwrap(),
+        std::fs::read_to_string(split.path("log")).unwrap()
+    );
+}
+
+#[test]
+fn an_interrupted_run_reruns_the_stage_in_flight() {
+    let workflow = r#"digraph slow {
+    start [shape=Mdiamond]
+    exit [shape=Msquare]
+    first [shape=parallelogram, script="echo first >> log"]
+    slow [shape=parallelogram, script="echo slow >> log; if [ ! -f resumed ]; then echo $$ > slow.pid; sleep 30; fi"]
+    start -> first -> slow -> exit
+}
+"#;
+    let dir = Dir::new(&[("w.dot", workflow)]);
+    let child = Command::new(common::fabro_bin())
+        .args(["run", "w.dot", "--run-dir", "run", "-q"])
+        .current_dir(dir.0.path())
+        .env_remove("CI")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let started = std::time::Instant::now();
+    while !dir.path("slow.pid").exists() {
+        assert!(started.elapsed().as_secs() < 20, "the slow stage never started");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // SAFETY: sending a signal to our own child process.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let output = child.wait_with_output().expect("wait");
+    assert_eq!(code(&output), Some(130), "{}", stderr(&output));
+    assert_eq!(dir.json("run/checkpoint.json")["status"], "interrupted");
+    assert_eq!(dir.json("run/checkpoint.json")["next_node"], "slow");
+
+    std::fs::write(dir.path("resumed"), "").unwrap();
+    let resumed = dir.fabro(&["resume", "run", "-q"]);
+    assert_eq!(code(&resumed), Some(0), "{}", stderr(&resumed));
+    assert_eq!(std::fs::read_to_string(dir.path("log")).unwrap(), "first\nslow\nslow\n", "at least once");
+    assert!(dir.path("run/stages/slow/1").is_dir() && dir.path("run/stages/slow/1.2").is_dir());
+    assert_eq!(dir.json("run/result.json")["completed_nodes"], json!(["start", "first", "slow", "exit"]));
+}
+
+fn assert_refused(dir: &Dir, run_dir: &str, message: &str) {
+    let before = snapshot(&dir.path(run_dir));
+    let output = dir.fabro(&["resume", run_dir]);
+    assert_eq!(code(&output), Some(2), "{}", stderr(&output));
+    assert!(stderr(&output).contains(message), "{}", stderr(&output));
+    assert_eq!(snapshot(&dir.path(run_dir)), before, "a refused resume changes nothing");
+}
+
+/// Every file under `root` with its contents.
+fn snapshot(root: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut files = Vec::new();
+    let mut pending = vec![root.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                pending.push(path);
+            } else {
+                files.push((path.clone(), std::fs::read(&path).unwrap_or_default()));
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+#[test]
+fn finished_foreign_and_corrupt_directories_are_refused_untouched() {
+    let dir = Dir::new(&[("w.dot", GATED)]);
+    assert_eq!(code(&dir.fabro(&["run", "w.dot", "--run-dir", "run", "--auto-approve", "-q"])), Some(0));
+    assert_refused(&dir, "run", "already succeeded; there is nothing to resume");
+
+    std::fs::create_dir(dir.path("empty")).unwrap();
+    assert_refused(&dir, "empty", "is not a fabro run directory (no manifest.json)");
+
+    let failing = GATED.replace("echo plan >> log", "exit 1");
+    let dir = Dir::new(&[("w.dot", &failing)]);
+    assert_eq!(code(&dir.fabro(&["run", "w.dot", "--run-dir", "run", "-q"])), Some(1));
+    assert_refused(&dir, "run", "already failed");
+
+    let dir = Dir::new(&[("w.dot", GATED)]);
+    assert_eq!(code(&dir.fabro(&["run", "w.dot", "--run-dir", "run", "-q"])), Some(3));
+    std::fs::write(dir.path("run/checkpoint.json"), "{\"run_id\": ").unwrap();
+    assert_refused(&dir, "run", "checkpoint.json` is corrupt: EOF while parsing");
+}
+
+#[test]
+fn a_changed_workflow_file_is_noted_and_the_stored_copy_runs() {
+    let dir = Dir::new(&[("w.dot", GATED)]);
+    assert_eq!(code(&dir.fabro(&["run", "w.dot", "--run-dir", "run", "-q"])), Some(3));
+    std::fs::write(dir.path("w.dot"), GATED.replace("echo ship >> log", "echo changed >> log")).unwrap();
+    let output = dir.fabro(&["resume", "run", "--auto-approve", "-q"]);
+    assert_eq!(code(&output), Some(0), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("changed since the run started; continuing with the copy stored"),
+        "{}",
+        stderr(&output)
+    );
+    assert_eq!(std::fs::read_to_string(dir.path("log")).unwrap(), "plan\nship\n");
+}
