@@ -1955,3 +1955,53 @@ fn integration_smoke_test() {
     }
     assert_eq!(checkpoint["context"]["graph.goal"], "Create a hello world Python script");
 }
+
+/// `loop_restart=true`: taking the edge ends the run directory as `restarted` and continues at
+/// the target in a fresh one beside it, linked both ways; the context carries over.
+#[test]
+fn loop_restart_continues_in_a_fresh_run_directory() {
+    let workflow = r#"digraph restarting {
+    start [shape=Mdiamond]
+    exit [shape=Msquare]
+    work [shape=parallelogram, script="n=$(cat n 2>/dev/null || echo 0); n=$((n+1)); echo $n > n; echo round $n"]
+    start -> work
+    work -> exit [condition="context.command.output contains \"round 3\""]
+    work -> work [loop_restart=true, label="again"]
+}
+"#;
+    let ran = common::Test::new()
+        .workflow(workflow)
+        .args(["run", "workflow.dot", "--run-dir", "runs/first", "-q"])
+        .status(0)
+        .run();
+    let runs = ran.dir.path().join("runs");
+    let manifest = |dir: &std::path::Path| read_json(&dir.join("manifest.json"));
+    let mut chain = vec![runs.join("first")];
+    while let Some(next) = manifest(chain.last().unwrap())["restarted_as"].as_str() {
+        chain.push(ran.dir.path().join(next));
+    }
+    assert_eq!(chain.len(), 3, "two restarts: {chain:?}");
+    assert_eq!(std::fs::read_dir(&runs).unwrap().count(), 3, "nothing else was created");
+    for (i, dir) in chain.iter().enumerate() {
+        let manifest = manifest(dir);
+        let last = i == chain.len() - 1;
+        assert_eq!(manifest["status"], if last { "succeeded" } else { "restarted" });
+        assert_eq!(
+            read_json(&dir.join("checkpoint.json"))["status"],
+            if last { "succeeded" } else { "restarted" }
+        );
+        if i > 0 {
+            assert_eq!(ran.dir.path().join(manifest["restarted_from"].as_str().unwrap()), chain[i - 1]);
+        }
+        let events = read_text(&dir.join("events.jsonl"));
+        assert!(events.lines().next().unwrap().contains(r#""event":"run.started""#));
+        if !last {
+            assert!(events.lines().any(|l| l.contains(r#""event":"run.restarted""#)), "{events}");
+        }
+    }
+    let last = &chain[2];
+    assert_eq!(read_json(&last.join("result.json"))["completed_nodes"], json!(["work", "exit"]));
+    // Context carried over: the final run saw the third round.
+    let context = &read_json(&last.join("checkpoint.json"))["context"];
+    assert_eq!(context["command.output"], "round 3\n");
+}

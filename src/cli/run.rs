@@ -192,7 +192,7 @@ pub fn conclude(
             eprintln!("interrupted; resume with: fabro resume {}", result.run_dir);
             exit::INTERRUPTED
         }
-        RunStatus::Failed | RunStatus::Running => exit::FAILED,
+        RunStatus::Failed | RunStatus::Running | RunStatus::Restarted => exit::FAILED,
     }
 }
 

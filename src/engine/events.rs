@@ -118,6 +118,18 @@ impl EventLog {
         }
     }
 
+    /// Switches to the event log of a new run directory (after a `loop_restart`), keeping the
+    /// observers; sequence numbers start again.
+    pub fn reopen(&mut self, run_dir: &Path, run_id: &str) -> std::io::Result<()> {
+        self.flush();
+        let file =
+            std::fs::OpenOptions::new().create(true).append(true).open(run_dir.join("events.jsonl"))?;
+        let state = self.state.get_mut().map_err(|_| std::io::Error::other("event log lock poisoned"))?;
+        *state = EventState { seq: 0, file: Some(std::io::BufWriter::new(file)) };
+        self.run_id = run_id.to_string();
+        Ok(())
+    }
+
     /// Writes buffered events to the file.
     pub fn flush(&self) {
         let Ok(mut state) = self.state.lock() else { return };

@@ -120,6 +120,8 @@ impl Engine {
             finished_at: None,
             status: RunStatus::Running,
             tool_version: env!("CARGO_PKG_VERSION").to_string(),
+            restarted_from: None,
+            restarted_as: None,
         };
         run_dir.write_json("manifest.json", &manifest)?;
         run_dir.write_text("workflow.dot", workflow.source().text())?;
@@ -233,6 +235,8 @@ enum StageEnd {
 /// Where the loop goes after a stage.
 enum Step {
     Next(NodeIndex),
+    /// Follow a `loop_restart` edge: continue at the node in a fresh run directory.
+    Restart(NodeIndex),
     Finish(RunStatus, Option<String>),
 }
 
@@ -260,6 +264,10 @@ impl Run<'_> {
         loop {
             match self.visit(current).await {
                 Step::Next(next) => current = next,
+                Step::Restart(target) => match self.restart(current, target) {
+                    Ok(()) => current = target,
+                    Err(error) => return self.finish(current, RunStatus::Failed, Some(error.to_string())),
+                },
                 Step::Finish(status, reason) => return self.finish(current, status, reason),
             }
         }
@@ -323,7 +331,7 @@ impl Run<'_> {
         }
         let step = self.next_step(index, &outcome);
         let next_id = match &step {
-            Step::Next(next) => Some(workflow.node_at(*next).id.as_str()),
+            Step::Next(next) | Step::Restart(next) => Some(workflow.node_at(*next).id.as_str()),
             Step::Finish(..) => None,
         };
         self.save_checkpoint(RunStatus::Running, &node.id, next_id);
@@ -525,11 +533,13 @@ impl Run<'_> {
         let workflow = self.workflow;
         let node = workflow.node_at(index);
         if let Some((edge, reason)) = select_edge(workflow, index, outcome, &self.state.context) {
+            let restart = edge.edge.attributes.boolean("loop_restart").unwrap_or(false);
             self.events.run_event(
                 "edge.selected",
-                json!({"from": node.id, "to": edge.to.id, "reason": reason.as_str()}),
+                json!({"from": node.id, "to": edge.to.id, "reason": reason.as_str(), "loop_restart": restart}),
             );
-            return workflow.index_of(&edge.to.id).map_or(Step::Finish(RunStatus::Failed, None), Step::Next);
+            let step = if restart { Step::Restart } else { Step::Next };
+            return workflow.index_of(&edge.to.id).map_or(Step::Finish(RunStatus::Failed, None), step);
         }
         if outcome.status == StageStatus::Fail {
             if let Some(target) = failure_route(workflow, index) {
@@ -619,23 +629,7 @@ impl Run<'_> {
         if matches!(status, RunStatus::Succeeded | RunStatus::Failed) {
             self.save_checkpoint(status, &last_id, None);
         }
-        self.manifest.finished_at = Some(now_rfc3339());
-        self.manifest.status = status;
-        if let Err(error) = self.run_dir.write_json("manifest.json", &self.manifest) {
-            tracing::warn!(%error, "manifest not updated");
-        }
-        let result = RunResult {
-            run_id: self.run_id.clone(),
-            status,
-            failure_reason: if status == RunStatus::Paused { None } else { reason.clone() },
-            completed_nodes: self.state.completed.clone(),
-            duration_ms: self.started.elapsed().as_millis() as u64,
-            stages: self.state.stages.clone(),
-            run_dir: self.run_dir.root().display().to_string(),
-        };
-        if let Err(error) = self.run_dir.write_json("result.json", &result) {
-            tracing::warn!(%error, "result.json not written");
-        }
+        let result = self.close(status, if status == RunStatus::Paused { None } else { reason.clone() });
         let event = match status {
             RunStatus::Succeeded => "run.completed",
             RunStatus::Paused => "run.paused",
@@ -648,6 +642,73 @@ impl Run<'_> {
         self.events.flush();
         let pause_reason = if status == RunStatus::Paused { reason } else { None };
         RunReport { result, pause_reason, timings: self.timings }
+    }
+}
+
+impl Run<'_> {
+    /// Records how this run directory's run ended: manifest status and result.json.
+    fn close(&mut self, status: RunStatus, failure_reason: Option<String>) -> RunResult {
+        self.manifest.finished_at = Some(now_rfc3339());
+        self.manifest.status = status;
+        if let Err(error) = self.run_dir.write_json("manifest.json", &self.manifest) {
+            tracing::warn!(%error, "manifest not updated");
+        }
+        let result = RunResult {
+            run_id: self.run_id.clone(),
+            status,
+            failure_reason,
+            completed_nodes: self.state.completed.clone(),
+            duration_ms: self.started.elapsed().as_millis() as u64,
+            stages: self.state.stages.clone(),
+            run_dir: self.run_dir.root().display().to_string(),
+        };
+        if let Err(error) = self.run_dir.write_json("result.json", &result) {
+            tracing::warn!(%error, "result.json not written");
+        }
+        result
+    }
+
+    /// A `loop_restart` edge: closes this run directory as `restarted` and continues in a new
+    /// one beside it, linked both ways through the manifests. The context carries over; visits,
+    /// completed stages and the event log start fresh.
+    fn restart(&mut self, from: NodeIndex, target: NodeIndex) -> Result<(), RunDirError> {
+        let workflow = self.workflow;
+        let target_id = workflow.node_at(target).id.clone();
+        let new_id = uuid::Uuid::now_v7().to_string();
+        let parent = self.run_dir.root().parent().map(PathBuf::from).unwrap_or_default();
+        let new_dir = RunDir::create(&parent.join(&new_id))?;
+        let old_root = self.run_dir.root().display().to_string();
+        let new_root = new_dir.root().display().to_string();
+
+        let from_id = workflow.node_at(from).id.clone();
+        self.save_checkpoint(RunStatus::Restarted, &from_id, Some(&target_id));
+        self.manifest.restarted_as = Some(new_root.clone());
+        self.close(RunStatus::Restarted, None);
+        self.events.run_event("run.restarted", json!({"to": target_id, "run_dir": new_root}));
+        self.events
+            .reopen(new_dir.root(), &new_id)
+            .map_err(|source| RunDirError::Io { path: new_dir.root().join("events.jsonl"), source })?;
+
+        self.manifest = Manifest {
+            run_id: new_id.clone(),
+            started_at: now_rfc3339(),
+            finished_at: None,
+            status: RunStatus::Running,
+            restarted_from: Some(old_root.clone()),
+            restarted_as: None,
+            ..self.manifest.clone()
+        };
+        new_dir.write_json("manifest.json", &self.manifest)?;
+        new_dir.write_text("workflow.dot", workflow.source().text())?;
+        self.run_dir = new_dir;
+        self.run_id = new_id;
+        let context = std::mem::take(&mut self.state.context);
+        self.state = RunState { context, ..RunState::default() };
+        self.context_set("internal.run_id", self.run_id.clone());
+        self.started = Instant::now();
+        self.events
+            .run_event("run.started", json!({"workflow": workflow.name(), "restarted_from": old_root}));
+        Ok(())
     }
 }
 

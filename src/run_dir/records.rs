@@ -13,6 +13,8 @@ pub enum RunStatus {
     Succeeded,
     Failed,
     Interrupted,
+    /// A `loop_restart` edge ended this run; it continues in a new run directory.
+    Restarted,
 }
 
 impl RunStatus {
@@ -23,6 +25,7 @@ impl RunStatus {
             RunStatus::Succeeded => "succeeded",
             RunStatus::Failed => "failed",
             RunStatus::Interrupted => "interrupted",
+            RunStatus::Restarted => "restarted",
         }
     }
 }
@@ -40,6 +43,12 @@ pub struct Manifest {
     pub finished_at: Option<String>,
     pub status: RunStatus,
     pub tool_version: String,
+    /// The run directory this run was restarted from by a `loop_restart` edge.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restarted_from: Option<String>,
+    /// The run directory a `loop_restart` edge continued this run in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restarted_as: Option<String>,
 }
 
 /// `checkpoint.json`: everything needed to continue after the last completed stage.

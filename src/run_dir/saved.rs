@@ -22,6 +22,7 @@ fn describe(status: RunStatus) -> &'static str {
     match status {
         RunStatus::Succeeded => "succeeded",
         RunStatus::Failed => "failed (a stage failed for good; change the workflow and start a new run)",
+        RunStatus::Restarted => "continued in a new run directory (see restarted_as in its manifest)",
         _ => "ended",
     }
 }
@@ -45,7 +46,7 @@ impl SavedRun {
     pub fn open(root: &Path) -> Result<SavedRun, ResumeError> {
         let manifest: Manifest = read_json(root, "manifest.json")?;
         let checkpoint: Checkpoint = read_json(root, "checkpoint.json")?;
-        if matches!(checkpoint.status, RunStatus::Succeeded | RunStatus::Failed) {
+        if matches!(checkpoint.status, RunStatus::Succeeded | RunStatus::Failed | RunStatus::Restarted) {
             return Err(ResumeError::Finished { path: root.to_path_buf(), status: checkpoint.status });
         }
         if checkpoint.next_node.is_none() {
