@@ -2005,3 +2005,30 @@ fn loop_restart_continues_in_a_fresh_run_directory() {
     let context = &read_json(&last.join("checkpoint.json"))["context"];
     assert_eq!(context["command.output"], "round 3\n");
 }
+
+/// Engine-managed keys: `internal.fidelity` is the entering edge's fidelity, else the node's,
+/// else the graph default, else compact; `internal.thread_id` likewise from thread_id and
+/// default_thread. Stages see them in the context snapshot.
+#[test]
+fn stages_see_their_resolved_fidelity_and_thread() {
+    let workflow = r#"digraph fidelity {
+    default_fidelity = "truncate"
+    default_thread = "main"
+    start [shape=Mdiamond]
+    exit [shape=Msquare]
+    first [shape=parallelogram, script="cp \"$FABRO_CONTEXT\" first.json"]
+    second [shape=parallelogram, fidelity="summary:low", script="cp \"$FABRO_CONTEXT\" second.json"]
+    third [shape=parallelogram, fidelity="summary:low", script="cp \"$FABRO_CONTEXT\" third.json"]
+    start -> first -> second
+    second -> third [fidelity=full, thread_id="review"]
+    third -> exit
+}
+"#;
+    let ran = common::Test::new().workflow(workflow).args(["run", "workflow.dot", "-q"]).status(0).run();
+    let seen = |name: &str| read_json(&ran.dir.path().join(name));
+    assert_eq!(seen("first.json")["internal.fidelity"], "truncate");
+    assert_eq!(seen("first.json")["internal.thread_id"], "main");
+    assert_eq!(seen("second.json")["internal.fidelity"], "summary:low");
+    assert_eq!(seen("third.json")["internal.fidelity"], "full");
+    assert_eq!(seen("third.json")["internal.thread_id"], "review");
+}

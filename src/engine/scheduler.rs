@@ -137,6 +137,7 @@ impl Engine {
             state: RunState { context: seed_context(workflow, options), ..RunState::default() },
             started: Instant::now(),
             timings: RunTimings::default(),
+            entered_by: None,
         };
         run.context_set("internal.run_id", run.run_id.clone());
         run.events.run_event("run.started", json!({"workflow": workflow.name(), "goal": workflow.goal()}));
@@ -185,6 +186,7 @@ impl Engine {
             },
             started: Instant::now(),
             timings: RunTimings::default(),
+            entered_by: None,
         };
         run.events.run_event("run.resumed", json!({"from": next_id, "previous_status": previous.as_str()}));
         Ok(run.execute(next).await)
@@ -252,6 +254,9 @@ struct Run<'e> {
     state: RunState,
     started: Instant,
     timings: RunTimings,
+    /// The edge the current stage was entered by (none for the first stage after a start or
+    /// resume, or after a jump to a retry target).
+    entered_by: Option<petgraph::graph::EdgeIndex>,
 }
 
 impl Run<'_> {
@@ -299,6 +304,11 @@ impl Run<'_> {
         };
         self.context_set("current_node", node.id.clone());
         self.context_set("internal.node_visit_count", visit);
+        let edge = self.entered_by.take().map(|index| &workflow.graph()[index].attributes);
+        let fidelity = crate::fidelity::resolve(edge, &node.attributes, workflow.attributes());
+        let thread = crate::fidelity::resolve_thread(edge, &node.attributes, workflow.attributes());
+        self.context_set("internal.fidelity", fidelity.as_str());
+        self.context_set("internal.thread_id", thread.map_or(Value::Null, Value::from));
         self.events.stage_event(
             "stage.started",
             &node.id,
@@ -538,6 +548,7 @@ impl Run<'_> {
                 "edge.selected",
                 json!({"from": node.id, "to": edge.to.id, "reason": reason.as_str(), "loop_restart": restart}),
             );
+            self.entered_by = Some(edge.index);
             let step = if restart { Step::Restart } else { Step::Next };
             return workflow.index_of(&edge.to.id).map_or(Step::Finish(RunStatus::Failed, None), step);
         }

@@ -40,6 +40,33 @@ impl fmt::Display for FidelityMode {
     }
 }
 
+/// The fidelity a stage runs with: the `fidelity` of the edge it was entered by, else its own,
+/// else the graph's `default_fidelity`, else compact. Invalid values (which lint warns about)
+/// fall back to compact.
+pub fn resolve(
+    edge: Option<&crate::graph::Attributes>,
+    node: &crate::graph::Attributes,
+    graph: &crate::graph::Attributes,
+) -> FidelityMode {
+    edge.and_then(|e| e.non_empty_text("fidelity"))
+        .or_else(|| node.non_empty_text("fidelity"))
+        .or_else(|| graph.non_empty_text("default_fidelity"))
+        .and_then(|text| text.parse().ok())
+        .unwrap_or_default()
+}
+
+/// The conversation thread of a stage: the entering edge's `thread_id`, else the node's, else
+/// the graph's `default_thread`.
+pub fn resolve_thread<'w>(
+    edge: Option<&'w crate::graph::Attributes>,
+    node: &'w crate::graph::Attributes,
+    graph: &'w crate::graph::Attributes,
+) -> Option<&'w str> {
+    edge.and_then(|e| e.non_empty_text("thread_id"))
+        .or_else(|| node.non_empty_text("thread_id"))
+        .or_else(|| graph.non_empty_text("default_thread"))
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
     "unknown fidelity `{0}`; expected full, truncate, compact, summary:low, summary:medium or summary:high"

@@ -97,11 +97,7 @@ pub fn human_gate_has_choices(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
 
 /// The fidelity in force for a stage entered over an edge with `edge_attributes` (if any).
 fn resolved_fidelity(workflow: &Workflow, node: &Attributes, edge: Option<&Attributes>) -> FidelityMode {
-    edge.and_then(|e| e.text("fidelity"))
-        .or_else(|| node.text("fidelity"))
-        .or_else(|| workflow.attributes().text("default_fidelity"))
-        .and_then(|text| text.parse().ok())
-        .unwrap_or_default()
+    crate::fidelity::resolve(edge, node, workflow.attributes())
 }
 
 pub fn thread_id_without_full_fidelity(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
