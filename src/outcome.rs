@@ -100,6 +100,12 @@ pub struct Outcome {
     pub notes: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure_reason: Option<String>,
+    /// The model that answered an LLM stage.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// Tokens an LLM stage used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<crate::backends::Usage>,
 }
 
 /// Reads a status in any accepted spelling (`failed`, `succeeded`, ...).
@@ -117,6 +123,8 @@ impl Outcome {
             context_updates: serde_json::Map::new(),
             notes: None,
             failure_reason: None,
+            model: None,
+            usage: None,
         }
     }
 

@@ -527,6 +527,9 @@ impl Run<'_> {
             visit,
             status: outcome.status,
             duration_ms,
+            handler: node.handler_type().name().to_string(),
+            failure_reason: outcome.failure_reason.clone(),
+            usage: outcome.usage,
         });
         let event = if outcome.status == StageStatus::Fail { "stage.failed" } else { "stage.completed" };
         self.events.stage_event(

@@ -254,6 +254,7 @@ async fn apply_status_file(outcome: Outcome, status: ExitStatus, path: &Path) ->
         context_updates,
         notes: reported.notes.or(outcome.notes),
         failure_reason,
+        ..Outcome::new(reported.status)
     }
 }
 

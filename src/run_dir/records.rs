@@ -91,6 +91,14 @@ pub struct StageRecord {
     pub visit: u32,
     pub status: StageStatus,
     pub duration_ms: u64,
+    /// The stage's handler type (`agent`, `command`, ...).
+    #[serde(default)]
+    pub handler: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_reason: Option<String>,
+    /// Tokens an LLM stage used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<crate::backends::Usage>,
 }
 
 /// `result.json`: how the run ended.
