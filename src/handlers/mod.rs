@@ -154,6 +154,9 @@ pub(crate) mod test_support {
         pub workflow: Workflow,
         pub context: Context,
         pub dir: tempfile::TempDir,
+        work_dir: std::path::PathBuf,
+        /// `stages/<node>/1` for every node, created up front.
+        stage_dirs: std::collections::HashMap<String, std::path::PathBuf>,
         pub services: Services,
         pub events: EventLog,
         pub cancel: CancellationToken,
@@ -167,8 +170,20 @@ pub(crate) mod test_support {
             let checked = crate::Loader::new().load_source(SourceFile::new("test.dot", dot)).expect("parses");
             assert!(!checked.has_errors(), "{:?}", checked.diagnostics);
             let dir = tempfile::tempdir().expect("temp dir");
-            std::fs::create_dir_all(dir.path().join("work")).expect("work dir");
+            let work_dir = dir.path().join("work");
+            std::fs::create_dir_all(&work_dir).expect("work dir");
+            let stage_dirs = checked
+                .workflow
+                .nodes()
+                .map(|node| {
+                    let stage_dir = dir.path().join("stages").join(&node.id).join("1");
+                    std::fs::create_dir_all(&stage_dir).expect("stage dir");
+                    (node.id.clone(), stage_dir)
+                })
+                .collect();
             Fixture {
+                work_dir,
+                stage_dirs,
                 workflow: checked.workflow,
                 context: Context::new(),
                 dir,
@@ -182,19 +197,17 @@ pub(crate) mod test_support {
             }
         }
 
-        /// The stage run for `node_id`, visit 1, attempt 1; its stage directory is created.
+        /// The stage run for `node_id`, visit 1, attempt 1, in its stage directory.
         pub fn stage(&self, node_id: &str) -> StageRun<'_> {
             let node = self.workflow.node(node_id).expect("node exists");
-            let stage_dir = self.dir.path().join("stages").join(node_id).join("1");
-            std::fs::create_dir_all(&stage_dir).expect("stage dir");
             StageRun {
                 node,
                 workflow: &self.workflow,
                 context: &self.context,
                 run_id: "test-run",
                 run_dir: self.dir.path(),
-                work_dir: Box::leak(self.dir.path().join("work").into_boxed_path()),
-                stage_dir: Box::leak(stage_dir.into_boxed_path()),
+                work_dir: &self.work_dir,
+                stage_dir: &self.stage_dirs[node_id],
                 visit: 1,
                 attempt: 1,
                 services: &self.services,
