@@ -15,8 +15,11 @@ pub mod handlers;
 pub mod interview;
 pub mod load;
 pub mod outcome;
+pub mod render;
+pub mod report;
 pub mod run_dir;
 pub mod source;
+pub mod starter;
 pub mod syntax;
 pub mod validate;
 

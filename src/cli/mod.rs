@@ -1,5 +1,10 @@
 //! Command-line parsing and dispatch. Nothing here that a library user would need.
 
+mod completions;
+mod graph;
+mod inspect;
+mod logs;
+mod new;
 mod render;
 mod resume;
 mod run;
@@ -35,6 +40,16 @@ enum Command {
     Run(run::RunArgs),
     /// Continue a paused, interrupted or crashed run from its last checkpoint (same exit codes).
     Resume(resume::ResumeArgs),
+    /// Print a workflow (or a run's progress over it) as normalized DOT, SVG or PNG.
+    Graph(graph::GraphArgs),
+    /// Show a run's event log; -f follows a live run.
+    Logs(logs::LogsArgs),
+    /// Show a run's status, stages and context.
+    Inspect(inspect::InspectArgs),
+    /// Write a starter workflow that validates cleanly.
+    New(new::NewArgs),
+    /// Print shell completions.
+    Completions(completions::CompletionsArgs),
     /// Parse, transform and lint a workflow; exit 0 when it has no errors, 2 otherwise.
     Validate {
         /// The workflow file (.dot).
@@ -45,6 +60,11 @@ enum Command {
     },
 }
 
+/// The whole command-line interface, for generating shell completions.
+pub fn command() -> clap::Command {
+    <Cli as clap::CommandFactory>::command()
+}
+
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     init_tracing(cli.verbose);
@@ -52,8 +72,24 @@ pub fn main() -> ExitCode {
         Command::Validate { workflow, json } => validate::run(&workflow, json),
         Command::Run(args) => run::run(args),
         Command::Resume(args) => resume::resume(args),
+        Command::Graph(args) => graph::run(args),
+        Command::Logs(args) => logs::run(args),
+        Command::Inspect(args) => inspect::run(args),
+        Command::New(args) => new::run(args),
+        Command::Completions(args) => completions::run(args),
     };
     ExitCode::from(code)
+}
+
+/// Runs an async subcommand on a fresh multi-threaded runtime.
+fn block_on(command: impl std::future::Future<Output = u8>) -> u8 {
+    match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime.block_on(command),
+        Err(error) => {
+            eprintln!("error: cannot start the async runtime: {error}");
+            exit::INVALID
+        }
+    }
 }
 
 fn init_tracing(verbose: u8) {

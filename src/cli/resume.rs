@@ -22,14 +22,7 @@ pub struct ResumeArgs {
 }
 
 pub fn resume(args: ResumeArgs) -> u8 {
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
-        Ok(runtime) => runtime,
-        Err(error) => {
-            eprintln!("error: cannot start the async runtime: {error}");
-            return exit::INVALID;
-        }
-    };
-    runtime.block_on(resume_async(args))
+    super::block_on(resume_async(args))
 }
 
 async fn resume_async(args: ResumeArgs) -> u8 {
@@ -78,5 +71,5 @@ async fn resume_async(args: ResumeArgs) -> u8 {
     watch_signals(cancel.clone());
     let view = ProgressView::new(args.launch.quiet || args.launch.json);
     let report = engine.resume(&valid, saved, &options, move |event| view.show(event), cancel).await;
-    conclude(report, &args.launch)
+    conclude(report, &args.launch, valid.workflow.name())
 }

@@ -59,6 +59,9 @@ pub struct LaunchArgs {
     /// Answers for human gates: {"gate_id": ["A", "Fix", "node_id", ...]}, used in order.
     #[arg(long, value_name = "FILE")]
     pub answers: Option<PathBuf>,
+    /// Write a JUnit XML report of the run (one test case per stage visit) to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub junit: Option<PathBuf>,
     /// Print result.json on stdout and nothing else.
     #[arg(long)]
     pub json: bool,
@@ -68,14 +71,7 @@ pub struct LaunchArgs {
 }
 
 pub fn run(args: RunArgs) -> u8 {
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
-        Ok(runtime) => runtime,
-        Err(error) => {
-            eprintln!("error: cannot start the async runtime: {error}");
-            return exit::INVALID;
-        }
-    };
-    runtime.block_on(run_async(args))
+    super::block_on(run_async(args))
 }
 
 async fn run_async(args: RunArgs) -> u8 {
@@ -120,7 +116,7 @@ async fn run_async(args: RunArgs) -> u8 {
     watch_signals(cancel.clone());
     let view = ProgressView::new(args.launch.quiet || args.launch.json);
     let report = engine.run(&valid, &options, move |event| view.show(event), cancel).await;
-    conclude(report, &args.launch)
+    conclude(report, &args.launch, valid.workflow.name())
 }
 
 /// Prints the diagnostics of a loaded workflow and returns it when it has no errors.
@@ -161,10 +157,12 @@ pub fn engine_for(launch: &LaunchArgs, workflow: &Workflow) -> Result<Engine, St
     Ok(Engine::new(handlers, Services { backend, interviewer }))
 }
 
-/// Prints the outcome and turns it into the exit code.
+/// Prints the outcome, writes the CI reports (`--junit`, `$GITHUB_STEP_SUMMARY`) and turns the
+/// outcome into the exit code. A report that cannot be written is a warning, never a new exit code.
 pub fn conclude(
     report: Result<fabro::engine::RunReport, fabro::engine::StartError>,
     launch: &LaunchArgs,
+    workflow_name: &str,
 ) -> u8 {
     let report = match report {
         Ok(report) => report,
@@ -180,6 +178,7 @@ pub fn conclude(
             Err(error) => eprintln!("error: cannot print result.json: {error}"),
         }
     }
+    write_reports(result, launch, workflow_name);
     eprint!("{}", summary(result));
     if let Some(reason) = &report.pause_reason {
         eprintln!("paused: {reason}");
@@ -193,6 +192,43 @@ pub fn conclude(
             exit::INTERRUPTED
         }
         RunStatus::Failed | RunStatus::Running | RunStatus::Restarted => exit::FAILED,
+    }
+}
+
+/// `--junit FILE` (replaced atomically) and the Markdown summary appended to the file named by
+/// `GITHUB_STEP_SUMMARY`. Problems are warnings on stderr.
+fn write_reports(result: &RunResult, launch: &LaunchArgs, workflow_name: &str) {
+    let run_dir = std::path::Path::new(&result.run_dir);
+    if let Some(path) = &launch.junit {
+        let xml = fabro::report::junit::render(result, run_dir, workflow_name);
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            // A missing directory shows up as the write error below.
+            let _ = std::fs::create_dir_all(parent);
+        }
+        if let Err(error) = fabro::run_dir::write_atomic(path, xml.as_bytes()) {
+            eprintln!("warning: cannot write the JUnit report {}: {error}", path.display());
+        }
+    }
+    let Some(summary_path) = std::env::var_os("GITHUB_STEP_SUMMARY").filter(|p| !p.is_empty()) else {
+        return;
+    };
+    let summary_path = PathBuf::from(summary_path);
+    let shown = match std::env::current_dir() {
+        Ok(cwd) => fabro::report::relative_display(run_dir, &cwd),
+        Err(_) => result.run_dir.clone(),
+    };
+    let mut markdown = fabro::report::step_summary::render(result, workflow_name, &shown);
+    // Earlier steps may have written to the same file: keep the heading on a line of its own.
+    if std::fs::metadata(&summary_path).is_ok_and(|meta| meta.len() > 0) {
+        markdown.insert(0, '\n');
+    }
+    let appended = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&summary_path)
+        .and_then(|mut file| std::io::Write::write_all(&mut file, markdown.as_bytes()));
+    if let Err(error) = appended {
+        eprintln!("warning: cannot append the step summary to {}: {error}", summary_path.display());
     }
 }
 

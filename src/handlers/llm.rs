@@ -85,7 +85,7 @@ fn outcome_for(node_id: &str, backend_name: &str, response: &LlmResponse) -> Out
         ));
     }
     let base = |outcome: Outcome| {
-        Outcome { usage: response.usage.clone(), model: response.model.clone(), ..outcome }
+        Outcome { usage: response.usage, model: response.model.clone(), ..outcome }
             .with_notes(notes.clone())
             .with_update("last_stage", node_id)
             .with_update("last_response", text.chars().take(LAST_RESPONSE_CHARS).collect::<String>())

@@ -16,12 +16,14 @@
 mod atomic;
 mod records;
 mod saved;
+mod view;
 
 use std::path::{Path, PathBuf};
 
 pub use atomic::write_atomic;
 pub use records::{Checkpoint, CheckpointRef, Manifest, RunResult, RunStatus, StageRecord, StageStatusFile};
 pub use saved::{ResumeError, SavedRun};
+pub use view::{RunView, StageSummary, ViewError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RunDirError {

@@ -111,6 +111,7 @@ impl Test {
             .args(&self.args)
             .current_dir(self.dir.path())
             .env_remove("CI")
+            .env_remove("GITHUB_STEP_SUMMARY")
             .output()
             .expect("run fabro");
         let ran = Ran { dir: self.dir, output };

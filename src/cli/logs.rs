@@ -1,0 +1,214 @@
+//! `fabro logs RUN_DIR [-f] [--node ID] [--json]`: a run's `events.jsonl`, one line per event.
+
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+
+use super::exit;
+
+#[derive(clap::Args)]
+pub struct LogsArgs {
+    /// The run directory.
+    pub run_dir: PathBuf,
+    /// Keep printing events as the run writes them; stops when the run ends or pauses.
+    #[arg(short, long)]
+    pub follow: bool,
+    /// Only the events of this node (its stage events and the edges chosen after it).
+    #[arg(long, value_name = "ID")]
+    pub node: Option<String>,
+    /// Print the raw JSON lines instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// How often `--follow` looks for new events.
+const POLL: Duration = Duration::from_millis(200);
+/// Longest value printed in full.
+const MAX_VALUE_CHARS: usize = 120;
+/// Events after which nothing more is written to this run directory.
+const FINAL_EVENTS: [&str; 5] =
+    ["run.completed", "run.failed", "run.interrupted", "run.paused", "run.restarted"];
+/// Fields every event has; shown in their own columns, not as `key=value`.
+const COLUMNS: [&str; 6] = ["seq", "ts", "run_id", "event", "node_id", "visit"];
+
+pub fn run(args: LogsArgs) -> u8 {
+    let path = args.run_dir.join("events.jsonl");
+    let mut file = match open_log(&args.run_dir, &path, args.follow) {
+        Ok(file) => file,
+        Err(message) => {
+            eprintln!("error: {message}");
+            return exit::INVALID;
+        }
+    };
+    let mut printer = Printer { args: &args, line_no: 0, out: std::io::stdout().lock() };
+    let mut pending: Vec<u8> = Vec::new();
+    let mut chunk = Vec::new();
+    loop {
+        chunk.clear();
+        if let Err(error) = file.read_to_end(&mut chunk) {
+            eprintln!("error: cannot read `{}`: {error}", path.display());
+            return exit::FAILED;
+        }
+        pending.extend_from_slice(&chunk);
+        let mut finished = false;
+        while let Some(end) = pending.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = pending.drain(..=end).collect();
+            match printer.line(&line[..end]) {
+                Ok(is_final) => finished |= is_final,
+                Err(_) => return exit::SUCCESS, // stdout closed (`fabro logs ... | head`)
+            }
+        }
+        if !args.follow {
+            // A last line without a newline: the file as it stands is all there is.
+            if !pending.is_empty() && printer.line(&pending).is_err() {
+                return exit::SUCCESS;
+            }
+            return exit::SUCCESS;
+        }
+        if finished {
+            return exit::SUCCESS;
+        }
+        if printer.out.flush().is_err() {
+            return exit::SUCCESS;
+        }
+        std::thread::sleep(POLL);
+        // A log that was replaced or cut short is read again from its start.
+        if let (Ok(position), Ok(meta)) = (file.stream_position(), std::fs::metadata(&path)) {
+            if meta.len() < position {
+                if let Ok(reopened) = std::fs::File::open(&path) {
+                    file = reopened;
+                    pending.clear();
+                    printer.line_no = 0;
+                }
+            }
+        }
+    }
+}
+
+/// Opens `events.jsonl`. When following a run that has only just been created, waits for it.
+fn open_log(run_dir: &Path, path: &Path, follow: bool) -> Result<std::fs::File, String> {
+    if !run_dir.is_dir() {
+        return Err(format!("`{}` is not a directory", run_dir.display()));
+    }
+    let mut waited = Duration::ZERO;
+    loop {
+        match std::fs::File::open(path) {
+            Ok(mut file) => {
+                file.seek(SeekFrom::Start(0))
+                    .map_err(|e| format!("cannot read `{}`: {e}", path.display()))?;
+                return Ok(file);
+            }
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                let starting = follow && run_dir.join("manifest.json").is_file();
+                if !starting || waited >= Duration::from_secs(10) {
+                    return Err(format!(
+                        "`{}` is not a fabro run directory (no events.jsonl)",
+                        run_dir.display()
+                    ));
+                }
+                std::thread::sleep(POLL);
+                waited += POLL;
+            }
+            Err(error) => return Err(format!("cannot read `{}`: {error}", path.display())),
+        }
+    }
+}
+
+struct Printer<'a, W: Write> {
+    args: &'a LogsArgs,
+    line_no: usize,
+    out: W,
+}
+
+impl<W: Write> Printer<'_, W> {
+    /// Prints one line of the log (when it passes the filter); returns whether it is a final event.
+    fn line(&mut self, bytes: &[u8]) -> std::io::Result<bool> {
+        self.line_no += 1;
+        let text = String::from_utf8_lossy(bytes);
+        let text = text.trim_end_matches('\r');
+        if text.trim().is_empty() {
+            return Ok(false);
+        }
+        let event = match serde_json::from_str::<Value>(text) {
+            Ok(Value::Object(map)) => map,
+            Ok(_) => return self.unreadable(text, "not a JSON object").map(|()| false),
+            Err(error) => return self.unreadable(text, &error.to_string()).map(|()| false),
+        };
+        let name = event.get("event").and_then(Value::as_str).unwrap_or("");
+        let is_final = FINAL_EVENTS.contains(&name);
+        if let Some(node) = &self.args.node {
+            if !belongs_to(&event, node) {
+                return Ok(is_final);
+            }
+        }
+        if self.args.json {
+            writeln!(self.out, "{text}")?;
+        } else {
+            writeln!(self.out, "{}", format_event(&event))?;
+        }
+        Ok(is_final)
+    }
+
+    fn unreadable(&mut self, text: &str, error: &str) -> std::io::Result<()> {
+        if self.args.json {
+            if self.args.node.is_none() {
+                // The raw lines, as they are.
+                writeln!(self.out, "{text}")?;
+            } else {
+                eprintln!("warning: unreadable line {}: {error}", self.line_no);
+            }
+            return Ok(());
+        }
+        writeln!(self.out, "(unreadable line {}: {}: {})", self.line_no, error, shorten(text, 60))
+    }
+}
+
+/// Whether an event is about `node`: a stage event of it, or the edge chosen after it.
+fn belongs_to(event: &Map<String, Value>, node: &str) -> bool {
+    let is = |key: &str| event.get(key).and_then(Value::as_str) == Some(node);
+    if event.contains_key("node_id") {
+        is("node_id")
+    } else {
+        is("from")
+    }
+}
+
+/// `HH:MM:SS.mmm  #seq  event  node@visit  key=value ...`
+fn format_event(event: &Map<String, Value>) -> String {
+    let ts = event.get("ts").and_then(Value::as_str).unwrap_or("");
+    let time = ts.get(11..23).filter(|_| ts.get(10..11) == Some("T")).unwrap_or(ts);
+    let seq = event.get("seq").map(|seq| format!("#{}", value_text(seq))).unwrap_or_else(|| "#?".into());
+    let name = event.get("event").and_then(Value::as_str).unwrap_or("?");
+    let node = match (event.get("node_id").and_then(Value::as_str), event.get("visit")) {
+        (Some(node), Some(visit)) => format!("{node}@{}", value_text(visit)),
+        (Some(node), None) => node.to_string(),
+        (None, _) => "-".to_string(),
+    };
+    let fields: Vec<String> = event
+        .iter()
+        .filter(|(key, value)| !COLUMNS.contains(&key.as_str()) && !value.is_null())
+        .map(|(key, value)| format!("{key}={}", shorten(&value_text(value), MAX_VALUE_CHARS)))
+        .collect();
+    let line = format!("{time:<12}  {seq:<5}  {name:<18}  {node:<16}  {}", fields.join(" "));
+    line.trim_end().to_string()
+}
+
+/// A value on one line: strings unquoted, everything else compact JSON.
+fn value_text(value: &Value) -> String {
+    let text = match value {
+        Value::String(text) => text.clone(),
+        other => other.to_string(),
+    };
+    text.replace('\r', "\\r").replace('\n', "\\n").replace('\t', " ")
+}
+
+fn shorten(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        return text.to_string();
+    }
+    let mut out: String = text.chars().take(max.saturating_sub(1)).collect();
+    out.push('…');
+    out
+}

@@ -1,0 +1,134 @@
+//! Reports for CI about a finished (or paused) run: [`junit`] renders JUnit XML that test-report
+//! tools read, [`step_summary`] renders the GitHub-flavored Markdown that GitHub Actions shows on
+//! a job's summary page. Both are pure functions of a [`RunResult`](crate::run_dir::RunResult);
+//! JUnit also reads the tail of each visit's output from the run directory.
+
+pub mod junit;
+pub mod step_summary;
+
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+
+/// How much of a stage's output goes into a report.
+pub const OUTPUT_TAIL_BYTES: u64 = 4096;
+
+/// The directory of one visit of a stage: `stages/<node>/<visit>/`, or, when the visit ran again
+/// (after a resume), the latest `stages/<node>/<visit>.<n>/` that finished (has a status.json),
+/// else the latest one there is.
+pub fn visit_dir(run_dir: &Path, node_id: &str, visit: u32) -> Option<PathBuf> {
+    let node_dir = run_dir.join("stages").join(node_id);
+    let plain = visit.to_string();
+    let mut candidates: Vec<(u32, PathBuf)> = Vec::new();
+    for entry in std::fs::read_dir(&node_dir).ok()?.flatten() {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let suffix = if name == plain {
+            Some(1)
+        } else {
+            name.strip_prefix(&plain)
+                .and_then(|rest| rest.strip_prefix('.'))
+                .and_then(|n| n.parse::<u32>().ok())
+        };
+        if let Some(suffix) = suffix {
+            if entry.path().is_dir() {
+                candidates.push((suffix, entry.path()));
+            }
+        }
+    }
+    candidates.sort_by_key(|(suffix, _)| *suffix);
+    let finished = candidates.iter().rev().find(|(_, dir)| dir.join("status.json").is_file());
+    finished.or(candidates.last()).map(|(_, dir)| dir.clone())
+}
+
+/// The last `max_bytes` of a file as text, cut at a character boundary (invalid UTF-8 is
+/// replaced); `None` when the file cannot be read.
+pub fn read_tail(path: &Path, max_bytes: u64) -> Option<String> {
+    let mut file = std::fs::File::open(path).ok()?;
+    let len = file.metadata().ok()?.len();
+    let start = len.saturating_sub(max_bytes);
+    file.seek(SeekFrom::Start(start)).ok()?;
+    let mut bytes = Vec::new();
+    file.take(max_bytes).read_to_end(&mut bytes).ok()?;
+    let mut cut = 0;
+    if start > 0 {
+        // Skip the continuation bytes of a character that began before the window.
+        while cut < bytes.len() && cut < 3 && (bytes[cut] & 0b1100_0000) == 0b1000_0000 {
+            cut += 1;
+        }
+    }
+    Some(String::from_utf8_lossy(&bytes[cut..]).into_owned())
+}
+
+/// The output a report shows for one visit: the command's stdout.log, else the LLM's
+/// response.md, tail only.
+pub fn visit_output(run_dir: &Path, node_id: &str, visit: u32) -> Option<String> {
+    let dir = visit_dir(run_dir, node_id, visit)?;
+    ["stdout.log", "response.md"].iter().find_map(|name| {
+        let path = dir.join(name);
+        if path.is_file() {
+            read_tail(&path, OUTPUT_TAIL_BYTES)
+        } else {
+            None
+        }
+    })
+}
+
+/// `path` relative to `base` when it lies inside it, else as given; for showing run directories
+/// without absolute paths of the machine that ran them.
+pub fn relative_display(path: &Path, base: &Path) -> String {
+    match path.strip_prefix(base) {
+        Ok(relative) if !relative.as_os_str().is_empty() => relative.display().to_string(),
+        Ok(_) => ".".to_string(),
+        Err(_) => path.display().to_string(),
+    }
+}
+
+/// Seconds with millisecond precision, as JUnit `time` attributes want them.
+pub(crate) fn seconds_3(ms: u64) -> String {
+    format!("{}.{:03}", ms / 1000, ms % 1000)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tail_is_cut_at_a_character_boundary() {
+        let temp = tempfile::tempdir().unwrap();
+        let path = temp.path().join("out.log");
+        // "é" is two bytes; a 3-byte window starts inside the first one and drops its second byte.
+        std::fs::write(&path, "aéé").unwrap();
+        assert_eq!(read_tail(&path, 3).as_deref(), Some("é"));
+        assert_eq!(read_tail(&path, 4).as_deref(), Some("éé"));
+        assert_eq!(read_tail(&path, 100).as_deref(), Some("aéé"));
+        std::fs::write(&path, "€x").unwrap(); // € is three bytes
+        assert_eq!(read_tail(&path, 2).as_deref(), Some("x"));
+        assert_eq!(read_tail(&temp.path().join("missing"), 10), None);
+    }
+
+    #[test]
+    fn a_rerun_visit_reads_its_latest_finished_directory() {
+        let temp = tempfile::tempdir().unwrap();
+        let stages = temp.path().join("stages/gate");
+        std::fs::create_dir_all(stages.join("1")).unwrap();
+        std::fs::create_dir_all(stages.join("1.2")).unwrap();
+        std::fs::create_dir_all(stages.join("1.3")).unwrap();
+        std::fs::create_dir_all(stages.join("11")).unwrap();
+        std::fs::write(stages.join("1.2/status.json"), "{}").unwrap();
+        assert_eq!(visit_dir(temp.path(), "gate", 1), Some(stages.join("1.2")));
+        std::fs::remove_file(stages.join("1.2/status.json")).unwrap();
+        assert_eq!(visit_dir(temp.path(), "gate", 1), Some(stages.join("1.3")));
+        assert_eq!(visit_dir(temp.path(), "gate", 11), Some(stages.join("11")));
+        assert_eq!(visit_dir(temp.path(), "gate", 2), None);
+        assert_eq!(visit_dir(temp.path(), "other", 1), None);
+    }
+
+    #[test]
+    fn relative_paths_inside_the_base_only() {
+        assert_eq!(relative_display(Path::new("/w/.fabro/runs/x"), Path::new("/w")), ".fabro/runs/x");
+        assert_eq!(relative_display(Path::new("/elsewhere/x"), Path::new("/w")), "/elsewhere/x");
+        assert_eq!(relative_display(Path::new(".fabro/runs/x"), Path::new("/w")), ".fabro/runs/x");
+        assert_eq!(seconds_3(1234), "1.234");
+        assert_eq!(seconds_3(5), "0.005");
+    }
+}
