@@ -235,3 +235,70 @@ fn a_changed_workflow_file_is_noted_and_the_stored_copy_runs() {
     );
     assert_eq!(std::fs::read_to_string(dir.path("log")).unwrap(), "plan\nship\n");
 }
+
+#[test]
+fn a_run_directory_is_driven_by_one_process_at_a_time() {
+    let workflow = r#"digraph busy {
+    start [shape=Mdiamond]
+    exit [shape=Msquare]
+    slow [shape=parallelogram, script="echo $$ > slow.pid; sleep 30"]
+    start -> slow -> exit
+}
+"#;
+    let dir = Dir::new(&[("w.dot", workflow)]);
+    let mut child = Command::new(common::fabro_bin())
+        .args(["run", "w.dot", "--run-dir", "run", "-q"])
+        .current_dir(dir.0.path())
+        .env_remove("CI")
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let started = std::time::Instant::now();
+    while !dir.path("slow.pid").exists() {
+        assert!(started.elapsed().as_secs() < 20, "the slow stage never started");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let lock = std::fs::read_to_string(dir.path("run/run.lock")).expect("the running process holds the lock");
+    assert_eq!(lock.trim(), child.id().to_string());
+    let second = dir.fabro(&["resume", "run"]);
+    // SAFETY: stopping our own child process.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let _ = child.wait();
+    assert_eq!(code(&second), Some(2), "{}", stderr(&second));
+    assert!(stderr(&second).contains(&format!("is in use by process {}", child.id())), "{}", stderr(&second));
+    assert!(!dir.path("run/run.lock").exists(), "the lock is released when the run stops");
+}
+
+#[test]
+fn every_checkpoint_is_kept_and_numbering_continues_after_resume() {
+    let dir = Dir::new(&[("w.dot", GATED), ("answers.json", r#"{"gate": ["A"]}"#)]);
+    assert_eq!(
+        code(&dir.fabro(&["run", "w.dot", "--run-dir", "run", "-q", "--checkpoint-sync", "never"])),
+        Some(3)
+    );
+    assert_eq!(code(&dir.fabro(&["resume", "run", "--answers", "answers.json", "-q"])), Some(0));
+    let mut names: Vec<String> = std::fs::read_dir(dir.path("run/checkpoints"))
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "000001-start.json",
+            "000002-plan.json",
+            "000003-gate.json",
+            "000004-gate.json",
+            "000005-ship.json",
+            "000006-exit.json"
+        ]
+    );
+    let saved = dir.events().iter().filter(|e| e["event"] == "checkpoint.saved").count();
+    assert_eq!(saved, names.len(), "one file per saved checkpoint");
+    let latest = std::fs::read_to_string(dir.path("run/checkpoints/000006-exit.json")).unwrap();
+    assert_eq!(std::fs::read_to_string(dir.path("run/checkpoint.json")).unwrap(), latest);
+    let paused: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path("run/checkpoints/000003-gate.json")).unwrap())
+            .unwrap();
+    assert_eq!(paused["status"], "paused");
+}

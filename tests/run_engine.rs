@@ -1086,6 +1086,7 @@ mod library {
             work_dir: dir.to_path_buf(),
             dry_run: false,
             context,
+            ..RunOptions::default()
         };
         let seen = Arc::new(Mutex::new(Vec::new()));
         let sink = seen.clone();

@@ -66,6 +66,7 @@ async fn resume_async(args: ResumeArgs) -> u8 {
         work_dir: PathBuf::from(&saved.manifest.work_dir),
         dry_run: args.launch.dry_run,
         context: Vec::new(),
+        checkpoint_sync: args.launch.checkpoint_sync.durability(),
     };
     let cancel = CancellationToken::new();
     watch_signals(cancel.clone());

@@ -41,6 +41,21 @@ pub struct RunArgs {
     launch: LaunchArgs,
 }
 
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum CheckpointSync {
+    Never,
+    Stage,
+}
+
+impl CheckpointSync {
+    pub fn durability(self) -> fabro::run_dir::Durability {
+        match self {
+            CheckpointSync::Never => fabro::run_dir::Durability::Unsynced,
+            CheckpointSync::Stage => fabro::run_dir::Durability::Synced,
+        }
+    }
+}
+
 /// How stages get their answers and how the run reports: shared by `run` and `resume`.
 #[derive(clap::Args)]
 pub struct LaunchArgs {
@@ -62,6 +77,10 @@ pub struct LaunchArgs {
     /// Write a JUnit XML report of the run (one test case per stage visit) to FILE.
     #[arg(long, value_name = "FILE")]
     pub junit: Option<PathBuf>,
+    /// `stage` (default) fsyncs every checkpoint; `never` only renames it into place, which
+    /// survives a crash of fabro but not of the machine, and is much faster.
+    #[arg(long, value_enum, default_value_t = CheckpointSync::Stage)]
+    pub checkpoint_sync: CheckpointSync,
     /// Print result.json on stdout and nothing else.
     #[arg(long)]
     pub json: bool,
@@ -110,8 +129,13 @@ async fn run_async(args: RunArgs) -> u8 {
             return exit::INVALID;
         }
     };
-    let options =
-        RunOptions { run_dir: args.run_dir.clone(), work_dir, dry_run: args.launch.dry_run, context };
+    let options = RunOptions {
+        run_dir: args.run_dir.clone(),
+        work_dir,
+        dry_run: args.launch.dry_run,
+        context,
+        checkpoint_sync: args.launch.checkpoint_sync.durability(),
+    };
     let cancel = CancellationToken::new();
     watch_signals(cancel.clone());
     let view = ProgressView::new(args.launch.quiet || args.launch.json);

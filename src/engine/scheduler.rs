@@ -37,6 +37,9 @@ pub struct RunOptions {
     pub dry_run: bool,
     /// Extra context values (`--set key=value`).
     pub context: Vec<(String, Value)>,
+    /// Whether checkpoints are fsynced (`--checkpoint-sync stage`, the default) or only renamed
+    /// into place (`never`: survives a crash of fabro, not of the machine).
+    pub checkpoint_sync: crate::run_dir::Durability,
 }
 
 /// Why a run could not start.
@@ -107,6 +110,7 @@ impl Engine {
         let root =
             options.run_dir.clone().unwrap_or_else(|| PathBuf::from(".fabro").join("runs").join(&run_id));
         let run_dir = RunDir::create(&root)?;
+        let lock = run_dir.lock()?;
         let mut events = EventLog::open(run_dir.root(), &run_id, 0).map_err(StartError::Events)?;
         events.observe(observe);
         let manifest = Manifest {
@@ -138,6 +142,8 @@ impl Engine {
             started: Instant::now(),
             timings: RunTimings::default(),
             entered_by: None,
+            checkpoint_seq: 0,
+            _lock: lock,
         };
         run.context_set("internal.run_id", run.run_id.clone());
         run.events.run_event("run.started", json!({"workflow": workflow.name(), "goal": workflow.goal()}));
@@ -156,6 +162,7 @@ impl Engine {
         cancel: CancellationToken,
     ) -> Result<RunReport, StartError> {
         let workflow = &valid.workflow;
+        let lock = saved.dir.lock()?;
         let next_id = saved.checkpoint.next_node.clone().unwrap_or_default();
         let next = workflow.index_of(&next_id).ok_or_else(|| StartError::MissingNode(next_id.clone()))?;
         let mut events = EventLog::open(saved.dir.root(), &saved.manifest.run_id, saved.last_event_seq)
@@ -167,6 +174,7 @@ impl Engine {
         manifest.finished_at = None;
         saved.dir.write_json("manifest.json", &manifest)?;
         let checkpoint = saved.checkpoint;
+        let checkpoint_seq = saved.last_checkpoint_seq;
         let run = Run {
             engine: self,
             workflow,
@@ -187,6 +195,8 @@ impl Engine {
             started: Instant::now(),
             timings: RunTimings::default(),
             entered_by: None,
+            checkpoint_seq,
+            _lock: lock,
         };
         run.events.run_event("run.resumed", json!({"from": next_id, "previous_status": previous.as_str()}));
         Ok(run.execute(next).await)
@@ -257,6 +267,10 @@ struct Run<'e> {
     /// The edge the current stage was entered by (none for the first stage after a start or
     /// resume, or after a jump to a retry target).
     entered_by: Option<petgraph::graph::EdgeIndex>,
+    /// Number of the last checkpoint written (`checkpoints/<seq>-<node>.json`).
+    checkpoint_seq: u64,
+    /// Held for as long as this process drives the run.
+    _lock: crate::run_dir::RunLock,
 }
 
 impl Run<'_> {
@@ -623,7 +637,13 @@ impl Run<'_> {
             context: &self.state.context,
             timestamp: now_rfc3339(),
         };
-        let written = self.run_dir.write_compact_json("checkpoint.json", &checkpoint);
+        self.checkpoint_seq += 1;
+        let written = self.run_dir.save_checkpoint(
+            self.checkpoint_seq,
+            current,
+            &checkpoint,
+            self.options.checkpoint_sync,
+        );
         self.timings.checkpoints += clock.elapsed();
         self.timings.checkpoint_count += 1;
         match written {
@@ -691,6 +711,7 @@ impl Run<'_> {
         let new_id = uuid::Uuid::now_v7().to_string();
         let parent = self.run_dir.root().parent().map(PathBuf::from).unwrap_or_default();
         let new_dir = RunDir::create(&parent.join(&new_id))?;
+        let new_lock = new_dir.lock()?;
         let old_root = self.run_dir.root().display().to_string();
         let new_root = new_dir.root().display().to_string();
 
@@ -715,6 +736,8 @@ impl Run<'_> {
         new_dir.write_json("manifest.json", &self.manifest)?;
         new_dir.write_text("workflow.dot", workflow.source().text())?;
         self.run_dir = new_dir;
+        self._lock = new_lock;
+        self.checkpoint_seq = 0;
         self.run_id = new_id;
         let context = std::mem::take(&mut self.state.context);
         self.state = RunState { context, ..RunState::default() };

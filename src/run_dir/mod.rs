@@ -4,6 +4,8 @@
 //! <run_dir>/manifest.json      who, what, when; status
 //! <run_dir>/workflow.dot       the exact source that ran
 //! <run_dir>/checkpoint.json    state after the last completed stage (atomic)
+//! <run_dir>/checkpoints/<seq>-<node>.json   every checkpoint, for fork and rewind
+//! <run_dir>/run.lock           held by the process driving the run
 //! <run_dir>/result.json        the outcome, when the run ends
 //! <run_dir>/events.jsonl       one event per line
 //! <run_dir>/stages/<node>/<visit>/status.json, prompt.md, response.md, stdout.log, stderr.log
@@ -20,13 +22,34 @@ mod view;
 
 use std::path::{Path, PathBuf};
 
-pub use atomic::write_atomic;
+pub use atomic::{link_atomic, write_atomic, write_atomic_with, Durability};
 pub use records::{Checkpoint, CheckpointRef, Manifest, RunResult, RunStatus, StageRecord, StageStatusFile};
 pub use saved::{ResumeError, SavedRun};
 pub use view::{RunView, StageSummary, ViewError};
 
+/// Held while a process drives a run; removes `run.lock` when dropped.
+#[derive(Debug)]
+pub struct RunLock {
+    path: PathBuf,
+}
+
+impl Drop for RunLock {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+fn process_exists(pid: i32) -> bool {
+    // SAFETY: signal 0 only checks whether the process exists and may be signalled.
+    pid > 0
+        && (unsafe { libc::kill(pid, 0) } == 0
+            || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM))
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum RunDirError {
+    #[error("run directory `{}` is in use by process {pid} (lock file {}); wait for it to finish or stop it", path.parent().map(|p| p.display().to_string()).unwrap_or_default(), path.display())]
+    Locked { path: PathBuf, pid: i32 },
     #[error("run directory `{}` already exists and is not empty; choose another with --run-dir", path.display())]
     NotEmpty { path: PathBuf },
     #[error("cannot write `{}`: {source}", path.display())]
@@ -65,6 +88,52 @@ impl RunDir {
         }
         std::fs::create_dir_all(&dir).map_err(|source| io(&dir, source))?;
         Ok(dir)
+    }
+
+    /// Saves a checkpoint: `checkpoints/<seq>-<node>.json` is written once, and `checkpoint.json`
+    /// becomes another name for it, so keeping every checkpoint costs no second write.
+    pub fn save_checkpoint(
+        &self,
+        seq: u64,
+        node_id: &str,
+        value: &impl serde::Serialize,
+        durability: Durability,
+    ) -> Result<(), RunDirError> {
+        let history = self.root.join("checkpoints");
+        std::fs::create_dir_all(&history).map_err(|source| io(&history, source))?;
+        let path = history.join(format!("{seq:06}-{node_id}.json"));
+        let mut bytes = serde_json::to_vec(value).map_err(|e| io(&path, std::io::Error::other(e)))?;
+        bytes.push(b'\n');
+        write_atomic_with(&path, &bytes, durability).map_err(|source| io(&path, source))?;
+        let current = self.root.join("checkpoint.json");
+        link_atomic(&path, &current, durability).map_err(|source| io(&current, source))
+    }
+
+    /// Takes the run's lock file, so that only one process drives the run at a time. A lock left
+    /// by a process that no longer exists is taken over.
+    pub fn lock(&self) -> Result<RunLock, RunDirError> {
+        let path = self.root.join("run.lock");
+        for _ in 0..2 {
+            match std::fs::OpenOptions::new().write(true).create_new(true).open(&path) {
+                Ok(mut file) => {
+                    use std::io::Write as _;
+                    let _ = writeln!(file, "{}", std::process::id());
+                    return Ok(RunLock { path });
+                }
+                Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {
+                    let holder =
+                        std::fs::read_to_string(&path).ok().and_then(|t| t.trim().parse::<i32>().ok());
+                    match holder {
+                        Some(pid) if process_exists(pid) => return Err(RunDirError::Locked { path, pid }),
+                        _ => {
+                            let _ = std::fs::remove_file(&path);
+                        }
+                    }
+                }
+                Err(source) => return Err(io(&path, source)),
+            }
+        }
+        Err(io(&path, std::io::Error::other("could not take the lock")))
     }
 
     /// Writes `value` as compact JSON (one line) to `relative`, atomically: for files rewritten
@@ -111,6 +180,32 @@ fn io(path: &Path, source: std::io::Error) -> RunDirError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_process_holds_the_lock_and_stale_locks_are_taken_over() {
+        let temp = tempfile::tempdir().unwrap();
+        let run = RunDir::create(&temp.path().join("run")).unwrap();
+        let lock = run.lock().unwrap();
+        assert!(
+            matches!(run.lock(), Err(RunDirError::Locked { pid, .. }) if pid == std::process::id() as i32)
+        );
+        drop(lock);
+        assert!(!run.root().join("run.lock").exists());
+        std::fs::write(run.root().join("run.lock"), "999999999\n").unwrap();
+        let _lock = run.lock().expect("a stale lock is taken over");
+    }
+
+    #[test]
+    fn every_checkpoint_is_kept_and_checkpoint_json_is_the_latest() {
+        let temp = tempfile::tempdir().unwrap();
+        let run = RunDir::create(&temp.path().join("run")).unwrap();
+        run.save_checkpoint(1, "plan", &serde_json::json!({"n": 1}), Durability::Synced).unwrap();
+        run.save_checkpoint(2, "build", &serde_json::json!({"n": 2}), Durability::Unsynced).unwrap();
+        let read = |p: &str| std::fs::read_to_string(run.root().join(p)).unwrap();
+        assert_eq!(read("checkpoints/000001-plan.json"), "{\"n\":1}\n");
+        assert_eq!(read("checkpoints/000002-build.json"), "{\"n\":2}\n");
+        assert_eq!(read("checkpoint.json"), "{\"n\":2}\n");
+    }
 
     #[test]
     fn refuses_a_non_empty_directory_and_never_reuses_a_stage_dir() {

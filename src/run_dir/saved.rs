@@ -39,6 +39,8 @@ pub struct SavedRun {
     pub workflow_source: String,
     /// The last event sequence number, so new events continue the log.
     pub last_event_seq: u64,
+    /// The number of the last checkpoint in `checkpoints/`, so new ones continue the series.
+    pub last_checkpoint_seq: u64,
 }
 
 impl SavedRun {
@@ -66,6 +68,13 @@ impl SavedRun {
                 })
             })
             .unwrap_or(0);
+        let last_checkpoint_seq = std::fs::read_dir(root.join("checkpoints"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|entry| entry.file_name().to_str()?.split('-').next()?.parse::<u64>().ok())
+            .max()
+            .unwrap_or(0);
         Ok(SavedRun {
             dir: RunDir { root: root.to_path_buf() },
             manifest,
@@ -73,6 +82,7 @@ impl SavedRun {
             stages,
             workflow_source,
             last_event_seq,
+            last_checkpoint_seq,
         })
     }
 }
