@@ -80,6 +80,14 @@ impl RunDir {
     /// visit is kept and the new one gets a suffix, so nothing is overwritten.
     pub fn stage_dir(&self, node_id: &str, visit: u32) -> Result<PathBuf, RunDirError> {
         let node_dir = self.root.join("stages").join(node_id);
+        for path in [self.root.join("stages"), node_dir.clone()] {
+            if std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink()) {
+                let source = std::io::Error::other(
+                    "is a symbolic link; fabro does not write through links in run directories",
+                );
+                return Err(io(&path, source));
+            }
+        }
         let mut dir = node_dir.join(visit.to_string());
         let mut extra = 1;
         while dir.exists() {
@@ -205,6 +213,19 @@ mod tests {
         assert_eq!(read("checkpoints/000001-plan.json"), "{\"n\":1}\n");
         assert_eq!(read("checkpoints/000002-build.json"), "{\"n\":2}\n");
         assert_eq!(read("checkpoint.json"), "{\"n\":2}\n");
+    }
+
+    #[test]
+    fn stage_dirs_are_never_created_through_a_symbolic_link() {
+        let temp = tempfile::tempdir().unwrap();
+        let run = RunDir::create(&temp.path().join("run")).unwrap();
+        let outside = temp.path().join("outside");
+        std::fs::create_dir(&outside).unwrap();
+        std::fs::remove_dir(run.root().join("stages")).unwrap();
+        std::os::unix::fs::symlink(&outside, run.root().join("stages")).unwrap();
+        let error = run.stage_dir("plan", 1).unwrap_err().to_string();
+        assert!(error.contains("is a symbolic link"), "{error}");
+        assert!(std::fs::read_dir(&outside).unwrap().next().is_none(), "nothing written outside");
     }
 
     #[test]

@@ -16,6 +16,8 @@ pub enum ResumeError {
     Finished { path: PathBuf, status: RunStatus },
     #[error("the checkpoint in `{}` names no stage to continue from", path.display())]
     NoNextStage { path: PathBuf },
+    #[error("`{}` is a symbolic link; fabro does not follow links in run directories (it could write outside the run)", path.display())]
+    Link { path: PathBuf },
 }
 
 fn describe(status: RunStatus) -> &'static str {
@@ -46,6 +48,7 @@ pub struct SavedRun {
 impl SavedRun {
     /// Reads a run directory; refuses ones that are not runs, are corrupt, or have ended.
     pub fn open(root: &Path) -> Result<SavedRun, ResumeError> {
+        refuse_links(root)?;
         let manifest: Manifest = read_json(root, "manifest.json")?;
         let checkpoint: Checkpoint = read_json(root, "checkpoint.json")?;
         if matches!(checkpoint.status, RunStatus::Succeeded | RunStatus::Failed | RunStatus::Restarted) {
@@ -85,6 +88,21 @@ impl SavedRun {
             last_checkpoint_seq,
         })
     }
+}
+
+/// Refuses a run directory that is, or directly holds, a symbolic link: everything fabro writes
+/// when it continues a run must stay inside the run directory.
+fn refuse_links(root: &Path) -> Result<(), ResumeError> {
+    let is_link = |path: &Path| std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink());
+    if is_link(root) {
+        return Err(ResumeError::Link { path: root.to_path_buf() });
+    }
+    for entry in std::fs::read_dir(root).into_iter().flatten().flatten() {
+        if is_link(&entry.path()) {
+            return Err(ResumeError::Link { path: entry.path() });
+        }
+    }
+    Ok(())
 }
 
 fn read_json<T: serde::de::DeserializeOwned>(root: &Path, name: &'static str) -> Result<T, ResumeError> {
