@@ -1,13 +1,16 @@
 //! Command-line parsing and dispatch. Nothing here that a library user would need.
 
 mod completions;
+mod fork;
 mod graph;
 mod inspect;
 mod logs;
 mod new;
 mod render;
 mod resume;
+mod rewind;
 mod run;
+mod runs;
 mod validate;
 
 use std::path::PathBuf;
@@ -40,6 +43,12 @@ enum Command {
     Run(run::RunArgs),
     /// Continue a paused, interrupted or crashed run from its last checkpoint (same exit codes).
     Resume(resume::ResumeArgs),
+    /// Copy a run's state right after one of its stages into a new run directory, to resume.
+    Fork(fork::Args),
+    /// Move a stopped run back to the state right after one of its stages (nothing is deleted).
+    Rewind(rewind::Args),
+    /// List the runs in a runs directory.
+    Runs(runs::Args),
     /// Print a workflow (or a run's progress over it) as normalized DOT, SVG or PNG.
     Graph(graph::GraphArgs),
     /// Show a run's event log; -f follows a live run.
@@ -72,6 +81,9 @@ pub fn main() -> ExitCode {
         Command::Validate { workflow, json } => validate::run(&workflow, json),
         Command::Run(args) => run::run(args),
         Command::Resume(args) => resume::resume(args),
+        Command::Fork(args) => fork::run(args),
+        Command::Rewind(args) => rewind::run(args),
+        Command::Runs(args) => runs::run(args),
         Command::Graph(args) => graph::run(args),
         Command::Logs(args) => logs::run(args),
         Command::Inspect(args) => inspect::run(args),

@@ -126,6 +126,7 @@ impl Engine {
             tool_version: env!("CARGO_PKG_VERSION").to_string(),
             restarted_from: None,
             restarted_as: None,
+            forked_from: None,
         };
         run_dir.write_json("manifest.json", &manifest)?;
         run_dir.write_text("workflow.dot", workflow.source().text())?;

@@ -16,6 +16,7 @@
 //! replaced whole.
 
 mod atomic;
+mod history;
 mod records;
 mod saved;
 mod view;
@@ -23,6 +24,7 @@ mod view;
 use std::path::{Path, PathBuf};
 
 pub use atomic::{link_atomic, write_atomic, write_atomic_with, Durability};
+pub use history::{fork, parse_target, rewind, select_checkpoint, ForkOrigin, Forked, HistoryError, Rewound};
 pub use records::{Checkpoint, CheckpointRef, Manifest, RunResult, RunStatus, StageRecord, StageStatusFile};
 pub use saved::{ResumeError, SavedRun};
 pub use view::{RunView, StageSummary, ViewError};

@@ -49,6 +49,9 @@ pub struct Manifest {
     /// The run directory a `loop_restart` edge continued this run in.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restarted_as: Option<String>,
+    /// The run and stage this run was forked from (`fabro fork`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forked_from: Option<super::history::ForkOrigin>,
 }
 
 /// `checkpoint.json`: everything needed to continue after the last completed stage.

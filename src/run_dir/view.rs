@@ -203,6 +203,7 @@ mod tests {
             tool_version: "0".into(),
             restarted_from: None,
             restarted_as: None,
+            forked_from: None,
         }
     }
 

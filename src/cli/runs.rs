@@ -1,0 +1,194 @@
+//! `fabro runs [--dir DIR] [--json]`: the runs in a runs directory, newest first. An entry that
+//! cannot be read is listed as `unreadable` with the reason; it never stops the listing.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use fabro::run_dir::{RunStatus, RunView};
+use serde_json::{json, Value};
+
+use super::exit;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The directory holding run directories.
+    #[arg(long, default_value = ".fabro/runs")]
+    pub dir: PathBuf,
+    /// Print a JSON array instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// One line of the listing.
+struct Entry {
+    dir: PathBuf,
+    run_id: String,
+    workflow: String,
+    status: String,
+    started_at: Option<String>,
+    started: Option<SystemTime>,
+    duration_ms: Option<u64>,
+    current_node: Option<String>,
+    error: Option<String>,
+}
+
+impl Entry {
+    fn short_id(&self) -> String {
+        self.run_id.chars().take(13).collect()
+    }
+
+    fn to_json(&self) -> Value {
+        json!({
+            "id": self.short_id(),
+            "run_id": self.run_id,
+            "run_dir": self.dir.display().to_string(),
+            "workflow": self.workflow,
+            "status": self.status,
+            "started_at": self.started_at,
+            "duration_ms": self.duration_ms,
+            "current_node": self.current_node,
+            "error": self.error,
+        })
+    }
+}
+
+fn read_entry(dir: &Path) -> Entry {
+    let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    match RunView::open(dir) {
+        Ok(view) => {
+            let started = humantime::parse_rfc3339_weak(&view.manifest.started_at).ok();
+            let status = view.status();
+            let duration_ms = match (&view.result, status) {
+                (_, RunStatus::Running) => started
+                    .and_then(|s| SystemTime::now().duration_since(s).ok())
+                    .map(|d| d.as_millis() as u64),
+                (Some(result), _) => Some(result.duration_ms),
+                (None, _) => None,
+            };
+            Entry {
+                dir: dir.to_path_buf(),
+                run_id: view.manifest.run_id.clone(),
+                workflow: view.manifest.workflow.clone(),
+                status: status.as_str().to_string(),
+                started_at: Some(view.manifest.started_at.clone()),
+                started,
+                duration_ms,
+                current_node: view.current_node().map(str::to_string),
+                error: None,
+            }
+        }
+        Err(error) => Entry {
+            dir: dir.to_path_buf(),
+            run_id: name,
+            workflow: String::new(),
+            status: "unreadable".to_string(),
+            started_at: None,
+            started: None,
+            duration_ms: None,
+            current_node: None,
+            error: Some(error.to_string()),
+        },
+    }
+}
+
+fn list(dir: &Path) -> Vec<Entry> {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|entry| entry.path())
+        .filter(|path| path.join("manifest.json").exists())
+        .collect();
+    dirs.sort();
+    let mut entries: Vec<Entry> = dirs.iter().map(|d| read_entry(d)).collect();
+    // Newest first; entries without a start time last.
+    entries.sort_by(|a, b| match (a.started, b.started) {
+        (Some(x), Some(y)) => y.cmp(&x),
+        (Some(_), None) => std::cmp::Ordering::Less,
+        (None, Some(_)) => std::cmp::Ordering::Greater,
+        (None, None) => a.dir.cmp(&b.dir),
+    });
+    entries
+}
+
+fn format_duration(ms: u64) -> String {
+    let secs = ms / 1000;
+    if secs < 60 {
+        format!("{}.{}s", secs, (ms % 1000) / 100)
+    } else if secs < 3600 {
+        format!("{}m{:02}s", secs / 60, secs % 60)
+    } else {
+        format!("{}h{:02}m", secs / 3600, (secs % 3600) / 60)
+    }
+}
+
+fn render_text(dir: &Path, entries: &[Entry]) -> String {
+    if entries.is_empty() {
+        return format!("no runs in {}\n", dir.display());
+    }
+    let rows: Vec<[String; 6]> = entries
+        .iter()
+        .map(|e| {
+            [
+                e.short_id(),
+                e.workflow.clone(),
+                e.status.clone(),
+                e.started_at.clone().unwrap_or_else(|| "-".into()),
+                e.duration_ms.map_or_else(|| "-".into(), format_duration),
+                match &e.error {
+                    Some(error) => error.clone(),
+                    None => e.current_node.clone().unwrap_or_else(|| "-".into()),
+                },
+            ]
+        })
+        .collect();
+    let header = ["ID", "WORKFLOW", "STATUS", "STARTED", "DURATION", "NODE"];
+    let mut widths = header.map(|h| h.chars().count());
+    for row in &rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>| -> String {
+        let mut text = String::new();
+        for (i, (cell, width)) in cells.iter().zip(widths).enumerate() {
+            if i + 1 == cells.len() {
+                text.push_str(cell);
+            } else {
+                text.push_str(&format!("{cell:<width$}  "));
+            }
+        }
+        text.trim_end().to_string() + "\n"
+    };
+    let mut out = line(header.to_vec());
+    for row in &rows {
+        out.push_str(&line(row.iter().map(String::as_str).collect()));
+    }
+    out
+}
+
+pub fn run(args: Args) -> u8 {
+    let entries = list(&args.dir);
+    let text = if args.json {
+        let array: Vec<Value> = entries.iter().map(Entry::to_json).collect();
+        match serde_json::to_string_pretty(&array) {
+            Ok(text) => text + "\n",
+            Err(error) => {
+                eprintln!("error: {error}");
+                return exit::FAILED;
+            }
+        }
+    } else {
+        render_text(&args.dir, &entries)
+    };
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => exit::SUCCESS,
+        Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => exit::SUCCESS,
+        Err(error) => {
+            eprintln!("error: cannot write: {error}");
+            exit::FAILED
+        }
+    }
+}

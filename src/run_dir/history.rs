@@ -1,0 +1,496 @@
+//! Going back in a run's history (`fabro fork`, `fabro rewind`): every checkpoint is kept in
+//! `checkpoints/<seq>-<node>.json`, so the state right after any completed stage visit can be
+//! picked up again, either in a new run directory (fork) or in place (rewind).
+//!
+//! The state "after `NODE@VISIT`" is the first checkpoint, in sequence order, whose
+//! `current_node` is NODE, whose `node_visits[NODE]` is VISIT and whose status is `running`,
+//! `succeeded` or `failed` (paused and interrupted checkpoints name a stage that did not
+//! complete). Without a visit, the last visit is meant.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde_json::{json, Value};
+
+use super::records::{Checkpoint, Manifest, RunResult, RunStatus, StageRecord};
+use super::{write_json_file, Durability, RunDir, RunDirError};
+use crate::engine::events::{now_rfc3339, EventLog};
+
+/// Why a run's history cannot be used as asked.
+#[derive(Debug, thiserror::Error)]
+pub enum HistoryError {
+    #[error("`{}` is not a fabro run directory (no {missing})", path.display())]
+    NotARun { path: PathBuf, missing: &'static str },
+    #[error("`{}` is corrupt: {message}", path.display())]
+    Corrupt { path: PathBuf, message: String },
+    #[error("the run in `{}` has no checkpoint history (no checkpoints/ directory; it was made by an older fabro), so it cannot be forked or rewound", path.display())]
+    NoHistory { path: PathBuf },
+    #[error("the run in `{}` has no completed visit of stage `{node}`; stages with checkpoints: {}", path.display(), list(known))]
+    UnknownNode { path: PathBuf, node: String, known: Vec<String> },
+    #[error("stage `{node}` has no completed visit {visit}; completed visits: {}", list(existing))]
+    NoSuchVisit { node: String, visit: u32, existing: Vec<u32> },
+    #[error("the run ended right after `{node}@{visit}`; there is nothing to continue from there")]
+    NothingToContinue { node: String, visit: u32 },
+    #[error("invalid stage `{text}`: expected NODE or NODE@VISIT (VISIT a number from 1)")]
+    BadTarget { text: String },
+    #[error(transparent)]
+    RunDir(#[from] RunDirError),
+}
+
+fn list<T: std::fmt::Display>(items: &[T]) -> String {
+    if items.is_empty() {
+        return "none".to_string();
+    }
+    items.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+}
+
+/// Parses `NODE` or `NODE@VISIT`.
+pub fn parse_target(text: &str) -> Result<(String, Option<u32>), HistoryError> {
+    let bad = || HistoryError::BadTarget { text: text.to_string() };
+    match text.rsplit_once('@') {
+        Some((node, visit)) => {
+            let visit = visit.parse::<u32>().ok().filter(|v| *v > 0).ok_or_else(bad)?;
+            if node.is_empty() {
+                return Err(bad());
+            }
+            Ok((node.to_string(), Some(visit)))
+        }
+        None if text.is_empty() => Err(bad()),
+        None => Ok((text.to_string(), None)),
+    }
+}
+
+/// One checkpoint chosen from the history.
+struct Selected {
+    seq: u64,
+    path: PathBuf,
+    visit: u32,
+    checkpoint: Checkpoint,
+}
+
+/// The checkpoint written right after visit `visit` (default: the last) of `node` completed:
+/// its path in `checkpoints/` and its contents, as written (status not changed).
+pub fn select_checkpoint(
+    root: &Path,
+    node: &str,
+    visit: Option<u32>,
+) -> Result<(PathBuf, Checkpoint), HistoryError> {
+    let selected = select(root, node, visit)?;
+    Ok((selected.path, selected.checkpoint))
+}
+
+fn select(root: &Path, node: &str, visit: Option<u32>) -> Result<Selected, HistoryError> {
+    read_manifest(root)?;
+    let history = history_files(root)?;
+    if history.is_empty() {
+        return Err(HistoryError::NoHistory { path: root.to_path_buf() });
+    }
+    // The first completed checkpoint of each visit of `node`.
+    let mut visits: BTreeMap<u32, Selected> = BTreeMap::new();
+    let mut known: Vec<String> = Vec::new();
+    for (seq, file_node, path) in history {
+        if !known.contains(&file_node) {
+            known.push(file_node.clone());
+        }
+        if file_node != node {
+            continue;
+        }
+        let checkpoint: Checkpoint = read_json_path(&path)?;
+        if checkpoint.current_node != node
+            || !matches!(checkpoint.status, RunStatus::Running | RunStatus::Succeeded | RunStatus::Failed)
+        {
+            continue;
+        }
+        let Some(&count) = checkpoint.node_visits.get(node) else { continue };
+        visits.entry(count).or_insert(Selected { seq, path, visit: count, checkpoint });
+    }
+    if visits.is_empty() {
+        return Err(HistoryError::UnknownNode { path: root.to_path_buf(), node: node.to_string(), known });
+    }
+    let existing: Vec<u32> = visits.keys().copied().collect();
+    let wanted = match visit {
+        Some(visit) => visit,
+        None => existing.last().copied().unwrap_or(1),
+    };
+    visits.remove(&wanted).ok_or(HistoryError::NoSuchVisit {
+        node: node.to_string(),
+        visit: wanted,
+        existing,
+    })
+}
+
+/// `checkpoints/<seq>-<node>.json` files, by sequence number.
+fn history_files(root: &Path) -> Result<Vec<(u64, String, PathBuf)>, HistoryError> {
+    let dir = root.join("checkpoints");
+    let entries = match std::fs::read_dir(&dir) {
+        Ok(entries) => entries,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            return Err(HistoryError::NoHistory { path: root.to_path_buf() })
+        }
+        Err(source) => return Err(RunDirError::Io { path: dir, source }.into()),
+    };
+    let mut files = Vec::new();
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let Some(stem) = name.strip_suffix(".json") else { continue };
+        let Some((seq, node)) = stem.split_once('-') else { continue };
+        let Ok(seq) = seq.parse::<u64>() else { continue };
+        files.push((seq, node.to_string(), entry.path()));
+    }
+    files.sort();
+    Ok(files)
+}
+
+fn read_json_path<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, HistoryError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|source| HistoryError::RunDir(RunDirError::Io { path: path.to_path_buf(), source }))?;
+    serde_json::from_str(&text)
+        .map_err(|error| HistoryError::Corrupt { path: path.to_path_buf(), message: error.to_string() })
+}
+
+/// The manifest, both typed and as JSON (so fields this version does not know survive).
+fn read_manifest(root: &Path) -> Result<(Manifest, Value), HistoryError> {
+    let path = root.join("manifest.json");
+    let text = std::fs::read_to_string(&path)
+        .map_err(|_| HistoryError::NotARun { path: root.to_path_buf(), missing: "manifest.json" })?;
+    let corrupt =
+        |error: serde_json::Error| HistoryError::Corrupt { path: path.clone(), message: error.to_string() };
+    let value: Value = serde_json::from_str(&text).map_err(corrupt)?;
+    let manifest: Manifest = serde_json::from_value(value.clone()).map_err(corrupt)?;
+    Ok((manifest, value))
+}
+
+/// The selected state made resumable: `fabro resume` continues at its `next_node`.
+fn resumable(selected: &Selected) -> Result<Checkpoint, HistoryError> {
+    if selected.checkpoint.next_node.is_none() {
+        return Err(HistoryError::NothingToContinue {
+            node: selected.checkpoint.current_node.clone(),
+            visit: selected.visit,
+        });
+    }
+    let mut checkpoint = selected.checkpoint.clone();
+    checkpoint.status = RunStatus::Interrupted;
+    Ok(checkpoint)
+}
+
+/// Whether the stage directory `name` (`<visit>` or `<visit>.<n>`) of `node` belongs to the
+/// state `visits`; `None` when the name is not a stage directory's.
+fn visit_kept(visits: &BTreeMap<String, u32>, node: &str, name: &str) -> Option<bool> {
+    let visit = name.split('.').next()?.parse::<u32>().ok()?;
+    Some(visit <= visits.get(node).copied().unwrap_or(0))
+}
+
+/// The stages `result.json` records that belong to the state `visits`.
+fn stages_within(root: &Path, visits: &BTreeMap<String, u32>) -> Option<Vec<StageRecord>> {
+    let text = std::fs::read_to_string(root.join("result.json")).ok()?;
+    let result: RunResult = serde_json::from_str(&text).ok()?;
+    Some(
+        result
+            .stages
+            .into_iter()
+            .filter(|stage| stage.visit <= visits.get(&stage.node_id).copied().unwrap_or(0))
+            .collect(),
+    )
+}
+
+fn resumable_result(
+    run_id: &str,
+    root: &Path,
+    checkpoint: &Checkpoint,
+    stages: Vec<StageRecord>,
+) -> RunResult {
+    RunResult {
+        run_id: run_id.to_string(),
+        status: checkpoint.status,
+        failure_reason: None,
+        completed_nodes: checkpoint.completed_nodes.clone(),
+        duration_ms: stages.iter().map(|stage| stage.duration_ms).sum(),
+        stages,
+        run_dir: root.display().to_string(),
+    }
+}
+
+fn last_event_seq(root: &Path) -> u64 {
+    std::fs::read_to_string(root.join("events.jsonl"))
+        .ok()
+        .and_then(|text| {
+            text.lines().rev().find_map(|line| serde_json::from_str::<Value>(line).ok()?.get("seq")?.as_u64())
+        })
+        .unwrap_or(0)
+}
+
+fn io(path: &Path, source: std::io::Error) -> HistoryError {
+    HistoryError::RunDir(RunDirError::Io { path: path.to_path_buf(), source })
+}
+
+fn copy_dir_all(from: &Path, to: &Path) -> Result<(), HistoryError> {
+    std::fs::create_dir_all(to).map_err(|source| io(to, source))?;
+    for entry in std::fs::read_dir(from).map_err(|source| io(from, source))? {
+        let entry = entry.map_err(|source| io(from, source))?;
+        let target = to.join(entry.file_name());
+        let kind = entry.file_type().map_err(|source| io(&entry.path(), source))?;
+        if kind.is_dir() {
+            copy_dir_all(&entry.path(), &target)?;
+        } else {
+            std::fs::copy(entry.path(), &target).map_err(|source| io(&target, source))?;
+        }
+    }
+    Ok(())
+}
+
+/// Where a fork came from (`forked_from` in its manifest and the `run.forked` event).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ForkOrigin {
+    pub run_dir: String,
+    pub run_id: String,
+    pub node: String,
+    pub visit: u32,
+}
+
+/// What `fork` made.
+#[derive(Debug, Clone)]
+pub struct Forked {
+    pub run_id: String,
+    pub run_dir: PathBuf,
+    pub origin: ForkOrigin,
+    /// Where `fabro resume` continues.
+    pub next_node: String,
+    /// The stage directories copied, relative to the run directory.
+    pub copied: Vec<String>,
+}
+
+/// Creates a new run (new id, new directory: `new_root`, else a sibling of `root` named by the
+/// id) holding the state right after `node@visit` of the run in `root`, ready for `fabro resume`.
+/// The source run is only read.
+pub fn fork(
+    root: &Path,
+    node: &str,
+    visit: Option<u32>,
+    new_root: Option<&Path>,
+) -> Result<Forked, HistoryError> {
+    let (manifest, _) = read_manifest(root)?;
+    let selected = select(root, node, visit)?;
+    let mut checkpoint = resumable(&selected)?;
+    let workflow_path = root.join("workflow.dot");
+    let workflow = std::fs::read(&workflow_path)
+        .map_err(|_| HistoryError::NotARun { path: root.to_path_buf(), missing: "workflow.dot" })?;
+
+    let run_id = uuid::Uuid::now_v7().to_string();
+    let new_root = match new_root {
+        Some(path) => path.to_path_buf(),
+        None => root.parent().map(Path::to_path_buf).unwrap_or_default().join(&run_id),
+    };
+    let dir = RunDir::create(&new_root)?;
+    let _lock = dir.lock()?;
+    let origin = ForkOrigin {
+        run_dir: root.display().to_string(),
+        run_id: manifest.run_id.clone(),
+        node: node.to_string(),
+        visit: selected.visit,
+    };
+
+    // The stage directories of the visits that make up the state.
+    let mut copied = Vec::new();
+    for stage_node in checkpoint.node_visits.keys() {
+        let from = root.join("stages").join(stage_node);
+        let Ok(entries) = std::fs::read_dir(&from) else { continue };
+        let mut names: Vec<String> =
+            entries.flatten().filter_map(|e| e.file_name().into_string().ok()).collect();
+        names.sort();
+        for name in names {
+            if visit_kept(&checkpoint.node_visits, stage_node, &name) != Some(true) {
+                continue;
+            }
+            let source = from.join(&name);
+            if !source.is_dir() {
+                continue;
+            }
+            copy_dir_all(&source, &dir.root().join("stages").join(stage_node).join(&name))?;
+            copied.push(format!("stages/{stage_node}/{name}"));
+        }
+    }
+
+    std::fs::write(dir.root().join("workflow.dot"), &workflow)
+        .map_err(|source| io(&dir.root().join("workflow.dot"), source))?;
+    checkpoint.run_id = run_id.clone();
+    checkpoint.context.set("internal.run_id", run_id.clone());
+    if let Some(stages) = stages_within(root, &checkpoint.node_visits) {
+        dir.write_json("result.json", &resumable_result(&run_id, dir.root(), &checkpoint, stages))?;
+    }
+    dir.save_checkpoint(1, node, &checkpoint, Durability::Synced)?;
+
+    let new_manifest = Manifest {
+        run_id: run_id.clone(),
+        started_at: now_rfc3339(),
+        finished_at: None,
+        status: checkpoint.status,
+        restarted_from: None,
+        restarted_as: None,
+        forked_from: Some(origin.clone()),
+        ..manifest
+    };
+    write_json_file(&dir.root().join("manifest.json"), &new_manifest)?;
+
+    let next_node = checkpoint.next_node.clone().unwrap_or_default();
+    let events = EventLog::open(dir.root(), &run_id, 0)
+        .map_err(|source| io(&dir.root().join("events.jsonl"), source))?;
+    events.run_event(
+        "run.forked",
+        json!({"from_run_dir": origin.run_dir, "from_run_id": origin.run_id, "node": node,
+               "visit": selected.visit, "next_node": next_node}),
+    );
+    events.flush();
+    Ok(Forked { run_id, run_dir: new_root, origin, next_node, copied })
+}
+
+/// What `rewind` did.
+#[derive(Debug, Clone)]
+pub struct Rewound {
+    pub node: String,
+    pub visit: u32,
+    pub next_node: String,
+    /// `rewound/<timestamp>`, relative to the run directory.
+    pub archive: String,
+    /// The files and directories moved there, relative to the run directory.
+    pub moved: Vec<String>,
+}
+
+/// Moves the run in `root` back to the state right after `node@visit`, in place. The run must not
+/// be running (its lock is taken). Later checkpoints, the stage directories of later visits and
+/// `result.json` move into `rewound/<timestamp>/`; nothing is deleted.
+pub fn rewind(root: &Path, node: &str, visit: Option<u32>) -> Result<Rewound, HistoryError> {
+    let (manifest, mut manifest_value) = read_manifest(root)?;
+    let dir = RunDir { root: root.to_path_buf() };
+    let _lock = dir.lock()?;
+    let selected = select(root, node, visit)?;
+    let checkpoint = resumable(&selected)?;
+
+    let stamp = now_rfc3339().replace(':', "");
+    let mut archive = format!("rewound/{stamp}");
+    let mut extra = 1;
+    while root.join(&archive).exists() {
+        extra += 1;
+        archive = format!("rewound/{stamp}.{extra}");
+    }
+    let mut moved = Vec::new();
+    let move_into_archive = |relative: &str, moved: &mut Vec<String>| -> Result<(), HistoryError> {
+        let target = root.join(&archive).join(relative);
+        if let Some(parent) = target.parent() {
+            std::fs::create_dir_all(parent).map_err(|source| io(parent, source))?;
+        }
+        std::fs::rename(root.join(relative), &target).map_err(|source| io(&target, source))?;
+        moved.push(relative.to_string());
+        Ok(())
+    };
+
+    for (seq, _, path) in history_files(root)? {
+        if seq <= selected.seq {
+            continue;
+        }
+        let Some(name) = path.file_name().and_then(|n| n.to_str()) else { continue };
+        move_into_archive(&format!("checkpoints/{name}"), &mut moved)?;
+    }
+    let mut stage_nodes: Vec<String> = std::fs::read_dir(root.join("stages"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|entry| entry.path().is_dir())
+        .filter_map(|entry| entry.file_name().into_string().ok())
+        .collect();
+    stage_nodes.sort();
+    for stage_node in stage_nodes {
+        let Ok(entries) = std::fs::read_dir(root.join("stages").join(&stage_node)) else { continue };
+        let mut names: Vec<String> =
+            entries.flatten().filter_map(|e| e.file_name().into_string().ok()).collect();
+        names.sort();
+        for name in names {
+            if visit_kept(&checkpoint.node_visits, &stage_node, &name) == Some(false) {
+                move_into_archive(&format!("stages/{stage_node}/{name}"), &mut moved)?;
+            }
+        }
+    }
+    let stages = stages_within(root, &checkpoint.node_visits);
+    if root.join("result.json").exists() {
+        move_into_archive("result.json", &mut moved)?;
+    }
+    if let Some(stages) = stages {
+        dir.write_json("result.json", &resumable_result(&manifest.run_id, root, &checkpoint, stages))?;
+    }
+    dir.write_compact_json("checkpoint.json", &checkpoint)?;
+    if let Value::Object(map) = &mut manifest_value {
+        map.insert("status".to_string(), json!(checkpoint.status));
+        map.insert("finished_at".to_string(), Value::Null);
+    }
+    write_json_file(&root.join("manifest.json"), &manifest_value)?;
+
+    let next_node = checkpoint.next_node.clone().unwrap_or_default();
+    let events = EventLog::open(root, &manifest.run_id, last_event_seq(root))
+        .map_err(|source| io(&root.join("events.jsonl"), source))?;
+    events.run_event(
+        "run.rewound",
+        json!({"to": node, "visit": selected.visit, "next_node": next_node, "archive": archive, "moved": moved}),
+    );
+    events.flush();
+    Ok(Rewound { node: node.to_string(), visit: selected.visit, next_node, archive, moved })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_parse_with_and_without_a_visit() {
+        assert_eq!(parse_target("work").unwrap(), ("work".to_string(), None));
+        assert_eq!(parse_target("work@2").unwrap(), ("work".to_string(), Some(2)));
+        for bad in ["", "work@", "work@0", "work@x", "@2"] {
+            assert!(matches!(parse_target(bad), Err(HistoryError::BadTarget { .. })), "{bad}");
+        }
+    }
+
+    #[test]
+    fn stage_directories_belong_to_a_state_by_visit() {
+        let visits = BTreeMap::from([("work".to_string(), 2)]);
+        assert_eq!(visit_kept(&visits, "work", "1"), Some(true));
+        assert_eq!(visit_kept(&visits, "work", "2.2"), Some(true));
+        assert_eq!(visit_kept(&visits, "work", "3"), Some(false));
+        assert_eq!(visit_kept(&visits, "exit", "1"), Some(false));
+        assert_eq!(visit_kept(&visits, "work", "notes"), None);
+    }
+
+    fn checkpoint(status: RunStatus, node: &str, visit: u32, next: Option<&str>) -> Value {
+        json!({"run_id": "r", "status": status, "current_node": node, "next_node": next,
+               "completed_nodes": [node], "node_outcomes": {}, "node_visits": {node: visit},
+               "node_retries": {}, "context": {}, "timestamp": "t"})
+    }
+
+    #[test]
+    fn selection_takes_the_first_completed_checkpoint_of_the_visit() {
+        let temp = tempfile::tempdir().unwrap();
+        let run = RunDir::create(&temp.path().join("run")).unwrap();
+        let manifest = json!({"run_id": "r", "workflow": "w", "source_path": "w.dot", "source_sha256": "",
+            "goal": "", "work_dir": ".", "started_at": "t", "finished_at": null, "status": "failed",
+            "tool_version": "0"});
+        run.write_json("manifest.json", &manifest).unwrap();
+        let saves = [
+            checkpoint(RunStatus::Paused, "work", 0, Some("work")),
+            checkpoint(RunStatus::Running, "work", 1, Some("work")),
+            checkpoint(RunStatus::Running, "work", 2, None),
+            checkpoint(RunStatus::Failed, "work", 2, None),
+        ];
+        for (i, value) in saves.iter().enumerate() {
+            run.save_checkpoint(i as u64 + 1, "work", value, Durability::Unsynced).unwrap();
+        }
+        let (path, chosen) = select_checkpoint(run.root(), "work", None).unwrap();
+        assert!(path.ends_with("checkpoints/000003-work.json"));
+        assert_eq!(chosen.status, RunStatus::Running);
+        let (path, _) = select_checkpoint(run.root(), "work", Some(1)).unwrap();
+        assert!(path.ends_with("checkpoints/000002-work.json"));
+        let error = select_checkpoint(run.root(), "work", Some(5)).unwrap_err();
+        assert!(error.to_string().contains("completed visits: 1, 2"), "{error}");
+        let error = select_checkpoint(run.root(), "nope", None).unwrap_err();
+        assert!(matches!(error, HistoryError::UnknownNode { .. }), "{error}");
+        let error = rewind(run.root(), "work", Some(2)).unwrap_err();
+        assert!(matches!(error, HistoryError::NothingToContinue { .. }), "{error}");
+    }
+}
