@@ -164,7 +164,11 @@ impl Engine {
     ) -> Result<RunReport, StartError> {
         let workflow = &valid.workflow;
         let lock = saved.dir.lock()?;
-        let next_id = saved.checkpoint.next_node.clone().unwrap_or_default();
+        let ended = matches!(saved.checkpoint.status, RunStatus::Succeeded | RunStatus::Failed);
+        let next_id = match (&saved.checkpoint.next_node, ended) {
+            (Some(next), false) => next.clone(),
+            _ => saved.checkpoint.current_node.clone(),
+        };
         let next = workflow.index_of(&next_id).ok_or_else(|| StartError::MissingNode(next_id.clone()))?;
         let mut events = EventLog::open(saved.dir.root(), &saved.manifest.run_id, saved.last_event_seq)
             .map_err(StartError::Events)?;
@@ -200,6 +204,13 @@ impl Engine {
             _lock: lock,
         };
         run.events.run_event("run.resumed", json!({"from": next_id, "previous_status": previous.as_str()}));
+        if ended {
+            // The process stopped after the final checkpoint, before recording the end.
+            let reason = (previous == RunStatus::Failed).then(|| {
+                "the run failed; its reason was not recorded before the process stopped".to_string()
+            });
+            return Ok(run.finish(next, previous, reason));
+        }
         Ok(run.execute(next).await)
     }
 }

@@ -166,8 +166,8 @@ impl Handler for CommandHandler {
 async fn write_context_snapshot(stage: &StageRun<'_>, path: &Path) -> Result<(), HandlerError> {
     let json = serde_json::to_vec_pretty(&stage.context.to_json())
         .map_err(|error| HandlerError::Terminal(format!("could not serialize the context: {error}")))?;
-    tokio::fs::write(path, json)
-        .await
+    // Atomic but not fsynced: a crash may lose it, never tear it (the stage reruns anyway).
+    crate::run_dir::write_atomic_with(path, &json, crate::run_dir::Durability::Unsynced)
         .map_err(|error| HandlerError::Terminal(format!("could not write {}: {error}", path.display())))
 }
 

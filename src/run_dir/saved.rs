@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::records::{Checkpoint, Manifest, RunResult, RunStatus, StageRecord};
+use super::records::{Checkpoint, Manifest, RunResult, RunStatus, StageRecord, StageStatusFile};
 use super::RunDir;
 
 /// Why a directory cannot be resumed.
@@ -51,18 +51,25 @@ impl SavedRun {
         refuse_links(root)?;
         let manifest: Manifest = read_json(root, "manifest.json")?;
         let checkpoint: Checkpoint = read_json(root, "checkpoint.json")?;
-        if matches!(checkpoint.status, RunStatus::Succeeded | RunStatus::Failed | RunStatus::Restarted) {
+        let ended =
+            matches!(checkpoint.status, RunStatus::Succeeded | RunStatus::Failed | RunStatus::Restarted);
+        // A process killed after the final checkpoint but before it recorded the end leaves the
+        // manifest saying `running`: resuming then only finalizes the run.
+        let unrecorded_end = ended && manifest.status == RunStatus::Running;
+        if ended && !unrecorded_end {
             return Err(ResumeError::Finished { path: root.to_path_buf(), status: checkpoint.status });
         }
-        if checkpoint.next_node.is_none() {
+        if !ended && checkpoint.next_node.is_none() {
             return Err(ResumeError::NoNextStage { path: root.to_path_buf() });
         }
         let workflow_source = std::fs::read_to_string(root.join("workflow.dot"))
             .map_err(|_| ResumeError::NotARun { path: root.to_path_buf(), missing: "workflow.dot" })?;
-        let stages = match std::fs::read_to_string(root.join("result.json")) {
-            Ok(text) => serde_json::from_str::<RunResult>(&text).map(|r| r.stages).unwrap_or_default(),
-            Err(_) => Vec::new(),
-        };
+        let recorded = std::fs::read_to_string(root.join("result.json"))
+            .ok()
+            .and_then(|text| serde_json::from_str::<RunResult>(&text).ok())
+            .map(|result| result.stages);
+        // A crashed run wrote no result.json: its stage records come from the stage directories.
+        let stages = recorded.unwrap_or_else(|| stages_from_status_files(root, &checkpoint));
         let last_event_seq = std::fs::read_to_string(root.join("events.jsonl"))
             .ok()
             .and_then(|text| {
@@ -88,6 +95,44 @@ impl SavedRun {
             last_checkpoint_seq,
         })
     }
+}
+
+/// The stage visits of a run, rebuilt from `stages/<node>/<visit>/status.json` in the order they
+/// started. Per node, only as many visits as the checkpoint counts as completed are kept: a
+/// stage that finished after the last checkpoint was saved runs again on resume.
+fn stages_from_status_files(root: &Path, checkpoint: &Checkpoint) -> Vec<StageRecord> {
+    let mut found: Vec<(String, StageRecord)> = Vec::new();
+    for node_dir in std::fs::read_dir(root.join("stages")).into_iter().flatten().flatten() {
+        let node_id = node_dir.file_name().to_string_lossy().into_owned();
+        for visit_dir in std::fs::read_dir(node_dir.path()).into_iter().flatten().flatten() {
+            let name = visit_dir.file_name().to_string_lossy().into_owned();
+            let Some(visit) = name.split('.').next().and_then(|v| v.parse::<u32>().ok()) else { continue };
+            let Ok(text) = std::fs::read_to_string(visit_dir.path().join("status.json")) else { continue };
+            let Ok(status) = serde_json::from_str::<StageStatusFile>(&text) else { continue };
+            let record = StageRecord {
+                node_id: node_id.clone(),
+                visit,
+                status: status.outcome.status,
+                duration_ms: status.duration_ms,
+                handler: status.handler,
+                failure_reason: status.outcome.failure_reason,
+                usage: status.outcome.usage,
+            };
+            found.push((status.started_at, record));
+        }
+    }
+    found.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut kept: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    found
+        .into_iter()
+        .filter(|(_, record)| {
+            let completed = checkpoint.completed_nodes.iter().filter(|id| **id == record.node_id).count();
+            let count = kept.entry(record.node_id.clone()).or_insert(0);
+            *count += 1;
+            *count <= completed
+        })
+        .map(|(_, record)| record)
+        .collect()
 }
 
 /// Refuses a run directory that is, or directly holds, a symbolic link: everything fabro writes
