@@ -302,3 +302,69 @@ fn every_checkpoint_is_kept_and_numbering_continues_after_resume() {
             .unwrap();
     assert_eq!(paused["status"], "paused");
 }
+
+#[test]
+fn resume_can_continue_with_a_changed_workflow_unless_it_drops_a_needed_node() {
+    let dir = Dir::new(&[("w.dot", GATED), ("answers.json", r#"{"gate": ["A"]}"#)]);
+    assert_eq!(code(&dir.fabro(&["run", "w.dot", "--run-dir", "run", "-q"])), Some(3));
+
+    // Renaming `plan` (a completed stage) is refused and changes nothing.
+    std::fs::write(dir.path("renamed.dot"), GATED.replace("plan", "design")).unwrap();
+    let before = snapshot(&dir.path("run"));
+    let refused = dir.fabro(&["resume", "run", "--workflow", "renamed.dot", "--answers", "answers.json"]);
+    assert_eq!(code(&refused), Some(2), "{}", stderr(&refused));
+    assert!(
+        stderr(&refused).contains("lacks node(s) `plan` that the checkpoint needs"),
+        "{}",
+        stderr(&refused)
+    );
+    assert_eq!(snapshot(&dir.path("run")), before);
+
+    // Changing what `ship` does is fine: the new file runs, the stored copy is kept aside.
+    let changed = GATED.replace("echo ship >> log", "echo shipped-v2 >> log");
+    std::fs::write(dir.path("changed.dot"), &changed).unwrap();
+    let output =
+        dir.fabro(&["resume", "run", "--workflow", "changed.dot", "--answers", "answers.json", "-q"]);
+    assert_eq!(code(&output), Some(0), "{}", stderr(&output));
+    assert_eq!(std::fs::read_to_string(dir.path("log")).unwrap(), "plan\nshipped-v2\n");
+    assert_eq!(std::fs::read_to_string(dir.path("run/workflow.dot")).unwrap(), changed);
+    assert_eq!(std::fs::read_to_string(dir.path("run/workflow.1.dot")).unwrap(), GATED);
+    let manifest = dir.json("run/manifest.json");
+    assert_eq!(manifest["source_path"], "changed.dot");
+    assert_eq!(manifest["source_sha256"], fabro::engine::sha256_hex(&changed));
+}
+
+#[test]
+fn the_first_stage_after_resume_degrades_full_fidelity_to_summary_high() {
+    let workflow = r#"digraph threads {
+    start [shape=Mdiamond]
+    exit [shape=Msquare]
+    slow [shape=parallelogram, fidelity=full, script="cp \"$FABRO_CONTEXT\" slow-$FABRO_VISIT.json; if [ ! -f resumed ]; then echo $$ > slow.pid; sleep 30; fi"]
+    after [shape=parallelogram, fidelity=full, script="cp \"$FABRO_CONTEXT\" after.json"]
+    start -> slow -> after -> exit
+}
+"#;
+    let dir = Dir::new(&[("w.dot", workflow)]);
+    let child = Command::new(common::fabro_bin())
+        .args(["run", "w.dot", "--run-dir", "run", "-q"])
+        .current_dir(dir.0.path())
+        .env_remove("CI")
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let started = std::time::Instant::now();
+    while !dir.path("slow.pid").exists() {
+        assert!(started.elapsed().as_secs() < 20, "the slow stage never started");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(dir.json("slow-1.json")["internal.fidelity"], "full");
+    // SAFETY: stopping our own child process.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let _ = child.wait_with_output();
+    std::fs::write(dir.path("resumed"), "").unwrap();
+    std::fs::remove_file(dir.path("slow-1.json")).unwrap();
+    let output = dir.fabro(&["resume", "run", "-q"]);
+    assert_eq!(code(&output), Some(0), "{}", stderr(&output));
+    assert_eq!(dir.json("slow-1.json")["internal.fidelity"], "summary:high", "the first stage after resume");
+    assert_eq!(dir.json("after.json")["internal.fidelity"], "full", "later stages are not degraded");
+}

@@ -17,6 +17,10 @@ use super::run::{conclude, engine_for, report_diagnostics, watch_signals, Launch
 pub struct ResumeArgs {
     /// The run directory (it holds manifest.json, checkpoint.json and workflow.dot).
     run_dir: PathBuf,
+    /// Continue with this workflow file instead of the copy stored in the run directory; refused
+    /// when it lacks a node the checkpoint needs. The stored copy is kept as workflow.<n>.dot.
+    #[arg(long, value_name = "FILE")]
+    workflow: Option<PathBuf>,
     #[command(flatten)]
     launch: LaunchArgs,
 }
@@ -26,24 +30,35 @@ pub fn resume(args: ResumeArgs) -> u8 {
 }
 
 async fn resume_async(args: ResumeArgs) -> u8 {
-    let saved = match SavedRun::open(&args.run_dir) {
+    let mut saved = match SavedRun::open(&args.run_dir) {
         Ok(saved) => saved,
         Err(error) => {
             eprintln!("error: {error}");
             return exit::INVALID;
         }
     };
-    // The stored copy is what ran; say so when the original file has changed since.
-    let source_path = PathBuf::from(&saved.manifest.source_path);
-    if let Ok(current) = std::fs::read_to_string(&source_path) {
-        if current != saved.workflow_source {
-            eprintln!(
-                "note: {} changed since the run started; continuing with the copy stored in the run directory",
-                source_path.display()
-            );
+    let (source_path, source_text) = match &args.workflow {
+        Some(path) => match std::fs::read_to_string(path) {
+            Ok(text) => (path.clone(), text),
+            Err(error) => {
+                eprintln!("error: cannot read `{}`: {error}", path.display());
+                return exit::INVALID;
+            }
+        },
+        None => {
+            // The stored copy is what ran; say so when the original file has changed since.
+            let path = PathBuf::from(&saved.manifest.source_path);
+            if std::fs::read_to_string(&path).is_ok_and(|current| current != saved.workflow_source) {
+                eprintln!(
+                    "note: {} changed since the run started; continuing with the copy stored in the run directory \
+                     (use --workflow to continue with the new file)",
+                    path.display()
+                );
+            }
+            (path, saved.workflow_source.clone())
         }
-    }
-    let loaded = Loader::new().load_source(SourceFile::new(&source_path, saved.workflow_source.clone()));
+    };
+    let loaded = Loader::new().load_source(SourceFile::new(&source_path, source_text.clone()));
     let checked = match loaded {
         Ok(checked) => checked,
         Err(error) => {
@@ -54,6 +69,22 @@ async fn resume_async(args: ResumeArgs) -> u8 {
     let Some(valid) = report_diagnostics(checked, &source_path, true) else {
         return exit::INVALID;
     };
+    if args.workflow.is_some() {
+        let missing = saved.missing_nodes(&valid.workflow);
+        if !missing.is_empty() {
+            eprintln!(
+                "error: {} lacks node(s) {} that the checkpoint needs (renamed or removed); nothing was changed. \
+                 Resume without --workflow to continue with the stored copy",
+                source_path.display(),
+                missing.iter().map(|id| format!("`{id}`")).collect::<Vec<_>>().join(", ")
+            );
+            return exit::INVALID;
+        }
+        if let Err(error) = saved.adopt_workflow(&source_path, &source_text) {
+            eprintln!("error: {error}");
+            return exit::INVALID;
+        }
+    }
     let engine = match engine_for(&args.launch, &valid.workflow) {
         Ok(engine) => engine,
         Err(message) => {

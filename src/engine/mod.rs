@@ -5,4 +5,4 @@ pub mod events;
 pub mod retry;
 mod scheduler;
 
-pub use scheduler::{Engine, RunOptions, RunReport, RunTimings, StartError};
+pub use scheduler::{sha256_hex, Engine, RunOptions, RunReport, RunTimings, StartError};

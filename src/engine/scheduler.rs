@@ -144,6 +144,7 @@ impl Engine {
             timings: RunTimings::default(),
             entered_by: None,
             checkpoint_seq: 0,
+            degrade_full_fidelity: false,
             _lock: lock,
         };
         run.context_set("internal.run_id", run.run_id.clone());
@@ -201,6 +202,7 @@ impl Engine {
             timings: RunTimings::default(),
             entered_by: None,
             checkpoint_seq,
+            degrade_full_fidelity: true,
             _lock: lock,
         };
         run.events.run_event("run.resumed", json!({"from": next_id, "previous_status": previous.as_str()}));
@@ -234,7 +236,8 @@ fn seed_context(workflow: &Workflow, options: &RunOptions) -> Context {
     context
 }
 
-fn sha256_hex(text: &str) -> String {
+/// The SHA-256 of a workflow source, as the manifest records it.
+pub fn sha256_hex(text: &str) -> String {
     use sha2::Digest;
     sha2::Sha256::digest(text.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -281,6 +284,9 @@ struct Run<'e> {
     entered_by: Option<petgraph::graph::EdgeIndex>,
     /// Number of the last checkpoint written (`checkpoints/<seq>-<node>.json`).
     checkpoint_seq: u64,
+    /// Set on resume: the first stage cannot continue a conversation thread that did not survive
+    /// the stop, so `full` fidelity becomes `summary:high` for it.
+    degrade_full_fidelity: bool,
     /// Held for as long as this process drives the run.
     _lock: crate::run_dir::RunLock,
 }
@@ -331,7 +337,11 @@ impl Run<'_> {
         self.context_set("current_node", node.id.clone());
         self.context_set("internal.node_visit_count", visit);
         let edge = self.entered_by.take().map(|index| &workflow.graph()[index].attributes);
-        let fidelity = crate::fidelity::resolve(edge, &node.attributes, workflow.attributes());
+        let mut fidelity = crate::fidelity::resolve(edge, &node.attributes, workflow.attributes());
+        if std::mem::take(&mut self.degrade_full_fidelity) && fidelity == crate::fidelity::FidelityMode::Full
+        {
+            fidelity = crate::fidelity::FidelityMode::SummaryHigh;
+        }
         let thread = crate::fidelity::resolve_thread(edge, &node.attributes, workflow.attributes());
         self.context_set("internal.fidelity", fidelity.as_str());
         self.context_set("internal.thread_id", thread.map_or(Value::Null, Value::from));

@@ -97,6 +97,44 @@ impl SavedRun {
     }
 }
 
+impl SavedRun {
+    /// The nodes the checkpoint refers to (completed, visited, scored, next) that `workflow` lacks;
+    /// a workflow that renamed or removed any of them cannot continue this run.
+    pub fn missing_nodes(&self, workflow: &crate::graph::Workflow) -> Vec<String> {
+        let checkpoint = &self.checkpoint;
+        let mut needed: Vec<&String> = checkpoint.completed_nodes.iter().collect();
+        needed.extend(checkpoint.node_visits.keys());
+        needed.extend(checkpoint.node_outcomes.keys());
+        needed.extend(checkpoint.next_node.iter());
+        let mut missing: Vec<String> =
+            needed.into_iter().filter(|id| workflow.node(id).is_none()).cloned().collect();
+        missing.sort();
+        missing.dedup();
+        missing
+    }
+
+    /// Makes `source` the workflow the run continues with: the stored copy moves aside to
+    /// `workflow.<n>.dot` (never overwritten) and the manifest records the new file and hash.
+    pub fn adopt_workflow(&mut self, path: &Path, source: &str) -> Result<(), super::RunDirError> {
+        // Refused while another process drives the run.
+        let _lock = self.dir.lock()?;
+        let root = self.dir.root().to_path_buf();
+        let stored = root.join("workflow.dot");
+        let mut n = 1;
+        while root.join(format!("workflow.{n}.dot")).exists() {
+            n += 1;
+        }
+        let previous = root.join(format!("workflow.{n}.dot"));
+        std::fs::rename(&stored, &previous)
+            .map_err(|source| super::RunDirError::Io { path: previous, source })?;
+        self.dir.write_text("workflow.dot", source)?;
+        self.workflow_source = source.to_string();
+        self.manifest.source_path = path.display().to_string();
+        self.manifest.source_sha256 = crate::engine::sha256_hex(source);
+        Ok(())
+    }
+}
+
 /// The stage visits of a run, rebuilt from `stages/<node>/<visit>/status.json` in the order they
 /// started. Per node, only as many visits as the checkpoint counts as completed are kept: a
 /// stage that finished after the last checkpoint was saved runs again on resume.
