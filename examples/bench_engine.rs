@@ -50,7 +50,7 @@ async fn run(dot: &str) -> (RunReport, Duration) {
         work_dir: dir.path().to_path_buf(),
         dry_run: false,
         context: Vec::new(),
-        checkpoint_sync: fabro::run_dir::Durability::Synced,
+        ..RunOptions::default()
     };
     let engine = Engine::new(
         builtin_handlers(),

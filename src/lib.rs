@@ -22,6 +22,7 @@ pub mod source;
 pub mod starter;
 pub mod syntax;
 pub mod validate;
+pub mod worktree;
 
 pub use diagnostic::{Diagnostic, Severity};
 pub use load::{CheckedWorkflow, Invalid, LoadError, Loader, ValidWorkflow};

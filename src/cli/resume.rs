@@ -98,6 +98,8 @@ async fn resume_async(args: ResumeArgs) -> u8 {
         dry_run: args.launch.dry_run,
         context: Vec::new(),
         checkpoint_sync: args.launch.checkpoint_sync.durability(),
+        // The run's manifest says whether it has a worktree.
+        worktree: false,
     };
     let cancel = CancellationToken::new();
     watch_signals(cancel.clone());

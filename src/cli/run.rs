@@ -31,6 +31,10 @@ pub struct RunArgs {
     /// Where commands run and agents work (default: the current directory).
     #[arg(long)]
     workdir: Option<PathBuf>,
+    /// Work in a fresh git worktree on branch fabro/run/<run id> (from HEAD of the repository
+    /// containing --workdir) and commit after every stage; your checkout is never touched.
+    #[arg(long)]
+    worktree: bool,
     /// Replace the workflow's goal.
     #[arg(long)]
     goal: Option<String>,
@@ -135,6 +139,7 @@ async fn run_async(args: RunArgs) -> u8 {
         dry_run: args.launch.dry_run,
         context,
         checkpoint_sync: args.launch.checkpoint_sync.durability(),
+        worktree: args.worktree,
     };
     let cancel = CancellationToken::new();
     watch_signals(cancel.clone());
@@ -204,6 +209,9 @@ pub fn conclude(
     }
     write_reports(result, launch, workflow_name);
     eprint!("{}", summary(result));
+    if let Some(hint) = &report.worktree_hint {
+        eprintln!("{hint}");
+    }
     if let Some(reason) = &report.pause_reason {
         eprintln!("paused: {reason}");
         eprintln!("resume with: fabro resume {} --answers FILE (or --auto-approve)", result.run_dir);

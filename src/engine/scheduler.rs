@@ -25,6 +25,7 @@ use crate::run_dir::{
     CheckpointRef, Manifest, RunDir, RunDirError, RunResult, RunStatus, SavedRun, StageRecord,
     StageStatusFile,
 };
+use crate::worktree::RunWorktree;
 use crate::ValidWorkflow;
 
 /// How to run a workflow.
@@ -37,6 +38,9 @@ pub struct RunOptions {
     pub dry_run: bool,
     /// Extra context values (`--set key=value`).
     pub context: Vec<(String, Value)>,
+    /// Run in a fresh git worktree on branch `fabro/run/<run_id>` (created from HEAD of the
+    /// repository containing `work_dir`) and commit after every stage.
+    pub worktree: bool,
     /// Whether checkpoints are fsynced (`--checkpoint-sync stage`, the default) or only renamed
     /// into place (`never`: survives a crash of fabro, not of the machine).
     pub checkpoint_sync: crate::run_dir::Durability,
@@ -53,6 +57,8 @@ pub enum StartError {
     NoStart,
     #[error("the checkpoint continues at node `{0}`, which the workflow does not have")]
     MissingNode(String),
+    #[error(transparent)]
+    Worktree(#[from] crate::worktree::WorktreeError),
 }
 
 /// How a run ended, with `result.json`'s content.
@@ -62,6 +68,8 @@ pub struct RunReport {
     /// Why the run paused (a human gate without an answer), when it did.
     pub pause_reason: Option<String>,
     pub timings: RunTimings,
+    /// In worktree mode: the branch and how to merge it.
+    pub worktree_hint: Option<String>,
 }
 
 /// Where the engine's own time went, for `-v` and the engine benchmark.
@@ -111,6 +119,11 @@ impl Engine {
             options.run_dir.clone().unwrap_or_else(|| PathBuf::from(".fabro").join("runs").join(&run_id));
         let run_dir = RunDir::create(&root)?;
         let lock = run_dir.lock()?;
+        let worktree = match options.worktree {
+            true => Some(RunWorktree::create(&options.work_dir, &run_id, &run_dir.root().join("worktree"))?),
+            false => None,
+        };
+        let work_dir = worktree.as_ref().map_or_else(|| options.work_dir.clone(), |w| w.path().to_path_buf());
         let mut events = EventLog::open(run_dir.root(), &run_id, 0).map_err(StartError::Events)?;
         events.observe(observe);
         let manifest = Manifest {
@@ -119,7 +132,7 @@ impl Engine {
             source_path: workflow.source().path().display().to_string(),
             source_sha256: sha256_hex(workflow.source().text()),
             goal: workflow.goal().to_string(),
-            work_dir: options.work_dir.display().to_string(),
+            work_dir: work_dir.display().to_string(),
             started_at: now_rfc3339(),
             finished_at: None,
             status: RunStatus::Running,
@@ -127,6 +140,10 @@ impl Engine {
             restarted_from: None,
             restarted_as: None,
             forked_from: None,
+            worktree: worktree.as_ref().map(|w| crate::run_dir::WorktreeRecord {
+                path: w.path().display().to_string(),
+                branch: w.branch().to_string(),
+            }),
         };
         run_dir.write_json("manifest.json", &manifest)?;
         run_dir.write_text("workflow.dot", workflow.source().text())?;
@@ -139,13 +156,16 @@ impl Engine {
             events,
             cancel,
             manifest,
-            state: RunState { context: seed_context(workflow, options), ..RunState::default() },
+            state: RunState { context: seed_context(workflow, options, &work_dir), ..RunState::default() },
             started: Instant::now(),
             timings: RunTimings::default(),
             entered_by: None,
             checkpoint_seq: 0,
             degrade_full_fidelity: false,
             _lock: lock,
+            work_dir,
+            worktree,
+            last_commit: None,
         };
         run.context_set("internal.run_id", run.run_id.clone());
         run.events.run_event("run.started", json!({"workflow": workflow.name(), "goal": workflow.goal()}));
@@ -175,6 +195,17 @@ impl Engine {
             .map_err(StartError::Events)?;
         events.observe(observe);
         let previous = saved.checkpoint.status;
+        let worktree = match &saved.manifest.worktree {
+            Some(record) => Some(RunWorktree::open(
+                std::path::Path::new(&record.path),
+                saved.checkpoint.commit.as_deref(),
+            )?),
+            None => None,
+        };
+        let work_dir = worktree
+            .as_ref()
+            .map_or_else(|| std::path::PathBuf::from(&saved.manifest.work_dir), |w| w.path().to_path_buf());
+        let last_commit = saved.checkpoint.commit.clone();
         let mut manifest = saved.manifest;
         manifest.status = RunStatus::Running;
         manifest.finished_at = None;
@@ -204,6 +235,9 @@ impl Engine {
             checkpoint_seq,
             degrade_full_fidelity: true,
             _lock: lock,
+            work_dir,
+            worktree,
+            last_commit,
         };
         run.events.run_event("run.resumed", json!({"from": next_id, "previous_status": previous.as_str()}));
         if ended {
@@ -218,7 +252,7 @@ impl Engine {
 }
 
 /// Context at the start: `graph.*` mirrors of every graph attribute, then `--set` values.
-fn seed_context(workflow: &Workflow, options: &RunOptions) -> Context {
+fn seed_context(workflow: &Workflow, options: &RunOptions, work_dir: &std::path::Path) -> Context {
     let mut context = Context::new();
     for (key, attr) in workflow.attributes().iter() {
         let value = match &attr.value {
@@ -229,7 +263,7 @@ fn seed_context(workflow: &Workflow, options: &RunOptions) -> Context {
         };
         context.set(format!("graph.{key}"), value);
     }
-    context.set("internal.work_dir", options.work_dir.display().to_string());
+    context.set("internal.work_dir", work_dir.display().to_string());
     for (key, value) in &options.context {
         context.set(key.clone(), value.clone());
     }
@@ -289,6 +323,11 @@ struct Run<'e> {
     degrade_full_fidelity: bool,
     /// Held for as long as this process drives the run.
     _lock: crate::run_dir::RunLock,
+    /// Where stages run: `--workdir`, or the run's git worktree.
+    work_dir: PathBuf,
+    worktree: Option<RunWorktree>,
+    /// The worktree commit after the last completed stage.
+    last_commit: Option<String>,
 }
 
 impl Run<'_> {
@@ -372,6 +411,7 @@ impl Run<'_> {
         };
         let duration_ms = clock.elapsed().as_millis() as u64;
         self.record(node, visit, &stage_dir, &outcome, attempts, started_at, duration_ms);
+        self.commit_worktree(node, visit, outcome.status);
         if node.handler_type() == HandlerType::Exit {
             return Step::Finish(RunStatus::Succeeded, None);
         }
@@ -382,6 +422,26 @@ impl Run<'_> {
         };
         self.save_checkpoint(RunStatus::Running, &node.id, next_id);
         step
+    }
+
+    /// Worktree mode: commits what the stage changed; a failed commit is reported, not fatal.
+    fn commit_worktree(&mut self, node: &Node, visit: u32, status: StageStatus) {
+        let Some(worktree) = &self.worktree else { return };
+        match worktree.commit_stage(&self.run_id, &node.id, visit, status.as_str()) {
+            Ok(sha) => {
+                self.events.stage_event("worktree.committed", &node.id, visit, json!({"commit": sha}));
+                self.last_commit = Some(sha);
+            }
+            Err(error) => {
+                tracing::warn!(%error, "worktree commit failed");
+                self.events.stage_event(
+                    "worktree.commit_failed",
+                    &node.id,
+                    visit,
+                    json!({"error": error.to_string()}),
+                );
+            }
+        }
     }
 
     /// A stage that paused or was interrupted runs again on resume as the same visit (in a new,
@@ -493,7 +553,7 @@ impl Run<'_> {
             context: &self.state.context,
             run_id: &self.run_id,
             run_dir: self.run_dir.root(),
-            work_dir: &self.options.work_dir,
+            work_dir: &self.work_dir,
             stage_dir,
             visit,
             attempt,
@@ -658,6 +718,7 @@ impl Run<'_> {
             node_retries: &self.state.retries,
             context: &self.state.context,
             timestamp: now_rfc3339(),
+            commit: self.last_commit.as_deref(),
         };
         self.checkpoint_seq += 1;
         let written = self.run_dir.save_checkpoint(
@@ -697,7 +758,8 @@ impl Run<'_> {
         }
         self.events.flush();
         let pause_reason = if status == RunStatus::Paused { reason } else { None };
-        RunReport { result, pause_reason, timings: self.timings }
+        let worktree_hint = self.worktree.as_ref().map(RunWorktree::merge_hint);
+        RunReport { result, pause_reason, timings: self.timings, worktree_hint }
     }
 }
 

@@ -35,6 +35,8 @@ pub enum HistoryError {
     BadTarget { text: String },
     #[error(transparent)]
     RunDir(#[from] RunDirError),
+    #[error(transparent)]
+    Worktree(#[from] crate::worktree::WorktreeError),
 }
 
 fn list<T: std::fmt::Display>(items: &[T]) -> String {
@@ -320,6 +322,24 @@ pub fn fork(
     }
     dir.save_checkpoint(1, node, &checkpoint, Durability::Synced)?;
 
+    // A run in worktree mode: the fork gets its own branch and worktree at the checkpoint's
+    // commit, never the original's.
+    let worktree = match (&manifest.worktree, &checkpoint.commit) {
+        (Some(record), Some(commit)) => {
+            let forked = crate::worktree::RunWorktree::fork(
+                Path::new(&record.path),
+                commit,
+                &run_id,
+                &dir.root().join("worktree"),
+            )?;
+            Some(super::WorktreeRecord {
+                path: forked.path().display().to_string(),
+                branch: forked.branch().to_string(),
+            })
+        }
+        _ => None,
+    };
+    let work_dir = worktree.as_ref().map_or_else(|| manifest.work_dir.clone(), |w| w.path.clone());
     let new_manifest = Manifest {
         run_id: run_id.clone(),
         started_at: now_rfc3339(),
@@ -328,6 +348,8 @@ pub fn fork(
         restarted_from: None,
         restarted_as: None,
         forked_from: Some(origin.clone()),
+        worktree,
+        work_dir,
         ..manifest
     };
     write_json_file(&dir.root().join("manifest.json"), &new_manifest)?;

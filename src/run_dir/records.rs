@@ -52,6 +52,16 @@ pub struct Manifest {
     /// The run and stage this run was forked from (`fabro fork`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forked_from: Option<super::history::ForkOrigin>,
+    /// The git worktree the run works in (`fabro run --worktree`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worktree: Option<WorktreeRecord>,
+}
+
+/// Where a run's git worktree is and which branch it commits to.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct WorktreeRecord {
+    pub path: String,
+    pub branch: String,
 }
 
 /// `checkpoint.json`: everything needed to continue after the last completed stage.
@@ -69,6 +79,9 @@ pub struct Checkpoint {
     pub node_retries: BTreeMap<String, u32>,
     pub context: Context,
     pub timestamp: String,
+    /// The worktree commit made right after the last completed stage (worktree mode).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
 }
 
 /// The same record as [`Checkpoint`], borrowing the engine's state so that saving it after every
@@ -85,6 +98,8 @@ pub struct CheckpointRef<'a> {
     pub node_retries: &'a BTreeMap<String, u32>,
     pub context: &'a Context,
     pub timestamp: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub commit: Option<&'a str>,
 }
 
 /// One visit of one stage, as `result.json` lists it.
@@ -150,6 +165,7 @@ mod tests {
             node_retries: &retries,
             context: &context,
             timestamp: "2026-11-21T00:00:00Z".into(),
+            commit: Some("abc123"),
         };
         let read: Checkpoint = serde_json::from_str(&serde_json::to_string(&view).unwrap()).unwrap();
         assert_eq!(read.completed_nodes, completed);

@@ -204,6 +204,7 @@ mod tests {
             restarted_from: None,
             restarted_as: None,
             forked_from: None,
+            worktree: None,
         }
     }
 
@@ -287,6 +288,7 @@ mod tests {
             node_retries: BTreeMap::new(),
             context: Context::new(),
             timestamp: String::new(),
+            commit: None,
         };
         write_json_file(&temp.path().join("checkpoint.json"), &checkpoint).unwrap();
         std::fs::create_dir_all(temp.path().join("artifacts/sub")).unwrap();
