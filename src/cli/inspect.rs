@@ -1,6 +1,5 @@
 //! `fabro inspect RUN_DIR [--json] [--all]`: a run's status, stages, context and artifacts.
 
-use std::io::Write;
 use std::path::PathBuf;
 
 use fabro::run_dir::{RunStatus, RunView, StageSummary};
@@ -34,15 +33,7 @@ pub fn run(args: InspectArgs) -> u8 {
         }
     };
     let text = if args.json { render_json(&view, args.all) } else { render_text(&view, args.all) };
-    let mut out = std::io::stdout().lock();
-    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
-        Ok(()) => exit::SUCCESS,
-        Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => exit::SUCCESS,
-        Err(error) => {
-            eprintln!("error: cannot write: {error}");
-            exit::FAILED
-        }
-    }
+    super::print(&text)
 }
 
 fn shown_context(view: &RunView, all: bool) -> Vec<(&str, &Value)> {

@@ -93,6 +93,20 @@ pub fn main() -> ExitCode {
     ExitCode::from(code)
 }
 
+/// Prints `text` on stdout; a closed pipe (`fabro runs | head`) is not an error.
+fn print(text: &str) -> u8 {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => exit::SUCCESS,
+        Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => exit::SUCCESS,
+        Err(error) => {
+            eprintln!("error: cannot write: {error}");
+            exit::FAILED
+        }
+    }
+}
+
 /// Runs an async subcommand on a fresh multi-threaded runtime.
 fn block_on(command: impl std::future::Future<Output = u8>) -> u8 {
     match tokio::runtime::Builder::new_multi_thread().enable_all().build() {

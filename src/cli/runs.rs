@@ -1,7 +1,6 @@
 //! `fabro runs [--dir DIR] [--json]`: the runs in a runs directory, newest first. An entry that
 //! cannot be read is listed as `unreadable` with the reason; it never stops the listing.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
@@ -182,13 +181,5 @@ pub fn run(args: Args) -> u8 {
     } else {
         render_text(&args.dir, &entries)
     };
-    let mut out = std::io::stdout().lock();
-    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
-        Ok(()) => exit::SUCCESS,
-        Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => exit::SUCCESS,
-        Err(error) => {
-            eprintln!("error: cannot write: {error}");
-            exit::FAILED
-        }
-    }
+    super::print(&text)
 }
