@@ -3,6 +3,8 @@
 //!
 //! Keys are kept sorted so snapshots, checkpoints and preambles are deterministic.
 
+pub mod artifacts;
+
 use std::collections::BTreeMap;
 
 use serde_json::Value;

@@ -8,6 +8,7 @@ use petgraph::graph::NodeIndex;
 use serde_json::Value;
 
 use crate::condition::ConditionScope;
+use crate::context::artifacts::{is_pointer, ArtifactStore};
 use crate::context::Context;
 use crate::graph::{normalize_label, EdgeRef, Workflow};
 use crate::outcome::{Outcome, StageStatus};
@@ -34,10 +35,34 @@ impl SelectionReason {
     }
 }
 
-/// What conditions read: the stage's outcome and the run context.
+/// What conditions read: the stage's outcome and the run context, with offloaded values
+/// (artifact pointers) that the conditions read loaded back, so they compare like inline ones.
 pub struct Scope<'a> {
     pub outcome: &'a Outcome,
     pub context: &'a Context,
+    resolved: std::collections::HashMap<String, Value>,
+}
+
+impl<'a> Scope<'a> {
+    pub fn new(outcome: &'a Outcome, context: &'a Context) -> Self {
+        Scope { outcome, context, resolved: std::collections::HashMap::new() }
+    }
+
+    /// Loads the offloaded values among `keys` from `store`. A pointer that cannot be read
+    /// stays a pointer (and compares as its text), with a warning.
+    pub fn resolving<'k>(mut self, keys: impl IntoIterator<Item = &'k str>, store: &ArtifactStore) -> Self {
+        for key in keys {
+            let Some(value) = self.context.get(key).filter(|v| is_pointer(v)) else { continue };
+            match store.resolve(value) {
+                Ok(Some(loaded)) => {
+                    self.resolved.insert(key.to_string(), loaded);
+                }
+                Ok(None) => {}
+                Err(error) => tracing::warn!(%error, "cannot read the offloaded value of `{key}`"),
+            }
+        }
+        self
+    }
 }
 
 impl ConditionScope for Scope<'_> {
@@ -50,7 +75,7 @@ impl ConditionScope for Scope<'_> {
     }
 
     fn context(&self, key: &str) -> Option<&Value> {
-        self.context.get(key)
+        self.resolved.get(key).or_else(|| self.context.get(key))
     }
 }
 
@@ -60,14 +85,20 @@ fn rank(a: &EdgeRef<'_>, b: &EdgeRef<'_>) -> std::cmp::Ordering {
 }
 
 /// The edge to take from `from`, or `None` when no edge is eligible.
+/// `store`, when given, resolves offloaded values the conditions read.
 pub fn select_edge<'w>(
     workflow: &'w Workflow,
     from: NodeIndex,
     outcome: &Outcome,
     context: &Context,
+    store: Option<&ArtifactStore>,
 ) -> Option<(EdgeRef<'w>, SelectionReason)> {
     let edges = workflow.outgoing(from);
-    let scope = Scope { outcome, context };
+    let mut scope = Scope::new(outcome, context);
+    if let Some(store) = store {
+        let keys = edges.iter().filter_map(|e| e.edge.condition()).flat_map(|c| c.context_keys());
+        scope = scope.resolving(keys, store);
+    }
     let matching = edges
         .iter()
         .filter(|e| e.edge.condition().is_some_and(|c| c.evaluate(&scope)))
@@ -122,7 +153,7 @@ mod tests {
 
     fn pick(workflow: &Workflow, outcome: &Outcome, context: &Context) -> Option<(String, SelectionReason)> {
         let from = workflow.index_of("a").unwrap();
-        select_edge(workflow, from, outcome, context).map(|(edge, reason)| (edge.to.id.clone(), reason))
+        select_edge(workflow, from, outcome, context, None).map(|(edge, reason)| (edge.to.id.clone(), reason))
     }
 
     #[test]

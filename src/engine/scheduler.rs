@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 use super::edge_selection::{failure_route, select_edge};
 use super::events::{now_rfc3339, EventLog};
 use super::retry::RetryPolicy;
+use crate::context::artifacts::ArtifactStore;
 use crate::context::Context;
 use crate::graph::{HandlerType, Node, Workflow};
 use crate::handlers::{Handler, HandlerError, HandlerRegistry, Services, StageRun};
@@ -147,7 +148,9 @@ impl Engine {
         };
         run_dir.write_json("manifest.json", &manifest)?;
         run_dir.write_text("workflow.dot", workflow.source().text())?;
+        let artifacts = artifact_store(workflow, run_dir.root());
         let mut run = Run {
+            artifacts,
             engine: self,
             workflow,
             run_dir,
@@ -212,7 +215,9 @@ impl Engine {
         saved.dir.write_json("manifest.json", &manifest)?;
         let checkpoint = saved.checkpoint;
         let checkpoint_seq = saved.last_checkpoint_seq;
+        let artifacts = artifact_store(workflow, saved.dir.root());
         let run = Run {
+            artifacts,
             engine: self,
             workflow,
             run_dir: saved.dir,
@@ -249,6 +254,16 @@ impl Engine {
         }
         Ok(run.execute(next).await)
     }
+}
+
+/// The run's artifact store, with the graph's `artifact_threshold` (default 100 KiB).
+fn artifact_store(workflow: &Workflow, run_dir: &std::path::Path) -> ArtifactStore {
+    let threshold = workflow
+        .attributes()
+        .integer("artifact_threshold")
+        .and_then(|n| usize::try_from(n).ok())
+        .unwrap_or(crate::context::artifacts::DEFAULT_THRESHOLD);
+    ArtifactStore::new(run_dir, threshold)
 }
 
 /// Context at the start: `graph.*` mirrors of every graph attribute, then `--set` values.
@@ -328,6 +343,8 @@ struct Run<'e> {
     worktree: Option<RunWorktree>,
     /// The worktree commit after the last completed stage.
     last_commit: Option<String>,
+    /// Where context values too large for checkpoints go.
+    artifacts: ArtifactStore,
 }
 
 impl Run<'_> {
@@ -422,6 +439,29 @@ impl Run<'_> {
         };
         self.save_checkpoint(RunStatus::Running, &node.id, next_id);
         step
+    }
+
+    /// Moves context values over the artifact threshold into the artifact store, leaving
+    /// pointers, so checkpoints stay small; copies each into the work directory for agents.
+    fn offload_large_values<'k>(&mut self, node: &Node, visit: u32, keys: impl Iterator<Item = &'k String>) {
+        let offloaded = match self.artifacts.offload(&mut self.state.context, keys) {
+            Ok(offloaded) => offloaded,
+            Err(error) => {
+                tracing::warn!(%error, "a large context value stays inline");
+                return;
+            }
+        };
+        for artifact in offloaded {
+            if let Err(error) = self.artifacts.copy_to_work_dir(&artifact, &self.work_dir) {
+                tracing::warn!(%error, "artifact not copied into the work directory");
+            }
+            self.events.stage_event(
+                "artifact.offloaded",
+                &node.id,
+                visit,
+                json!({"key": artifact.key, "bytes": artifact.bytes, "path": artifact.path.display().to_string()}),
+            );
+        }
     }
 
     /// Worktree mode: commits what the stage changed; a failed commit is reported, not fatal.
@@ -599,8 +639,9 @@ impl Run<'_> {
             tracing::warn!(%error, "could not write status.json");
         }
         self.timings.stage_files += files_clock.elapsed();
+        self.state.context.apply(&outcome.context_updates);
+        self.offload_large_values(node, visit, outcome.context_updates.keys());
         let context = &mut self.state.context;
-        context.apply(&outcome.context_updates);
         if node.handler_type() != HandlerType::Conditional {
             context.set("last_stage", node.id.clone());
         }
@@ -641,7 +682,9 @@ impl Run<'_> {
     fn next_step(&mut self, index: NodeIndex, outcome: &Outcome) -> Step {
         let workflow = self.workflow;
         let node = workflow.node_at(index);
-        if let Some((edge, reason)) = select_edge(workflow, index, outcome, &self.state.context) {
+        if let Some((edge, reason)) =
+            select_edge(workflow, index, outcome, &self.state.context, Some(&self.artifacts))
+        {
             let restart = edge.edge.attributes.boolean("loop_restart").unwrap_or(false);
             self.events.run_event(
                 "edge.selected",
@@ -819,6 +862,7 @@ impl Run<'_> {
         };
         new_dir.write_json("manifest.json", &self.manifest)?;
         new_dir.write_text("workflow.dot", workflow.source().text())?;
+        self.artifacts = artifact_store(workflow, new_dir.root());
         self.run_dir = new_dir;
         self._lock = new_lock;
         self.checkpoint_seq = 0;

@@ -118,6 +118,12 @@ pub static ATTRIBUTES: &[AttributeSpec] = &[
         GRAPH,
         "How often any node may run in one run (default 1000)."
     ),
+    spec!(
+        "artifact_threshold",
+        ValueType::Count,
+        GRAPH,
+        "Context values larger than this many bytes of JSON go to the artifact store (default 102400)."
+    ),
     // Shared
     spec!(
         "label",

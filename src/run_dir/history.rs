@@ -241,6 +241,27 @@ fn copy_dir_all(from: &Path, to: &Path) -> Result<(), HistoryError> {
     Ok(())
 }
 
+/// Copies the offloaded context values of a forked state into the fork's own artifact store and
+/// points the context at the copies: a run only ever reads its own store.
+fn repoint_artifacts(from_root: &Path, to_root: &Path, context: &mut crate::context::Context) {
+    use crate::context::artifacts::{is_pointer, ArtifactStore, DEFAULT_THRESHOLD};
+    let source = ArtifactStore::new(from_root, DEFAULT_THRESHOLD);
+    let target = ArtifactStore::new(to_root, DEFAULT_THRESHOLD);
+    let pointers: Vec<(String, serde_json::Value)> =
+        context.iter().filter(|(_, v)| is_pointer(v)).map(|(k, v)| (k.to_string(), v.clone())).collect();
+    for (key, pointer) in pointers {
+        let copied = source.resolve(&pointer).and_then(|value| match value {
+            Some(value) => target.store(&key, &value).map(Some),
+            None => Ok(None),
+        });
+        match copied {
+            Ok(Some(new_pointer)) => context.set(key, serde_json::Value::from(new_pointer)),
+            Ok(None) => {}
+            Err(error) => tracing::warn!(%error, "the fork keeps the original's pointer for `{key}`"),
+        }
+    }
+}
+
 /// Where a fork came from (`forked_from` in its manifest and the `run.forked` event).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ForkOrigin {
@@ -317,6 +338,7 @@ pub fn fork(
         .map_err(|source| io(&dir.root().join("workflow.dot"), source))?;
     checkpoint.run_id = run_id.clone();
     checkpoint.context.set("internal.run_id", run_id.clone());
+    repoint_artifacts(root, dir.root(), &mut checkpoint.context);
     if let Some(stages) = stages_within(root, &checkpoint.node_visits) {
         dir.write_json("result.json", &resumable_result(&run_id, dir.root(), &checkpoint, stages))?;
     }

@@ -1,0 +1,110 @@
+//! The artifact store through `fabro run`: context values over `artifact_threshold` move to
+//! `artifacts/values/`, the context keeps a `file://` pointer, conditions read through it, and
+//! checkpoints stay small.
+
+mod common;
+
+use common::Test;
+
+const WORKFLOW: &str = r#"digraph artifacts {
+    artifact_threshold = 1000
+    start [shape=Mdiamond]
+    exit [shape=Msquare]
+    build [shape=parallelogram, script="head -c 20000 /dev/zero | tr '\\0' x; echo; echo 'tests PASSED'"]
+    passed [shape=parallelogram, script="echo passed"]
+    failed [shape=parallelogram, script="echo failed"]
+    start -> build
+    build -> passed [condition="command.output contains \"PASSED\""]
+    build -> failed
+    passed -> exit
+    failed -> exit
+}
+"#;
+
+#[test]
+fn large_values_are_offloaded_and_conditions_read_through_the_pointer() {
+    let ran = Test::new()
+        .workflow(WORKFLOW)
+        .args(["run", "workflow.dot", "--run-dir", "run", "-q"])
+        .status(0)
+        .run();
+    let root = ran.dir.path();
+    let read = |p: &str| std::fs::read_to_string(root.join(p)).unwrap_or_else(|e| panic!("{p}: {e}"));
+    let result: serde_json::Value = serde_json::from_str(&read("run/result.json")).unwrap();
+    assert_eq!(
+        result["completed_nodes"],
+        serde_json::json!(["start", "build", "passed", "exit"]),
+        "the condition saw PASSED"
+    );
+
+    // The checkpoint right after `build` (later stages overwrite command.output).
+    let checkpoint_text = read("run/checkpoints/000002-build.json");
+    let checkpoint: serde_json::Value = serde_json::from_str(&checkpoint_text).unwrap();
+    let pointer = checkpoint["context"]["command.output"].as_str().expect("a pointer string").to_string();
+    assert!(
+        pointer.starts_with("file://") && pointer.ends_with("/artifacts/values/command%2Eoutput.json"),
+        "{pointer}"
+    );
+    assert!(checkpoint_text.len() < 10_000, "the checkpoint stays small: {} bytes", checkpoint_text.len());
+
+    // The value is in the store, whole, and copied where agents in the work directory can read it.
+    let stored: serde_json::Value =
+        serde_json::from_str(&read("run/artifacts/values/command%2Eoutput.json")).unwrap();
+    let text = stored.as_str().unwrap();
+    assert!(text.len() > 20_000 && text.ends_with("tests PASSED\n"), "{}", &text[text.len() - 20..]);
+    assert_eq!(
+        read(".fabro/artifacts/command%2Eoutput.json"),
+        read("run/artifacts/values/command%2Eoutput.json")
+    );
+
+    let events = read("run/events.jsonl");
+    let offloaded: Vec<serde_json::Value> = events
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|e: &serde_json::Value| e["event"] == "artifact.offloaded")
+        .collect();
+    assert!(offloaded.iter().any(|e| e["key"] == "command.output"
+        && e["node_id"] == "build"
+        && e["bytes"].as_u64().unwrap() > 20_000));
+}
+
+#[test]
+fn small_values_stay_inline() {
+    let workflow = WORKFLOW.replace("artifact_threshold = 1000", "artifact_threshold = 1000000");
+    let ran = Test::new()
+        .workflow(&workflow)
+        .args(["run", "workflow.dot", "--run-dir", "run", "-q"])
+        .status(0)
+        .run();
+    let after_build =
+        std::fs::read_to_string(ran.dir.path().join("run/checkpoints/000002-build.json")).unwrap();
+    let checkpoint: serde_json::Value = serde_json::from_str(&after_build).unwrap();
+    assert!(checkpoint["context"]["command.output"].as_str().unwrap().ends_with("tests PASSED\n"));
+    assert!(!ran.dir.path().join("run/artifacts").exists());
+}
+
+#[test]
+fn a_fork_gets_its_own_copies_of_offloaded_values() {
+    let ran = Test::new()
+        .workflow(WORKFLOW)
+        .args(["run", "workflow.dot", "--run-dir", "run", "-q"])
+        .status(0)
+        .run();
+    let root = ran.dir.path();
+    let fork = std::process::Command::new(common::fabro_bin())
+        .args(["fork", "run", "--at", "build", "--run-dir", "forked"])
+        .current_dir(root)
+        .output()
+        .unwrap();
+    assert_eq!(fork.status.code(), Some(0), "{}", String::from_utf8_lossy(&fork.stderr));
+    let checkpoint: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(root.join("forked/checkpoint.json")).unwrap()).unwrap();
+    let pointer = checkpoint["context"]["command.output"].as_str().unwrap();
+    let forked_root = std::fs::canonicalize(root.join("forked")).unwrap();
+    assert!(pointer.starts_with(&format!("file://{}/artifacts/values/", forked_root.display())), "{pointer}");
+    let copy = std::fs::read_to_string(root.join("forked/artifacts/values/command%2Eoutput.json")).unwrap();
+    assert_eq!(
+        copy,
+        std::fs::read_to_string(root.join("run/artifacts/values/command%2Eoutput.json")).unwrap()
+    );
+}
