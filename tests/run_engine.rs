@@ -178,7 +178,7 @@ fn execute_a_linear_3_node_pipeline_end_to_end() {
         ("review", "agent", "Review the change", "agent"),
     ] {
         let dir = ran.stage(node, 1);
-        assert_eq!(read_text(&dir.join("prompt.md")), prompt, "{node}");
+        assert_eq!(sent_prompt(&dir), prompt, "{node}");
         assert_eq!(
             read_text(&dir.join("response.md")),
             format!("[simulated] Stage `{node}`, visit 1: the {answerer} would answer the prompt here."),
@@ -1300,10 +1300,7 @@ fn prompt_variable_expansion_goal_works() {
 }
 "#;
     let ran = run(workflow, &[], &["--simulate", "-q"], 0);
-    assert_eq!(
-        read_text(&ran.stage("plan", 1).join("prompt.md")),
-        "Plan for Ship the widget in  () and , n="
-    );
+    assert_eq!(sent_prompt(&ran.stage("plan", 1)), "Plan for Ship the widget in  () and , n=");
     assert_eq!(ran.manifest()["goal"], "Ship the widget");
     assert_eq!(ran.context()["graph.goal"], "Ship the widget");
 
@@ -1313,10 +1310,7 @@ fn prompt_variable_expansion_goal_works() {
         &["--simulate", "-q", "--goal", "Fix the bug", "--set", "lang=Rust", "--set", "n=5"],
         0,
     );
-    assert_eq!(
-        read_text(&ran.stage("plan", 1).join("prompt.md")),
-        "Plan for Fix the bug in Rust () and Rust, n=5"
-    );
+    assert_eq!(sent_prompt(&ran.stage("plan", 1)), "Plan for Fix the bug in Rust () and Rust, n=5");
     assert_eq!(ran.manifest()["goal"], "Fix the bug");
     let context = ran.context();
     assert_eq!(context["graph.goal"], "Fix the bug");
@@ -1385,7 +1379,7 @@ fn pipeline_with_10_plus_nodes_completes() {
     assert_eq!(ran.stage_status("settle", 1)["notes"], "waited 50ms");
     assert_eq!(ran.stage_status("settle", 1)["handler"], "wait");
     assert!(ran.stage_status("settle", 1)["duration_ms"].as_u64().unwrap() >= 50);
-    assert_eq!(read_text(&ran.stage("announce", 1).join("prompt.md")), "Announce Release 1.0");
+    assert_eq!(sent_prompt(&ran.stage("announce", 1)), "Announce Release 1.0");
     assert_eq!(ran.events_named("stage.started").len(), expected.len());
     assert_eq!(ran.events_named("checkpoint.saved").len(), expected.len());
 }
@@ -1932,7 +1926,7 @@ fn integration_smoke_test() {
         }
     }
     assert_eq!(
-        read_text(&ran.stage("plan", 1).join("prompt.md")),
+        sent_prompt(&ran.stage("plan", 1)),
         "Plan how to create a hello world script for: Create a hello world Python script"
     );
     assert_eq!(
@@ -2032,4 +2026,18 @@ fn stages_see_their_resolved_fidelity_and_thread() {
     assert_eq!(seen("second.json")["internal.fidelity"], "summary:low");
     assert_eq!(seen("third.json")["internal.fidelity"], "full");
     assert_eq!(seen("third.json")["internal.thread_id"], "review");
+}
+
+/// The prompt part of what a stage sent: `prompt.md` is the stage's preamble (`preamble.md`, when
+/// its fidelity has one), a `---` separator, and the prompt.
+fn sent_prompt(stage_dir: &Path) -> String {
+    let sent = read_text(&stage_dir.join("prompt.md"));
+    match std::fs::read_to_string(stage_dir.join("preamble.md")) {
+        Ok(preamble) => {
+            let prefix = format!("{}\n\n---\n\n", preamble.trim_end());
+            assert!(sent.starts_with(&prefix), "prompt.md starts with the preamble:\n{sent}");
+            sent[prefix.len()..].to_string()
+        }
+        Err(_) => sent,
+    }
 }

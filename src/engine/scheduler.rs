@@ -19,6 +19,7 @@ use super::events::{now_rfc3339, EventLog};
 use super::retry::RetryPolicy;
 use crate::context::artifacts::ArtifactStore;
 use crate::context::Context;
+use crate::fidelity::preamble::{PreambleInput, StageSummary};
 use crate::graph::{HandlerType, Node, Workflow};
 use crate::handlers::{Handler, HandlerError, HandlerRegistry, Services, StageRun};
 use crate::outcome::{Outcome, StageStatus};
@@ -150,6 +151,7 @@ impl Engine {
         run_dir.write_text("workflow.dot", workflow.source().text())?;
         let artifacts = artifact_store(workflow, run_dir.root());
         let mut run = Run {
+            preamble: None,
             artifacts,
             engine: self,
             workflow,
@@ -216,7 +218,18 @@ impl Engine {
         let checkpoint = saved.checkpoint;
         let checkpoint_seq = saved.last_checkpoint_seq;
         let artifacts = artifact_store(workflow, saved.dir.root());
+        let summaries = saved
+            .stages
+            .iter()
+            .map(|record| {
+                let script = workflow.node(&record.node_id).and_then(|n| n.attributes.text("script"));
+                let dir =
+                    saved.dir.root().join("stages").join(&record.node_id).join(record.visit.to_string());
+                StageSummary::from_stage_dir(record, script, &dir)
+            })
+            .collect();
         let run = Run {
+            preamble: None,
             artifacts,
             engine: self,
             workflow,
@@ -233,6 +246,7 @@ impl Engine {
                 visits: checkpoint.node_visits,
                 retries: checkpoint.node_retries,
                 stages: saved.stages,
+                summaries,
             },
             started: Instant::now(),
             timings: RunTimings::default(),
@@ -299,6 +313,8 @@ struct RunState {
     visits: BTreeMap<String, u32>,
     retries: BTreeMap<String, u32>,
     stages: Vec<StageRecord>,
+    /// What preambles say about each completed stage, built once when it completes.
+    summaries: Vec<StageSummary>,
 }
 
 /// How one stage visit ended.
@@ -345,6 +361,8 @@ struct Run<'e> {
     last_commit: Option<String>,
     /// Where context values too large for checkpoints go.
     artifacts: ArtifactStore,
+    /// The preamble of the LLM stage about to run (none under full fidelity).
+    preamble: Option<String>,
 }
 
 impl Run<'_> {
@@ -400,6 +418,17 @@ impl Run<'_> {
         }
         let thread = crate::fidelity::resolve_thread(edge, &node.attributes, workflow.attributes());
         self.context_set("internal.fidelity", fidelity.as_str());
+        self.preamble = if node.handler_type().is_llm() {
+            let input = PreambleInput {
+                goal: workflow.goal(),
+                run_id: &self.run_id,
+                stages: &self.state.summaries,
+                context: &self.state.context,
+            };
+            crate::fidelity::preamble::build(fidelity, &input)
+        } else {
+            None
+        };
         self.context_set("internal.thread_id", thread.map_or(Value::Null, Value::from));
         self.events.stage_event(
             "stage.started",
@@ -601,6 +630,7 @@ impl Run<'_> {
             events: &self.events,
             cancel: &self.cancel,
             dry_run: self.options.dry_run,
+            preamble: self.preamble.as_deref(),
         };
         match AssertUnwindSafe(handler.run(&stage)).catch_unwind().await {
             Ok(result) => result,
@@ -668,6 +698,10 @@ impl Run<'_> {
             failure_reason: outcome.failure_reason.clone(),
             usage: outcome.usage,
         });
+        if let Some(record) = self.state.stages.last() {
+            let script = node.attributes.text("script");
+            self.state.summaries.push(StageSummary::from_stage_dir(record, script, stage_dir));
+        }
         let event = if outcome.status == StageStatus::Fail { "stage.failed" } else { "stage.completed" };
         self.events.stage_event(
             event,

@@ -1,6 +1,8 @@
 //! Fidelity: how much of the run's history an LLM stage sees. This module holds the mode names;
 //! preamble building comes with the engine.
 
+pub mod preamble;
+
 use std::fmt;
 use std::str::FromStr;
 

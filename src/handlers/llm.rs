@@ -35,7 +35,12 @@ impl Handler for LlmHandler {
     async fn run(&self, stage: &StageRun<'_>) -> Result<Outcome, HandlerError> {
         let node = stage.node;
         let template = node.prompt().unwrap_or_else(|| node.label());
-        let prompt = expand_prompt(template, stage.context);
+        let mut prompt = expand_prompt(template, stage.context);
+        if let Some(preamble) = stage.preamble {
+            // What the stage knows of the run so far, at its fidelity; kept on its own too.
+            write_file(&stage.stage_dir.join("preamble.md"), preamble).await?;
+            prompt = format!("{}\n\n---\n\n{prompt}", preamble.trim_end());
+        }
         write_file(&stage.stage_dir.join("prompt.md"), &prompt).await?;
 
         let request = LlmRequest {

@@ -45,6 +45,8 @@ pub struct StageRun<'a> {
     pub cancel: &'a CancellationToken,
     /// `--dry-run`: simulate every side effect (commands, waits, LLM calls).
     pub dry_run: bool,
+    /// For LLM stages: the run so far as the stage's fidelity shows it (none under `full`).
+    pub preamble: Option<&'a str>,
 }
 
 /// Shared services handlers call out to.
@@ -214,6 +216,7 @@ pub(crate) mod test_support {
                 events: &self.events,
                 cancel: &self.cancel,
                 dry_run: self.dry_run,
+                preamble: None,
             }
         }
     }
