@@ -75,3 +75,84 @@ fn internal_keys_never_reach_a_preamble() {
         assert!(!brief_compact.contains(hidden), "{hidden} leaked:\n{brief_compact}");
     }
 }
+
+const THREADED: &str = r#"digraph threads {
+    goal = "Write the release notes"
+    start [shape=Mdiamond]
+    exit [shape=Msquare]
+    draft [shape=tab, fidelity=full, thread_id=notes, prompt="Draft the notes"]
+    check [shape=parallelogram, script="cp \"$FABRO_CONTEXT\" check.json"]
+    polish [shape=tab, fidelity=full, thread_id=notes, prompt="Polish them"]
+    other [shape=tab, fidelity=full, thread_id=side, prompt="Unrelated"]
+    start -> draft -> check -> polish -> other -> exit
+}
+"#;
+
+/// Under full fidelity, stages with the same thread key share one conversation: the second sees
+/// the first's exchange; another thread starts empty.
+#[test]
+fn full_fidelity_stages_on_one_thread_share_the_conversation() {
+    let ran = Test::new()
+        .workflow(THREADED)
+        .args(["run", "workflow.dot", "--simulate", "--run-dir", "run", "-q"])
+        .status(0)
+        .run();
+    let draft_prompt = read(&ran, "run/stages/draft/1/prompt.md");
+    let draft_response = read(&ran, "run/stages/draft/1/response.md");
+    assert_eq!(draft_prompt, "Draft the notes", "full fidelity: no preamble");
+    assert!(!ran.dir.path().join("run/stages/draft/1/history.jsonl").exists(), "a new thread has no history");
+
+    let history: Vec<serde_json::Value> = read(&ran, "run/stages/polish/1/history.jsonl")
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(
+        history,
+        [
+            serde_json::json!({"role": "user", "content": draft_prompt}),
+            serde_json::json!({"role": "assistant", "content": draft_response}),
+        ]
+    );
+    assert!(read(&ran, "run/stages/polish/1/response.md")
+        .ends_with("It continues thread `notes` after 2 earlier messages."));
+    assert!(!ran.dir.path().join("run/stages/other/1/history.jsonl").exists(), "thread `side` starts empty");
+    assert_eq!(read(&ran, "run/threads/notes.jsonl").lines().count(), 4);
+    assert_eq!(read(&ran, "run/threads/side.jsonl").lines().count(), 2);
+    let check: serde_json::Value = serde_json::from_str(&read(&ran, "check.json")).unwrap();
+    assert_eq!(
+        check["internal.thread_id"],
+        serde_json::Value::Null,
+        "set only while a full-fidelity LLM stage runs"
+    );
+}
+
+/// A resumed run rebuilds its threads from `threads/<key>.jsonl`: a stage after the resume point
+/// on the same thread still sees the exchange from before the pause.
+#[test]
+fn threads_are_rebuilt_when_a_run_resumes() {
+    let workflow = r#"digraph resumed_thread {
+    start [shape=Mdiamond]
+    exit [shape=Msquare]
+    draft [shape=tab, fidelity=full, thread_id=notes, prompt="Draft the notes"]
+    gate [shape=hexagon, label="Go on?"]
+    polish [shape=tab, fidelity=full, thread_id=notes, prompt="Polish them"]
+    start -> draft -> gate
+    gate -> polish [label="[Y] Yes"]
+    polish -> exit
+}
+"#;
+    let ran = Test::new()
+        .workflow(workflow)
+        .args(["run", "workflow.dot", "--simulate", "--run-dir", "run", "-q"])
+        .status(3)
+        .run();
+    let resumed = std::process::Command::new(common::fabro_bin())
+        .args(["resume", "run", "--simulate", "--auto-approve", "-q"])
+        .current_dir(ran.dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(resumed.status.code(), Some(0), "{}", String::from_utf8_lossy(&resumed.stderr));
+    let history = read(&ran, "run/stages/polish/1/history.jsonl");
+    assert_eq!(history.lines().count(), 2, "{history}");
+    assert!(history.contains("Draft the notes"));
+}

@@ -2002,8 +2002,8 @@ fn loop_restart_continues_in_a_fresh_run_directory() {
 }
 
 /// Engine-managed keys: `internal.fidelity` is the entering edge's fidelity, else the node's,
-/// else the graph default, else compact; `internal.thread_id` likewise from thread_id and
-/// default_thread. Stages see them in the context snapshot.
+/// else the graph default, else compact; `internal.thread_id` is only set while a full-fidelity
+/// LLM stage runs (command stages have no conversation). Stages see them in the context snapshot.
 #[test]
 fn stages_see_their_resolved_fidelity_and_thread() {
     let workflow = r#"digraph fidelity {
@@ -2022,10 +2022,10 @@ fn stages_see_their_resolved_fidelity_and_thread() {
     let ran = common::Test::new().workflow(workflow).args(["run", "workflow.dot", "-q"]).status(0).run();
     let seen = |name: &str| read_json(&ran.dir.path().join(name));
     assert_eq!(seen("first.json")["internal.fidelity"], "truncate");
-    assert_eq!(seen("first.json")["internal.thread_id"], "main");
+    assert_eq!(seen("first.json")["internal.thread_id"], Value::Null);
     assert_eq!(seen("second.json")["internal.fidelity"], "summary:low");
     assert_eq!(seen("third.json")["internal.fidelity"], "full");
-    assert_eq!(seen("third.json")["internal.thread_id"], "review");
+    assert_eq!(seen("third.json")["internal.thread_id"], Value::Null);
 }
 
 /// The prompt part of what a stage sent: `prompt.md` is the stage's preamble (`preamble.md`, when

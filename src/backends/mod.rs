@@ -21,6 +21,24 @@ pub struct LlmRequest<'a> {
     pub provider: Option<&'a str>,
     pub reasoning_effort: Option<&'a str>,
     pub timeout: Option<Duration>,
+    /// Under `full` fidelity: the conversation thread this call continues...
+    pub thread: Option<&'a str>,
+    /// ...and its earlier messages, oldest first (empty for a new thread or other fidelities).
+    pub history: &'a [Message],
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    User,
+    Assistant,
+}
+
+/// One message of a conversation thread.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Message {
+    pub role: Role,
+    pub content: String,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

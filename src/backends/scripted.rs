@@ -166,6 +166,8 @@ mod tests {
             provider: None,
             reasoning_effort: None,
             timeout: None,
+            thread: None,
+            history: &[],
         }
     }
 

@@ -12,12 +12,18 @@ impl Backend for SimulatedBackend {
     }
 
     async fn complete(&self, request: &LlmRequest<'_>) -> Result<LlmResponse, BackendError> {
-        let text = format!(
+        let mut text = format!(
             "[simulated] Stage `{}`, visit {}: the {} would answer the prompt here.",
             request.node_id,
             request.visit,
             if request.agentic { "agent" } else { "model" }
         );
+        if let (Some(thread), false) = (request.thread, request.history.is_empty()) {
+            text.push_str(&format!(
+                " It continues thread `{thread}` after {} earlier messages.",
+                request.history.len()
+            ));
+        }
         // A rough token count (characters / 4) so usage figures are plausible.
         let usage = Usage {
             input_tokens: request.prompt.len().div_ceil(4) as u64,

@@ -152,6 +152,8 @@ impl Engine {
         let artifacts = artifact_store(workflow, run_dir.root());
         let mut run = Run {
             preamble: None,
+            current_thread: None,
+            threads: std::collections::HashMap::new(),
             artifacts,
             engine: self,
             workflow,
@@ -228,8 +230,11 @@ impl Engine {
                 StageSummary::from_stage_dir(record, script, &dir)
             })
             .collect();
+        let threads = load_threads(saved.dir.root());
         let run = Run {
             preamble: None,
+            current_thread: None,
+            threads,
             artifacts,
             engine: self,
             workflow,
@@ -268,6 +273,23 @@ impl Engine {
         }
         Ok(run.execute(next).await)
     }
+}
+
+/// Conversation threads persisted in a run directory (`threads/<encoded key>.jsonl`).
+fn load_threads(
+    run_dir: &std::path::Path,
+) -> std::collections::HashMap<String, Vec<crate::backends::Message>> {
+    let mut threads = std::collections::HashMap::new();
+    for entry in std::fs::read_dir(run_dir.join("threads")).into_iter().flatten().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(key) = name.strip_suffix(".jsonl").and_then(crate::context::artifacts::decode_key) else {
+            continue;
+        };
+        let Ok(text) = std::fs::read_to_string(entry.path()) else { continue };
+        let messages = text.lines().filter_map(|line| serde_json::from_str(line).ok()).collect();
+        threads.insert(key, messages);
+    }
+    threads
 }
 
 /// The run's artifact store, with the graph's `artifact_threshold` (default 100 KiB).
@@ -363,6 +385,10 @@ struct Run<'e> {
     artifacts: ArtifactStore,
     /// The preamble of the LLM stage about to run (none under full fidelity).
     preamble: Option<String>,
+    /// The thread of the full-fidelity LLM stage about to run.
+    current_thread: Option<String>,
+    /// Conversation threads by key, persisted in `threads/<key>.jsonl`.
+    threads: std::collections::HashMap<String, Vec<crate::backends::Message>>,
 }
 
 impl Run<'_> {
@@ -416,7 +442,13 @@ impl Run<'_> {
         {
             fidelity = crate::fidelity::FidelityMode::SummaryHigh;
         }
-        let thread = crate::fidelity::resolve_thread(edge, &node.attributes, workflow.attributes());
+        let full_llm = fidelity == crate::fidelity::FidelityMode::Full && node.handler_type().is_llm();
+        let previous = self.state.completed.last().cloned();
+        let thread = full_llm
+            .then(|| crate::fidelity::resolve_thread(node, edge, workflow, previous.as_deref()))
+            .flatten()
+            .map(str::to_string);
+        self.current_thread = thread.clone();
         self.context_set("internal.fidelity", fidelity.as_str());
         self.preamble = if node.handler_type().is_llm() {
             let input = PreambleInput {
@@ -457,6 +489,7 @@ impl Run<'_> {
         };
         let duration_ms = clock.elapsed().as_millis() as u64;
         self.record(node, visit, &stage_dir, &outcome, attempts, started_at, duration_ms);
+        self.extend_thread(&stage_dir);
         self.commit_worktree(node, visit, outcome.status);
         if node.handler_type() == HandlerType::Exit {
             return Step::Finish(RunStatus::Succeeded, None);
@@ -491,6 +524,36 @@ impl Run<'_> {
                 json!({"key": artifact.key, "bytes": artifact.bytes, "path": artifact.path.display().to_string()}),
             );
         }
+    }
+
+    /// Under `full` fidelity: adds the stage's exchange (what it sent, what came back) to its
+    /// thread, in memory and in `threads/<key>.jsonl`, so the next stage on the thread sees it and
+    /// a resumed run can rebuild it.
+    fn extend_thread(&mut self, stage_dir: &std::path::Path) {
+        use crate::backends::{Message, Role};
+        let Some(key) = self.current_thread.take() else { return };
+        let (Ok(prompt), Ok(response)) = (
+            std::fs::read_to_string(stage_dir.join("prompt.md")),
+            std::fs::read_to_string(stage_dir.join("response.md")),
+        ) else {
+            return;
+        };
+        let exchange = [
+            Message { role: Role::User, content: prompt },
+            Message { role: Role::Assistant, content: response },
+        ];
+        let dir = self.run_dir.root().join("threads");
+        let path = dir.join(format!("{}.jsonl", crate::context::artifacts::encode_key(&key)));
+        let lines: String =
+            exchange.iter().filter_map(|m| serde_json::to_string(m).ok()).map(|l| l + "\n").collect();
+        let appended = std::fs::create_dir_all(&dir).and_then(|()| {
+            use std::io::Write as _;
+            std::fs::OpenOptions::new().create(true).append(true).open(&path)?.write_all(lines.as_bytes())
+        });
+        if let Err(error) = appended {
+            tracing::warn!(%error, "thread `{key}` not persisted");
+        }
+        self.threads.entry(key).or_default().extend(exchange);
     }
 
     /// Worktree mode: commits what the stage changed; a failed commit is reported, not fatal.
@@ -631,6 +694,10 @@ impl Run<'_> {
             cancel: &self.cancel,
             dry_run: self.options.dry_run,
             preamble: self.preamble.as_deref(),
+            thread: self
+                .current_thread
+                .as_deref()
+                .map(|key| (key, self.threads.get(key).map_or(&[][..], Vec::as_slice))),
         };
         match AssertUnwindSafe(handler.run(&stage)).catch_unwind().await {
             Ok(result) => result,

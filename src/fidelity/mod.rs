@@ -57,16 +57,25 @@ pub fn resolve(
         .unwrap_or_default()
 }
 
-/// The conversation thread of a stage: the entering edge's `thread_id`, else the node's, else
-/// the graph's `default_thread`.
+/// The conversation thread a `full`-fidelity stage continues: its own `thread_id`, else the
+/// entering edge's, else the graph's `default_thread`, else the class its enclosing subgraph's
+/// label derives, else the id of the stage that ran before it.
 pub fn resolve_thread<'w>(
+    node: &'w crate::graph::Node,
     edge: Option<&'w crate::graph::Attributes>,
-    node: &'w crate::graph::Attributes,
-    graph: &'w crate::graph::Attributes,
+    workflow: &'w crate::graph::Workflow,
+    previous: Option<&'w str>,
 ) -> Option<&'w str> {
-    edge.and_then(|e| e.non_empty_text("thread_id"))
-        .or_else(|| node.non_empty_text("thread_id"))
-        .or_else(|| graph.non_empty_text("default_thread"))
+    node.attributes
+        .non_empty_text("thread_id")
+        .or_else(|| edge.and_then(|e| e.non_empty_text("thread_id")))
+        .or_else(|| workflow.attributes().non_empty_text("default_thread"))
+        .or_else(|| {
+            let derived =
+                |class: &&String| workflow.subgraphs().iter().any(|s| s.class.as_ref() == Some(*class));
+            node.classes.iter().find(derived).map(String::as_str)
+        })
+        .or(previous)
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -42,6 +42,12 @@ impl Handler for LlmHandler {
             prompt = format!("{}\n\n---\n\n{prompt}", preamble.trim_end());
         }
         write_file(&stage.stage_dir.join("prompt.md"), &prompt).await?;
+        let (thread, history) = stage.thread.map_or((None, &[][..]), |(key, history)| (Some(key), history));
+        if !history.is_empty() {
+            // The conversation this call continues, exactly as the backend receives it.
+            let lines: Vec<String> = history.iter().filter_map(|m| serde_json::to_string(m).ok()).collect();
+            write_file(&stage.stage_dir.join("history.jsonl"), &(lines.join("\n") + "\n")).await?;
+        }
 
         let request = LlmRequest {
             node_id: &node.id,
@@ -52,6 +58,8 @@ impl Handler for LlmHandler {
             provider: node.attributes.non_empty_text("llm_provider"),
             reasoning_effort: node.attributes.non_empty_text("reasoning_effort"),
             timeout: node.attributes.duration("timeout"),
+            thread,
+            history,
         };
         let backend: &dyn Backend =
             if stage.dry_run { &SimulatedBackend } else { stage.services.backend.as_ref() };

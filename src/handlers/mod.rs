@@ -47,6 +47,8 @@ pub struct StageRun<'a> {
     pub dry_run: bool,
     /// For LLM stages: the run so far as the stage's fidelity shows it (none under `full`).
     pub preamble: Option<&'a str>,
+    /// For LLM stages under `full`: the thread key and its earlier messages.
+    pub thread: Option<(&'a str, &'a [crate::backends::Message])>,
 }
 
 /// Shared services handlers call out to.
@@ -217,6 +219,7 @@ pub(crate) mod test_support {
                 cancel: &self.cancel,
                 dry_run: self.dry_run,
                 preamble: None,
+                thread: None,
             }
         }
     }
