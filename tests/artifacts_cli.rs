@@ -108,3 +108,32 @@ fn a_fork_gets_its_own_copies_of_offloaded_values() {
         std::fs::read_to_string(root.join("run/artifacts/values/command%2Eoutput.json")).unwrap()
     );
 }
+
+/// Five stages writing 10 MB each: every output lands in the artifact store and every checkpoint
+/// stays under 1 MB.
+#[test]
+fn fifty_megabytes_of_output_keep_checkpoints_small() {
+    let stage = |name: &str| {
+        format!(
+            "    {name} [shape=parallelogram, script=\"head -c 10000000 /dev/zero | tr '\\\\0' {name}\"]\n"
+        )
+    };
+    let mut workflow = String::from("digraph big {\n    start [shape=Mdiamond]\n    exit [shape=Msquare]\n");
+    for name in ["a", "b", "c", "d", "e"] {
+        workflow.push_str(&stage(name));
+    }
+    workflow.push_str("    start -> a -> b -> c -> d -> e -> exit\n}\n");
+    let ran = Test::new()
+        .workflow(&workflow)
+        .args(["run", "workflow.dot", "--run-dir", "run", "-q"])
+        .status(0)
+        .run();
+    let root = ran.dir.path().join("run");
+    for entry in std::fs::read_dir(root.join("checkpoints")).unwrap() {
+        let path = entry.unwrap().path();
+        let size = std::fs::metadata(&path).unwrap().len();
+        assert!(size < 1_000_000, "{} is {size} bytes", path.display());
+    }
+    let stored = std::fs::metadata(root.join("artifacts/values/command%2Eoutput.json")).unwrap().len();
+    assert!(stored >= 10_000_000, "the last output is stored whole: {stored} bytes");
+}

@@ -6,8 +6,9 @@
 //! `FABRO_VISIT` and `FABRO_CONTEXT` (a JSON snapshot of the context in `context.json`).
 //!
 //! Output goes straight to `stdout.log` and `stderr.log` in the stage directory as it is written;
-//! afterwards the last 64 KiB of each become `command.output` and `command.stderr`, next to
-//! `command.exit_code`. The command runs as the leader of its own process group so that a
+//! afterwards each becomes `command.output` and `command.stderr` (the last 16 MiB of a longer
+//! log), next to `command.exit_code`; the engine moves large values to the artifact store, so the
+//! context and checkpoints stay small. The command runs as the leader of its own process group so that a
 //! timeout or a cancelled run can stop everything it started (SIGTERM, then SIGKILL after a
 //! grace period). A script may decide the outcome itself by writing
 //! `$FABRO_STAGE_DIR/status.json` (the [`Outcome`] contract).
@@ -26,7 +27,7 @@ use crate::outcome::{Outcome, StageStatus};
 pub struct CommandHandler;
 
 /// How much of the end of each log becomes a context value.
-const OUTPUT_TAIL_BYTES: u64 = 64 * 1024;
+const OUTPUT_TAIL_BYTES: u64 = 16 * 1024 * 1024;
 /// How long a process group has between SIGTERM and SIGKILL.
 const KILL_GRACE: Duration = Duration::from_secs(2);
 /// How often the group is checked for survivors during the grace period.
@@ -563,18 +564,27 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn large_output_keeps_only_the_tail_in_context() {
+    async fn large_output_reaches_the_context_whole_up_to_the_limit() {
         let fixture = fixture(r#"script="head -c 1000000 /dev/zero | tr '\\0' x""#);
         let stage = fixture.stage("run");
         let outcome = CommandHandler.run(&stage).await.expect("runs");
         assert_eq!(outcome.status, StageStatus::Success, "{outcome:?}");
         assert_eq!(std::fs::metadata(stage.stage_dir.join("stdout.log")).unwrap().len(), 1_000_000);
         let output = update(&outcome, "command.output").as_str().unwrap();
-        let skipped = 1_000_000 - 64 * 1024;
-        let header = format!("[... {skipped} bytes earlier in stdout.log]\n");
-        assert!(output.starts_with(&header), "{}", &output[..80]);
-        assert_eq!(output.len(), header.len() + 64 * 1024);
-        assert!(output[header.len()..].bytes().all(|byte| byte == b'x'));
+        assert_eq!(output.len(), 1_000_000);
+        assert!(output.bytes().all(|byte| byte == b'x'));
+    }
+
+    #[tokio::test]
+    async fn output_over_the_limit_keeps_the_tail() {
+        let total = OUTPUT_TAIL_BYTES + 1_000_000;
+        let fixture = fixture(&format!(r#"script="head -c {total} /dev/zero | tr '\\0' x""#));
+        let stage = fixture.stage("run");
+        let outcome = CommandHandler.run(&stage).await.expect("runs");
+        let output = update(&outcome, "command.output").as_str().unwrap();
+        let header = "[... 1000000 bytes earlier in stdout.log]\n";
+        assert!(output.starts_with(header), "{}", &output[..80]);
+        assert_eq!(output.len() as u64, header.len() as u64 + OUTPUT_TAIL_BYTES);
     }
 
     #[tokio::test]
