@@ -156,3 +156,115 @@ fn threads_are_rebuilt_when_a_run_resumes() {
     assert_eq!(history.lines().count(), 2, "{history}");
     assert!(history.contains("Draft the notes"));
 }
+
+/// Golden preambles for every mode, through the binary with `--responses`
+/// (`tests/fixtures/preambles/`): the fixture workflow also pins the precedence (edge over node
+/// over graph default).
+#[test]
+fn preambles_match_the_golden_files() {
+    let fixtures = common::repo_root().join("tests/fixtures/preambles");
+    let workflow = std::fs::read_to_string(fixtures.join("golden.dot")).unwrap();
+    let responses = std::fs::read_to_string(fixtures.join("responses.json")).unwrap();
+    let ran = Test::new()
+        .file("golden.dot", &workflow)
+        .file("responses.json", &responses)
+        .args(["run", "golden.dot", "--responses", "responses.json", "--run-dir", "run", "-q"])
+        .status(0)
+        .run();
+    let run_id = serde_json::from_str::<serde_json::Value>(&read(&ran, "run/manifest.json")).unwrap()
+        ["run_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let durations = regex::Regex::new(r"Duration: \d+ ms").unwrap();
+    let seconds = regex::Regex::new(r"in \d+\.\ds").unwrap();
+    let normalize = |text: &str| {
+        let text = durations.replace_all(text, "Duration: N ms");
+        seconds.replace_all(&text, "in N.Ns").replace(&run_id, "RUN_ID")
+    };
+    for (node, mode, golden) in [
+        ("plan", "compact", "compact.md"),
+        ("medium", "summary:medium", "summary-medium.md"),
+        ("high", "summary:high", "summary-high.md"),
+        ("low", "summary:low", "summary-low.md"),
+        ("trunc", "truncate", "truncate.md"),
+    ] {
+        let preamble = normalize(&read(&ran, &format!("run/stages/{node}/1/preamble.md")));
+        let expected = std::fs::read_to_string(fixtures.join(golden)).unwrap();
+        assert_eq!(preamble, expected, "{node} ({mode}) differs from {golden}");
+        let status: serde_json::Value =
+            serde_json::from_str(&read(&ran, &format!("run/stages/{node}/1/status.json"))).unwrap();
+        assert_eq!(status["fidelity"], mode, "{node} records its fidelity");
+    }
+}
+
+/// After 1,000 completed stages the summary levels still fit their budgets (tokens estimated as
+/// characters / 4) and say how many stages were elided.
+#[test]
+fn summary_budgets_hold_after_a_thousand_stages() {
+    let mut workflow = String::from("digraph long {\n    goal = \"Survive a long run\"\n    max_node_visits = 2000\n    start [shape=Mdiamond]\n    exit [shape=Msquare]\n");
+    for i in 0..1000 {
+        workflow.push_str(&format!("    s{i} [shape=diamond]\n"));
+    }
+    workflow.push_str("    low [shape=tab, fidelity=\"summary:low\", prompt=\"Low\"]\n");
+    workflow.push_str("    medium [shape=tab, fidelity=\"summary:medium\", prompt=\"Medium\"]\n");
+    workflow.push_str("    high [shape=tab, fidelity=\"summary:high\", prompt=\"High\"]\n    start -> s0\n");
+    for i in 0..999 {
+        workflow.push_str(&format!("    s{i} -> s{}\n", i + 1));
+    }
+    workflow.push_str("    s999 -> low -> medium -> high -> exit\n}\n");
+    let ran = Test::new()
+        .workflow(&workflow)
+        .args(["run", "workflow.dot", "--simulate", "--checkpoint-sync", "never", "--run-dir", "run", "-q"])
+        .status(0)
+        .run();
+    for (node, budget) in [("low", 600), ("medium", 1500), ("high", 3000)] {
+        let preamble = read(&ran, &format!("run/stages/{node}/1/preamble.md"));
+        let tokens = preamble.chars().count().div_ceil(4);
+        assert!(tokens <= budget, "{node}: {tokens} tokens > {budget}");
+        assert!(preamble.contains("earlier stages elided"), "{node}:\n{preamble}");
+    }
+}
+
+/// Keys a stage writes are stored safely whatever they contain: offloaded values land inside
+/// the run's artifact store, never outside it, and stay readable.
+#[test]
+fn hostile_context_keys_are_offloaded_safely() {
+    let workflow = r#"digraph hostile {
+    artifact_threshold = 100
+    start [shape=Mdiamond]
+    exit [shape=Msquare]
+    write [shape=parallelogram, script="python3 -c 'import json,os; big=\"x\"*500; json.dump({\"outcome\":\"success\",\"context_updates\":{\"../../escape\":big,\"a/b\":big,\"..\":big,\"\u00e9\u00e8 \u2603\":big}}, open(os.environ[\"FABRO_STAGE_DIR\"]+\"/status.json\",\"w\"))'"]
+    start -> write -> exit
+}
+"#;
+    if std::process::Command::new("python3").arg("--version").output().is_err() {
+        eprintln!("SKIPPED: python3 is not installed");
+        return;
+    }
+    let ran = Test::new()
+        .workflow(workflow)
+        .args(["run", "workflow.dot", "--run-dir", "run", "-q"])
+        .status(0)
+        .run();
+    let values = ran.dir.path().join("run/artifacts/values");
+    let mut names: Vec<String> = std::fs::read_dir(&values)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    for name in &names {
+        assert!(!name.contains('/') && !name.starts_with('.'), "{name}");
+    }
+    assert!(names.contains(&"%2E%2E%2F%2E%2E%2Fescape.json".to_string()), "{names:?}");
+    assert!(!ran.dir.path().join("escape").exists() && !ran.dir.path().join("run/escape").exists());
+    let checkpoint: serde_json::Value = serde_json::from_str(&read(&ran, "run/checkpoint.json")).unwrap();
+    for key in ["../../escape", "a/b", "..", "éè ☃"] {
+        let pointer =
+            checkpoint["context"][key].as_str().unwrap_or_else(|| panic!("{key} kept as a pointer"));
+        assert!(
+            pointer.starts_with("file://") && pointer.contains("/run/artifacts/values/"),
+            "{key}: {pointer}"
+        );
+    }
+}

@@ -727,6 +727,7 @@ impl Run<'_> {
         let status_file = StageStatusFile {
             outcome: outcome.clone(),
             handler: node.handler_type().name().to_string(),
+            fidelity: self.state.context.get_text("internal.fidelity"),
             attempts,
             started_at,
             duration_ms,

@@ -137,6 +137,9 @@ pub struct StageStatusFile {
     #[serde(flatten)]
     pub outcome: Outcome,
     pub handler: String,
+    /// The fidelity the stage ran with (`internal.fidelity`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fidelity: Option<String>,
     pub attempts: u32,
     pub started_at: String,
     pub duration_ms: u64,
