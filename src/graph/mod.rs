@@ -5,6 +5,7 @@ pub mod attribute;
 mod build;
 pub mod choice;
 mod handler_type;
+mod import;
 mod node;
 pub mod stylesheet;
 pub mod transform;

@@ -16,9 +16,15 @@ pub trait Transform: Send + Sync {
     fn apply(&self, workflow: &mut Workflow) -> Vec<Diagnostic>;
 }
 
-/// The built-in transforms in the order they run.
+/// The built-in transforms in the order they run: imports first, so imported stages get the
+/// same treatment as the importing file's own.
 pub fn builtin_transforms() -> Vec<Box<dyn Transform>> {
-    vec![Box::new(PromptFiles), Box::new(GoalExpansion), Box::new(StylesheetApplication)]
+    vec![
+        Box::new(super::import::ImportExpansion),
+        Box::new(PromptFiles),
+        Box::new(GoalExpansion),
+        Box::new(StylesheetApplication),
+    ]
 }
 
 /// `prompt="@prompts/plan.md"` inlines that file, resolved against the workflow file's directory.
