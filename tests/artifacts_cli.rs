@@ -91,11 +91,7 @@ fn a_fork_gets_its_own_copies_of_offloaded_values() {
         .status(0)
         .run();
     let root = ran.dir.path();
-    let fork = std::process::Command::new(common::fabro_bin())
-        .args(["fork", "run", "--at", "build", "--run-dir", "forked"])
-        .current_dir(root)
-        .output()
-        .unwrap();
+    let fork = common::fabro_in(root, &["fork", "run", "--at", "build", "--run-dir", "forked"]);
     assert_eq!(fork.status.code(), Some(0), "{}", String::from_utf8_lossy(&fork.stderr));
     let checkpoint: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(root.join("forked/checkpoint.json")).unwrap()).unwrap();

@@ -25,9 +25,7 @@ impl Dir {
     }
 
     fn command(&self, args: &[&str]) -> Command {
-        let mut command = Command::new(common::fabro_bin());
-        command.args(args).current_dir(self.0.path()).env_remove("CI").stdin(Stdio::null());
-        command
+        common::fabro_command(self.0.path(), args)
     }
 
     fn fabro(&self, args: &[&str]) -> Output {

@@ -5,7 +5,7 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 use serde_json::{json, Value};
 
@@ -26,14 +26,7 @@ impl Dir {
     }
 
     fn fabro(&self, args: &[&str]) -> Output {
-        Command::new(common::fabro_bin())
-            .args(args)
-            .current_dir(self.0.path())
-            .env_remove("CI")
-            .env_remove("GITHUB_STEP_SUMMARY")
-            .stdin(std::process::Stdio::null())
-            .output()
-            .expect("run fabro")
+        common::fabro_in(self.0.path(), args)
     }
 
     /// Runs `fabro ARGS` and checks the exit code.

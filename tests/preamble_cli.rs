@@ -146,11 +146,7 @@ fn threads_are_rebuilt_when_a_run_resumes() {
         .args(["run", "workflow.dot", "--simulate", "--run-dir", "run", "-q"])
         .status(3)
         .run();
-    let resumed = std::process::Command::new(common::fabro_bin())
-        .args(["resume", "run", "--simulate", "--auto-approve", "-q"])
-        .current_dir(ran.dir.path())
-        .output()
-        .unwrap();
+    let resumed = common::fabro_in(ran.dir.path(), &["resume", "run", "--simulate", "--auto-approve", "-q"]);
     assert_eq!(resumed.status.code(), Some(0), "{}", String::from_utf8_lossy(&resumed.stderr));
     let history = read(&ran, "run/stages/polish/1/history.jsonl");
     assert_eq!(history.lines().count(), 2, "{history}");

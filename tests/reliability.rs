@@ -15,18 +15,6 @@ use serde_json::{json, Value};
 // ---------------------------------------------------------------------------------------------
 // Shared helpers
 
-fn fabro_in(dir: &Path, args: &[&str]) -> Output {
-    Command::new(common::fabro_bin())
-        .args(args)
-        .current_dir(dir)
-        .env_remove("CI")
-        .env_remove("GITHUB_STEP_SUMMARY")
-        .env_remove("FABRO_LOG")
-        .stdin(Stdio::null())
-        .output()
-        .expect("run fabro")
-}
-
 fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
@@ -288,7 +276,7 @@ struct Reference {
 fn reference_run() -> Reference {
     let dir = setup_crash_dir();
     let started = Instant::now();
-    let output = fabro_in(
+    let output = common::fabro_in(
         dir.path(),
         &[
             "run",
@@ -361,11 +349,7 @@ fn crash_and_resume(reference: &Reference, rng: &mut XorShift, sync: &str, max_k
             "-q",
         ]);
         let log_path = dir.path().join(format!("fabro-{attempt}.stderr"));
-        let mut child = Command::new(common::fabro_bin())
-            .args(&args)
-            .current_dir(dir.path())
-            .env_remove("CI")
-            .stdin(Stdio::null())
+        let mut child = common::fabro_command(dir.path(), &args)
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log_path).unwrap())
             .spawn()
@@ -524,26 +508,18 @@ fn sigkill_at_random_moments_then_resume_gives_the_reference_run() {
 fn killed_at_marker_then_resumed(workflow: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("w.dot"), workflow).unwrap();
-    let mut child = Command::new(common::fabro_bin())
-        .args(["run", "w.dot", "--run-dir", "run", "-q"])
-        .current_dir(dir.path())
-        .env_remove("CI")
-        .stdin(Stdio::null())
+    let mut child = common::fabro_command(dir.path(), &["run", "w.dot", "--run-dir", "run", "-q"])
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let started = Instant::now();
-    while !dir.path().join("marker").exists() {
-        assert!(started.elapsed() < Duration::from_secs(20), "the marker stage never ran");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    common::wait_for_file(&dir.path().join("marker"), "the marker stage");
     // SAFETY: signalling our own child.
     unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
     assert_eq!(child.wait().unwrap().signal(), Some(libc::SIGKILL));
     assert_eq!(read_json(&dir.path().join("run/checkpoint.json"))["status"], "running");
     assert!(dir.path().join("run/run.lock").exists(), "a SIGKILL leaves the lock behind");
     std::fs::write(dir.path().join("resumed"), "").unwrap();
-    let resumed = fabro_in(dir.path(), &["resume", "run", "-q"]);
+    let resumed = common::fabro_in(dir.path(), &["resume", "run", "-q"]);
     assert_eq!(resumed.status.code(), Some(0), "{}", stderr(&resumed));
     dir
 }
@@ -593,7 +569,7 @@ fn a_run_killed_between_its_final_checkpoint_and_result_json_can_be_finished() {
         MARKED.replace(" then touch marker; sleep 30; fi", " then :; fi"),
     )
     .unwrap();
-    let ran = fabro_in(dir.path(), &["run", "w.dot", "--run-dir", "run", "-q"]);
+    let ran = common::fabro_in(dir.path(), &["run", "w.dot", "--run-dir", "run", "-q"]);
     assert_eq!(ran.status.code(), Some(0), "{}", stderr(&ran));
     // The state a SIGKILL leaves right after the final checkpoint: the manifest as it was while
     // running, no result.json.
@@ -603,7 +579,7 @@ fn a_run_killed_between_its_final_checkpoint_and_result_json_can_be_finished() {
     manifest["finished_at"] = Value::Null;
     std::fs::write(run.join("manifest.json"), serde_json::to_vec_pretty(&manifest).unwrap()).unwrap();
     std::fs::remove_file(run.join("result.json")).unwrap();
-    let resumed = fabro_in(dir.path(), &["resume", "run", "-q"]);
+    let resumed = common::fabro_in(dir.path(), &["resume", "run", "-q"]);
     assert_eq!(resumed.status.code(), Some(0), "{}", stderr(&resumed));
     assert_eq!(read_json(&run.join("manifest.json"))["status"], "succeeded");
     assert_eq!(read_json(&run.join("result.json"))["status"], "succeeded");
@@ -629,7 +605,7 @@ const GATED: &str = r#"digraph gated {
 fn paused_run() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("w.dot"), GATED).unwrap();
-    let output = fabro_in(dir.path(), &["run", "w.dot", "--run-dir", "run", "-q"]);
+    let output = common::fabro_in(dir.path(), &["run", "w.dot", "--run-dir", "run", "-q"]);
     assert_eq!(output.status.code(), Some(3), "{}", stderr(&output));
     dir
 }
@@ -639,7 +615,7 @@ fn paused_run() -> tempfile::TempDir {
 fn assert_resume_refused(dir: &Path, outside: Option<&Path>, message: &str) {
     let run = dir.join("run");
     let before = (snapshot(&run), outside.map(snapshot));
-    let output = fabro_in(dir, &["resume", "run", "--auto-approve", "-q"]);
+    let output = common::fabro_in(dir, &["resume", "run", "--auto-approve", "-q"]);
     let err = stderr(&output);
     assert_eq!(output.status.code(), Some(2), "resume should be refused:\n{err}");
     assert!(err.contains(message), "stderr lacks {message:?}:\n{err}");
@@ -820,7 +796,7 @@ fn checkpoint_writes_failing_on_a_full_disk_warn_and_catch_up() {
     );
     std::fs::write(work.path().join("w.dot"), workflow).unwrap();
     let run = disk.path().join("run");
-    let output = fabro_in(work.path(), &["run", "w.dot", "--run-dir", run.to_str().unwrap(), "-q"]);
+    let output = common::fabro_in(work.path(), &["run", "w.dot", "--run-dir", run.to_str().unwrap(), "-q"]);
     let err = stderr(&output);
     assert_eq!(output.status.code(), Some(0), "the run goes on:\n{err}");
     assert!(!filler.exists(), "the disk was freed during the run");

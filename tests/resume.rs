@@ -4,7 +4,7 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 use serde_json::{json, Value};
 
@@ -25,13 +25,7 @@ impl Dir {
     }
 
     fn fabro(&self, args: &[&str]) -> Output {
-        Command::new(common::fabro_bin())
-            .args(args)
-            .current_dir(self.0.path())
-            .env_remove("CI")
-            .stdin(std::process::Stdio::null())
-            .output()
-            .expect("run fabro")
+        common::fabro_in(self.0.path(), args)
     }
 
     fn json(&self, name: &str) -> Value {
@@ -148,18 +142,11 @@ fn an_interrupted_run_reruns_the_stage_in_flight() {
 }
 "#;
     let dir = Dir::new(&[("w.dot", workflow)]);
-    let child = Command::new(common::fabro_bin())
-        .args(["run", "w.dot", "--run-dir", "run", "-q"])
-        .current_dir(dir.0.path())
-        .env_remove("CI")
+    let child = common::fabro_command(dir.0.path(), &["run", "w.dot", "--run-dir", "run", "-q"])
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("spawn");
-    let started = std::time::Instant::now();
-    while !dir.path("slow.pid").exists() {
-        assert!(started.elapsed().as_secs() < 20, "the slow stage never started");
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    common::wait_for_file(&dir.path("slow.pid"), "the slow stage");
     // SAFETY: sending a signal to our own child process.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     let output = child.wait_with_output().expect("wait");
@@ -246,18 +233,11 @@ fn a_run_directory_is_driven_by_one_process_at_a_time() {
 }
 "#;
     let dir = Dir::new(&[("w.dot", workflow)]);
-    let mut child = Command::new(common::fabro_bin())
-        .args(["run", "w.dot", "--run-dir", "run", "-q"])
-        .current_dir(dir.0.path())
-        .env_remove("CI")
+    let mut child = common::fabro_command(dir.0.path(), &["run", "w.dot", "--run-dir", "run", "-q"])
         .stderr(std::process::Stdio::null())
         .spawn()
         .expect("spawn");
-    let started = std::time::Instant::now();
-    while !dir.path("slow.pid").exists() {
-        assert!(started.elapsed().as_secs() < 20, "the slow stage never started");
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    common::wait_for_file(&dir.path("slow.pid"), "the slow stage");
     let lock = std::fs::read_to_string(dir.path("run/run.lock")).expect("the running process holds the lock");
     assert_eq!(lock.trim(), child.id().to_string());
     let second = dir.fabro(&["resume", "run"]);
@@ -345,18 +325,11 @@ fn the_first_stage_after_resume_degrades_full_fidelity_to_summary_high() {
 }
 "#;
     let dir = Dir::new(&[("w.dot", workflow)]);
-    let child = Command::new(common::fabro_bin())
-        .args(["run", "w.dot", "--run-dir", "run", "-q"])
-        .current_dir(dir.0.path())
-        .env_remove("CI")
+    let child = common::fabro_command(dir.0.path(), &["run", "w.dot", "--run-dir", "run", "-q"])
         .stderr(std::process::Stdio::null())
         .spawn()
         .expect("spawn");
-    let started = std::time::Instant::now();
-    while !dir.path("slow.pid").exists() {
-        assert!(started.elapsed().as_secs() < 20, "the slow stage never started");
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    common::wait_for_file(&dir.path("slow.pid"), "the slow stage");
     assert_eq!(dir.json("slow-1.json")["internal.fidelity"], "full");
     // SAFETY: stopping our own child process.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };

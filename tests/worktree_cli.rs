@@ -20,14 +20,7 @@ fn git(dir: &Path, args: &[&str]) -> String {
 }
 
 fn fabro(dir: &Path, args: &[&str]) -> Output {
-    Command::new(common::fabro_bin())
-        .args(args)
-        .current_dir(dir)
-        .env_remove("CI")
-        .env_remove("GITHUB_STEP_SUMMARY")
-        .stdin(std::process::Stdio::null())
-        .output()
-        .expect("fabro runs")
+    common::fabro_in(dir, args)
 }
 
 /// A repository with one commit and `.fabro/` ignored; None when git is not installed.

@@ -4,11 +4,40 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 /// The compiled `fabro` binary.
 pub fn fabro_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_fabro"))
+}
+
+/// `fabro ARGS` in `dir`, isolated from the environment of whoever runs the tests: no `CI`,
+/// `GITHUB_STEP_SUMMARY` or `FABRO_LOG`, and no terminal on stdin.
+pub fn fabro_command(dir: &Path, args: &[&str]) -> Command {
+    let mut command = Command::new(fabro_bin());
+    command
+        .args(args)
+        .current_dir(dir)
+        .env_remove("CI")
+        .env_remove("GITHUB_STEP_SUMMARY")
+        .env_remove("FABRO_LOG")
+        .stdin(Stdio::null());
+    command
+}
+
+/// Runs `fabro ARGS` in `dir` to the end.
+pub fn fabro_in(dir: &Path, args: &[&str]) -> Output {
+    fabro_command(dir, args).output().expect("run fabro")
+}
+
+/// Waits (at most 20 s) until a stage of a run in the background has written `path`.
+pub fn wait_for_file(path: &Path, what: &str) {
+    let started = Instant::now();
+    while !path.exists() {
+        assert!(started.elapsed() < Duration::from_secs(20), "{what} never started");
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 /// The repository root (for `workflows/`).
@@ -107,13 +136,8 @@ impl Test {
 
     /// Runs `fabro ARGS` in the test directory and checks every expectation.
     pub fn run(self) -> Ran {
-        let output = Command::new(fabro_bin())
-            .args(&self.args)
-            .current_dir(self.dir.path())
-            .env_remove("CI")
-            .env_remove("GITHUB_STEP_SUMMARY")
-            .output()
-            .expect("run fabro");
+        let args: Vec<&str> = self.args.iter().map(String::as_str).collect();
+        let output = fabro_in(self.dir.path(), &args);
         let ran = Ran { dir: self.dir, output };
         let context = || {
             format!(
