@@ -197,6 +197,7 @@ fn fixed_result() -> RunResult {
         handler: handler.to_string(),
         failure_reason: None,
         usage: None,
+        branch: None,
     };
     let mut test = stage("test", StageStatus::Fail, 2_345, "command");
     test.failure_reason = Some("command exited with code 101\nassert a < b & 'c'".to_string());
@@ -497,6 +498,7 @@ fn a_run_that_fails_without_a_failed_stage_is_a_junit_failure() {
             handler: "start".into(),
             failure_reason: None,
             usage: None,
+            branch: None,
         }],
         run_dir: "run".into(),
     };

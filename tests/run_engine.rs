@@ -1632,38 +1632,6 @@ fn llm_stages_without_a_backend_exit_2_naming_simulate() {
     run(&branching("true"), &[], &["-q"], 0);
 }
 
-/// A parallel (`component`) node cannot run yet: exit 2 before anything starts.
-#[test]
-fn a_parallel_node_exits_2_saying_it_cannot_run_yet() {
-    let workflow = r#"digraph fan {
-    start [shape=Mdiamond]
-    exit [shape=Msquare]
-    fan [shape=component]
-    left [shape=parallelogram, script="echo left"]
-    right [shape=parallelogram, script="echo right"]
-    join [shape=tripleoctagon]
-    start -> fan
-    fan -> left
-    fan -> right
-    left -> join
-    right -> join
-    join -> exit
-}
-"#;
-    for extra in [&["--simulate"][..], &["--dry-run"]] {
-        let mut args = vec!["run", "workflow.dot", "--run-dir", RUN_DIR];
-        args.extend_from_slice(extra);
-        let ran = Test::new().workflow(workflow).args(args).status(2).run();
-        assert!(
-            ran.stderr()
-                .contains("error: node `fan` is a parallel stage, which this version of fabro cannot run yet; the run did not start"),
-            "{}",
-            ran.stderr()
-        );
-        assert!(!ran.run_dir().exists());
-    }
-}
-
 /// --run-dir must be new or empty; a non-empty one is refused and left untouched.
 #[test]
 fn run_dir_that_is_not_empty_exits_2_and_is_left_untouched() {

@@ -3,8 +3,8 @@
 //! `docker` and `gh` executables put first on PATH, which print what they were asked, log it and
 //! exit 0, so no real tool is touched.
 //!
-//! Workflows with a parallel (`component`) node cannot run in this version (parallel fan-out and
-//! fan-in are a later issue): for them the tests assert the refusal (exit 2) instead.
+//! Branches of a parallel stage run at the same time, so for workflows with one the stub calls are
+//! compared without their order.
 
 mod common;
 
@@ -15,10 +15,6 @@ use std::time::{Duration, Instant};
 use common::{fabro_bin, repo_root, shipped_workflows};
 use fabro::graph::HandlerType;
 use serde_json::{json, Value};
-
-/// The message for a workflow with a parallel node (parallel execution is not implemented yet).
-const PARALLEL_REFUSAL: &str =
-    "is a parallel stage, which this version of fabro cannot run yet; the run did not start";
 
 /// A temporary directory with `bin/` (the stubs), `work/` (the work dir) and `calls.log` (what
 /// the stubs were asked, one line per call).
@@ -125,7 +121,7 @@ fn name(path: &Path) -> String {
     path.file_name().unwrap().to_string_lossy().into_owned()
 }
 
-/// Whether the workflow has a parallel fan-out node, which this version cannot run.
+/// Whether the workflow has a parallel fan-out node, whose branches run at the same time.
 fn has_parallel_node(path: &Path) -> bool {
     let checked = fabro::Loader::new().load_file(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let parallel = checked.workflow.nodes().any(|node| node.handler_type() == HandlerType::Parallel);
@@ -174,6 +170,22 @@ fn expected(name: &str) -> Option<(&'static [&'static str], &'static [&'static s
             ],
             &[],
         ),
+        "parallel_review.dot" => (
+            &[
+                "start",
+                "implement",
+                "security_scan",
+                "security_review",
+                "performance_review",
+                "style_lint",
+                "style_review",
+                "reviews",
+                "merge_findings",
+                "apply_fixes",
+                "exit",
+            ],
+            &["cargo audit --deny warnings", "cargo clippy --all-targets -- -D warnings"],
+        ),
         "plan_from_files.dot" => (&["start", "plan", "implement", "self_check", "review", "exit"], &[]),
         "review_gate.dot" => (
             &["start", "plan", "implement", "summarize", "review", "open_pr", "exit"],
@@ -183,21 +195,12 @@ fn expected(name: &str) -> Option<(&'static [&'static str], &'static [&'static s
     })
 }
 
-/// Checks one run of a shipped workflow: exit 2 for a parallel workflow, else exit 0, a
-/// succeeded result, the expected route and (unless `dry_run`) the expected tool calls.
+/// Checks one run of a shipped workflow: exit 0, a succeeded result, the expected route and
+/// (unless `dry_run`) the expected tool calls.
 fn check_run(sandbox: &Sandbox, workflow: &Path, output: &Output, dry_run: bool) {
     let file = name(workflow);
     let context = || format!("{file}:\n{}", describe(output));
-    if has_parallel_node(workflow) {
-        // Parallel fan-out/fan-in is not implemented in this version (see the parallel issue):
-        // the run is refused before it starts.
-        assert_eq!(output.status.code(), Some(2), "{}", context());
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(stderr.contains(PARALLEL_REFUSAL), "{}", context());
-        assert!(!sandbox.run_dir().exists(), "{}", context());
-        assert!(sandbox.calls().is_empty(), "{}", context());
-        return;
-    }
+    let parallel = has_parallel_node(workflow);
     assert_eq!(output.status.code(), Some(0), "{}", context());
     let result = sandbox.result();
     assert_eq!(result["status"], "succeeded", "{}", context());
@@ -211,7 +214,13 @@ fn check_run(sandbox: &Sandbox, workflow: &Path, output: &Output, dry_run: bool)
         if dry_run {
             assert!(sandbox.calls().is_empty(), "{file}: a dry run runs no command: {:?}", sandbox.calls());
         } else {
-            assert_eq!(sandbox.calls(), calls, "{}", context());
+            let mut made = sandbox.calls();
+            let mut calls: Vec<String> = calls.iter().map(|c| c.to_string()).collect();
+            if parallel {
+                made.sort();
+                calls.sort();
+            }
+            assert_eq!(made, calls, "{}", context());
         }
     }
     // Every command stage ran through sh (or, in a dry run, was only described).
@@ -273,23 +282,28 @@ fn every_shipped_workflow_passes_a_dry_run() {
     }
 }
 
-/// The parallel workflow is refused naming its fan-out node (parallel execution is a later issue).
+/// parallel_review.dot: the three review branches all run and the fan-in sees their results in
+/// declaration order, whatever order they finished in.
 #[test]
-fn parallel_review_is_refused_until_parallel_stages_are_implemented() {
+fn parallel_review_runs_every_branch_and_merges_at_the_fan_in() {
     let workflow = repo_root().join("workflows/parallel_review.dot");
-    assert!(has_parallel_node(&workflow));
-    for args in [&["--simulate", "--auto-approve"][..], &["--dry-run"]] {
-        let sandbox = Sandbox::new();
-        let output = sandbox.run(&workflow, args);
-        assert_eq!(output.status.code(), Some(2), "{}", describe(&output));
-        assert_eq!(
-            String::from_utf8_lossy(&output.stderr),
-            format!("error: node `reviews` {PARALLEL_REFUSAL}\n"),
-            "{}",
-            describe(&output)
-        );
-        assert!(!sandbox.run_dir().exists());
-    }
+    let sandbox = Sandbox::new();
+    let output = sandbox.run(&workflow, &["--simulate", "--auto-approve"]);
+    assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+    let checkpoint = read_json(&sandbox.run_dir().join("checkpoint.json"));
+    let context = &checkpoint["context"];
+    let ids: Vec<&str> = context["parallel.results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["branch_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["security_scan", "performance_review", "style_lint"]);
+    assert_eq!(context["parallel.success_count"], 3);
+    assert_eq!(context["parallel.fan_in.best_id"], "security_scan");
+    let prompt =
+        std::fs::read_to_string(sandbox.run_dir().join("stages/merge_findings/1/prompt.md")).unwrap();
+    assert!(prompt.contains("### `style_lint`: success"), "{prompt}");
 }
 
 /// review_gate.dot routes on recorded answers: "Request changes" sends the change back through

@@ -848,7 +848,8 @@ fn rule_parallel_without_fan_in() {
             "parallel_without_fan_in",
             Severity::Warning,
             Some("split"),
-            "the branches of parallel stage `split` never meet at a fan-in (tripleoctagon) node",
+            "the branches of parallel stage `split` never meet at a fan-in (tripleoctagon) node; they join at \
+             `exit`, where the best branch's changes are merged without a fan-in stage",
         )]
     );
     let d = only(&checked, "parallel_without_fan_in");

@@ -71,3 +71,54 @@ pub trait Backend: Send + Sync {
     fn name(&self) -> &str;
     async fn complete(&self, request: &LlmRequest<'_>) -> Result<LlmResponse, BackendError>;
 }
+
+/// Introduces the ids a model must choose from, in [`choice_instruction`].
+const CHOICE_LEAD: &str = "where <id> is exactly one of: ";
+
+/// The closing instruction of a prompt that asks the model to choose one of `ids` (a fan-in stage
+/// picking the best branch); [`chosen`] reads the answer back.
+pub fn choice_instruction(ids: &[&str]) -> String {
+    let list: Vec<String> = ids.iter().map(|id| format!("`{id}`")).collect();
+    format!("\nEnd your answer with a line `best: <id>`, {CHOICE_LEAD}{}.\n", list.join(", "))
+}
+
+/// The ids a prompt built with [`choice_instruction`] offers, in order.
+pub fn offered_choices(prompt: &str) -> Option<Vec<String>> {
+    let line = prompt.lines().rev().find(|line| line.contains(CHOICE_LEAD))?;
+    let (_, list) = line.split_once(CHOICE_LEAD)?;
+    let ids = list.trim_end().trim_end_matches('.').split(", ").map(|id| id.trim_matches('`').to_string());
+    Some(ids.filter(|id| !id.is_empty()).collect())
+}
+
+/// The id an answer chose: its last `best: <id>` line, with Markdown emphasis, quotes and a final
+/// period taken off. The caller must still check that the id is exactly one it offered.
+pub fn chosen(answer: &str) -> Option<&str> {
+    answer.lines().rev().find_map(|line| {
+        let line = line.trim().trim_matches(|c| c == '*' || c == '_' || c == '`').trim();
+        let rest = line.get(..5).filter(|head| head.eq_ignore_ascii_case("best:")).map(|_| &line[5..])?;
+        let id =
+            rest.trim_matches(|c: char| c.is_whitespace() || matches!(c, '`' | '"' | '\'' | '*' | '_' | '.'));
+        (!id.is_empty()).then_some(id)
+    })
+}
+
+#[cfg(test)]
+mod choice_tests {
+    use super::*;
+
+    #[test]
+    fn choices_round_trip_through_the_instruction() {
+        let prompt = format!("Pick one.\n{}", choice_instruction(&["fast", "safe-2"]));
+        assert_eq!(offered_choices(&prompt), Some(vec!["fast".to_string(), "safe-2".to_string()]));
+        assert_eq!(offered_choices("no instruction here"), None);
+    }
+
+    #[test]
+    fn the_last_best_line_is_the_choice() {
+        assert_eq!(chosen("Both are fine.\nbest: fast\n"), Some("fast"));
+        assert_eq!(chosen("**Best:** `safe-2`."), Some("safe-2"));
+        assert_eq!(chosen("best: a\nthen again\nBEST: b"), Some("b"));
+        assert_eq!(chosen("the best is a"), None);
+        assert_eq!(chosen("best:"), None);
+    }
+}

@@ -24,6 +24,10 @@ impl Backend for SimulatedBackend {
                 request.history.len()
             ));
         }
+        if let Some(first) = super::offered_choices(request.prompt).and_then(|ids| ids.into_iter().next()) {
+            // Asked to choose (a fan-in stage): take the first offered, which is the best ranked.
+            text.push_str(&format!("\nbest: {first}"));
+        }
         // A rough token count (characters / 4) so usage figures are plausible.
         let usage = Usage {
             input_tokens: request.prompt.len().div_ceil(4) as u64,

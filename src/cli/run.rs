@@ -85,6 +85,10 @@ pub struct LaunchArgs {
     /// survives a crash of fabro but not of the machine, and is much faster.
     #[arg(long, value_enum, default_value_t = CheckpointSync::Stage)]
     pub checkpoint_sync: CheckpointSync,
+    /// Keep the git worktree of every parallel branch under the run directory (they are removed
+    /// once their parallel stage ends; the branches fabro/<run id>/<branch> are always kept).
+    #[arg(long)]
+    pub keep_worktrees: bool,
     /// Print result.json on stdout and nothing else.
     #[arg(long)]
     pub json: bool,
@@ -140,6 +144,7 @@ async fn run_async(args: RunArgs) -> u8 {
         context,
         checkpoint_sync: args.launch.checkpoint_sync.durability(),
         worktree: args.worktree,
+        keep_worktrees: args.launch.keep_worktrees,
     };
     let cancel = CancellationToken::new();
     watch_signals(cancel.clone());

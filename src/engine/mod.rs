@@ -2,7 +2,9 @@
 
 pub mod edge_selection;
 pub mod events;
+pub mod parallel;
 pub mod retry;
 mod scheduler;
+mod walker;
 
 pub use scheduler::{sha256_hex, Engine, RunOptions, RunReport, RunTimings, StartError};

@@ -6,6 +6,7 @@ mod build;
 pub mod choice;
 mod handler_type;
 mod import;
+mod join;
 mod node;
 pub mod stylesheet;
 pub mod transform;

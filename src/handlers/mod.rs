@@ -6,6 +6,7 @@
 //! a panic into a failed stage anyway) and must stop promptly when the run is cancelled.
 
 pub mod command;
+pub mod fan_in;
 pub mod human;
 pub mod llm;
 pub mod pass_through;
@@ -105,13 +106,16 @@ impl HandlerRegistry {
         self.handlers.keys().map(String::as_str)
     }
 
-    /// The first node (in declaration order) whose type has no handler, if any.
+    /// The first node (in declaration order) whose type has no handler, if any. Parallel stages
+    /// need none: the engine runs their branches itself.
     pub fn first_unhandled<'w>(&self, workflow: &'w Workflow) -> Option<&'w Node> {
-        workflow.nodes().find(|node| self.for_node(node).is_none())
+        workflow.nodes().find(|node| {
+            node.handler_type() != crate::graph::HandlerType::Parallel && self.for_node(node).is_none()
+        })
     }
 }
 
-/// The built-in handlers. Parallel fan-out/fan-in and sub-workflow managers are not built in yet.
+/// The built-in handlers. (Parallel fan-out needs none: the engine runs the branches itself.)
 pub fn builtin_handlers() -> HandlerRegistry {
     let mut registry = HandlerRegistry::new();
     let pass_through: Arc<dyn Handler> = Arc::new(pass_through::PassThrough);
@@ -121,6 +125,7 @@ pub fn builtin_handlers() -> HandlerRegistry {
     registry.register("command", Arc::new(command::CommandHandler));
     registry.register("wait", Arc::new(wait::WaitHandler));
     registry.register("human", Arc::new(human::HumanHandler));
+    registry.register("fan_in", Arc::new(fan_in::FanInHandler));
     let llm: Arc<dyn Handler> = Arc::new(llm::LlmHandler);
     registry.register("agent", llm.clone());
     registry.register("prompt", llm);

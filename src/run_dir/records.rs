@@ -117,6 +117,9 @@ pub struct StageRecord {
     /// Tokens an LLM stage used.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<crate::backends::Usage>,
+    /// The parallel branch the stage ran in, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branch: Option<String>,
 }
 
 /// `result.json`: how the run ended.
@@ -140,6 +143,9 @@ pub struct StageStatusFile {
     /// The fidelity the stage ran with (`internal.fidelity`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fidelity: Option<String>,
+    /// The parallel branch the stage ran in, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branch: Option<String>,
     pub attempts: u32,
     pub started_at: String,
     pub duration_ms: u64,

@@ -223,6 +223,7 @@ mod tests {
             handler: "agent".into(),
             failure_reason: None,
             usage: tokens.map(|(input_tokens, output_tokens)| Usage { input_tokens, output_tokens }),
+            branch: None,
         }
     }
 

@@ -1,9 +1,5 @@
 //! Stage rules: what each kind of node needs to run as intended.
 
-use std::collections::{HashSet, VecDeque};
-
-use petgraph::graph::NodeIndex;
-
 use crate::diagnostic::Diagnostic;
 use crate::fidelity::FidelityMode;
 use crate::graph::{Attributes, Choice, HandlerType, Node, Workflow};
@@ -146,52 +142,35 @@ pub fn thread_id_without_full_fidelity(workflow: &Workflow, out: &mut Vec<Diagno
     }
 }
 
-/// Fan-in nodes reachable from `from` without passing through another fan-in.
-fn fan_ins_reached(workflow: &Workflow, from: NodeIndex) -> HashSet<NodeIndex> {
-    let graph = workflow.graph();
-    let mut seen = HashSet::from([from]);
-    let mut queue = VecDeque::from([from]);
-    let mut found = HashSet::new();
-    while let Some(index) = queue.pop_front() {
-        if graph[index].handler_type() == HandlerType::FanIn {
-            found.insert(index);
-            continue;
-        }
-        for next in graph.neighbors(index) {
-            if seen.insert(next) {
-                queue.push_back(next);
-            }
-        }
-    }
-    found
-}
-
+/// Every parallel stage needs a join node its branches all reach; a fan-in node is expected there.
 pub fn parallel_without_fan_in(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
     for node in nodes_of_type(workflow, HandlerType::Parallel) {
         let Some(index) = workflow.index_of(&node.id) else { continue };
-        let branches = workflow.outgoing(index);
-        let mut common: Option<HashSet<NodeIndex>> = None;
-        for branch in &branches {
-            let Some(target) = workflow.index_of(&branch.to.id) else { continue };
-            let reached = fan_ins_reached(workflow, target);
-            common = Some(match common {
-                None => reached,
-                Some(previous) => previous.intersection(&reached).copied().collect(),
-            });
-        }
-        if common.is_some_and(|fan_ins| !fan_ins.is_empty()) {
-            continue;
-        }
-        let message = if branches.is_empty() {
-            format!("parallel stage `{}` has no branches", node.id)
-        } else {
-            format!(
-                "the branches of parallel stage `{}` never meet at a fan-in (tripleoctagon) node",
-                node.id
-            )
+        let join = workflow.join_of(index).map(|join| workflow.node_at(join));
+        let diagnostic = match join {
+            Some(join) if join.handler_type() == HandlerType::FanIn => continue,
+            Some(join) => Diagnostic::warning(
+                "parallel_without_fan_in",
+                format!(
+                    "the branches of parallel stage `{}` never meet at a fan-in (tripleoctagon) node; \
+                     they join at `{}`, where the best branch's changes are merged without a fan-in stage",
+                    node.id, join.id
+                ),
+            ),
+            None if workflow.outgoing(index).is_empty() => Diagnostic::error(
+                "parallel_without_fan_in",
+                format!("parallel stage `{}` has no branches", node.id),
+            ),
+            None => Diagnostic::error(
+                "parallel_without_fan_in",
+                format!(
+                    "the branches of parallel stage `{}` never meet again, so they cannot be joined",
+                    node.id
+                ),
+            ),
         };
         out.push(
-            Diagnostic::warning("parallel_without_fan_in", message)
+            diagnostic
                 .node(&node.id)
                 .span(node.span)
                 .fix("add `join [shape=tripleoctagon]` and an edge from the end of every branch to it"),

@@ -12,6 +12,8 @@
 //! `Send + Sync` (a `git2::Repository` is not `Sync`), and opening a repository is cheap next to a
 //! stage.
 
+pub mod branch;
+
 use std::path::{Path, PathBuf};
 
 use git2::build::CheckoutBuilder;
@@ -86,7 +88,7 @@ impl RunWorktree {
             Err(e) => return Err(git("read HEAD")(e)),
         };
         let commit = head.peel_to_commit().map_err(git("read the commit at HEAD"))?;
-        add_worktree(&repo, repo_root, commit.id(), run_id, worktree_path)
+        add_worktree(&repo, repo_root, commit.id(), &run_branch_name(run_id)?, run_id, worktree_path)
     }
 
     /// Re-opens an existing run worktree (resume). When `commit` is given, the run branch is reset
@@ -122,7 +124,14 @@ impl RunWorktree {
     ) -> Result<RunWorktree, WorktreeError> {
         let repo = open_run_repo(existing_worktree)?;
         let oid = find_commit(&repo, commit, existing_worktree)?.id();
-        add_worktree(&repo, main_repo_root(&repo), oid, new_run_id, worktree_path)
+        add_worktree(
+            &repo,
+            main_repo_root(&repo),
+            oid,
+            &run_branch_name(new_run_id)?,
+            new_run_id,
+            worktree_path,
+        )
     }
 
     /// The run's work directory: where its stages run.
@@ -172,12 +181,7 @@ impl RunWorktree {
             .head()
             .and_then(|head| head.peel_to_commit())
             .map_err(git("read the run branch's last commit"))?;
-        let signature = match repo.signature() {
-            Ok(signature) => signature,
-            Err(_) => {
-                Signature::now(FALLBACK_NAME, FALLBACK_EMAIL).map_err(git("make a commit signature"))?
-            }
-        };
+        let signature = signature(&repo)?;
         let message = stage_message(run_id, node_id, visit, status);
         let oid = repo
             .commit(Some("HEAD"), &signature, &signature, &message, &tree, &[&parent])
@@ -201,6 +205,15 @@ impl RunWorktree {
     }
 }
 
+/// Who commits: the repository's configured identity, else a fallback so a run never fails for
+/// want of one.
+fn signature(repo: &Repository) -> Result<Signature<'static>, WorktreeError> {
+    match repo.signature() {
+        Ok(signature) => Ok(signature),
+        Err(_) => Signature::now(FALLBACK_NAME, FALLBACK_EMAIL).map_err(git("make a commit signature")),
+    }
+}
+
 /// The commit message of a stage: a subject line, a blank line, then the trailers.
 fn stage_message(run_id: &str, node_id: &str, visit: u32, status: &str) -> String {
     format!(
@@ -208,19 +221,27 @@ fn stage_message(run_id: &str, node_id: &str, visit: u32, status: &str) -> Strin
     )
 }
 
-/// Creates the run branch at `commit` and a worktree for it at `worktree_path`. On failure, what
-/// was created (branch, worktree administrative directory, worktree directory) is removed again.
-fn add_worktree(
-    repo: &Repository,
-    repo_root: PathBuf,
-    commit: Oid,
-    run_id: &str,
-    worktree_path: &Path,
-) -> Result<RunWorktree, WorktreeError> {
+/// `fabro/run/<run_id>`, when that is a valid branch name.
+fn run_branch_name(run_id: &str) -> Result<String, WorktreeError> {
     let branch_name = format!("{BRANCH_PREFIX}{run_id}");
     if run_id.is_empty() || !git2::Branch::name_is_valid(&branch_name).unwrap_or(false) {
         return Err(WorktreeError::InvalidRunId { run_id: run_id.to_string() });
     }
+    Ok(branch_name)
+}
+
+/// Creates branch `branch_name` at `commit` and a worktree for it at `worktree_path` (its
+/// administrative directory named after `name`). On failure, what was created (branch, worktree
+/// administrative directory, worktree directory) is removed again.
+pub(crate) fn add_worktree(
+    repo: &Repository,
+    repo_root: PathBuf,
+    commit: Oid,
+    branch_name: &str,
+    name: &str,
+    worktree_path: &Path,
+) -> Result<RunWorktree, WorktreeError> {
+    let branch_name = branch_name.to_string();
     match repo.find_branch(&branch_name, BranchType::Local) {
         Ok(_) => return Err(WorktreeError::BranchExists { branch: branch_name, repo: repo_root }),
         Err(e) if e.code() == ErrorCode::NotFound => {}
@@ -234,7 +255,7 @@ fn add_worktree(
         std::fs::create_dir_all(parent)
             .map_err(|source| WorktreeError::Io { path: parent.to_path_buf(), source })?;
     }
-    let name = worktree_name(repo, run_id);
+    let name = worktree_name(repo, name);
     let admin_dir = repo.commondir().join("worktrees").join(&name);
 
     let target = repo.find_commit(commit).map_err(git("read the commit to start from"))?;
@@ -332,7 +353,7 @@ fn find_commit<'r>(
 }
 
 /// Where the user works: the repository's work tree, or its git directory when bare.
-fn repo_root(repo: &Repository) -> PathBuf {
+pub(crate) fn repo_root(repo: &Repository) -> PathBuf {
     repo.workdir().unwrap_or_else(|| repo.path()).to_path_buf()
 }
 

@@ -1,0 +1,692 @@
+//! A walker follows one line of execution through the graph: the main line of a run, or one branch
+//! of a parallel stage. It runs each stage's handler (with retries), records what happened, and
+//! picks the next node. What all lines of a run share (the run directory, the event log, the
+//! artifact store, visit counters) sits in a [`RunScope`] they borrow.
+
+use std::collections::{BTreeMap, HashMap};
+use std::panic::AssertUnwindSafe;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+use futures::FutureExt;
+use petgraph::graph::{EdgeIndex, NodeIndex};
+use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
+
+use super::edge_selection::{failure_route, select_edge};
+use super::events::{now_rfc3339, EventLog};
+use super::retry::RetryPolicy;
+use super::scheduler::{Engine, RunOptions, RunTimings};
+use crate::backends::Message;
+use crate::context::artifacts::ArtifactStore;
+use crate::context::Context;
+use crate::fidelity::preamble::{PreambleInput, StageSummary};
+use crate::graph::{HandlerType, Node, Workflow};
+use crate::handlers::{Handler, HandlerError, StageRun};
+use crate::outcome::{Outcome, StageStatus};
+use crate::run_dir::{CheckpointRef, RunDir, RunStatus, StageRecord, StageStatusFile};
+use crate::worktree::RunWorktree;
+
+/// Default cap on how often any one node may run (graph `max_node_visits` overrides it).
+const DEFAULT_MAX_NODE_VISITS: i64 = 1000;
+/// Under `--dry-run` loops stop after this many visits of a node.
+const DRY_RUN_MAX_VISITS: i64 = 3;
+
+/// What every line of a run shares; branches borrow it concurrently.
+pub(super) struct RunScope<'e> {
+    pub engine: &'e Engine,
+    pub workflow: &'e Workflow,
+    pub options: &'e RunOptions,
+    pub run_dir: RunDir,
+    pub run_id: String,
+    pub events: EventLog,
+    /// Where context values too large for checkpoints go.
+    pub artifacts: ArtifactStore,
+    /// Visits per node over all lines, so that every visit gets its own stage directory.
+    pub visits: Mutex<BTreeMap<String, u32>>,
+    pub timings: Mutex<RunTimings>,
+    /// Number of the last checkpoint written (`checkpoints/<seq>-<node>.json`).
+    pub checkpoint_seq: AtomicU64,
+}
+
+impl RunScope<'_> {
+    pub fn visits(&self) -> MutexGuard<'_, BTreeMap<String, u32>> {
+        self.visits.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    pub fn timings(&self) -> MutexGuard<'_, RunTimings> {
+        self.timings.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// What one line has done so far, checkpointed for the main line.
+#[derive(Default)]
+pub(super) struct LineState {
+    pub context: Context,
+    pub completed: Vec<String>,
+    pub outcomes: BTreeMap<String, StageStatus>,
+    pub retries: BTreeMap<String, u32>,
+    pub stages: Vec<StageRecord>,
+    /// What preambles say about each completed stage, built once when it completes.
+    pub summaries: Vec<StageSummary>,
+}
+
+/// Which line a walker follows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Line {
+    Main,
+    /// A branch of a parallel stage, by branch id.
+    Branch(String),
+}
+
+/// One line of execution and everything it carries from stage to stage.
+pub(super) struct Walker<'e> {
+    pub scope: Arc<RunScope<'e>>,
+    pub line: Line,
+    pub state: LineState,
+    /// The edge the current stage was entered by (none for the first stage after a start or
+    /// resume, or after a jump to a retry target).
+    pub entered_by: Option<EdgeIndex>,
+    /// Set on resume: the first stage cannot continue a conversation thread that did not survive
+    /// the stop, so `full` fidelity becomes `summary:high` for it.
+    pub degrade_full_fidelity: bool,
+    /// Where stages run: `--workdir`, the run's git worktree, or a branch's worktree.
+    pub work_dir: PathBuf,
+    /// Worktree mode (main line only): the run's worktree, committed after every stage.
+    pub worktree: Option<RunWorktree>,
+    /// The worktree commit after the last completed stage.
+    pub last_commit: Option<String>,
+    /// Cancelled on SIGINT/SIGTERM, or for a branch when its parallel stage no longer needs it.
+    pub cancel: CancellationToken,
+    /// The preamble of the LLM stage about to run (none under full fidelity).
+    pub preamble: Option<String>,
+    /// The thread of the full-fidelity LLM stage about to run.
+    pub current_thread: Option<String>,
+    /// Conversation threads by key, persisted in `threads/<key>.jsonl`.
+    pub threads: HashMap<String, Vec<Message>>,
+    /// The outcome of the last stage this line recorded.
+    pub last_outcome: Option<Outcome>,
+}
+
+/// How one stage visit ended.
+pub(super) enum StageEnd {
+    Done { outcome: Outcome, attempts: u32 },
+    Paused(String),
+    Cancelled,
+}
+
+/// Where a line goes after a stage.
+pub(super) enum Step {
+    Next(NodeIndex),
+    /// Follow a `loop_restart` edge: continue at the node in a fresh run directory.
+    Restart(NodeIndex),
+    Finish(RunStatus, Option<String>),
+}
+
+impl<'e> Walker<'e> {
+    pub fn is_main(&self) -> bool {
+        self.line == Line::Main
+    }
+
+    pub fn context_set(&mut self, key: &str, value: impl Into<Value>) {
+        self.state.context.set(key, value);
+    }
+
+    /// Runs one visit of the node at `index` and decides where to go next.
+    pub async fn visit(&mut self, index: NodeIndex) -> Step {
+        let scope = Arc::clone(&self.scope);
+        let workflow: &'e Workflow = scope.workflow;
+        let node = workflow.node_at(index);
+        if node.handler_type() == HandlerType::Exit && self.is_main() {
+            if let Some(step) = self.enforce_goal_gates(node) {
+                return step;
+            }
+        }
+        let visit = {
+            let mut visits = scope.visits();
+            let count = visits.entry(node.id.clone()).or_insert(0);
+            *count += 1;
+            *count
+        };
+        if let Some(reason) = self.visit_limit_exceeded(node, visit) {
+            return Step::Finish(RunStatus::Failed, Some(reason));
+        }
+        let files_clock = Instant::now();
+        let stage_dir = scope.run_dir.stage_dir(&node.id, visit);
+        scope.timings().stage_files += files_clock.elapsed();
+        let stage_dir = match stage_dir {
+            Ok(dir) => dir,
+            Err(error) => return Step::Finish(RunStatus::Failed, Some(error.to_string())),
+        };
+        self.context_set("current_node", node.id.clone());
+        self.context_set("internal.node_visit_count", visit);
+        self.prepare_llm_stage(node);
+        let mut fields = json!({"handler": node.handler_type().name()});
+        if let Line::Branch(branch) = &self.line {
+            fields["branch_id"] = json!(branch);
+        }
+        scope.events.stage_event("stage.started", &node.id, visit, fields);
+        let started_at = now_rfc3339();
+        let clock = Instant::now();
+        let end = match node.handler_type() {
+            HandlerType::Parallel => super::parallel::run(self, index, visit).await,
+            _ => self.run_stage(node, visit, &stage_dir).await,
+        };
+        let (outcome, attempts) = match end {
+            StageEnd::Done { outcome, attempts } => (outcome, attempts),
+            StageEnd::Paused(reason) => {
+                self.uncount_visit(&node.id);
+                self.save_checkpoint(RunStatus::Paused, &node.id, Some(&node.id));
+                if self.is_main() {
+                    scope.events.stage_event("run.paused", &node.id, visit, json!({"reason": reason}));
+                }
+                return Step::Finish(RunStatus::Paused, Some(reason));
+            }
+            StageEnd::Cancelled => {
+                self.uncount_visit(&node.id);
+                self.save_checkpoint(RunStatus::Interrupted, &node.id, Some(&node.id));
+                return Step::Finish(
+                    RunStatus::Interrupted,
+                    Some(format!("interrupted during stage `{}`", node.id)),
+                );
+            }
+        };
+        let duration_ms = clock.elapsed().as_millis() as u64;
+        self.record(node, visit, &stage_dir, &outcome, attempts, started_at, duration_ms);
+        self.extend_thread(&stage_dir);
+        self.commit_worktree(node, visit, outcome.status);
+        if node.handler_type() == HandlerType::Exit {
+            return Step::Finish(RunStatus::Succeeded, None);
+        }
+        let step = self.next_step(index, &outcome);
+        let next_id = match &step {
+            Step::Next(next) | Step::Restart(next) => Some(workflow.node_at(*next).id.as_str()),
+            Step::Finish(..) => None,
+        };
+        self.save_checkpoint(RunStatus::Running, &node.id, next_id);
+        self.last_outcome = Some(outcome);
+        step
+    }
+
+    /// Resolves the stage's fidelity and, for LLM stages, its preamble and thread.
+    fn prepare_llm_stage(&mut self, node: &Node) {
+        let workflow: &'e Workflow = self.scope.workflow;
+        let edge = self.entered_by.take().map(|index| &workflow.graph()[index].attributes);
+        let mut fidelity = crate::fidelity::resolve(edge, &node.attributes, workflow.attributes());
+        if std::mem::take(&mut self.degrade_full_fidelity) && fidelity == crate::fidelity::FidelityMode::Full
+        {
+            fidelity = crate::fidelity::FidelityMode::SummaryHigh;
+        }
+        let full_llm = fidelity == crate::fidelity::FidelityMode::Full && node.handler_type().is_llm();
+        let previous = self.state.completed.last().cloned();
+        let thread = full_llm
+            .then(|| crate::fidelity::resolve_thread(node, edge, workflow, previous.as_deref()))
+            .flatten()
+            .map(str::to_string);
+        self.current_thread = thread.clone();
+        self.context_set("internal.fidelity", fidelity.as_str());
+        self.preamble = if node.handler_type().is_llm() {
+            let input = PreambleInput {
+                goal: workflow.goal(),
+                run_id: &self.scope.run_id,
+                stages: &self.state.summaries,
+                context: &self.state.context,
+            };
+            crate::fidelity::preamble::build(fidelity, &input)
+        } else {
+            None
+        };
+        self.context_set("internal.thread_id", thread.map_or(Value::Null, Value::from));
+    }
+
+    /// Moves context values over the artifact threshold into the artifact store, leaving
+    /// pointers, so checkpoints stay small; copies each into the work directory for agents.
+    fn offload_large_values<'k>(&mut self, node: &Node, visit: u32, keys: impl Iterator<Item = &'k String>) {
+        let scope = Arc::clone(&self.scope);
+        let offloaded = match scope.artifacts.offload(&mut self.state.context, keys) {
+            Ok(offloaded) => offloaded,
+            Err(error) => {
+                tracing::warn!(%error, "a large context value stays inline");
+                return;
+            }
+        };
+        for artifact in offloaded {
+            if let Err(error) = scope.artifacts.copy_to_work_dir(&artifact, &self.work_dir) {
+                tracing::warn!(%error, "artifact not copied into the work directory");
+            }
+            scope.events.stage_event(
+                "artifact.offloaded",
+                &node.id,
+                visit,
+                json!({"key": artifact.key, "bytes": artifact.bytes, "path": artifact.path.display().to_string()}),
+            );
+        }
+    }
+
+    /// Under `full` fidelity: adds the stage's exchange (what it sent, what came back) to its
+    /// thread, in memory and in `threads/<key>.jsonl`, so the next stage on the thread sees it and
+    /// a resumed run can rebuild it.
+    fn extend_thread(&mut self, stage_dir: &Path) {
+        use crate::backends::Role;
+        let Some(key) = self.current_thread.take() else { return };
+        let (Ok(prompt), Ok(response)) = (
+            std::fs::read_to_string(stage_dir.join("prompt.md")),
+            std::fs::read_to_string(stage_dir.join("response.md")),
+        ) else {
+            return;
+        };
+        let exchange = [
+            Message { role: Role::User, content: prompt },
+            Message { role: Role::Assistant, content: response },
+        ];
+        let dir = self.scope.run_dir.root().join("threads");
+        let path = dir.join(format!("{}.jsonl", crate::context::artifacts::encode_key(&key)));
+        let lines: String =
+            exchange.iter().filter_map(|m| serde_json::to_string(m).ok()).map(|l| l + "\n").collect();
+        let appended = std::fs::create_dir_all(&dir).and_then(|()| {
+            use std::io::Write as _;
+            std::fs::OpenOptions::new().create(true).append(true).open(&path)?.write_all(lines.as_bytes())
+        });
+        if let Err(error) = appended {
+            tracing::warn!(%error, "thread `{key}` not persisted");
+        }
+        self.threads.entry(key).or_default().extend(exchange);
+    }
+
+    /// Worktree mode: commits what the stage changed; a failed commit is reported, not fatal.
+    fn commit_worktree(&mut self, node: &Node, visit: u32, status: StageStatus) {
+        let Some(worktree) = &self.worktree else { return };
+        let scope = Arc::clone(&self.scope);
+        let events = &scope.events;
+        match worktree.commit_stage(&scope.run_id, &node.id, visit, status.as_str()) {
+            Ok(sha) => {
+                events.stage_event("worktree.committed", &node.id, visit, json!({"commit": sha}));
+                self.last_commit = Some(sha);
+            }
+            Err(error) => {
+                tracing::warn!(%error, "worktree commit failed");
+                events.stage_event(
+                    "worktree.commit_failed",
+                    &node.id,
+                    visit,
+                    json!({"error": error.to_string()}),
+                );
+            }
+        }
+    }
+
+    /// A stage that paused or was interrupted runs again on resume as the same visit (in a new,
+    /// suffixed stage directory, so its partial files are kept).
+    fn uncount_visit(&mut self, node_id: &str) {
+        let mut visits = self.scope.visits();
+        if let Some(count) = visits.get_mut(node_id) {
+            *count -= 1;
+            if *count == 0 {
+                visits.remove(node_id);
+            }
+        }
+    }
+
+    /// `max_visits` on the node, graph `max_node_visits`, and the dry-run cap.
+    fn visit_limit_exceeded(&self, node: &Node, visit: u32) -> Option<String> {
+        let visit = i64::from(visit);
+        if let Some(max) = node.attributes.integer("max_visits").filter(|max| visit > *max) {
+            return Some(format!(
+                "node `{}` would run a {} time, but max_visits={max}",
+                node.id,
+                ordinal(visit)
+            ));
+        }
+        let options = self.scope.options;
+        let graph_max =
+            self.scope.workflow.attributes().integer("max_node_visits").unwrap_or(DEFAULT_MAX_NODE_VISITS);
+        let max = if options.dry_run { graph_max.min(DRY_RUN_MAX_VISITS) } else { graph_max };
+        (visit > max).then(|| {
+            let why = if options.dry_run { "the dry-run visit cap" } else { "max_node_visits" };
+            format!("node `{}` would run a {} time, but {why} is {max}", node.id, ordinal(visit))
+        })
+    }
+
+    /// Runs the node's handler, retrying failed attempts as the node's retry settings allow.
+    async fn run_stage(&mut self, node: &Node, visit: u32, stage_dir: &Path) -> StageEnd {
+        let scope = Arc::clone(&self.scope);
+        let Some(handler) = scope.engine.handlers.for_node(node).cloned() else {
+            let reason = format!("no handler is registered for type `{}`", node.handler_type());
+            return StageEnd::Done { outcome: Outcome::fail(reason), attempts: 1 };
+        };
+        let max_retries = node
+            .attributes
+            .integer("max_retries")
+            .or_else(|| scope.workflow.attributes().integer("default_max_retries"))
+            .unwrap_or(0)
+            .max(0) as u32;
+        let policy = RetryPolicy::preset(node.attributes.text("retry_policy"));
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let result = self.attempt(handler.as_ref(), node, visit, attempt, stage_dir).await;
+            let mut outcome = match result {
+                Ok(outcome) => outcome,
+                Err(HandlerError::Retryable(reason)) => {
+                    Outcome { failure_reason: Some(reason), ..Outcome::new(StageStatus::Retry) }
+                }
+                Err(HandlerError::Terminal(reason)) => {
+                    return StageEnd::Done { outcome: Outcome::fail(reason), attempts: attempt }
+                }
+                Err(HandlerError::Paused(reason)) => return StageEnd::Paused(reason),
+                Err(HandlerError::Cancelled) => return StageEnd::Cancelled,
+            };
+            if !matches!(outcome.status, StageStatus::Fail | StageStatus::Retry) {
+                return StageEnd::Done { outcome, attempts: attempt };
+            }
+            if attempt <= max_retries {
+                let retries = self.state.retries.entry(node.id.clone()).or_insert(0);
+                *retries += 1;
+                let retries = *retries;
+                self.context_set(&format!("internal.retry_count.{}", node.id), retries);
+                let delay = if scope.options.dry_run {
+                    std::time::Duration::ZERO
+                } else {
+                    policy.delay(attempt, seed(&scope.run_id, &node.id))
+                };
+                scope.events.stage_event(
+                    "stage.retrying",
+                    &node.id,
+                    visit,
+                    json!({"attempt": attempt + 1, "delay_ms": delay.as_millis() as u64, "reason": outcome.failure_reason}),
+                );
+                archive_attempt(stage_dir, attempt);
+                tokio::select! {
+                    _ = tokio::time::sleep(delay) => continue,
+                    _ = self.cancel.cancelled() => return StageEnd::Cancelled,
+                }
+            }
+            if node.attributes.boolean("allow_partial").unwrap_or(false) {
+                outcome.status = StageStatus::PartialSuccess;
+                outcome.notes =
+                    Some(format!("retries exhausted after {attempt} attempts; allow_partial accepts it"));
+            } else {
+                outcome.status = StageStatus::Fail;
+            }
+            return StageEnd::Done { outcome, attempts: attempt };
+        }
+    }
+
+    /// One attempt; a panicking handler becomes a failed attempt.
+    async fn attempt(
+        &self,
+        handler: &dyn Handler,
+        node: &Node,
+        visit: u32,
+        attempt: u32,
+        stage_dir: &Path,
+    ) -> Result<Outcome, HandlerError> {
+        let scope = Arc::clone(&self.scope);
+        let stage = StageRun {
+            node,
+            workflow: scope.workflow,
+            context: &self.state.context,
+            run_id: &scope.run_id,
+            run_dir: scope.run_dir.root(),
+            work_dir: &self.work_dir,
+            stage_dir,
+            visit,
+            attempt,
+            services: &scope.engine.services,
+            events: &scope.events,
+            cancel: &self.cancel,
+            dry_run: scope.options.dry_run,
+            preamble: self.preamble.as_deref(),
+            thread: self
+                .current_thread
+                .as_deref()
+                .map(|key| (key, self.threads.get(key).map_or(&[][..], Vec::as_slice))),
+        };
+        match AssertUnwindSafe(handler.run(&stage)).catch_unwind().await {
+            Ok(result) => result,
+            Err(panic) => {
+                let message = panic
+                    .downcast_ref::<String>()
+                    .map(String::as_str)
+                    .or_else(|| panic.downcast_ref::<&str>().copied())
+                    .unwrap_or("unknown panic");
+                Ok(Outcome::fail(format!("the `{}` handler panicked: {message}", node.handler_type())))
+            }
+        }
+    }
+
+    /// Writes status.json, applies the outcome to the context and records the visit.
+    #[allow(clippy::too_many_arguments)]
+    fn record(
+        &mut self,
+        node: &Node,
+        visit: u32,
+        stage_dir: &Path,
+        outcome: &Outcome,
+        attempts: u32,
+        started_at: String,
+        duration_ms: u64,
+    ) {
+        let scope = Arc::clone(&self.scope);
+        let branch = match &self.line {
+            Line::Branch(branch) => Some(branch.clone()),
+            Line::Main => None,
+        };
+        let status_file = StageStatusFile {
+            outcome: outcome.clone(),
+            handler: node.handler_type().name().to_string(),
+            fidelity: self.state.context.get_text("internal.fidelity"),
+            branch: branch.clone(),
+            attempts,
+            started_at,
+            duration_ms,
+        };
+        let files_clock = Instant::now();
+        if let Err(error) = crate::run_dir::write_json_file(&stage_dir.join("status.json"), &status_file) {
+            tracing::warn!(%error, "could not write status.json");
+        }
+        scope.timings().stage_files += files_clock.elapsed();
+        self.state.context.apply(&outcome.context_updates);
+        self.offload_large_values(node, visit, outcome.context_updates.keys());
+        let context = &mut self.state.context;
+        if node.handler_type() != HandlerType::Conditional {
+            context.set("last_stage", node.id.clone());
+        }
+        context.set("outcome", outcome.status.as_str());
+        match &outcome.preferred_label {
+            Some(label) => context.set("preferred_label", label.clone()),
+            None => {
+                context.remove("preferred_label");
+            }
+        }
+        if outcome.status == StageStatus::Fail {
+            let reason = outcome.failure_reason.clone().unwrap_or_default();
+            context.set("failure_class", if attempts > 1 { "retries_exhausted" } else { "stage_failed" });
+            context.set("failure_signature", format!("{}:{}", node.id, reason.lines().next().unwrap_or("")));
+        }
+        self.state.completed.push(node.id.clone());
+        self.state.outcomes.insert(node.id.clone(), outcome.status);
+        self.state.stages.push(StageRecord {
+            node_id: node.id.clone(),
+            visit,
+            status: outcome.status,
+            duration_ms,
+            handler: node.handler_type().name().to_string(),
+            failure_reason: outcome.failure_reason.clone(),
+            usage: outcome.usage,
+            branch: branch.clone(),
+        });
+        if let Some(record) = self.state.stages.last() {
+            let script = node.attributes.text("script");
+            self.state.summaries.push(StageSummary::from_stage_dir(record, script, stage_dir));
+        }
+        let event = if outcome.status == StageStatus::Fail { "stage.failed" } else { "stage.completed" };
+        let mut fields = json!({"status": outcome.status, "duration_ms": duration_ms, "attempts": attempts,
+               "notes": outcome.notes, "failure_reason": outcome.failure_reason});
+        if let Some(branch) = branch {
+            fields["branch_id"] = json!(branch);
+        }
+        scope.events.stage_event(event, &node.id, visit, fields);
+    }
+
+    /// The edge to follow, the failure route, or the end of the line.
+    fn next_step(&mut self, index: NodeIndex, outcome: &Outcome) -> Step {
+        let scope = Arc::clone(&self.scope);
+        let workflow: &'e Workflow = scope.workflow;
+        let node = workflow.node_at(index);
+        if node.handler_type() == HandlerType::Parallel && outcome.status != StageStatus::Fail {
+            // A parallel stage's edges are its branches; it continues where they joined.
+            if let Some(join) = workflow.join_of(index) {
+                let to = &workflow.node_at(join).id;
+                scope.events.run_event("edge.selected", json!({"from": node.id, "to": to, "reason": "join"}));
+                return Step::Next(join);
+            }
+        }
+        if node.handler_type() != HandlerType::Parallel {
+            if let Some((edge, reason)) =
+                select_edge(workflow, index, outcome, &self.state.context, Some(&scope.artifacts))
+            {
+                let restart = edge.edge.attributes.boolean("loop_restart").unwrap_or(false);
+                scope.events.run_event(
+                    "edge.selected",
+                    json!({"from": node.id, "to": edge.to.id, "reason": reason.as_str(), "loop_restart": restart}),
+                );
+                self.entered_by = Some(edge.index);
+                let step = if restart { Step::Restart } else { Step::Next };
+                return workflow.index_of(&edge.to.id).map_or(Step::Finish(RunStatus::Failed, None), step);
+            }
+        }
+        if outcome.status == StageStatus::Fail {
+            if let Some(target) = failure_route(workflow, index) {
+                scope.events.run_event(
+                    "edge.selected",
+                    json!({"from": node.id, "to": target, "reason": "retry_target"}),
+                );
+                return workflow.index_of(target).map_or(Step::Finish(RunStatus::Failed, None), Step::Next);
+            }
+            let reason = outcome.failure_reason.clone().unwrap_or_else(|| "no reason given".to_string());
+            return Step::Finish(RunStatus::Failed, Some(format!("stage `{}` failed: {reason}", node.id)));
+        }
+        Step::Finish(
+            RunStatus::Failed,
+            Some(format!(
+                "stage `{}` ended with outcome {} but none of its outgoing edges is eligible",
+                node.id, outcome.status
+            )),
+        )
+    }
+
+    /// At the exit node: every goal gate must have succeeded; otherwise jump to the first
+    /// unsatisfied gate's retry target, or fail the run.
+    fn enforce_goal_gates(&mut self, exit: &Node) -> Option<Step> {
+        let scope = Arc::clone(&self.scope);
+        let workflow: &'e Workflow = scope.workflow;
+        let gate = workflow
+            .nodes()
+            .filter(|node| node.is_goal_gate())
+            .find(|node| !self.state.outcomes.get(&node.id).is_some_and(|status| status.is_successful()))?;
+        let candidates = [
+            gate.attributes.non_empty_text("retry_target"),
+            gate.attributes.non_empty_text("fallback_retry_target"),
+            workflow.attributes().non_empty_text("retry_target"),
+            workflow.attributes().non_empty_text("fallback_retry_target"),
+        ];
+        let status = self.state.outcomes.get(&gate.id).map_or("not run".to_string(), |s| s.to_string());
+        match candidates.into_iter().flatten().map(str::trim).find_map(|t| workflow.index_of(t)) {
+            Some(target) => {
+                let to = &workflow.node_at(target).id;
+                scope.events.run_event(
+                    "edge.selected",
+                    json!({"from": exit.id, "to": to, "reason": "goal_gate", "gate": gate.id, "gate_status": status}),
+                );
+                Some(Step::Next(target))
+            }
+            None => Some(Step::Finish(
+                RunStatus::Failed,
+                Some(format!("goal gate `{}` has not succeeded ({status}) and has no retry target", gate.id)),
+            )),
+        }
+    }
+
+    /// Saves the main line's checkpoint; branches are recorded by their parallel stage instead.
+    pub fn save_checkpoint(&mut self, status: RunStatus, current: &str, next: Option<&str>) {
+        if !self.is_main() {
+            return;
+        }
+        let scope = Arc::clone(&self.scope);
+        let clock = Instant::now();
+        scope.events.flush();
+        scope.timings().events += clock.elapsed();
+        let clock = Instant::now();
+        let visits = scope.visits().clone();
+        let checkpoint = CheckpointRef {
+            run_id: &scope.run_id,
+            status,
+            current_node: current,
+            next_node: next,
+            completed_nodes: &self.state.completed,
+            node_outcomes: &self.state.outcomes,
+            node_visits: &visits,
+            node_retries: &self.state.retries,
+            context: &self.state.context,
+            timestamp: now_rfc3339(),
+            commit: self.last_commit.as_deref(),
+        };
+        let seq = scope.checkpoint_seq.fetch_add(1, Ordering::SeqCst) + 1;
+        let written = scope.run_dir.save_checkpoint(seq, current, &checkpoint, scope.options.checkpoint_sync);
+        {
+            let mut timings = scope.timings();
+            timings.checkpoints += clock.elapsed();
+            timings.checkpoint_count += 1;
+        }
+        match written {
+            Ok(()) => scope
+                .events
+                .run_event("checkpoint.saved", json!({"node_id": current, "status": status.as_str()})),
+            Err(error) => {
+                tracing::warn!(%error, "checkpoint not saved");
+                scope.events.run_event("checkpoint.failed", json!({"error": error.to_string()}));
+            }
+        }
+    }
+}
+
+/// Moves what attempt `attempt` left in the stage directory into `attempts/<attempt>/`, so the
+/// next attempt starts clean and nothing an earlier attempt wrote is overwritten.
+fn archive_attempt(stage_dir: &Path, attempt: u32) {
+    let archive = stage_dir.join("attempts").join(attempt.to_string());
+    let Ok(entries) = std::fs::read_dir(stage_dir) else { return };
+    let entries: Vec<_> = entries.flatten().filter(|entry| entry.file_name() != "attempts").collect();
+    if entries.is_empty() {
+        return;
+    }
+    if let Err(error) = std::fs::create_dir_all(&archive) {
+        tracing::warn!(%error, "could not archive attempt {attempt}");
+        return;
+    }
+    for entry in entries {
+        if let Err(error) = std::fs::rename(entry.path(), archive.join(entry.file_name())) {
+            tracing::warn!(%error, "could not archive {}", entry.path().display());
+        }
+    }
+}
+
+fn seed(run_id: &str, node_id: &str) -> u64 {
+    run_id
+        .bytes()
+        .chain(node_id.bytes())
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
+}
+
+fn ordinal(n: i64) -> String {
+    let suffix = match (n % 10, n % 100) {
+        (1, 11) | (2, 12) | (3, 13) => "th",
+        (1, _) => "st",
+        (2, _) => "nd",
+        (3, _) => "rd",
+        _ => "th",
+    };
+    format!("{n}{suffix}")
+}

@@ -1,0 +1,258 @@
+//! Fan-in stages (`tripleoctagon`): consolidate the branches of the parallel stage before them.
+//!
+//! The stage reads `parallel.results`, picks the best branch, applies that branch's context
+//! updates to the run, and (when branches worked in git worktrees) merges its commit into the work
+//! directory. With a `prompt`, the model picks: it sees every branch's result and must end its
+//! answer with a line `best: <branch id>` naming one of them exactly. Without a prompt, branches
+//! rank by status (success, partial_success, retry, fail, cancelled), then by the numeric `score`
+//! a branch set in its context (higher first; none ranks last), then by declaration order.
+//!
+//! The stage fails only when every branch failed (or a merge conflicts).
+
+use serde_json::{Map, Value};
+
+use super::{Handler, HandlerError, StageRun};
+use crate::backends::simulated::SimulatedBackend;
+use crate::backends::{Backend, BackendError, LlmRequest};
+use crate::context::artifacts::ArtifactStore;
+use crate::engine::parallel::BranchResult;
+use crate::outcome::{Outcome, StageStatus};
+
+/// Characters of each context value shown to the model when it picks the best branch.
+const VALUE_PREVIEW_CHARS: usize = 500;
+
+pub struct FanInHandler;
+
+#[async_trait::async_trait]
+impl Handler for FanInHandler {
+    async fn run(&self, stage: &StageRun<'_>) -> Result<Outcome, HandlerError> {
+        let results = branch_results(stage)?;
+        if results.is_empty() {
+            return Ok(Outcome::fail(format!(
+                "fan-in stage `{}` found no `parallel.results`: it must be the join node of a parallel stage",
+                stage.node.id
+            )));
+        }
+        let ranked = rank(&results);
+        let (best, answer) = match stage.node.prompt() {
+            Some(template) => {
+                let (best, answer) = ask_model(stage, template, &ranked).await?;
+                (best, Some(answer))
+            }
+            None => (ranked[0], None),
+        };
+        let mut outcome = consolidate(&results, best);
+        if let Some(answer) = answer {
+            outcome = outcome
+                .with_update(
+                    "last_response",
+                    answer.chars().take(super::llm::LAST_RESPONSE_CHARS).collect::<String>(),
+                )
+                .with_update(format!("response.{}", stage.node.id), answer);
+        }
+        if outcome.status == StageStatus::Fail {
+            return Ok(outcome);
+        }
+        let base = stage.context.get_text(crate::worktree::branch::BASE_SHA_KEY);
+        match (&best.head_sha, base) {
+            (Some(head), Some(base)) => merge_best(stage, &base, head, &best.branch_id, outcome),
+            _ => Ok(outcome),
+        }
+    }
+}
+
+/// Merges the best branch's commit into the work directory; a conflict fails the stage.
+fn merge_best(
+    stage: &StageRun<'_>,
+    base: &str,
+    head: &str,
+    branch_id: &str,
+    outcome: Outcome,
+) -> Result<Outcome, HandlerError> {
+    if stage.dry_run {
+        return Ok(outcome);
+    }
+    match crate::worktree::branch::merge_into_work_dir(stage.work_dir, base, head, branch_id) {
+        Ok(merge) => {
+            stage.events.stage_event(
+                "parallel.merged",
+                &stage.node.id,
+                stage.visit,
+                serde_json::json!({"branch_id": branch_id, "commit": merge.commit, "fast_forward": merge.fast_forward}),
+            );
+            let how = if merge.fast_forward { "fast-forwarded" } else { "merged with a merge commit" };
+            let notes = format!(
+                "{}; {how} the work directory to {}",
+                outcome.notes.clone().unwrap_or_default(),
+                merge.commit
+            );
+            Ok(outcome.with_notes(notes))
+        }
+        Err(crate::worktree::branch::MergeError::Conflict { paths }) => Ok(Outcome::fail(format!(
+            "merging the best branch `{branch_id}` into the work directory conflicts in: {}; resolve by hand \
+             (its commit is {head}) or rerun with a different best branch",
+            paths.join(", ")
+        ))),
+        Err(error) => {
+            Err(HandlerError::Terminal(format!("cannot merge the best branch `{branch_id}`: {error}")))
+        }
+    }
+}
+
+/// `parallel.results` from the context (read back from the artifact store when it was large).
+fn branch_results(stage: &StageRun<'_>) -> Result<Vec<BranchResult>, HandlerError> {
+    let Some(value) = stage.context.get("parallel.results") else { return Ok(Vec::new()) };
+    let store = ArtifactStore::new(stage.run_dir, usize::MAX);
+    let resolved = store
+        .resolve(value)
+        .map_err(|error| HandlerError::Terminal(format!("cannot read `parallel.results`: {error}")))?;
+    serde_json::from_value(resolved.unwrap_or_else(|| value.clone())).map_err(|error| {
+        HandlerError::Terminal(format!("`parallel.results` is not a list of branch results: {error}"))
+    })
+}
+
+/// Branches best first: by status, then score (higher first, none last), then declaration order.
+pub fn rank(results: &[BranchResult]) -> Vec<&BranchResult> {
+    let mut ranked: Vec<(usize, &BranchResult)> = results.iter().enumerate().collect();
+    ranked.sort_by(|(a_index, a), (b_index, b)| {
+        let score = |r: &BranchResult| r.score().filter(|s| s.is_finite());
+        a.status
+            .rank()
+            .cmp(&b.status.rank())
+            .then_with(|| match (score(a), score(b)) {
+                (Some(x), Some(y)) => y.total_cmp(&x),
+                (Some(_), None) => std::cmp::Ordering::Less,
+                (None, Some(_)) => std::cmp::Ordering::Greater,
+                (None, None) => std::cmp::Ordering::Equal,
+            })
+            .then(a_index.cmp(b_index))
+    });
+    ranked.into_iter().map(|(_, result)| result).collect()
+}
+
+/// The fan-in outcome for `best`: its context updates plus `parallel.fan_in.*`; a failure when no
+/// branch succeeded.
+pub fn consolidate(results: &[BranchResult], best: &BranchResult) -> Outcome {
+    let successes = results.iter().filter(|r| r.status.is_successful()).count();
+    let mut outcome = if successes == 0 {
+        let reasons: Vec<String> = results
+            .iter()
+            .map(|r| {
+                format!(
+                    "`{}` {}: {}",
+                    r.branch_id,
+                    r.status.as_str(),
+                    r.failure_reason.as_deref().unwrap_or("no reason given")
+                )
+            })
+            .collect();
+        Outcome::fail(format!("every branch failed: {}", reasons.join("; ")))
+    } else {
+        let mut outcome = Outcome::success();
+        outcome.context_updates = best.context_updates.clone();
+        outcome.with_notes(format!(
+            "best branch `{}` ({}) of {} ({successes} succeeded)",
+            best.branch_id,
+            best.status.as_str(),
+            results.len()
+        ))
+    };
+    outcome = outcome
+        .with_update("parallel.fan_in.best_id", best.branch_id.clone())
+        .with_update("parallel.fan_in.best_outcome", best.status.as_str())
+        .with_update("parallel.fan_in.best_head_sha", best.head_sha.clone().map_or(Value::Null, Value::from));
+    outcome
+}
+
+/// Asks the model to pick the best branch; its answer must end with `best: <id>`.
+async fn ask_model<'r>(
+    stage: &StageRun<'_>,
+    template: &str,
+    ranked: &[&'r BranchResult],
+) -> Result<(&'r BranchResult, String), HandlerError> {
+    let ids: Vec<&str> = ranked.iter().map(|r| r.branch_id.as_str()).collect();
+    let mut prompt = super::llm::expand_prompt(template, stage.context);
+    prompt.push_str("\n\n## Branches\n\nRanked by status and score, best first.\n");
+    for result in ranked {
+        prompt.push_str(&describe(result));
+    }
+    prompt.push_str(&crate::backends::choice_instruction(&ids));
+    write(stage, "prompt.md", &prompt).await?;
+    let node = stage.node;
+    let request = LlmRequest {
+        node_id: &node.id,
+        visit: stage.visit,
+        agentic: false,
+        prompt: &prompt,
+        model: node.attributes.non_empty_text("llm_model"),
+        provider: node.attributes.non_empty_text("llm_provider"),
+        reasoning_effort: node.attributes.non_empty_text("reasoning_effort"),
+        timeout: node.attributes.duration("timeout"),
+        thread: None,
+        history: &[],
+    };
+    let backend: &dyn Backend =
+        if stage.dry_run { &SimulatedBackend } else { stage.services.backend.as_ref() };
+    let response = tokio::select! {
+        biased;
+        () = stage.cancel.cancelled() => return Err(HandlerError::Cancelled),
+        result = backend.complete(&request) => result,
+    };
+    let response = response.map_err(|error| match error {
+        BackendError::Retryable(message) => HandlerError::Retryable(message),
+        BackendError::Terminal(message) => HandlerError::Terminal(message),
+    })?;
+    write(stage, "response.md", &response.text).await?;
+    let chosen = crate::backends::chosen(&response.text);
+    match chosen.and_then(|id| ranked.iter().find(|r| r.branch_id == id)) {
+        Some(best) => Ok((best, response.text)),
+        None => Err(HandlerError::Retryable(format!(
+            "the model's answer does not name a branch: it must end with a line `best: <id>` where <id> is exactly one of {}{}",
+            ids.join(", "),
+            chosen.map(|id| format!(" (it named `{id}`)")).unwrap_or_default()
+        ))),
+    }
+}
+
+/// One branch as the model sees it.
+fn describe(result: &BranchResult) -> String {
+    let mut text = format!("\n### `{}`: {}\n", result.branch_id, result.status.as_str());
+    if let Some(reason) = &result.failure_reason {
+        text.push_str(&format!("- failure: {reason}\n"));
+    }
+    if let Some(notes) = &result.notes {
+        text.push_str(&format!("- notes: {notes}\n"));
+    }
+    if let Some(score) = result.score() {
+        text.push_str(&format!("- score: {score}\n"));
+    }
+    if let Some(response) = &result.last_response {
+        text.push_str(&format!("- last response: {}\n", preview(&Value::String(response.clone()))));
+    }
+    let updates: &Map<String, Value> = &result.context_updates;
+    for (key, value) in
+        updates.iter().filter(|(key, _)| !matches!(key.as_str(), "last_response" | "outcome" | "last_stage"))
+    {
+        text.push_str(&format!("- `{key}`: {}\n", preview(value)));
+    }
+    text
+}
+
+fn preview(value: &Value) -> String {
+    let text = match value {
+        Value::String(text) => text.clone(),
+        other => other.to_string(),
+    };
+    let text = text.replace('\n', " ");
+    match text.char_indices().nth(VALUE_PREVIEW_CHARS) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text,
+    }
+}
+
+async fn write(stage: &StageRun<'_>, name: &str, text: &str) -> Result<(), HandlerError> {
+    let path = stage.stage_dir.join(name);
+    tokio::fs::write(&path, text)
+        .await
+        .map_err(|error| HandlerError::Terminal(format!("cannot write {}: {error}", path.display())))
+}
