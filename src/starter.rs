@@ -37,9 +37,7 @@ impl Template {
             Template::Linear => "plan, implement, check and review, one after another",
             Template::BranchLoop => "implement, run the tests, and loop through a fix stage until they pass",
             Template::ReviewGate => "implement, then a human approves the change or sends it back",
-            Template::Parallel => {
-                "three reviews at once, merged at a fan-in (running it needs parallel support)"
-            }
+            Template::Parallel => "three reviews at once, merged at a fan-in",
         }
     }
 
@@ -294,11 +292,8 @@ digraph __NAME__ {
 const PARALLEL: &str = r#"// __NAME__.dot: after implementing a change, three reviews run at the same time and a fan-in
 // stage merges their findings (made by `fabro new --template parallel`).
 //
-// NOTE: this workflow validates, but running it needs parallel fan-out/fan-in support, which
-// fabro does not have yet (see the parallel issue in the tracker).
-//
 // Check it:  fabro validate __NAME__.dot
-// Run it:    fabro run __NAME__.dot --simulate     (once parallel stages are supported)
+// Run it:    fabro run __NAME__.dot --simulate
 digraph __NAME__ {
     // Every `$goal` in a prompt becomes this text; `fabro run --goal TEXT` replaces it.
     goal = "Describe the change you want, e.g. stream the CSV export instead of buffering it"

@@ -383,6 +383,9 @@ fn every_new_template_validates_cleanly() {
         let report: Value = serde_json::from_slice(&validate.stdout).unwrap();
         assert_eq!(report["valid"], true);
         assert_eq!(report["diagnostics"], serde_json::json!([]), "{template}: {report}");
+        let run_dir = format!("run_{name}");
+        let run = dir.fabro(&["run", &file, "--simulate", "--auto-approve", "-q", "--run-dir", &run_dir]);
+        expect_status(&run, 0);
     }
     assert!(std::fs::read_to_string(dir.path("flow_loop.dot"))
         .unwrap()

@@ -529,3 +529,25 @@ fn a_merge_conflict_fails_the_fan_in_with_the_paths() {
     assert_eq!(std::fs::read_to_string(repo.join("file.txt")).unwrap(), "from outside\n");
     assert!(run.join("worktrees/fan/1/best/file.txt").exists(), "--keep-worktrees keeps them");
 }
+
+/// Rewinding to before a parallel stage moves its branch journal aside with its stage
+/// directories, so resuming runs the branches again instead of reusing their old results.
+#[test]
+fn rewinding_before_a_parallel_stage_runs_its_branches_again() {
+    let workflow =
+        policy_workflow("join_policy=wait_all", &[("a", "echo a >> a.count"), ("b", "echo b >> b.count")])
+            .replace(
+                "start -> fan",
+                "start -> first\n  first [shape=parallelogram, script=\"true\"]\n  first -> fan",
+            );
+    let test = Test::new().workflow(&workflow);
+    let dir = test.path("");
+    let _ran = test.args(["run", "workflow.dot", "--run-dir", RUN_DIR]).status(0).run();
+    let output = fabro_in(&dir, &["rewind", RUN_DIR, "--to", "first"]);
+    assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(!dir.join(RUN_DIR).join("parallel/fan/1").exists());
+    let output = fabro_in(&dir, &["resume", RUN_DIR]);
+    assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
+    assert_eq!(std::fs::read_to_string(dir.join("a.count")).unwrap(), "a\na\n");
+    assert_eq!(std::fs::read_to_string(dir.join("b.count")).unwrap(), "b\nb\n");
+}

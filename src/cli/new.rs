@@ -15,7 +15,7 @@ pub enum TemplateArg {
     BranchLoop,
     /// implement, then a human approves the change or sends it back
     ReviewGate,
-    /// three reviews at once, merged at a fan-in (running it needs parallel support)
+    /// three reviews at once, merged at a fan-in
     Parallel,
 }
 
@@ -78,12 +78,6 @@ pub fn run(args: NewArgs) -> u8 {
     println!("wrote {} ({} template: {})", path.display(), kind.name(), kind.description());
     let shown = shell_word(&path.display().to_string());
     match kind {
-        Template::Parallel => {
-            println!("next: fabro validate {shown}");
-            println!(
-                "      (`fabro run {shown} --simulate` needs parallel fan-out/fan-in support, which fabro does not have yet)"
-            );
-        }
         Template::ReviewGate => {
             println!("next: fabro run {shown} --simulate");
             println!(

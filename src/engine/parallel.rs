@@ -4,7 +4,9 @@
 //! it went; the results go to the context as `parallel.results` for the fan-in stage.
 //!
 //! Every finished branch is journaled in `parallel/<node>/<visit>/<branch>.json`, so a run stopped
-//! inside a parallel stage re-runs only the branches that had not finished.
+//! inside a parallel stage re-runs only the branches that had not finished. Journal entries and
+//! branch status files are renamed into place but not fsynced one by one: a process crash keeps
+//! them, and after a machine crash a lost or torn entry only means that branch runs again.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -20,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 use super::walker::{Line, LineState, StageEnd, Step, Walker};
 use crate::graph::{HandlerType, Node, Workflow};
 use crate::outcome::{Outcome, StageStatus};
-use crate::run_dir::{RunStatus, StageRecord};
+use crate::run_dir::{Durability, RunStatus, StageRecord};
 use crate::worktree::branch::{BranchBase, BranchWorktree, BASE_SHA_KEY};
 
 /// Branches running at once when the node sets no `max_parallel`.
@@ -717,7 +719,7 @@ fn write_journal(dir: &Path, branch_id: &str, entry: &BranchJournal) {
     let path = journal_path(dir, branch_id);
     let written = std::fs::create_dir_all(dir)
         .map_err(|source| crate::run_dir::RunDirError::Io { path: dir.to_path_buf(), source })
-        .and_then(|()| crate::run_dir::write_json_file(&path, entry));
+        .and_then(|()| crate::run_dir::write_json_file_with(&path, entry, Durability::Unsynced));
     if let Err(error) = written {
         tracing::warn!(%error, "branch `{branch_id}` not journaled; a resumed run would run it again");
     }

@@ -26,7 +26,7 @@ use crate::fidelity::preamble::{PreambleInput, StageSummary};
 use crate::graph::{HandlerType, Node, Workflow};
 use crate::handlers::{Handler, HandlerError, StageRun};
 use crate::outcome::{Outcome, StageStatus};
-use crate::run_dir::{CheckpointRef, RunDir, RunStatus, StageRecord, StageStatusFile};
+use crate::run_dir::{CheckpointRef, Durability, RunDir, RunStatus, StageRecord, StageStatusFile};
 use crate::worktree::RunWorktree;
 
 /// Default cap on how often any one node may run (graph `max_node_visits` overrides it).
@@ -484,7 +484,12 @@ impl<'e> Walker<'e> {
             duration_ms,
         };
         let files_clock = Instant::now();
-        if let Err(error) = crate::run_dir::write_json_file(&stage_dir.join("status.json"), &status_file) {
+        // A branch's stages count once their branch is journaled, and the journal is made durable
+        // with the checkpoint after the parallel stage; syncing each of thousands of branch files
+        // would only cost time.
+        let durability = if self.is_main() { Durability::Synced } else { Durability::Unsynced };
+        let path = stage_dir.join("status.json");
+        if let Err(error) = crate::run_dir::write_json_file_with(&path, &status_file, durability) {
             tracing::warn!(%error, "could not write status.json");
         }
         scope.timings().stage_files += files_clock.elapsed();

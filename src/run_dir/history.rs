@@ -435,22 +435,25 @@ pub fn rewind(root: &Path, node: &str, visit: Option<u32>) -> Result<Rewound, Hi
         let Some(name) = path.file_name().and_then(|n| n.to_str()) else { continue };
         move_into_archive(&format!("checkpoints/{name}"), &mut moved)?;
     }
-    let mut stage_nodes: Vec<String> = std::fs::read_dir(root.join("stages"))
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|entry| entry.path().is_dir())
-        .filter_map(|entry| entry.file_name().into_string().ok())
-        .collect();
-    stage_nodes.sort();
-    for stage_node in stage_nodes {
-        let Ok(entries) = std::fs::read_dir(root.join("stages").join(&stage_node)) else { continue };
-        let mut names: Vec<String> =
-            entries.flatten().filter_map(|e| e.file_name().into_string().ok()).collect();
-        names.sort();
-        for name in names {
-            if visit_kept(&checkpoint.node_visits, &stage_node, &name) == Some(false) {
-                move_into_archive(&format!("stages/{stage_node}/{name}"), &mut moved)?;
+    // Stage directories and parallel-branch journals of visits after the target.
+    for per_visit in ["stages", "parallel"] {
+        let mut nodes: Vec<String> = std::fs::read_dir(root.join(per_visit))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|entry| entry.path().is_dir())
+            .filter_map(|entry| entry.file_name().into_string().ok())
+            .collect();
+        nodes.sort();
+        for node in nodes {
+            let Ok(entries) = std::fs::read_dir(root.join(per_visit).join(&node)) else { continue };
+            let mut names: Vec<String> =
+                entries.flatten().filter_map(|e| e.file_name().into_string().ok()).collect();
+            names.sort();
+            for name in names {
+                if visit_kept(&checkpoint.node_visits, &node, &name) == Some(false) {
+                    move_into_archive(&format!("{per_visit}/{node}/{name}"), &mut moved)?;
+                }
             }
         }
     }

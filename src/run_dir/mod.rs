@@ -180,9 +180,18 @@ impl RunDir {
 
 /// Writes `value` as pretty JSON to `path`, atomically.
 pub fn write_json_file(path: &Path, value: &impl serde::Serialize) -> Result<(), RunDirError> {
+    write_json_file_with(path, value, Durability::Synced)
+}
+
+/// [`write_json_file`] with a choice of durability.
+pub fn write_json_file_with(
+    path: &Path,
+    value: &impl serde::Serialize,
+    durability: Durability,
+) -> Result<(), RunDirError> {
     let mut bytes = serde_json::to_vec_pretty(value).map_err(|e| io(path, std::io::Error::other(e)))?;
     bytes.push(b'\n');
-    write_atomic(path, &bytes).map_err(|source| io(path, source))
+    write_atomic_with(path, &bytes, durability).map_err(|source| io(path, source))
 }
 
 fn io(path: &Path, source: std::io::Error) -> RunDirError {
