@@ -384,7 +384,7 @@ mod tests {
     fn failure_paths_are_conditional_edges() {
         let text = template(Template::BranchLoop, "w");
         assert!(text.contains(r#"run_tests -> fix  [label="Failed", condition="outcome=fail"]"#));
-        assert!(template(Template::Parallel, "w").contains("parallel issue"));
+        assert!(template(Template::Parallel, "w").contains("shape=tripleoctagon"));
     }
 
     #[test]
