@@ -100,6 +100,7 @@ async fn resume_async(args: ResumeArgs) -> u8 {
         checkpoint_sync: args.launch.checkpoint_sync.durability(),
         // The run's manifest says whether it has a worktree.
         worktree: false,
+        parent: None,
     };
     let cancel = CancellationToken::new();
     watch_signals(cancel.clone());

@@ -140,6 +140,7 @@ async fn run_async(args: RunArgs) -> u8 {
         context,
         checkpoint_sync: args.launch.checkpoint_sync.durability(),
         worktree: args.worktree,
+        parent: None,
     };
     let cancel = CancellationToken::new();
     watch_signals(cancel.clone());

@@ -46,6 +46,8 @@ pub struct RunOptions {
     /// Whether checkpoints are fsynced (`--checkpoint-sync stage`, the default) or only renamed
     /// into place (`never`: survives a crash of fabro, not of the machine).
     pub checkpoint_sync: crate::run_dir::Durability,
+    /// Set when this run is the child of a manager stage (see [`super::child_run`]).
+    pub parent: Option<super::child_run::ParentLink>,
 }
 
 /// Why a run could not start.
@@ -450,7 +452,7 @@ impl Run<'_> {
             .map(str::to_string);
         self.current_thread = thread.clone();
         self.context_set("internal.fidelity", fidelity.as_str());
-        self.preamble = if node.handler_type().is_llm() {
+        self.preamble = if node.handler_type().receives_preamble() {
             let input = PreambleInput {
                 goal: workflow.goal(),
                 run_id: &self.run_id,
@@ -461,6 +463,9 @@ impl Run<'_> {
         } else {
             None
         };
+        if let Some(parent) = &self.options.parent {
+            self.preamble = parent.stage_preamble(node, self.preamble.take());
+        }
         self.context_set("internal.thread_id", thread.map_or(Value::Null, Value::from));
         self.events.stage_event(
             "stage.started",
@@ -698,6 +703,7 @@ impl Run<'_> {
                 .current_thread
                 .as_deref()
                 .map(|key| (key, self.threads.get(key).map_or(&[][..], Vec::as_slice))),
+            children: super::child_run::ChildLauncher::new(self.engine, self.options),
         };
         match AssertUnwindSafe(handler.run(&stage)).catch_unwind().await {
             Ok(result) => result,
