@@ -420,6 +420,16 @@ fn describe(event: &Event) -> Option<String> {
         "stage.retrying" => format!("↻ {node}: retrying ({})", field(event, "reason")),
         "edge.selected" => format!("  → {} ({})", field(event, "to"), field(event, "reason")),
         "interview.started" => format!("? {node}: waiting for an answer"),
+        "child.started" => {
+            let verb = if event.fields.get("resumed") == Some(&serde_json::Value::Bool(true)) {
+                "continues"
+            } else {
+                "starts"
+            };
+            format!("  ↳ {node}: child run {verb} in {}", field(event, "run_dir"))
+        }
+        "manager.steered" => format!("  ↳ {node}: steered the child at {}", field(event, "child_node")),
+        "child.finished" => format!("  ↳ {node}: child run {}", field(event, "status")),
         _ => return None,
     })
 }

@@ -241,7 +241,7 @@ pub static ATTRIBUTES: &[AttributeSpec] = &[
         "manager.steer_prompt",
         ValueType::Text,
         NODE,
-        "Message the steer action sends to the child's next LLM stage; `{{context.KEY}}` reads the child's context."
+        "Message the steer action sends to the child's next LLM stage; `$goal` is the parent's goal, `{{context.KEY}}` reads the child's context."
     ),
     spec!("import", ValueType::Text, NODE, "Workflow file whose graph replaces this node."),
     spec!("backend", ValueType::Text, NODE, "LLM backend of the stage, e.g. cli."),

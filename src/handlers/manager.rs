@@ -255,6 +255,8 @@ impl<'s, 'a> Supervisor<'s, 'a> {
             stage.visit,
             json!({"workflow": workflow.workflow.name(), "run_dir": child_dir.display().to_string(), "resumed": resumed}),
         );
+        // The parent writes no checkpoint while its child runs: make its events visible now.
+        stage.events.flush();
         let child = stage.children.run(request);
         tokio::pin!(child);
         let mut cycle = 0u64;
@@ -288,6 +290,7 @@ impl<'s, 'a> Supervisor<'s, 'a> {
             object.extend(observed.keys(observed.checkpoint.status, child_dir));
         }
         stage.events.stage_event("manager.cycle", &stage.node.id, stage.visit, fields);
+        stage.events.flush();
         if let Some(observed) = &observation {
             if self.settings.steer {
                 self.steer(observed, child_dir);
@@ -309,7 +312,9 @@ impl<'s, 'a> Supervisor<'s, 'a> {
         if self.steered.as_ref() == Some(&(node.clone(), visit)) {
             return;
         }
-        let message = super::llm::expand_prompt(template, &observed.checkpoint.context);
+        // `$goal` is this run's goal; placeholders read the child's context.
+        let template = template.replace("$goal", stage_goal(self.stage));
+        let message = super::llm::expand_prompt(&template, &observed.checkpoint.context);
         let path = free_name(&dir, "steering", "md");
         let stage = self.stage;
         if let Err(error) = crate::run_dir::write_atomic(&path, message.as_bytes()) {
@@ -341,6 +346,14 @@ impl<'s, 'a> Supervisor<'s, 'a> {
             HandlerError::Terminal(format!("cannot create the child's work directory {}: {e}", dir.display()))
         })?;
         Ok(dir)
+    }
+}
+
+/// The goal of the run the manager stage belongs to (`--goal` and context overrides included).
+fn stage_goal<'s>(stage: &'s StageRun<'_>) -> &'s str {
+    match stage.context.get("graph.goal") {
+        Some(Value::String(goal)) => goal,
+        _ => stage.workflow.goal(),
     }
 }
 
