@@ -152,6 +152,9 @@ fn parent_and_child_pass_context_both_ways() {
     assert_eq!(context["stack.child.run_dir"], child);
     assert_ne!(context["internal.run_id"], dir.json(&format!("{child}/manifest.json"))["run_id"]);
 
+    // The manager stage keeps what it handed the child of this run.
+    let handed = dir.read("run/stages/manage/1/preamble.md");
+    assert!(parent_part.starts_with(&format!("\n{handed}")), "{handed}");
     let status = dir.json("run/stages/manage/1/status.json");
     assert_eq!(status["handler"], "manager");
     assert_eq!(status["outcome"], "success");
@@ -493,6 +496,34 @@ fn a_bad_child_workflow_is_reported_with_its_position_before_anything_runs() {
     let text = stdout(&dir.fabro(&["validate", "parent.dot"]));
     assert!(text.contains("workflows run each other as children in a cycle: "), "{text}");
     assert!(text.contains("parent.dot -> ") && text.contains("missing.dot -> "), "{text}");
+}
+
+#[test]
+fn a_child_with_a_stage_this_version_cannot_run_is_refused_before_it_starts() {
+    let parent = r#"digraph parent {
+    start [shape=Mdiamond]
+    exit [shape=Msquare]
+    manage [shape=house, stack.child_workflow="child.dot"]
+    start -> manage -> exit
+}
+"#;
+    let child = r#"digraph child {
+    start [shape=Mdiamond]
+    exit [shape=Msquare]
+    fan [shape=component]
+    one [shape=parallelogram, script="echo one >> log"]
+    start -> fan -> one -> exit
+}
+"#;
+    let dir = Dir::new(&[("parent.dot", parent), ("child.dot", child)]);
+    let output = dir.fabro(&["run", "parent.dot", "--run-dir", "run", "-q"]);
+    assert_eq!(output.status.code(), Some(1), "{}", describe(&output));
+    let reason = dir.json("run/stages/manage/1/status.json")["failure_reason"].clone();
+    assert_eq!(
+        reason,
+        "the child workflow's node `fan` is a parallel stage, which this version of fabro cannot run"
+    );
+    assert!(!dir.path("run/children").exists(), "no child run was started");
 }
 
 #[test]

@@ -72,6 +72,11 @@ impl<'a> ChildLauncher<'a> {
         ChildLauncher { engine, options }
     }
 
+    /// The first node of `workflow` (in declaration order) that no handler of this engine runs.
+    pub fn first_unhandled<'w>(&self, workflow: &'w crate::graph::Workflow) -> Option<&'w Node> {
+        self.engine.handlers.first_unhandled(workflow)
+    }
+
     /// Runs (or continues) the child to its end, pause or interruption.
     pub async fn run(&self, request: ChildRunRequest<'_>) -> Result<RunReport, StartError> {
         let ChildRunRequest { workflow, slot, work_dir, context, link, observe, cancel } = request;
@@ -123,9 +128,13 @@ pub fn locate_child(
     while candidate(n + 1).exists() {
         n += 1;
     }
-    let last = candidate(n);
+    let mut last = candidate(n);
     if !last.exists() {
         return Ok(ChildSlot::Fresh(last));
+    }
+    // A child that took a `loop_restart` edge went on in a directory beside this one.
+    while let Some(next) = restarted_as(&last) {
+        last = next;
     }
     match SavedRun::open(&last) {
         Ok(saved) => Ok(ChildSlot::Unfinished(Box::new(saved))),
@@ -140,6 +149,15 @@ pub fn locate_child(
         }
         Err(source) => Err(ChildSlotError::Unreadable { path: last, source }),
     }
+}
+
+/// Where the run in `dir` continued after a `loop_restart` edge, if it did.
+fn restarted_as(dir: &Path) -> Option<PathBuf> {
+    let text = std::fs::read_to_string(dir.join("manifest.json")).ok()?;
+    let manifest: crate::run_dir::Manifest = serde_json::from_str(&text).ok()?;
+    let next = PathBuf::from(manifest.restarted_as?);
+    // Only a directory beside this one: a manifest must not send the parent anywhere else.
+    (next.parent() == dir.parent() && next != dir && next.is_dir()).then_some(next)
 }
 
 /// What a child run knows of its parent: the manager stage's preamble, which every preamble of
@@ -252,6 +270,32 @@ mod tests {
         }
         let retried = locate_child(temp.path(), "manage", 1, 2).unwrap();
         assert!(matches!(retried, ChildSlot::Fresh(dir) if dir.ends_with("children/manage/1-2")));
+    }
+
+    #[test]
+    fn a_child_that_restarted_is_continued_in_its_latest_directory() {
+        let temp = tempfile::tempdir().unwrap();
+        let first = temp.path().join("children/manage/1");
+        let second = temp.path().join("children/manage/0193");
+        let mut restarted: serde_json::Value = serde_json::from_str(&manifest("restarted")).unwrap();
+        restarted["restarted_as"] = second.display().to_string().into();
+        write(&first.join("manifest.json"), &restarted.to_string());
+        write(&second.join("manifest.json"), &manifest("interrupted"));
+        write(&second.join("workflow.dot"), "digraph child { start [shape=Mdiamond] }");
+        let checkpoint = serde_json::json!({
+            "run_id": "c", "status": "interrupted", "current_node": "start", "next_node": "work",
+            "completed_nodes": ["start"], "node_outcomes": {}, "node_visits": {"start": 1},
+            "node_retries": {}, "context": {}, "timestamp": ""
+        });
+        write(&second.join("checkpoint.json"), &checkpoint.to_string());
+        match locate_child(temp.path(), "manage", 1, 1).unwrap() {
+            ChildSlot::Unfinished(saved) => assert_eq!(saved.dir.root(), second),
+            other => panic!("{other:?}"),
+        }
+        // A manifest pointing outside the child's directory is not followed.
+        restarted["restarted_as"] = temp.path().display().to_string().into();
+        write(&first.join("manifest.json"), &restarted.to_string());
+        assert_eq!(restarted_as(&first), None);
     }
 
     #[test]

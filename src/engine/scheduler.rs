@@ -90,7 +90,7 @@ pub struct RunTimings {
 
 /// Runs workflows with a set of handlers and services.
 pub struct Engine {
-    handlers: HandlerRegistry,
+    pub(super) handlers: HandlerRegistry,
     services: Arc<Services>,
 }
 

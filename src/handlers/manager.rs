@@ -57,13 +57,29 @@ impl Handler for ManagerHandler {
                 (report, None)
             }
             slot => {
+                if let Some(preamble) = stage.preamble {
+                    // What the child's stages are given of this run, kept beside the stage.
+                    write_stage_file(&stage.stage_dir.join("preamble.md"), preamble)?;
+                }
                 let (workflow, resumed) = load_child(stage, &slot)?;
+                if let Some(node) = stage.children.first_unhandled(&workflow.workflow) {
+                    return Err(HandlerError::Terminal(format!(
+                        "the child workflow's node `{}` is a {} stage, which this version of fabro cannot run",
+                        node.id,
+                        node.handler_type()
+                    )));
+                }
                 let supervisor = Supervisor::new(stage, &settings);
                 supervisor.run(&workflow, slot, resumed).await?
             }
         };
         conclude(stage, &settings, &report, stopped_by)
     }
+}
+
+fn write_stage_file(path: &Path, text: &str) -> Result<(), HandlerError> {
+    crate::run_dir::write_atomic(path, text.as_bytes())
+        .map_err(|e| HandlerError::Terminal(format!("cannot write {}: {e}", path.display())))
 }
 
 /// The node's supervision settings.
@@ -178,17 +194,14 @@ impl Observation {
         keys
     }
 
-    /// The directory of the stage the child is in now: the next stage's, once it has started,
-    /// else the last completed stage's. With its node id and visit.
+    /// The directory of the stage the child is in now (the one after its latest checkpoint),
+    /// with its node id and visit; none between two stages or after the child's end.
     fn active_stage_dir(&self, child_dir: &Path) -> Option<(String, u32, PathBuf)> {
         let checkpoint = &self.checkpoint;
-        let visits = |node: &str| checkpoint.node_visits.get(node).copied().unwrap_or(0);
-        let next = checkpoint.next_node.as_deref().map(|node| (node, visits(node) + 1));
-        let last = Some((checkpoint.current_node.as_str(), visits(&checkpoint.current_node)));
-        [next, last].into_iter().flatten().find_map(|(node, visit)| {
-            let dir = latest_stage_dir(child_dir, node, visit)?;
-            Some((node.to_string(), visit, dir))
-        })
+        let node = checkpoint.next_node.as_deref()?;
+        let visit = checkpoint.node_visits.get(node).copied().unwrap_or(0) + 1;
+        let dir = latest_stage_dir(child_dir, node, visit)?;
+        Some((node.to_string(), visit, dir))
     }
 }
 
