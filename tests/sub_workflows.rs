@@ -261,6 +261,38 @@ fn a_child_still_running_after_max_cycles_fails_the_stage() {
     assert_eq!(dir.events("run", "child.finished")[0]["stopped_by"], "max_cycles");
 }
 
+/// Without the `wait` action a cycle runs after every checkpoint of the child, not on a timer.
+#[test]
+fn without_wait_the_manager_cycles_at_every_child_checkpoint() {
+    let parent = r#"digraph parent {
+    start [shape=Mdiamond]
+    exit [shape=Msquare]
+    manage [shape=house, stack.child_workflow="child.dot", manager.poll_interval=1h,
+            manager.actions="observe", manager.max_cycles=3]
+    start -> manage -> exit
+}
+"#;
+    let child = r#"digraph child {
+    start [shape=Mdiamond]
+    exit [shape=Msquare]
+    one [shape=parallelogram, script="sleep 0.2"]
+    two [shape=parallelogram, script="sleep 0.2"]
+    work [shape=parallelogram, script="sleep 30"]
+    start -> one -> two -> work -> exit
+}
+"#;
+    let dir = Dir::new(&[("parent.dot", parent), ("child.dot", child)]);
+    let started = Instant::now();
+    let output = dir.fabro(&["run", "parent.dot", "--run-dir", "run", "-q"]);
+    assert_eq!(output.status.code(), Some(1), "{}", describe(&output));
+    assert!(started.elapsed() < Duration::from_secs(20), "{:?}", started.elapsed());
+    let cycles = dir.events("run", "manager.cycle");
+    assert_eq!(cycles.len(), 3);
+    let seen: Vec<u64> = cycles.iter().map(|c| c["stack.child.completed_count"].as_u64().unwrap()).collect();
+    assert!(seen.windows(2).all(|w| w[0] <= w[1]) && seen[2] >= 2, "{seen:?}");
+    assert_eq!(dir.events("run", "child.finished")[0]["stopped_by"], "max_cycles");
+}
+
 /// Steering: the message lands in the child's active stage directory and in the prompt of the
 /// child's next LLM stage.
 #[test]
