@@ -5,6 +5,7 @@
 //! phases in order.
 
 pub mod backends;
+pub mod child_workflow;
 pub mod condition;
 pub mod context;
 pub mod diagnostic;

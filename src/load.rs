@@ -66,6 +66,8 @@ pub struct Loader {
     custom_rules: Vec<Box<dyn Rule>>,
     custom_types: Vec<String>,
     goal: Option<String>,
+    /// The workflows this one is a child of (canonical paths, outermost first).
+    ancestors: Vec<PathBuf>,
 }
 
 impl Default for Loader {
@@ -75,6 +77,7 @@ impl Default for Loader {
             custom_rules: Vec::new(),
             custom_types: Vec::new(),
             goal: None,
+            ancestors: Vec::new(),
         }
     }
 }
@@ -108,6 +111,12 @@ impl Loader {
         self
     }
 
+    /// Loads workflows as children of `ancestors` (see [`crate::child_workflow`]).
+    pub(crate) fn within(mut self, ancestors: Vec<PathBuf>) -> Self {
+        self.ancestors = ancestors;
+        self
+    }
+
     pub fn load_file(&self, path: &Path) -> Result<CheckedWorkflow, LoadError> {
         let text = std::fs::read_to_string(path)
             .map_err(|source| LoadError::Read { path: path.to_path_buf(), source })?;
@@ -137,7 +146,7 @@ impl Loader {
             diagnostics.extend(transform.apply(&mut workflow));
         }
         let transformed = Instant::now();
-        let builtin_rules = validate::builtin_rules(self.custom_types.clone());
+        let builtin_rules = validate::builtin_rules_within(self.custom_types.clone(), self.ancestors.clone());
         diagnostics.extend(validate::run_rules(&workflow, &builtin_rules));
         diagnostics.extend(validate::run_rules(&workflow, &self.custom_rules));
         validate::sort_and_dedup(&mut diagnostics);

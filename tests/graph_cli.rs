@@ -58,6 +58,11 @@ fn every_shipped_workflow_renders_and_reads_back_unchanged() {
     let workflows = shipped_workflows();
     assert!(!workflows.is_empty());
     let temp = tempfile::tempdir().unwrap();
+    // The rendered files go into a copy of `workflows/`, so the files they name (prompt files,
+    // child workflows) resolve as they do for the originals.
+    let shipped = common::repo_root().join("workflows");
+    let copy = temp.path().join("workflows");
+    copy_tree(&shipped, &copy);
     let graphviz = dot_available();
     if !graphviz {
         println!("note: Graphviz's `dot` is not on PATH; skipping the `dot -Tsvg` checks");
@@ -66,7 +71,8 @@ fn every_shipped_workflow_renders_and_reads_back_unchanged() {
         let path_text = path.to_string_lossy().into_owned();
         let output = fabro(temp.path(), &["graph", &path_text]);
         assert_eq!(output.status.code(), Some(0), "fabro graph {path_text}\n{}", describe(&output));
-        let written = temp.path().join(path.file_name().unwrap());
+        let relative = path.strip_prefix(&shipped).expect("a shipped workflow");
+        let written = copy.join(relative).with_extension("rendered.dot");
         std::fs::write(&written, &output.stdout).unwrap();
 
         let written_text = written.to_string_lossy().into_owned();
@@ -88,6 +94,19 @@ fn every_shipped_workflow_renders_and_reads_back_unchanged() {
 
         if graphviz {
             assert_graphviz_renders(&written);
+        }
+    }
+}
+
+/// Copies the files under `from` to `to`, directories included.
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap().flatten() {
+        let target = to.join(entry.file_name());
+        if entry.path().is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
         }
     }
 }

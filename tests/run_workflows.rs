@@ -156,6 +156,11 @@ fn expected(name: &str) -> Option<(&'static [&'static str], &'static [&'static s
                 "cargo test --workspace --test * -- --test-threads=4",
             ],
         ),
+        "implement_and_test.dot" => (
+            &["start", "implement", "test", "review", "exit"],
+            // Run by the child workflow parts/test_suite.dot.
+            &["cargo test --workspace --lib", "cargo test --workspace --test *"],
+        ),
         "linear.dot" => (&["start", "plan", "implement", "review", "exit"], &[]),
         "multi_model.dot" => (
             &[
@@ -187,6 +192,10 @@ fn expected(name: &str) -> Option<(&'static [&'static str], &'static [&'static s
             &["cargo audit --deny warnings", "cargo clippy --all-targets -- -D warnings"],
         ),
         "plan_from_files.dot" => (&["start", "plan", "implement", "self_check", "review", "exit"], &[]),
+        "test_suite.dot" => (
+            &["start", "unit_tests", "integration_tests", "triage", "exit"],
+            &["cargo test --workspace --lib", "cargo test --workspace --test *"],
+        ),
         "review_gate.dot" => (
             &["start", "plan", "implement", "summarize", "review", "open_pr", "exit"],
             &["gh pr create --fill --label rate-limiting"],

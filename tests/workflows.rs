@@ -11,7 +11,9 @@ use common::{repo_root, shipped_workflows, Test};
 use fabro::graph::{EdgeRef, HandlerType, Node, Workflow};
 use fabro::Loader;
 
-const REQUIRED: [&str; 7] = [
+const REQUIRED: [&str; 9] = [
+    "implement_and_test.dot",
+    "parts/test_suite.dot",
     "linear.dot",
     "branch_and_loop.dot",
     "review_gate.dot",
@@ -93,8 +95,12 @@ fn assert_common_shape(name: &str, workflow: &Workflow) {
 fn every_shipped_workflow_validates_without_diagnostics() {
     let files = shipped_workflows();
     assert!(files.len() >= 7, "expected at least 7 shipped workflows, found {files:?}");
-    let names: HashSet<String> =
-        files.iter().filter_map(|p| p.file_name()).map(|n| n.to_string_lossy().into_owned()).collect();
+    let shipped = repo_root().join("workflows");
+    let names: HashSet<String> = files
+        .iter()
+        .filter_map(|p| p.strip_prefix(&shipped).ok())
+        .map(|n| n.to_string_lossy().into_owned())
+        .collect();
     for required in REQUIRED {
         assert!(names.contains(required), "workflows/{required} is missing");
     }
@@ -326,6 +332,36 @@ fn ci_pipeline_runs_commands_waits_and_explains_failures() {
     assert_eq!(incoming(&workflow, "explain_failure").len(), gates.len());
     assert_eq!(targets(&outgoing(&workflow, "database")), ["wait_for_database", "explain_failure"]);
     assert_eq!(targets(&outgoing(&workflow, "wait_for_database")), ["integration_tests"]);
+}
+
+#[test]
+fn implement_and_test_runs_its_test_suite_as_a_supervised_sub_workflow() {
+    let workflow = load("implement_and_test.dot");
+    let test = node(&workflow, "test");
+    assert_eq!(test.handler_type(), HandlerType::Manager);
+    assert_eq!(test.shape(), "house");
+    let child = fabro::child_workflow::reference(&workflow, test).expect("the manager names its child");
+    assert_eq!(child.path, workflow_path("parts/test_suite.dot"));
+    assert_eq!(text(&workflow, "test", "manager.actions"), Some("observe,steer,wait"));
+    assert!(text(&workflow, "test", "manager.steer_prompt").is_some_and(|p| p.contains("$goal")));
+    assert_eq!(test.attributes.duration("manager.poll_interval"), Some(Duration::from_secs(30)));
+    assert_eq!(test.attributes.integer("manager.max_cycles"), Some(60));
+
+    // A failed test suite loops through `fix`; a passing one goes on to review.
+    let out = outgoing(&workflow, "test");
+    let failed = out.iter().find(|e| condition(e) == Some("outcome=fail")).expect("a failure edge");
+    assert_eq!(failed.to.id, "fix");
+    assert!(out.iter().any(|e| condition(e).is_none() && e.to.id == "review"));
+    assert_eq!(targets(&outgoing(&workflow, "fix")), ["test"]);
+
+    // The child is a workflow of its own: commands, then an LLM triage of their output.
+    let suite = load("parts/test_suite.dot");
+    let route = ["start", "unit_tests", "integration_tests", "triage", "exit"];
+    for pair in route.windows(2) {
+        assert_eq!(targets(&outgoing(&suite, pair[0])), [pair[1]]);
+    }
+    assert_eq!(node(&suite, "unit_tests").handler_type(), HandlerType::Command);
+    assert_eq!(node(&suite, "triage").handler_type(), HandlerType::Prompt);
 }
 
 #[test]

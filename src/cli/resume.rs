@@ -101,6 +101,7 @@ async fn resume_async(args: ResumeArgs) -> u8 {
         // The run's manifest says whether it has a worktree.
         worktree: false,
         keep_worktrees: args.launch.keep_worktrees,
+        parent: None,
     };
     let cancel = CancellationToken::new();
     watch_signals(cancel.clone());

@@ -145,6 +145,7 @@ async fn run_async(args: RunArgs) -> u8 {
         checkpoint_sync: args.launch.checkpoint_sync.durability(),
         worktree: args.worktree,
         keep_worktrees: args.launch.keep_worktrees,
+        parent: None,
     };
     let cancel = CancellationToken::new();
     watch_signals(cancel.clone());
@@ -424,6 +425,16 @@ fn describe(event: &Event) -> Option<String> {
         "stage.retrying" => format!("↻ {node}: retrying ({})", field(event, "reason")),
         "edge.selected" => format!("  → {} ({})", field(event, "to"), field(event, "reason")),
         "interview.started" => format!("? {node}: waiting for an answer"),
+        "child.started" => {
+            let verb = if event.fields.get("resumed") == Some(&serde_json::Value::Bool(true)) {
+                "continues"
+            } else {
+                "starts"
+            };
+            format!("  ↳ {node}: child run {verb} in {}", field(event, "run_dir"))
+        }
+        "manager.steered" => format!("  ↳ {node}: steered the child at {}", field(event, "child_node")),
+        "child.finished" => format!("  ↳ {node}: child run {}", field(event, "status")),
         _ => return None,
     })
 }

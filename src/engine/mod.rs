@@ -1,5 +1,7 @@
-//! The scheduler and its rules: edge selection, retries, goal gates, visits; and the event log.
+//! The scheduler and its rules: edge selection, retries, goal gates, visits; the event log; and
+//! child runs for manager stages.
 
+pub mod child_run;
 pub mod edge_selection;
 pub mod events;
 pub mod parallel;

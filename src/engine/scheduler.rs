@@ -42,6 +42,8 @@ pub struct RunOptions {
     /// Keep the git worktrees of parallel branches after their parallel stage (they are removed
     /// by default; their branches are always kept).
     pub keep_worktrees: bool,
+    /// Set when this run is the child of a manager stage (see [`super::child_run`]).
+    pub parent: Option<super::child_run::ParentLink>,
 }
 
 /// Why a run could not start.

@@ -227,7 +227,7 @@ impl<'e> Walker<'e> {
             .map(str::to_string);
         self.current_thread = thread.clone();
         self.context_set("internal.fidelity", fidelity.as_str());
-        self.preamble = if node.handler_type().is_llm() {
+        self.preamble = if node.handler_type().receives_preamble() {
             let input = PreambleInput {
                 goal: workflow.goal(),
                 run_id: &self.scope.run_id,
@@ -238,6 +238,9 @@ impl<'e> Walker<'e> {
         } else {
             None
         };
+        if let Some(parent) = &self.scope.options.parent {
+            self.preamble = parent.stage_preamble(node, self.preamble.take());
+        }
         self.context_set("internal.thread_id", thread.map_or(Value::Null, Value::from));
     }
 
@@ -443,6 +446,7 @@ impl<'e> Walker<'e> {
                 .current_thread
                 .as_deref()
                 .map(|key| (key, self.threads.get(key).map_or(&[][..], Vec::as_slice))),
+            children: super::child_run::ChildLauncher::new(scope.engine, scope.options),
         };
         match AssertUnwindSafe(handler.run(&stage)).catch_unwind().await {
             Ok(result) => result,

@@ -188,6 +188,42 @@ pub fn build(mode: FidelityMode, input: &PreambleInput<'_>) -> Option<String> {
     })
 }
 
+/// The heading a child run's preambles put before their parent's preamble.
+pub const PARENT_HEADING: &str = "## Parent run";
+/// The heading before steering messages from a child run's manager.
+pub const STEERING_HEADING: &str = "## Steering from the manager";
+
+/// A child run's preamble: its own (if any), then the preamble of the manager stage that started
+/// it, under [`PARENT_HEADING`], so the child's stages know what the parent had done.
+pub fn with_parent(own: Option<&str>, parent: &str) -> String {
+    let mut out = String::new();
+    if let Some(own) = own.map(str::trim_end).filter(|own| !own.is_empty()) {
+        out.push_str(own);
+        out.push_str("\n\n");
+    }
+    let _ = write!(out, "{PARENT_HEADING}\n\n{}\n", parent.trim_end());
+    out
+}
+
+/// A preamble followed by the steering messages a manager sent, under [`STEERING_HEADING`],
+/// last so they are closest to the stage's own prompt.
+pub fn with_steering(preamble: Option<&str>, messages: &[String]) -> String {
+    let mut out = String::new();
+    if let Some(preamble) = preamble.map(str::trim_end).filter(|p| !p.is_empty()) {
+        out.push_str(preamble);
+        out.push_str("\n\n");
+    }
+    out.push_str(STEERING_HEADING);
+    out.push_str("\n\n");
+    for message in messages {
+        out.push_str(message.trim());
+        out.push_str("\n\n");
+    }
+    out.truncate(out.trim_end().len());
+    out.push('\n');
+    out
+}
+
 /// Estimated tokens of a text: characters / 4, rounded up.
 pub fn estimate_tokens(text: &str) -> usize {
     text.chars().count().div_ceil(4)
@@ -1139,5 +1175,18 @@ then test it.
         std::fs::write(dir.path().join("status.json"), "not json").unwrap();
         let broken = StageSummary::from_stage_dir(&record("human", StageStatus::Success), None, dir.path());
         assert_eq!(broken.notes, None);
+    }
+
+    #[test]
+    fn a_child_preamble_has_its_own_then_the_parents_then_steering() {
+        let with = with_parent(Some("Goal: child\n"), "Goal: parent\n");
+        assert_eq!(with, "Goal: child\n\n## Parent run\n\nGoal: parent\n");
+        assert_eq!(with_parent(None, "Goal: parent"), "## Parent run\n\nGoal: parent\n");
+        let steered = with_steering(Some(&with), &["Fix the tests first.".into(), " Then lint. ".into()]);
+        assert_eq!(
+            steered,
+            "Goal: child\n\n## Parent run\n\nGoal: parent\n\n## Steering from the manager\n\nFix the tests first.\n\nThen lint.\n"
+        );
+        assert_eq!(with_steering(None, &["Stop.".into()]), "## Steering from the manager\n\nStop.\n");
     }
 }

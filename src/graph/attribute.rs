@@ -237,6 +237,12 @@ pub static ATTRIBUTES: &[AttributeSpec] = &[
         "Condition on the child's context that stops the manager."
     ),
     spec!("manager.actions", ValueType::Text, NODE, "Comma-separated manager actions: observe, steer, wait."),
+    spec!(
+        "manager.steer_prompt",
+        ValueType::Text,
+        NODE,
+        "Message the steer action sends to the child's next LLM stage; `$goal` is the parent's goal, `{{context.KEY}}` reads the child's context."
+    ),
     spec!("import", ValueType::Text, NODE, "Workflow file whose graph replaces this node."),
     spec!("backend", ValueType::Text, NODE, "LLM backend of the stage, e.g. cli."),
     spec!(

@@ -87,6 +87,12 @@ impl<'a> HandlerType<'a> {
     pub fn is_llm(self) -> bool {
         matches!(self, HandlerType::Agent | HandlerType::Prompt)
     }
+
+    /// Stages that are given the run so far as a preamble: LLM stages, and managers, which pass
+    /// theirs on to their child run.
+    pub fn receives_preamble(self) -> bool {
+        self.is_llm() || self == HandlerType::Manager
+    }
 }
 
 impl fmt::Display for HandlerType<'_> {

@@ -9,6 +9,7 @@ pub mod command;
 pub mod fan_in;
 pub mod human;
 pub mod llm;
+pub mod manager;
 pub mod pass_through;
 pub mod wait;
 
@@ -50,6 +51,8 @@ pub struct StageRun<'a> {
     pub preamble: Option<&'a str>,
     /// For LLM stages under `full`: the thread key and its earlier messages.
     pub thread: Option<(&'a str, &'a [crate::backends::Message])>,
+    /// Runs child workflows through the engine running this stage (manager stages).
+    pub children: crate::engine::child_run::ChildLauncher<'a>,
 }
 
 /// Shared services handlers call out to.
@@ -129,6 +132,7 @@ pub fn builtin_handlers() -> HandlerRegistry {
     let llm: Arc<dyn Handler> = Arc::new(llm::LlmHandler);
     registry.register("agent", llm.clone());
     registry.register("prompt", llm);
+    registry.register("manager", Arc::new(manager::ManagerHandler));
     registry
 }
 
@@ -167,6 +171,9 @@ pub(crate) mod test_support {
         /// `stages/<node>/1` for every node, created up front.
         stage_dirs: std::collections::HashMap<String, std::path::PathBuf>,
         pub services: Services,
+        /// Runs the child workflows of manager stages (simulated backend, no answers).
+        pub engine: crate::engine::Engine,
+        pub options: crate::engine::RunOptions,
         pub events: EventLog,
         pub cancel: CancellationToken,
         pub dry_run: bool,
@@ -200,6 +207,14 @@ pub(crate) mod test_support {
                     backend: Arc::new(SimulatedBackend),
                     interviewer: Arc::new(FixedAnswer(Answer::Unavailable)),
                 },
+                engine: crate::engine::Engine::new(
+                    super::builtin_handlers(),
+                    Services {
+                        backend: Arc::new(SimulatedBackend),
+                        interviewer: Arc::new(FixedAnswer(Answer::Unavailable)),
+                    },
+                ),
+                options: crate::engine::RunOptions::default(),
                 events: EventLog::in_memory("test-run"),
                 cancel: CancellationToken::new(),
                 dry_run: false,
@@ -225,6 +240,7 @@ pub(crate) mod test_support {
                 dry_run: self.dry_run,
                 preamble: None,
                 thread: None,
+                children: crate::engine::child_run::ChildLauncher::new(&self.engine, &self.options),
             }
         }
     }

@@ -3,9 +3,14 @@
 //! their own rules through the [`Rule`] trait.
 
 mod attributes;
+mod children;
 mod routing;
 mod stages;
 mod structure;
+
+pub use children::{action_words, MANAGER_ACTIONS};
+
+use std::path::PathBuf;
 
 use crate::diagnostic::Diagnostic;
 use crate::graph::Workflow;
@@ -38,7 +43,13 @@ impl Rule for BuiltinRule {
 /// The built-in rules. `custom_types` are handler types registered by the caller, which the
 /// `type_known` rule accepts alongside the built-in ones.
 pub fn builtin_rules(custom_types: Vec<String>) -> Vec<Box<dyn Rule>> {
-    let table: [(&'static str, Check); 22] = [
+    builtin_rules_within(custom_types, Vec::new())
+}
+
+/// The built-in rules for a workflow loaded as the child of `ancestors` (canonical paths of the
+/// workflows above it, outermost first), so that child cycles are found.
+pub(crate) fn builtin_rules_within(custom_types: Vec<String>, ancestors: Vec<PathBuf>) -> Vec<Box<dyn Rule>> {
+    let table: [(&'static str, Check); 23] = [
         ("start_node", structure::start_node),
         ("terminal_node", structure::terminal_node),
         ("start_no_incoming", structure::start_no_incoming),
@@ -61,10 +72,12 @@ pub fn builtin_rules(custom_types: Vec<String>) -> Vec<Box<dyn Rule>> {
         ("thread_id_without_full_fidelity", stages::thread_id_without_full_fidelity),
         ("parallel_without_fan_in", stages::parallel_without_fan_in),
         ("parallel_join_settings", stages::parallel_join_settings),
+        ("manager_settings", children::manager_settings),
     ];
     let mut rules: Vec<Box<dyn Rule>> =
         table.into_iter().map(|(id, check)| Box::new(BuiltinRule { id, check }) as Box<dyn Rule>).collect();
     rules.insert(8, Box::new(attributes::TypeKnown { custom_types }));
+    rules.push(Box::new(children::ChildWorkflows { ancestors }));
     rules
 }
 

@@ -1,0 +1,563 @@
+//! Manager stages (`shape=house`, type `manager`, alias `stack.manager_loop`): run a child
+//! workflow as a child run of this one and supervise it until it ends.
+//!
+//! The child starts on a copy of this run's context (without its `graph.*` and `internal.*`
+//! keys, which the child sets for itself) in `children/<node>/<visit>/`, and its stages see this
+//! stage's preamble under a heading. Every `manager.poll_interval` (or, without the `wait`
+//! action, after every checkpoint of the child) the manager runs a cycle against the child's
+//! latest checkpoint: `observe` copies its state into `stack.child.*`, `steer` hands
+//! `manager.steer_prompt` to the child's next LLM stage, and `manager.stop_condition` (on the
+//! child's context) or `manager.max_cycles` stop the child. When the child ends its outcome is the
+//! stage's, and what it changed in the context comes back to this run.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Map, Value};
+
+use super::{Handler, HandlerError, StageRun};
+use crate::child_workflow::{self, ChildWorkflowError};
+use crate::condition::Condition;
+use crate::context::artifacts::ArtifactStore;
+use crate::context::Context;
+use crate::engine::child_run::{locate_child, ChildRunRequest, ChildSlot, ParentLink, SteeringInbox};
+use crate::engine::edge_selection::Scope;
+use crate::engine::RunReport;
+use crate::graph::Node;
+use crate::outcome::{Outcome, StageStatus};
+use crate::run_dir::{Checkpoint, RunResult, RunStatus};
+use crate::source::SourceFile;
+use crate::ValidWorkflow;
+
+/// `manager.poll_interval` when the node sets none.
+pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(45);
+
+/// Context keys of the child that never come back to the parent: they describe the child run.
+const UNMERGED_PREFIXES: [&str; 4] = ["internal.", "graph.", "thread.", "current"];
+
+/// Runs manager stages.
+pub struct ManagerHandler;
+
+#[async_trait::async_trait]
+impl Handler for ManagerHandler {
+    async fn run(&self, stage: &StageRun<'_>) -> Result<Outcome, HandlerError> {
+        let settings = Settings::read(stage.node)?;
+        let slot = locate_child(stage.run_dir, &stage.node.id, stage.visit, stage.attempt)
+            .map_err(|e| HandlerError::Terminal(e.to_string()))?;
+        let (report, stopped_by) = match slot {
+            ChildSlot::Finished(result) => {
+                // The child ended before this process stopped, but the stage was not recorded.
+                let report = RunReport {
+                    result: *result,
+                    pause_reason: None,
+                    timings: Default::default(),
+                    worktree_hint: None,
+                };
+                (report, None)
+            }
+            slot => {
+                if let Some(preamble) = stage.preamble {
+                    // What the child's stages are given of this run, kept beside the stage.
+                    write_stage_file(&stage.stage_dir.join("preamble.md"), preamble)?;
+                }
+                let (workflow, resumed) = load_child(stage, &slot)?;
+                if let Some(node) = stage.children.first_unhandled(&workflow.workflow) {
+                    return Err(HandlerError::Terminal(format!(
+                        "the child workflow's node `{}` is a {} stage, which this version of fabro cannot run",
+                        node.id,
+                        node.handler_type()
+                    )));
+                }
+                let supervisor = Supervisor::new(stage, &settings);
+                supervisor.run(&workflow, slot, resumed).await?
+            }
+        };
+        conclude(stage, &settings, &report, stopped_by)
+    }
+}
+
+fn write_stage_file(path: &Path, text: &str) -> Result<(), HandlerError> {
+    crate::run_dir::write_atomic(path, text.as_bytes())
+        .map_err(|e| HandlerError::Terminal(format!("cannot write {}: {e}", path.display())))
+}
+
+/// The node's supervision settings.
+struct Settings {
+    poll_interval: Duration,
+    max_cycles: Option<u64>,
+    stop_condition: Option<Condition>,
+    observe: bool,
+    steer: bool,
+    wait: bool,
+    steer_prompt: Option<String>,
+}
+
+impl Settings {
+    fn read(node: &Node) -> Result<Settings, HandlerError> {
+        let attributes = &node.attributes;
+        let invalid = |what: String| HandlerError::Terminal(format!("manager stage `{}`: {what}", node.id));
+        let stop_condition = match attributes.non_empty_text("manager.stop_condition") {
+            Some(text) => Some(
+                Condition::parse(text)
+                    .map_err(|e| invalid(format!("invalid manager.stop_condition: {e}")))?,
+            ),
+            None => None,
+        };
+        let actions: Vec<&str> = match attributes.text("manager.actions") {
+            Some(text) => crate::validate::action_words(text).collect(),
+            None => vec!["observe", "wait"],
+        };
+        if let Some(unknown) = actions.iter().find(|a| !crate::validate::MANAGER_ACTIONS.contains(a)) {
+            return Err(invalid(format!(
+                "unknown manager action `{unknown}` (expected observe, steer or wait)"
+            )));
+        }
+        Ok(Settings {
+            poll_interval: attributes.duration("manager.poll_interval").unwrap_or(DEFAULT_POLL_INTERVAL),
+            max_cycles: attributes.integer("manager.max_cycles").and_then(|n| u64::try_from(n).ok()),
+            stop_condition,
+            observe: actions.contains(&"observe"),
+            steer: actions.contains(&"steer"),
+            wait: actions.contains(&"wait"),
+            steer_prompt: attributes.non_empty_text("manager.steer_prompt").map(str::to_string),
+        })
+    }
+}
+
+/// The child workflow: from its file for a new child, from the copy stored in its run directory
+/// for one that is continued. Returns whether it is continued.
+fn load_child(stage: &StageRun<'_>, slot: &ChildSlot) -> Result<(ValidWorkflow, bool), HandlerError> {
+    let ancestors = [child_workflow::canonical(stage.workflow.source().path())];
+    let loaded = match slot {
+        ChildSlot::Unfinished(saved) => {
+            let source = SourceFile::new(&saved.manifest.source_path, saved.workflow_source.clone());
+            child_workflow::load_source(source, &ancestors).map(|valid| (valid, true))
+        }
+        _ => {
+            let child = child_workflow::reference(stage.workflow, stage.node).ok_or_else(|| {
+                HandlerError::Terminal(format!(
+                    "manager stage `{}` names no child workflow (set stack.child_workflow)",
+                    stage.node.id
+                ))
+            })?;
+            child_workflow::load_file(&child.path, &ancestors).map(|valid| (valid, false))
+        }
+    };
+    loaded.map_err(|error: ChildWorkflowError| HandlerError::Terminal(error.to_string()))
+}
+
+/// Why the manager stopped its child before the child ended on its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StoppedBy {
+    StopCondition,
+    MaxCycles,
+}
+
+impl StoppedBy {
+    fn as_str(self) -> &'static str {
+        match self {
+            StoppedBy::StopCondition => "stop_condition",
+            StoppedBy::MaxCycles => "max_cycles",
+        }
+    }
+}
+
+/// The child's state as its latest checkpoint records it.
+struct Observation {
+    checkpoint: Checkpoint,
+}
+
+impl Observation {
+    fn read(child_dir: &Path) -> Option<Observation> {
+        let text = std::fs::read_to_string(child_dir.join("checkpoint.json")).ok()?;
+        serde_json::from_str(&text).ok().map(|checkpoint| Observation { checkpoint })
+    }
+
+    /// The stage running now (or about to), else the last one completed.
+    fn current_node(&self) -> &str {
+        self.checkpoint.next_node.as_deref().unwrap_or(&self.checkpoint.current_node)
+    }
+
+    fn last_outcome(&self) -> Option<String> {
+        self.checkpoint.context.get_text("outcome")
+    }
+
+    /// `stack.child.*` keys for the parent's context.
+    fn keys(&self, status: RunStatus, child_dir: &Path) -> Map<String, Value> {
+        let mut keys = Map::new();
+        keys.insert("stack.child.status".into(), status.as_str().into());
+        keys.insert("stack.child.current_node".into(), self.current_node().into());
+        keys.insert("stack.child.completed_count".into(), self.checkpoint.completed_nodes.len().into());
+        keys.insert("stack.child.last_outcome".into(), self.last_outcome().map_or(Value::Null, Value::from));
+        keys.insert("stack.child.run_dir".into(), child_dir.display().to_string().into());
+        keys
+    }
+
+    /// The directory of the stage the child is in now (the one after its latest checkpoint),
+    /// with its node id and visit; none between two stages or after the child's end.
+    fn active_stage_dir(&self, child_dir: &Path) -> Option<(String, u32, PathBuf)> {
+        let checkpoint = &self.checkpoint;
+        let node = checkpoint.next_node.as_deref()?;
+        let visit = checkpoint.node_visits.get(node).copied().unwrap_or(0) + 1;
+        let dir = latest_stage_dir(child_dir, node, visit)?;
+        Some((node.to_string(), visit, dir))
+    }
+}
+
+/// `stages/<node>/<visit>` or, when the visit ran again after a pause, its latest `<visit>.<n>`.
+fn latest_stage_dir(run_dir: &Path, node: &str, visit: u32) -> Option<PathBuf> {
+    let base = run_dir.join("stages").join(node);
+    let mut found = Some(base.join(visit.to_string())).filter(|dir| dir.is_dir())?;
+    for n in 2.. {
+        let next = base.join(format!("{visit}.{n}"));
+        if !next.is_dir() {
+            break;
+        }
+        found = next;
+    }
+    Some(found)
+}
+
+/// Drives one child run and the cycles that watch it.
+struct Supervisor<'s, 'a> {
+    stage: &'s StageRun<'a>,
+    settings: &'s Settings,
+    steering: SteeringInbox,
+    /// The child stage last steered, so each stage visit is steered once.
+    steered: Option<(String, u32)>,
+}
+
+impl<'s, 'a> Supervisor<'s, 'a> {
+    fn new(stage: &'s StageRun<'a>, settings: &'s Settings) -> Self {
+        Supervisor { stage, settings, steering: SteeringInbox::default(), steered: None }
+    }
+
+    /// Runs the child to its end, or stops it when a cycle says so.
+    async fn run(
+        mut self,
+        workflow: &ValidWorkflow,
+        slot: ChildSlot,
+        resumed: bool,
+    ) -> Result<(RunReport, Option<StoppedBy>), HandlerError> {
+        let stage = self.stage;
+        let child_dir = match &slot {
+            ChildSlot::Fresh(dir) => dir.clone(),
+            ChildSlot::Unfinished(saved) => saved.dir.root().to_path_buf(),
+            ChildSlot::Finished(result) => PathBuf::from(&result.run_dir),
+        };
+        let checkpoints = Arc::new(tokio::sync::Notify::new());
+        let saved = checkpoints.clone();
+        let cancel = stage.cancel.child_token();
+        let request = ChildRunRequest {
+            workflow,
+            slot,
+            work_dir: self.child_work_dir()?,
+            context: inherited_context(stage.context),
+            link: ParentLink::new(stage.preamble.map(str::to_string), self.steering.clone()),
+            observe: Box::new(move |event| {
+                if event.event == "checkpoint.saved" {
+                    saved.notify_one();
+                }
+            }),
+            cancel: cancel.clone(),
+        };
+        stage.events.stage_event(
+            "child.started",
+            &stage.node.id,
+            stage.visit,
+            json!({"workflow": workflow.workflow.name(), "run_dir": child_dir.display().to_string(), "resumed": resumed}),
+        );
+        // The parent writes no checkpoint while its child runs: make its events visible now.
+        stage.events.flush();
+        let child = stage.children.run(request);
+        tokio::pin!(child);
+        let mut cycle = 0u64;
+        let stopped_by = loop {
+            let tick = async {
+                if self.settings.wait {
+                    tokio::time::sleep(self.settings.poll_interval).await;
+                } else {
+                    checkpoints.notified().await;
+                }
+            };
+            tokio::select! {
+                report = &mut child => return Ok((started(report)?, None)),
+                () = tick => {}
+            }
+            cycle += 1;
+            if let Some(reason) = self.cycle(cycle, &child_dir) {
+                break reason;
+            }
+        };
+        cancel.cancel();
+        Ok((started(child.await)?, Some(stopped_by)))
+    }
+
+    /// One supervision cycle; says why the child must stop, if it must.
+    fn cycle(&mut self, cycle: u64, child_dir: &Path) -> Option<StoppedBy> {
+        let stage = self.stage;
+        let observation = Observation::read(child_dir);
+        let mut fields = json!({"cycle": cycle});
+        if let (Some(observed), Some(object)) = (&observation, fields.as_object_mut()) {
+            object.extend(observed.keys(observed.checkpoint.status, child_dir));
+        }
+        stage.events.stage_event("manager.cycle", &stage.node.id, stage.visit, fields);
+        stage.events.flush();
+        if let Some(observed) = &observation {
+            if self.settings.steer {
+                self.steer(observed, child_dir);
+            }
+            if let Some(condition) = &self.settings.stop_condition {
+                if stop_condition_holds(condition, &observed.checkpoint.context, child_dir) {
+                    return Some(StoppedBy::StopCondition);
+                }
+            }
+        }
+        self.settings.max_cycles.filter(|max| cycle >= *max).map(|_| StoppedBy::MaxCycles)
+    }
+
+    /// Writes the steering message into the child's active stage directory (once per stage
+    /// visit) and queues it for the child's next LLM stage.
+    fn steer(&mut self, observed: &Observation, child_dir: &Path) {
+        let Some(template) = &self.settings.steer_prompt else { return };
+        let Some((node, visit, dir)) = observed.active_stage_dir(child_dir) else { return };
+        if self.steered.as_ref() == Some(&(node.clone(), visit)) {
+            return;
+        }
+        // `$goal` is this run's goal; placeholders read the child's context.
+        let template = template.replace("$goal", stage_goal(self.stage));
+        let message = super::llm::expand_prompt(&template, &observed.checkpoint.context);
+        let path = free_name(&dir, "steering", "md");
+        let stage = self.stage;
+        if let Err(error) = crate::run_dir::write_atomic(&path, message.as_bytes()) {
+            tracing::warn!(%error, "steering message not written to {}", path.display());
+            return;
+        }
+        self.steering.push(message);
+        stage.events.stage_event(
+            "manager.steered",
+            &stage.node.id,
+            stage.visit,
+            json!({"child_node": node, "child_visit": visit, "path": path.display().to_string()}),
+        );
+        self.steered = Some((node, visit));
+    }
+
+    /// `stack.child_workdir` (node, else graph) relative to this run's work directory, created
+    /// when missing; else this run's work directory.
+    fn child_work_dir(&self) -> Result<PathBuf, HandlerError> {
+        let stage = self.stage;
+        let setting = stage
+            .node
+            .attributes
+            .non_empty_text("stack.child_workdir")
+            .or_else(|| stage.workflow.attributes().non_empty_text("stack.child_workdir"));
+        let Some(relative) = setting else { return Ok(stage.work_dir.to_path_buf()) };
+        let dir = stage.work_dir.join(relative.trim());
+        std::fs::create_dir_all(&dir).map_err(|e| {
+            HandlerError::Terminal(format!("cannot create the child's work directory {}: {e}", dir.display()))
+        })?;
+        Ok(dir)
+    }
+}
+
+/// The goal of the run the manager stage belongs to (`--goal` and context overrides included).
+fn stage_goal<'s>(stage: &'s StageRun<'_>) -> &'s str {
+    match stage.context.get("graph.goal") {
+        Some(Value::String(goal)) => goal,
+        _ => stage.workflow.goal(),
+    }
+}
+
+fn started(report: Result<RunReport, crate::engine::StartError>) -> Result<RunReport, HandlerError> {
+    report.map_err(|e| HandlerError::Terminal(format!("the child run could not start: {e}")))
+}
+
+/// `<stem>.<ext>` in `dir`, or `<stem>.<n>.<ext>` when taken: nothing is overwritten.
+fn free_name(dir: &Path, stem: &str, ext: &str) -> PathBuf {
+    let mut path = dir.join(format!("{stem}.{ext}"));
+    let mut n = 1;
+    while path.exists() {
+        n += 1;
+        path = dir.join(format!("{stem}.{n}.{ext}"));
+    }
+    path
+}
+
+/// The parent's context as the child starts with it: everything but the keys that describe the
+/// parent run (`graph.*`, `internal.*`), which the child sets for itself.
+fn inherited_context(context: &Context) -> Vec<(String, Value)> {
+    context
+        .iter()
+        .filter(|(key, _)| !key.starts_with("graph.") && !key.starts_with("internal."))
+        .map(|(key, value)| (key.to_string(), value.clone()))
+        .collect()
+}
+
+/// Evaluates the stop condition against the child's context; `outcome` and `preferred_label` are
+/// the child's last stage's. Offloaded values are read from the child's artifact store.
+fn stop_condition_holds(condition: &Condition, context: &Context, child_dir: &Path) -> bool {
+    let status = context.get_text("outcome").and_then(|s| s.parse().ok()).unwrap_or(StageStatus::Success);
+    let outcome = Outcome { preferred_label: context.get_text("preferred_label"), ..Outcome::new(status) };
+    let store = ArtifactStore::new(child_dir, crate::context::artifacts::DEFAULT_THRESHOLD);
+    let scope = Scope::new(&outcome, context).resolving(condition.context_keys(), &store);
+    condition.evaluate(&scope)
+}
+
+/// The stage's outcome from how the child ended, with the child's context changes and (under
+/// `observe`) its final state.
+fn conclude(
+    stage: &StageRun<'_>,
+    settings: &Settings,
+    report: &RunReport,
+    stopped_by: Option<StoppedBy>,
+) -> Result<Outcome, HandlerError> {
+    let result = &report.result;
+    let child_dir = PathBuf::from(&result.run_dir);
+    stage.events.stage_event(
+        "child.finished",
+        &stage.node.id,
+        stage.visit,
+        json!({"status": result.status.as_str(), "failure_reason": result.failure_reason,
+               "run_dir": result.run_dir, "stopped_by": stopped_by.map(StoppedBy::as_str)}),
+    );
+    let name = stage.node.id.as_str();
+    let mut outcome = match (result.status, stopped_by) {
+        (RunStatus::Paused, None) => {
+            let reason = report.pause_reason.as_deref().unwrap_or("waiting for input");
+            return Err(HandlerError::Paused(format!(
+                "the child run of `{name}` paused: {reason} (resume this run to continue it)"
+            )));
+        }
+        (RunStatus::Interrupted, None) if stage.cancel.is_cancelled() => return Err(HandlerError::Cancelled),
+        (_, Some(StoppedBy::StopCondition)) => Outcome::success().with_notes(format!(
+            "manager.stop_condition `{}` held; child stopped ({})",
+            settings.stop_condition.as_ref().map_or("", Condition::text),
+            summary(result)
+        )),
+        (_, Some(StoppedBy::MaxCycles)) => Outcome::fail(format!(
+            "the child run did not finish within manager.max_cycles={} cycles ({})",
+            settings.max_cycles.unwrap_or(0),
+            summary(result)
+        )),
+        (RunStatus::Succeeded, None) => {
+            Outcome::success().with_notes(format!("child succeeded ({})", summary(result)))
+        }
+        (status, None) => Outcome::fail(format!(
+            "the child run {}: {}",
+            status.as_str(),
+            result.failure_reason.as_deref().unwrap_or("no reason given")
+        )),
+    };
+    let Some(final_state) = Observation::read(&child_dir) else {
+        return Ok(outcome);
+    };
+    outcome.context_updates = merged_changes(stage.context, &final_state.checkpoint.context, &child_dir);
+    if settings.observe {
+        outcome.context_updates.extend(final_state.keys(result.status, &child_dir));
+    }
+    Ok(outcome)
+}
+
+/// `N stages in Xs, <run dir>`.
+fn summary(result: &RunResult) -> String {
+    format!(
+        "{} stage(s) in {:.1}s, {}",
+        result.stages.len(),
+        result.duration_ms as f64 / 1000.0,
+        result.run_dir
+    )
+}
+
+/// What the child changed in the context, without the keys that describe the child run itself.
+/// Values the child offloaded are read back, so the parent stores them in its own store.
+fn merged_changes(parent: &Context, child: &Context, child_dir: &Path) -> Map<String, Value> {
+    let store = ArtifactStore::new(child_dir, crate::context::artifacts::DEFAULT_THRESHOLD);
+    child
+        .iter()
+        .filter(|(key, _)| !UNMERGED_PREFIXES.iter().any(|prefix| key.starts_with(prefix)))
+        .filter(|(key, value)| parent.get(key) != Some(*value))
+        .map(|(key, value)| {
+            let value = match store.resolve(value) {
+                Ok(Some(loaded)) => loaded,
+                _ => value.clone(),
+            };
+            (key.to_string(), value)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_child_inherits_everything_but_graph_and_internal_keys() {
+        let mut context = Context::new();
+        context.set("graph.goal", "parent goal");
+        context.set("internal.run_id", "p");
+        context.set("plan", "use a queue");
+        let inherited = inherited_context(&context);
+        assert_eq!(inherited, vec![("plan".to_string(), json!("use a queue"))]);
+    }
+
+    #[test]
+    fn only_real_changes_of_the_child_come_back() {
+        let temp = tempfile::tempdir().unwrap();
+        let mut parent = Context::new();
+        parent.set("plan", "use a queue");
+        parent.set("graph.goal", "parent goal");
+        let mut child = parent.clone();
+        child.set("graph.goal", "child goal");
+        child.set("internal.run_id", "c");
+        child.set("current_node", "exit");
+        child.set("thread.main", "x");
+        child.set("tests.passed", true);
+        child.set("plan", "use a stack");
+        let changes = merged_changes(&parent, &child, temp.path());
+        let keys: Vec<&str> = changes.keys().map(String::as_str).collect();
+        assert_eq!(keys, ["plan", "tests.passed"]);
+        assert_eq!(changes["plan"], "use a stack");
+    }
+
+    #[test]
+    fn stop_conditions_read_the_childs_context_and_last_outcome() {
+        let temp = tempfile::tempdir().unwrap();
+        let mut context = Context::new();
+        context.set("coverage", 91);
+        context.set("outcome", "fail");
+        let holds =
+            |text: &str| stop_condition_holds(&Condition::parse(text).unwrap(), &context, temp.path());
+        assert!(holds("context.coverage >= 90"));
+        assert!(!holds("coverage > 95"));
+        assert!(holds("outcome=fail && coverage=91"));
+    }
+
+    #[test]
+    fn settings_default_to_observe_and_wait_every_45_seconds() {
+        let checked = crate::Loader::new()
+            .load_source(SourceFile::new(
+                "p.dot",
+                r#"digraph P { start [shape=Mdiamond]; exit [shape=Msquare]
+                   m [shape=house, stack.child_workflow="c.dot"]; start -> m -> exit }"#,
+            ))
+            .unwrap();
+        let settings = Settings::read(checked.workflow.node("m").unwrap()).unwrap();
+        assert_eq!(settings.poll_interval, DEFAULT_POLL_INTERVAL);
+        assert!(settings.observe && settings.wait && !settings.steer);
+        assert_eq!(settings.max_cycles, None);
+        assert!(settings.stop_condition.is_none());
+    }
+
+    #[test]
+    fn the_latest_directory_of_a_visit_is_the_active_one() {
+        let temp = tempfile::tempdir().unwrap();
+        assert_eq!(latest_stage_dir(temp.path(), "work", 1), None);
+        std::fs::create_dir_all(temp.path().join("stages/work/1")).unwrap();
+        std::fs::create_dir_all(temp.path().join("stages/work/1.2")).unwrap();
+        assert_eq!(latest_stage_dir(temp.path(), "work", 1), Some(temp.path().join("stages/work/1.2")));
+        std::fs::write(temp.path().join("steering.md"), "x").unwrap();
+        assert_eq!(free_name(temp.path(), "steering", "md"), temp.path().join("steering.2.md"));
+    }
+}
