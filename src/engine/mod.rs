@@ -1,5 +1,6 @@
 //! The scheduler and its rules: edge selection, retries, goal gates, visits; and the event log.
 
+pub mod budget;
 pub mod edge_selection;
 pub mod events;
 pub mod retry;

@@ -46,6 +46,8 @@ pub struct RunOptions {
     /// Whether checkpoints are fsynced (`--checkpoint-sync stage`, the default) or only renamed
     /// into place (`never`: survives a crash of fabro, not of the machine).
     pub checkpoint_sync: crate::run_dir::Durability,
+    /// `--max-tokens`/`--max-cost`; the graph's `max_tokens`/`max_cost` apply when unset.
+    pub limits: super::budget::UsageLimits,
 }
 
 /// Why a run could not start.
@@ -427,6 +429,13 @@ impl Run<'_> {
         if let Some(reason) = self.visit_limit_exceeded(node, visit) {
             return Step::Finish(RunStatus::Failed, Some(reason));
         }
+        // Hook: usage ceilings pause the run before an LLM stage.
+        if let Some(reason) = self.usage_ceiling_reached(node) {
+            self.uncount_visit(&node.id);
+            self.save_checkpoint(RunStatus::Paused, &node.id, Some(&node.id));
+            self.events.stage_event("run.paused", &node.id, visit, json!({"reason": reason}));
+            return Step::Finish(RunStatus::Paused, Some(reason));
+        }
         let files_clock = Instant::now();
         let stage_dir = self.run_dir.stage_dir(&node.id, visit);
         self.timings.stage_files += files_clock.elapsed();
@@ -585,6 +594,14 @@ impl Run<'_> {
                 self.state.visits.remove(node_id);
             }
         }
+    }
+
+    /// Why an LLM stage may not start: the run's usage has reached `--max-tokens`/`--max-cost`.
+    fn usage_ceiling_reached(&self, node: &Node) -> Option<String> {
+        if !node.handler_type().is_llm() || self.options.dry_run {
+            return None;
+        }
+        super::budget::UsageLimits::resolve(self.options.limits, self.workflow).reached(&self.state.stages)
     }
 
     /// `max_visits` on the node, graph `max_node_visits`, and the dry-run cap.
@@ -765,6 +782,7 @@ impl Run<'_> {
             handler: node.handler_type().name().to_string(),
             failure_reason: outcome.failure_reason.clone(),
             usage: outcome.usage,
+            cost_usd: outcome.cost_usd,
         });
         if let Some(record) = self.state.stages.last() {
             let script = node.attributes.text("script");
@@ -924,6 +942,7 @@ impl Run<'_> {
             duration_ms: self.started.elapsed().as_millis() as u64,
             stages: self.state.stages.clone(),
             run_dir: self.run_dir.root().display().to_string(),
+            usage: crate::run_dir::UsageTotals::of(&self.state.stages),
         };
         if let Err(error) = self.run_dir.write_json("result.json", &result) {
             tracing::warn!(%error, "result.json not written");

@@ -1069,6 +1069,7 @@ then test it.
             handler: handler.into(),
             failure_reason: Some("exited with code 1".into()),
             usage: None,
+            cost_usd: None,
         }
     }
 

@@ -155,6 +155,7 @@ fn stages_from_status_files(root: &Path, checkpoint: &Checkpoint) -> Vec<StageRe
                 handler: status.handler,
                 failure_reason: status.outcome.failure_reason,
                 usage: status.outcome.usage,
+                cost_usd: status.outcome.cost_usd,
             };
             found.push((status.started_at, record));
         }
