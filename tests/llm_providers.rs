@@ -135,7 +135,11 @@ fn an_agent_stage_edits_a_file_over_several_turns_and_later_stages_see_it() {
     assert_eq!(status["usage"], json!({"input_tokens": 600, "output_tokens": 100}));
     let cost = status["cost_usd"].as_f64().unwrap();
     assert!((cost - (600.0 * 3.0 + 100.0 * 15.0) / 1e6).abs() < 1e-9, "{cost}");
-    assert!(stage_file(&ran, "report", "preamble.md").contains("greet.txt"));
+    let preamble = stage_file(&ran, "report", "preamble.md");
+    assert!(
+        preamble.contains("greet.txt") && preamble.contains("600 tokens in / 100 out, ~$0.0033"),
+        "{preamble}"
+    );
     assert_eq!(stage_file(&ran, "fix", "response.md"), "Fixed the typo in greet.txt.");
 
     // result.json sums usage and cost.
