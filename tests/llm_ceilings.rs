@@ -111,3 +111,29 @@ fn the_graph_can_set_the_ceiling_and_the_command_line_raises_it() {
     let done = resume(&ran, &server, &["--max-tokens", "500"]);
     assert_eq!(done.status.code(), Some(0), "{}", String::from_utf8_lossy(&done.stderr));
 }
+
+#[test]
+fn an_agent_stage_stops_before_the_call_that_would_pass_the_ceiling() {
+    use common::llm_server::anthropic_tools;
+    let workflow = r#"digraph agent_budget {
+    start [shape=Mdiamond]
+    exit [shape=Msquare]
+    work [shape=box, prompt="Look around", llm_model="claude-sonnet-4-5"]
+    start -> work -> exit
+}"#;
+    // Each tool turn reports 100 tokens in and 20 out.
+    let look = || anthropic_tools("Looking.", &[("t", "list_dir", serde_json::json!({}))]);
+    let server = LlmServer::start(vec![look(), look(), look(), anthropic_text("Done.", 10, 5)], vec![]);
+    let ran = run(&server, workflow, &["--max-tokens", "150"], 3);
+    assert!(
+        ran.stderr().contains("token ceiling reached during the stage (240 tokens used, 150 were left)"),
+        "{}",
+        ran.stderr()
+    );
+    assert_eq!(server.requests().len(), 2, "the third call is never made");
+    assert_eq!(json(&ran, "checkpoint.json")["next_node"], "work");
+
+    let done = resume(&ran, &server, &["--max-tokens", "10000"]);
+    assert_eq!(done.status.code(), Some(0), "{}", String::from_utf8_lossy(&done.stderr));
+    assert_eq!(server.requests().len(), 4);
+}

@@ -34,6 +34,9 @@ pub struct AgentSettings<'a> {
     pub max_output_tokens: u32,
     /// Where offloaded tool results go (`<run_dir>/artifacts/tool_output`).
     pub offload_dir: PathBuf,
+    /// What the stage may still use under the run's ceilings, and the model's price to count cost.
+    pub usage_left: Option<crate::engine::budget::UsageLeft>,
+    pub price: Option<super::models::Price>,
 }
 
 /// What the loop produced.
@@ -78,6 +81,14 @@ pub async fn run(
             run.hit_turn_limit = true;
             transcript.event("agent.turn_limit", json!({"max_turns": settings.max_turns}));
             break;
+        }
+        if let Some(left) = &settings.usage_left {
+            let cost = settings.price.map_or(0.0, |price| price.cost(&run.usage));
+            let tokens = run.usage.input_tokens.saturating_add(run.usage.output_tokens);
+            if let Some(reason) = left.exhausted_by(tokens, cost).filter(|_| run.turns > 0) {
+                transcript.record("paused", json!({"turn": run.turns, "reason": reason}));
+                return Err(BackendError::Paused(reason));
+            }
         }
         run.turns += 1;
         let request = ChatRequest {

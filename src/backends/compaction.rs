@@ -94,7 +94,7 @@ pub async fn compact(
     };
     let response = provider.chat(&request).await.map_err(|error| NotCompacted::Failed {
         message: match error {
-            BackendError::Retryable(m) | BackendError::Terminal(m) => m,
+            BackendError::Retryable(m) | BackendError::Terminal(m) | BackendError::Paused(m) => m,
         },
         usage: Usage::default(),
     })?;

@@ -182,6 +182,8 @@ impl LiveBackend {
                     offload_dir: crate::context::artifacts::ArtifactStore::new(stage.run_dir, 0)
                         .root()
                         .join("tool_output"),
+                    usage_left: stage.usage_left,
+                    price: self.config.price(model),
                 };
                 let readable = vec![settings.offload_dir.clone()];
                 let _ = std::fs::create_dir_all(&settings.offload_dir);

@@ -62,6 +62,8 @@ pub struct StageEnv<'a> {
     pub backend: Option<&'a str>,
     /// Node `cli_agent`.
     pub cli_agent: Option<&'a str>,
+    /// What the stage may still use under the run's ceilings.
+    pub usage_left: Option<crate::engine::budget::UsageLeft>,
 }
 
 impl std::fmt::Debug for StageEnv<'_> {
@@ -117,6 +119,9 @@ pub enum BackendError {
     /// Bad request, authentication, malformed response: the stage fails.
     #[error("{0}")]
     Terminal(String),
+    /// A usage ceiling was reached mid-stage: the run pauses and the stage runs again on resume.
+    #[error("{0}")]
+    Paused(String),
 }
 
 #[async_trait::async_trait]

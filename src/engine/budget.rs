@@ -26,6 +26,19 @@ impl UsageLimits {
         }
     }
 
+    /// What is left under the ceilings after `stages`, for a stage that makes several model
+    /// calls; `None` without ceilings.
+    pub fn left(&self, stages: &[StageRecord]) -> Option<UsageLeft> {
+        if self.max_tokens.is_none() && self.max_cost.is_none() {
+            return None;
+        }
+        let totals = UsageTotals::of(stages).unwrap_or_default();
+        Some(UsageLeft {
+            tokens: self.max_tokens.map(|max| max.saturating_sub(totals.tokens())),
+            cost_usd: self.max_cost.map(|max| (max - totals.cost_usd.unwrap_or(0.0)).max(0.0)),
+        })
+    }
+
     /// Why the run must pause before the next model call, if a ceiling has been reached.
     pub fn reached(&self, stages: &[StageRecord]) -> Option<String> {
         let totals = UsageTotals::of(stages).unwrap_or_default();
@@ -41,6 +54,32 @@ impl UsageLimits {
             return Some(format!(
                 "cost ceiling reached: the run has cost an estimated ${cost:.4} and the limit is ${max:.4}; resume \
                  with a higher --max-cost"
+            ));
+        }
+        None
+    }
+}
+
+/// What a stage may still use before the run's ceilings are reached.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct UsageLeft {
+    pub tokens: Option<u64>,
+    pub cost_usd: Option<f64>,
+}
+
+impl UsageLeft {
+    /// Why a stage that has used `tokens` and `cost_usd` must stop before its next model call.
+    pub fn exhausted_by(&self, tokens: u64, cost_usd: f64) -> Option<String> {
+        if let Some(left) = self.tokens.filter(|left| tokens >= *left) {
+            return Some(format!(
+                "token ceiling reached during the stage ({tokens} tokens used, {left} were left); resume with a \
+                 higher --max-tokens"
+            ));
+        }
+        if let Some(left) = self.cost_usd.filter(|left| cost_usd >= *left) {
+            return Some(format!(
+                "cost ceiling reached during the stage (an estimated ${cost_usd:.4} used, ${left:.4} was left); \
+                 resume with a higher --max-cost"
             ));
         }
         None
@@ -76,5 +115,16 @@ mod tests {
         assert_eq!(limits.reached(&[stage(1, Some(0.2))]), None);
         assert!(limits.reached(&[stage(1, Some(0.2)), stage(1, Some(0.3))]).unwrap().contains("$0.5000"));
         assert_eq!(UsageLimits::default().reached(&[stage(1_000_000, Some(100.0))]), None);
+    }
+
+    #[test]
+    fn what_is_left_bounds_a_stage() {
+        let limits = UsageLimits { max_tokens: Some(100), max_cost: Some(1.0) };
+        let left = limits.left(&[stage(30, Some(0.5))]).unwrap();
+        assert_eq!(left, UsageLeft { tokens: Some(70), cost_usd: Some(0.5) });
+        assert_eq!(left.exhausted_by(69, 0.1), None);
+        assert!(left.exhausted_by(70, 0.1).unwrap().contains("70 tokens used, 70 were left"));
+        assert!(left.exhausted_by(1, 0.6).unwrap().contains("cost ceiling"));
+        assert_eq!(UsageLimits::default().left(&[]), None);
     }
 }

@@ -715,6 +715,10 @@ impl Run<'_> {
                 .current_thread
                 .as_deref()
                 .map(|key| (key, self.threads.get(key).map_or(&[][..], Vec::as_slice))),
+            // Hook: the ceilings' remainder bounds a stage that makes several model calls.
+            usage_left: super::budget::UsageLimits::resolve(self.options.limits, self.workflow)
+                .left(&self.state.stages)
+                .filter(|_| !self.options.dry_run),
         };
         match AssertUnwindSafe(handler.run(&stage)).catch_unwind().await {
             Ok(result) => result,

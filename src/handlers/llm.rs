@@ -69,6 +69,7 @@ impl Handler for LlmHandler {
                 context_window: node.attributes.integer("context_window").and_then(|n| u64::try_from(n).ok()),
                 backend: node.attributes.non_empty_text("backend"),
                 cli_agent: node.attributes.non_empty_text("cli_agent"),
+                usage_left: stage.usage_left,
             }),
         };
         let backend: &dyn Backend =
@@ -81,6 +82,7 @@ impl Handler for LlmHandler {
         let response = response.map_err(|err| match err {
             BackendError::Retryable(message) => HandlerError::Retryable(message),
             BackendError::Terminal(message) => HandlerError::Terminal(message),
+            BackendError::Paused(message) => HandlerError::Paused(message),
         })?;
         write_file(&stage.stage_dir.join("response.md"), &response.text).await?;
 

@@ -49,6 +49,8 @@ pub struct StageRun<'a> {
     pub preamble: Option<&'a str>,
     /// For LLM stages under `full`: the thread key and its earlier messages.
     pub thread: Option<(&'a str, &'a [crate::backends::Message])>,
+    /// What the stage may still use under `--max-tokens`/`--max-cost` (none without ceilings).
+    pub usage_left: Option<crate::engine::budget::UsageLeft>,
 }
 
 /// Shared services handlers call out to.
@@ -220,6 +222,7 @@ pub(crate) mod test_support {
                 dry_run: self.dry_run,
                 preamble: None,
                 thread: None,
+                usage_left: None,
             }
         }
     }
