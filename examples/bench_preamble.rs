@@ -34,6 +34,7 @@ fn stage(i: usize) -> StageSummary {
         stderr_tail: None,
         model: None,
         usage: None,
+        cost_usd: None,
         response_excerpt: None,
         files_touched: Vec::new(),
         human_choice: None,

@@ -106,6 +106,12 @@ pub struct Outcome {
     /// Tokens an LLM stage used.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<crate::backends::Usage>,
+    /// Estimated cost of an LLM stage in US dollars (when the model's price is known).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
+    /// Files an agent stage wrote or edited, relative to the work directory.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub files_touched: Vec<String>,
 }
 
 /// Reads a status in any accepted spelling (`failed`, `succeeded`, ...).
@@ -125,6 +131,8 @@ impl Outcome {
             failure_reason: None,
             model: None,
             usage: None,
+            cost_usd: None,
+            files_touched: Vec::new(),
         }
     }
 

@@ -198,15 +198,18 @@ fn fixed_result() -> RunResult {
         failure_reason: None,
         usage: None,
         branch: None,
+        cost_usd: None,
     };
     let mut test = stage("test", StageStatus::Fail, 2_345, "command");
     test.failure_reason = Some("command exited with code 101\nassert a < b & 'c'".to_string());
     let mut explain = stage("explain", StageStatus::Success, 61_500, "prompt");
     explain.usage = Some(Usage { input_tokens: 1200, output_tokens: 345 });
+    explain.cost_usd = Some(0.0123);
     let mut explain_again = explain.clone();
     explain_again.visit = 2;
     explain_again.duration_ms = 900;
     explain_again.usage = Some(Usage { input_tokens: 800, output_tokens: 55 });
+    explain_again.cost_usd = Some(0.0021);
     RunResult {
         run_id: "run-1".to_string(),
         status: RunStatus::Failed,
@@ -222,6 +225,7 @@ fn fixed_result() -> RunResult {
             explain_again,
         ],
         run_dir: ".fabro/runs/run-1".to_string(),
+        usage: None,
     }
 }
 
@@ -320,7 +324,7 @@ stage `report` failed: exit 1
 | `explain` | 1 | prompt | ✅ success | 1m 01s | 1200 / 345 |
 | `explain` | 2 | prompt | ✅ success | 0.9s | 800 / 55 |
 
-**Tokens:** 2000 in / 400 out · **Cost:** n/a (no provider pricing yet) · **Duration:** 1m 05s
+**Tokens:** 2000 in / 400 out · **Cost:** $0.0144 (estimated) · **Duration:** 1m 05s
 
 **Run directory:** `.fabro/runs/run-1`
 
@@ -347,7 +351,7 @@ fn step_summary_is_appended_to_github_step_summary() {
     // Inside the working directory, the run directory is shown relative to it, never absolute.
     assert!(text.contains("**Run directory:** `runs/r1`"), "{text}");
     assert!(!text.contains(sandbox.path().to_str().unwrap()), "{text}");
-    assert!(text.contains("n/a (no provider pricing yet)"));
+    assert!(text.contains("n/a (no priced model)"));
 
     // A second run appends again.
     let args = ["run", "workflow.dot", "--simulate", "--run-dir", "runs/r2"];
@@ -499,8 +503,10 @@ fn a_run_that_fails_without_a_failed_stage_is_a_junit_failure() {
             failure_reason: None,
             usage: None,
             branch: None,
+            cost_usd: None,
         }],
         run_dir: "run".into(),
+        usage: None,
     };
     let xml = fabro::report::junit::render(&result, Path::new("/nonexistent"), "gated");
     let doc = roxmltree::Document::parse(&xml).expect("valid XML");

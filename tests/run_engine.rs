@@ -1121,7 +1121,11 @@ mod library {
                 request.provider.unwrap_or("-"),
                 request.reasoning_effort.unwrap_or("-")
             ));
-            Ok(LlmResponse { text: "ok".into(), model: request.model.map(str::to_string), usage: None })
+            Ok(LlmResponse {
+                text: "ok".into(),
+                model: request.model.map(str::to_string),
+                ..LlmResponse::default()
+            })
         }
     }
 
@@ -1614,7 +1618,7 @@ fn invalid_workflow_exits_2_without_a_run_dir() {
     assert!(!ran.dir.path().join(".fabro").exists());
 }
 
-/// LLM stages need `--simulate` or `--responses` (no real provider yet): exit 2, nothing created.
+/// LLM stages need a provider, `--simulate` or `--responses`: exit 2, nothing created.
 #[test]
 fn llm_stages_without_a_backend_exit_2_naming_simulate() {
     let ran = Test::new().workflow(LINEAR).args(["run", "workflow.dot"]).status(2).run();
@@ -1723,7 +1727,16 @@ fn json_prints_only_result_json_on_stdout() {
     sorted.sort();
     assert_eq!(
         sorted,
-        ["completed_nodes", "duration_ms", "failure_reason", "run_dir", "run_id", "stages", "status"]
+        [
+            "completed_nodes",
+            "duration_ms",
+            "failure_reason",
+            "run_dir",
+            "run_id",
+            "stages",
+            "status",
+            "usage"
+        ]
     );
     // Progress lines are off; the summary still goes to stderr.
     assert!(!ran.stderr().contains("▶"), "{}", ran.stderr());

@@ -1,11 +1,28 @@
-//! LLM backends: what agent and prompt stages call. This issue ships the `simulated` backend
-//! (deterministic placeholder text) and the `scripted` one (responses from a file); real
-//! providers come later behind the same trait.
+//! LLM backends: what agent and prompt stages call. `simulated` (placeholder text) and
+//! `scripted` (responses from a file) answer without a model; `live` talks to real providers
+//! (Anthropic, OpenAI, OpenAI-compatible servers) and runs agent stages as a tool-using loop, or
+//! runs an installed CLI agent for `backend="cli"` stages.
 
+pub mod agent_loop;
+pub mod anthropic;
+pub mod chat;
+pub mod cli_agent;
+pub mod compaction;
+pub mod config;
+pub mod http;
+pub mod live;
+pub mod models;
+pub mod openai;
+pub mod redaction;
 pub mod scripted;
 pub mod simulated;
+pub mod tools;
+pub mod transcript;
 
+use std::path::Path;
 use std::time::Duration;
+
+use crate::engine::events::EventLog;
 
 /// One model call.
 #[derive(Debug, Clone)]
@@ -25,6 +42,41 @@ pub struct LlmRequest<'a> {
     pub thread: Option<&'a str>,
     /// ...and its earlier messages, oldest first (empty for a new thread or other fidelities).
     pub history: &'a [Message],
+    /// Where the stage runs, for backends that do real work (agent tools, transcripts, events).
+    pub stage: Option<StageEnv<'a>>,
+}
+
+/// The stage an [`LlmRequest`] belongs to: its directories, event log and agent settings.
+#[derive(Clone, Copy)]
+pub struct StageEnv<'a> {
+    pub work_dir: &'a Path,
+    /// `stages/<node>/<visit>/`: `transcript.jsonl` goes here.
+    pub stage_dir: &'a Path,
+    pub run_dir: &'a Path,
+    pub events: &'a EventLog,
+    /// Node `max_turns`.
+    pub max_turns: Option<u32>,
+    /// Node `context_window` (tokens), overriding the known-model table.
+    pub context_window: Option<u64>,
+    /// Node `backend` (`cli` runs an installed coding agent).
+    pub backend: Option<&'a str>,
+    /// Node `cli_agent`.
+    pub cli_agent: Option<&'a str>,
+    /// What the stage may still use under the run's ceilings.
+    pub usage_left: Option<crate::engine::budget::UsageLeft>,
+}
+
+impl std::fmt::Debug for StageEnv<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StageEnv")
+            .field("work_dir", &self.work_dir)
+            .field("stage_dir", &self.stage_dir)
+            .field("max_turns", &self.max_turns)
+            .field("context_window", &self.context_window)
+            .field("backend", &self.backend)
+            .field("cli_agent", &self.cli_agent)
+            .finish_non_exhaustive()
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -47,12 +99,16 @@ pub struct Usage {
     pub output_tokens: u64,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct LlmResponse {
     pub text: String,
     /// The model that answered, when the backend knows it.
     pub model: Option<String>,
     pub usage: Option<Usage>,
+    /// Estimated cost in US dollars, when the model's price is known.
+    pub cost_usd: Option<f64>,
+    /// Files the stage wrote or edited (relative to the work directory).
+    pub files_touched: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -63,6 +119,9 @@ pub enum BackendError {
     /// Bad request, authentication, malformed response: the stage fails.
     #[error("{0}")]
     Terminal(String),
+    /// A usage ceiling was reached mid-stage: the run pauses and the stage runs again on resume.
+    #[error("{0}")]
+    Paused(String),
 }
 
 #[async_trait::async_trait]

@@ -148,7 +148,12 @@ impl Backend for ScriptedBackend {
             input_tokens: request.prompt.len().div_ceil(4) as u64,
             output_tokens: text.len().div_ceil(4) as u64,
         };
-        Ok(LlmResponse { text: text.to_string(), model: Some("scripted".to_string()), usage: Some(usage) })
+        Ok(LlmResponse {
+            text: text.to_string(),
+            model: Some("scripted".to_string()),
+            usage: Some(usage),
+            ..LlmResponse::default()
+        })
     }
 }
 
@@ -168,6 +173,7 @@ mod tests {
             timeout: None,
             thread: None,
             history: &[],
+            stage: None,
         }
     }
 

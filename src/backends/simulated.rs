@@ -33,6 +33,11 @@ impl Backend for SimulatedBackend {
             input_tokens: request.prompt.len().div_ceil(4) as u64,
             output_tokens: text.len().div_ceil(4) as u64,
         };
-        Ok(LlmResponse { text, model: Some("simulated".to_string()), usage: Some(usage) })
+        Ok(LlmResponse {
+            text,
+            model: Some("simulated".to_string()),
+            usage: Some(usage),
+            ..LlmResponse::default()
+        })
     }
 }

@@ -98,6 +98,7 @@ async fn resume_async(args: ResumeArgs) -> u8 {
         dry_run: args.launch.dry_run,
         context: Vec::new(),
         checkpoint_sync: args.launch.checkpoint_sync.durability(),
+        limits: args.launch.limits(),
         // The run's manifest says whether it has a worktree.
         worktree: false,
         keep_worktrees: args.launch.keep_worktrees,

@@ -4,6 +4,8 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use fabro::backends::config::{ConfigError, LlmConfig};
+use fabro::backends::live::LiveBackend;
 use fabro::backends::scripted::ScriptedBackend;
 use fabro::backends::simulated::SimulatedBackend;
 use fabro::backends::Backend;
@@ -89,12 +91,32 @@ pub struct LaunchArgs {
     /// once their parallel stage ends; the branches fabro/<run id>/<branch> are always kept).
     #[arg(long)]
     pub keep_worktrees: bool,
+    /// Use this model for every LLM stage (the provider follows from its name unless --provider).
+    #[arg(long, value_name = "MODEL")]
+    pub model: Option<String>,
+    /// Use this provider for every LLM stage: anthropic, openai, gemini, openai_compatible or one
+    /// from the config file.
+    #[arg(long, value_name = "NAME")]
+    pub provider: Option<String>,
+    /// Pause the run before the next LLM stage once this many tokens (in + out) have been used.
+    #[arg(long, value_name = "N")]
+    pub max_tokens: Option<u64>,
+    /// Pause the run before the next LLM stage once the estimated cost reaches this many US dollars.
+    #[arg(long, value_name = "USD")]
+    pub max_cost: Option<f64>,
     /// Print result.json on stdout and nothing else.
     #[arg(long)]
     pub json: bool,
     /// No progress lines, only the summary.
     #[arg(short, long)]
     pub quiet: bool,
+}
+
+impl LaunchArgs {
+    /// `--max-tokens` and `--max-cost`.
+    pub fn limits(&self) -> fabro::engine::budget::UsageLimits {
+        fabro::engine::budget::UsageLimits { max_tokens: self.max_tokens, max_cost: self.max_cost }
+    }
 }
 
 pub fn run(args: RunArgs) -> u8 {
@@ -143,6 +165,7 @@ async fn run_async(args: RunArgs) -> u8 {
         dry_run: args.launch.dry_run,
         context,
         checkpoint_sync: args.launch.checkpoint_sync.durability(),
+        limits: args.launch.limits(),
         worktree: args.worktree,
         keep_worktrees: args.launch.keep_worktrees,
         parent: None,
@@ -187,6 +210,9 @@ pub fn engine_for(launch: &LaunchArgs, workflow: &Workflow) -> Result<Engine, St
             node.handler_type()
         ));
     }
+    if let Some(cost) = launch.max_cost.filter(|cost| !cost.is_finite() || *cost < 0.0) {
+        return Err(format!("--max-cost {cost} is not a cost in US dollars (0 or more)"));
+    }
     let backend = choose_backend(launch, workflow)?;
     let interviewer = choose_interviewer(launch)?;
     Ok(Engine::new(handlers, Services { backend, interviewer }))
@@ -220,7 +246,14 @@ pub fn conclude(
     }
     if let Some(reason) = &report.pause_reason {
         eprintln!("paused: {reason}");
-        eprintln!("resume with: fabro resume {} --answers FILE (or --auto-approve)", result.run_dir);
+        if reason.contains("ceiling reached") {
+            eprintln!(
+                "resume with: fabro resume {} --max-tokens N / --max-cost USD (a higher limit)",
+                result.run_dir
+            );
+        } else {
+            eprintln!("resume with: fabro resume {} --answers FILE (or --auto-approve)", result.run_dir);
+        }
     }
     match result.status {
         RunStatus::Succeeded => exit::SUCCESS,
@@ -270,7 +303,8 @@ fn write_reports(result: &RunResult, launch: &LaunchArgs, workflow_name: &str) {
     }
 }
 
-/// Simulated for `--simulate`/`--dry-run`, scripted for `--responses`; no real providers yet.
+/// Simulated for `--simulate`/`--dry-run`, scripted for `--responses`, otherwise the real
+/// providers configured in the environment and config file; every LLM stage must have one.
 fn choose_backend(args: &LaunchArgs, workflow: &Workflow) -> Result<Arc<dyn Backend>, String> {
     if let Some(path) = &args.responses {
         return ScriptedBackend::from_file(path)
@@ -281,10 +315,22 @@ fn choose_backend(args: &LaunchArgs, workflow: &Workflow) -> Result<Arc<dyn Back
     if args.simulate || args.dry_run || !needs_llm {
         return Ok(Arc::new(SimulatedBackend));
     }
-    Err("this workflow has LLM stages but no LLM provider is configured. Run with --simulate (placeholder \
-         responses) or --responses FILE (scripted responses); real providers (ANTHROPIC_API_KEY, \
-         OPENAI_API_KEY, OPENAI_BASE_URL, FABRO_LLM_BASE_URL) are not supported by this version yet"
-        .to_string())
+    let mut config = LlmConfig::from_env().map_err(|e| e.to_string())?;
+    config.model_override = args.model.clone().filter(|m| !m.trim().is_empty());
+    config.provider_override = args.provider.clone().filter(|p| !p.trim().is_empty());
+    let no_provider = config.providers.is_empty();
+    let backend = LiveBackend::new(config).map_err(|e| e.to_string())?;
+    if let Err(error) = backend.check(workflow) {
+        if no_provider && matches!(error, ConfigError::NoProvider(_)) {
+            return Err("this workflow has LLM stages but no LLM provider is configured. Run with --simulate \
+                        (placeholder responses) or --responses FILE (scripted responses), or configure a provider: \
+                        ANTHROPIC_API_KEY, OPENAI_API_KEY, GEMINI_API_KEY, or FABRO_LLM_BASE_URL for a local \
+                        OpenAI-compatible server (see the README)"
+                .to_string());
+        }
+        return Err(format!("{error}; the run did not start"));
+    }
+    Ok(Arc::new(backend))
 }
 
 /// Answers file first, then auto-approve, then the terminal; without any, gates pause the run.
@@ -460,6 +506,10 @@ fn summary(result: &RunResult) -> String {
         seconds(result.duration_ms),
         result.run_dir
     ));
+    if let Some(usage) = &result.usage {
+        let cost = usage.cost_usd.map_or_else(String::new, |cost| format!(" · estimated cost ${cost:.4}"));
+        out.push_str(&format!("tokens: {} in / {} out{cost}\n", usage.input_tokens, usage.output_tokens));
+    }
     if let Some(reason) = &result.failure_reason {
         out.push_str(&format!("reason: {reason}\n"));
     }

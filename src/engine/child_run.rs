@@ -88,6 +88,7 @@ impl<'a> ChildLauncher<'a> {
             worktree: false,
             checkpoint_sync: self.options.checkpoint_sync,
             keep_worktrees: self.options.keep_worktrees,
+            limits: self.options.limits,
             parent: Some(link),
         };
         match slot {

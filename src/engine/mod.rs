@@ -1,6 +1,7 @@
 //! The scheduler and its rules: edge selection, retries, goal gates, visits; the event log; and
 //! child runs for manager stages.
 
+pub mod budget;
 pub mod child_run;
 pub mod edge_selection;
 pub mod events;

@@ -44,6 +44,8 @@ pub struct RunOptions {
     pub keep_worktrees: bool,
     /// Set when this run is the child of a manager stage (see [`super::child_run`]).
     pub parent: Option<super::child_run::ParentLink>,
+    /// `--max-tokens`/`--max-cost`; the graph's `max_tokens`/`max_cost` apply when unset.
+    pub limits: super::budget::UsageLimits,
 }
 
 /// Why a run could not start.
@@ -396,6 +398,7 @@ impl Run<'_> {
             duration_ms: self.started.elapsed().as_millis() as u64,
             stages: self.main.state.stages.clone(),
             run_dir: scope.run_dir.root().display().to_string(),
+            usage: crate::run_dir::UsageTotals::of(&self.main.state.stages),
         };
         if let Err(error) = scope.run_dir.write_json("result.json", &result) {
             tracing::warn!(%error, "result.json not written");

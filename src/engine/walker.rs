@@ -153,6 +153,15 @@ impl<'e> Walker<'e> {
         if let Some(reason) = self.visit_limit_exceeded(node, visit) {
             return Step::Finish(RunStatus::Failed, Some(reason));
         }
+        // Usage ceilings pause the run before an LLM stage.
+        if let Some(reason) = self.usage_ceiling_reached(node) {
+            self.uncount_visit(&node.id);
+            self.save_checkpoint(RunStatus::Paused, &node.id, Some(&node.id));
+            if self.is_main() {
+                scope.events.stage_event("run.paused", &node.id, visit, json!({"reason": reason}));
+            }
+            return Step::Finish(RunStatus::Paused, Some(reason));
+        }
         let files_clock = Instant::now();
         let stage_dir = scope.run_dir.stage_dir(&node.id, visit);
         scope.timings().stage_files += files_clock.elapsed();
@@ -332,6 +341,15 @@ impl<'e> Walker<'e> {
         }
     }
 
+    /// Why an LLM stage may not start: the run's usage has reached `--max-tokens`/`--max-cost`.
+    fn usage_ceiling_reached(&self, node: &Node) -> Option<String> {
+        let scope = &self.scope;
+        if !node.handler_type().is_llm() || scope.options.dry_run {
+            return None;
+        }
+        super::budget::UsageLimits::resolve(scope.options.limits, scope.workflow).reached(&self.state.stages)
+    }
+
     /// `max_visits` on the node, graph `max_node_visits`, and the dry-run cap.
     fn visit_limit_exceeded(&self, node: &Node, visit: u32) -> Option<String> {
         let visit = i64::from(visit);
@@ -447,6 +465,10 @@ impl<'e> Walker<'e> {
                 .as_deref()
                 .map(|key| (key, self.threads.get(key).map_or(&[][..], Vec::as_slice))),
             children: super::child_run::ChildLauncher::new(scope.engine, scope.options),
+            // The ceilings' remainder bounds a stage that makes several model calls.
+            usage_left: super::budget::UsageLimits::resolve(scope.options.limits, scope.workflow)
+                .left(&self.state.stages)
+                .filter(|_| !scope.options.dry_run),
         };
         match AssertUnwindSafe(handler.run(&stage)).catch_unwind().await {
             Ok(result) => result,
@@ -525,6 +547,7 @@ impl<'e> Walker<'e> {
             handler: node.handler_type().name().to_string(),
             failure_reason: outcome.failure_reason.clone(),
             usage: outcome.usage,
+            cost_usd: outcome.cost_usd,
             branch: branch.clone(),
         });
         if let Some(record) = self.state.stages.last() {

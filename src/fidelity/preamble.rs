@@ -72,6 +72,8 @@ pub struct StageSummary {
     /// LLM stages: the model, tokens and the first ~500 characters of the response.
     pub model: Option<String>,
     pub usage: Option<Usage>,
+    /// Estimated cost in US dollars, when the model's price is known.
+    pub cost_usd: Option<f64>,
     pub response_excerpt: Option<String>,
     pub files_touched: Vec<String>,
     /// Human gates: the label of the chosen edge (or the freeform text).
@@ -94,6 +96,7 @@ impl StageSummary {
             stderr_tail: None,
             model: None,
             usage: record.usage,
+            cost_usd: record.cost_usd,
             response_excerpt: None,
             files_touched: Vec::new(),
             human_choice: None,
@@ -115,6 +118,9 @@ impl StageSummary {
         summary.model = text(&status["model"]);
         if summary.usage.is_none() {
             summary.usage = serde_json::from_value(status["usage"].clone()).ok();
+        }
+        if summary.cost_usd.is_none() {
+            summary.cost_usd = status["cost_usd"].as_f64();
         }
         if summary.handler.is_empty() {
             summary.handler = text(&status["handler"]).unwrap_or_default();
@@ -368,15 +374,16 @@ fn push_stage_line(out: &mut String, stage: &StageSummary, reason_chars: usize) 
 
 /// `Model: m, 12.4k tokens in / 3.2k out` and `Files: a, b`.
 fn push_llm_lines(out: &mut String, stage: &StageSummary, bullet: &str) {
+    let cost = stage.cost_usd.map_or_else(String::new, |cost| format!(", ~${cost:.4}"));
     match (&stage.model, &stage.usage) {
         (Some(model), Some(usage)) => {
-            let _ = writeln!(out, "{bullet}Model: {}, {}", clip_line(model, 100), fmt_usage(usage));
+            let _ = writeln!(out, "{bullet}Model: {}, {}{cost}", clip_line(model, 100), fmt_usage(usage));
         }
         (Some(model), None) => {
             let _ = writeln!(out, "{bullet}Model: {}", clip_line(model, 100));
         }
         (None, Some(usage)) => {
-            let _ = writeln!(out, "{bullet}Tokens: {}", fmt_usage(usage));
+            let _ = writeln!(out, "{bullet}Tokens: {}{cost}", fmt_usage(usage));
         }
         (None, None) => {}
     }
@@ -741,6 +748,7 @@ mod tests {
             stderr_tail: None,
             model: None,
             usage: None,
+            cost_usd: None,
             response_excerpt: None,
             files_touched: Vec::new(),
             human_choice: None,
@@ -1106,6 +1114,7 @@ then test it.
             failure_reason: Some("exited with code 1".into()),
             usage: None,
             branch: None,
+            cost_usd: None,
         }
     }
 

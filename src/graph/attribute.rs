@@ -124,6 +124,18 @@ pub static ATTRIBUTES: &[AttributeSpec] = &[
         GRAPH,
         "Context values larger than this many bytes of JSON go to the artifact store (default 102400)."
     ),
+    spec!(
+        "max_tokens",
+        ValueType::Count,
+        GRAPH,
+        "Pause before the next LLM stage once the run has used this many tokens (in + out)."
+    ),
+    spec!(
+        "max_cost",
+        ValueType::Float,
+        GRAPH,
+        "Pause before the next LLM stage once the run's estimated cost reaches this many US dollars."
+    ),
     // Shared
     spec!(
         "label",
@@ -251,7 +263,13 @@ pub static ATTRIBUTES: &[AttributeSpec] = &[
         NODE,
         "Coding agent run by the cli backend: claude, codex, gemini or a command."
     ),
-    spec!("max_turns", ValueType::Count, NODE, "Most tool-calling turns of an agent stage."),
+    spec!("max_turns", ValueType::Count, NODE, "Most tool-calling turns of an agent stage (default 50)."),
+    spec!(
+        "context_window",
+        ValueType::Count,
+        NODE,
+        "Context window in tokens for compaction; overrides the known-model table."
+    ),
     // Edge
     spec!("condition", ValueType::Text, EDGE, "Guard expression; the edge is eligible only when it is true."),
     spec!("weight", ValueType::Integer, EDGE, "Priority among eligible edges; higher wins (default 0)."),

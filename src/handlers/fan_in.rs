@@ -13,7 +13,7 @@ use serde_json::{Map, Value};
 
 use super::{Handler, HandlerError, StageRun};
 use crate::backends::simulated::SimulatedBackend;
-use crate::backends::{Backend, BackendError, LlmRequest};
+use crate::backends::{Backend, BackendError, LlmRequest, LlmResponse, StageEnv};
 use crate::context::artifacts::ArtifactStore;
 use crate::engine::parallel::BranchResult;
 use crate::outcome::{Outcome, StageStatus};
@@ -42,7 +42,12 @@ impl Handler for FanInHandler {
             None => (ranked[0], None),
         };
         let mut outcome = consolidate(&results, best);
-        if let Some(answer) = answer {
+        if let Some(response) = answer {
+            // What the model's choice cost counts like any LLM stage's.
+            outcome.usage = response.usage;
+            outcome.model = response.model.clone();
+            outcome.cost_usd = response.cost_usd;
+            let answer = response.text;
             outcome = outcome
                 .with_update(
                     "last_response",
@@ -169,7 +174,7 @@ async fn ask_model<'r>(
     stage: &StageRun<'_>,
     template: &str,
     ranked: &[&'r BranchResult],
-) -> Result<(&'r BranchResult, String), HandlerError> {
+) -> Result<(&'r BranchResult, LlmResponse), HandlerError> {
     let ids: Vec<&str> = ranked.iter().map(|r| r.branch_id.as_str()).collect();
     let mut prompt = super::llm::expand_prompt(template, stage.context);
     prompt.push_str("\n\n## Branches\n\nRanked by status and score, best first.\n");
@@ -190,6 +195,17 @@ async fn ask_model<'r>(
         timeout: node.attributes.duration("timeout"),
         thread: None,
         history: &[],
+        stage: Some(StageEnv {
+            work_dir: stage.work_dir,
+            stage_dir: stage.stage_dir,
+            run_dir: stage.run_dir,
+            events: stage.events,
+            max_turns: None,
+            context_window: node.attributes.integer("context_window").and_then(|n| u64::try_from(n).ok()),
+            backend: node.attributes.non_empty_text("backend"),
+            cli_agent: node.attributes.non_empty_text("cli_agent"),
+            usage_left: stage.usage_left,
+        }),
     };
     let backend: &dyn Backend =
         if stage.dry_run { &SimulatedBackend } else { stage.services.backend.as_ref() };
@@ -201,11 +217,12 @@ async fn ask_model<'r>(
     let response = response.map_err(|error| match error {
         BackendError::Retryable(message) => HandlerError::Retryable(message),
         BackendError::Terminal(message) => HandlerError::Terminal(message),
+        BackendError::Paused(message) => HandlerError::Paused(message),
     })?;
     write(stage, "response.md", &response.text).await?;
     let chosen = crate::backends::chosen(&response.text);
     match chosen.and_then(|id| ranked.iter().find(|r| r.branch_id == id)) {
-        Some(best) => Ok((best, response.text)),
+        Some(best) => Ok((best, response)),
         None => Err(HandlerError::Retryable(format!(
             "the model's answer does not name a branch: it must end with a line `best: <id>` where <id> is exactly one of {}{}",
             ids.join(", "),

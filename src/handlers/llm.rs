@@ -14,7 +14,7 @@ use serde_json::{Map, Value};
 
 use super::{Handler, HandlerError, StageRun};
 use crate::backends::simulated::SimulatedBackend;
-use crate::backends::{Backend, BackendError, LlmRequest, LlmResponse};
+use crate::backends::{Backend, BackendError, LlmRequest, LlmResponse, StageEnv};
 use crate::context::Context;
 use crate::graph::HandlerType;
 use crate::outcome::{Outcome, StageStatus};
@@ -60,6 +60,17 @@ impl Handler for LlmHandler {
             timeout: node.attributes.duration("timeout"),
             thread,
             history,
+            stage: Some(StageEnv {
+                work_dir: stage.work_dir,
+                stage_dir: stage.stage_dir,
+                run_dir: stage.run_dir,
+                events: stage.events,
+                max_turns: node.attributes.integer("max_turns").and_then(|n| u32::try_from(n).ok()),
+                context_window: node.attributes.integer("context_window").and_then(|n| u64::try_from(n).ok()),
+                backend: node.attributes.non_empty_text("backend"),
+                cli_agent: node.attributes.non_empty_text("cli_agent"),
+                usage_left: stage.usage_left,
+            }),
         };
         let backend: &dyn Backend =
             if stage.dry_run { &SimulatedBackend } else { stage.services.backend.as_ref() };
@@ -71,6 +82,7 @@ impl Handler for LlmHandler {
         let response = response.map_err(|err| match err {
             BackendError::Retryable(message) => HandlerError::Retryable(message),
             BackendError::Terminal(message) => HandlerError::Terminal(message),
+            BackendError::Paused(message) => HandlerError::Paused(message),
         })?;
         write_file(&stage.stage_dir.join("response.md"), &response.text).await?;
 
@@ -97,12 +109,21 @@ fn outcome_for(node_id: &str, backend_name: &str, response: &LlmResponse) -> Out
             format_tokens(usage.output_tokens)
         ));
     }
+    if let Some(cost) = response.cost_usd {
+        notes.push_str(&format!(" · ${cost:.4}"));
+    }
     let base = |outcome: Outcome| {
-        Outcome { usage: response.usage, model: response.model.clone(), ..outcome }
-            .with_notes(notes.clone())
-            .with_update("last_stage", node_id)
-            .with_update("last_response", text.chars().take(LAST_RESPONSE_CHARS).collect::<String>())
-            .with_update(format!("response.{node_id}"), text.as_str())
+        Outcome {
+            usage: response.usage,
+            model: response.model.clone(),
+            cost_usd: response.cost_usd,
+            files_touched: response.files_touched.clone(),
+            ..outcome
+        }
+        .with_notes(notes.clone())
+        .with_update("last_stage", node_id)
+        .with_update("last_response", text.chars().take(LAST_RESPONSE_CHARS).collect::<String>())
+        .with_update(format!("response.{node_id}"), text.as_str())
     };
     let Some(directive) = find_directive(text) else { return base(Outcome::success()) };
     match apply_directive(base(Outcome::success()), &directive) {
@@ -377,7 +398,7 @@ mod tests {
                 ));
             }
             let text = self.result.clone()?;
-            Ok(LlmResponse { text, model: None, usage: None })
+            Ok(LlmResponse { text, ..LlmResponse::default() })
         }
     }
 

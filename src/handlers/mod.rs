@@ -53,6 +53,8 @@ pub struct StageRun<'a> {
     pub thread: Option<(&'a str, &'a [crate::backends::Message])>,
     /// Runs child workflows through the engine running this stage (manager stages).
     pub children: crate::engine::child_run::ChildLauncher<'a>,
+    /// What the stage may still use under `--max-tokens`/`--max-cost` (none without ceilings).
+    pub usage_left: Option<crate::engine::budget::UsageLeft>,
 }
 
 /// Shared services handlers call out to.
@@ -241,6 +243,7 @@ pub(crate) mod test_support {
                 preamble: None,
                 thread: None,
                 children: crate::engine::child_run::ChildLauncher::new(&self.engine, &self.options),
+                usage_left: None,
             }
         }
     }

@@ -120,6 +120,45 @@ pub struct StageRecord {
     /// The parallel branch the stage ran in, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub branch: Option<String>,
+    /// Estimated cost of an LLM stage in US dollars, when its model's price is known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
+}
+
+/// Tokens and estimated cost of a run's LLM stages, summed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct UsageTotals {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    /// Summed over the stages whose cost is known; `None` when none is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
+}
+
+impl UsageTotals {
+    /// The totals of `stages`, or `None` when no stage used a model.
+    pub fn of(stages: &[StageRecord]) -> Option<UsageTotals> {
+        let mut totals: Option<UsageTotals> = None;
+        for stage in stages {
+            if stage.usage.is_none() && stage.cost_usd.is_none() {
+                continue;
+            }
+            let total = totals.get_or_insert_with(UsageTotals::default);
+            if let Some(usage) = &stage.usage {
+                total.input_tokens = total.input_tokens.saturating_add(usage.input_tokens);
+                total.output_tokens = total.output_tokens.saturating_add(usage.output_tokens);
+            }
+            if let Some(cost) = stage.cost_usd {
+                total.cost_usd = Some(total.cost_usd.unwrap_or(0.0) + cost);
+            }
+        }
+        totals
+    }
+
+    /// Tokens in and out.
+    pub fn tokens(&self) -> u64 {
+        self.input_tokens.saturating_add(self.output_tokens)
+    }
 }
 
 /// `result.json`: how the run ended.
@@ -132,6 +171,9 @@ pub struct RunResult {
     pub duration_ms: u64,
     pub stages: Vec<StageRecord>,
     pub run_dir: String,
+    /// Tokens and estimated cost of all LLM stages.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<UsageTotals>,
 }
 
 /// `stages/<node>/<visit>/status.json`: the stage's outcome plus how it ran.

@@ -156,6 +156,7 @@ fn stages_from_status_files(root: &Path, checkpoint: &Checkpoint) -> Vec<StageRe
                 failure_reason: status.outcome.failure_reason,
                 usage: status.outcome.usage,
                 branch: status.branch,
+                cost_usd: status.outcome.cost_usd,
             };
             found.push((status.started_at, record));
         }

@@ -224,6 +224,7 @@ mod tests {
             failure_reason: None,
             usage: tokens.map(|(input_tokens, output_tokens)| Usage { input_tokens, output_tokens }),
             branch: None,
+            cost_usd: None,
         }
     }
 
@@ -272,6 +273,7 @@ mod tests {
                 record("fix", 2, StageStatus::Fail, 20, Some((7, 3))),
             ],
             run_dir: "x".into(),
+            usage: None,
         };
         write_json_file(&temp.path().join("result.json"), &result).unwrap();
         let checkpoint = Checkpoint {

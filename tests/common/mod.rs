@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod llm_server;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -11,6 +13,23 @@ use std::time::{Duration, Instant};
 pub fn fabro_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_fabro"))
 }
+
+/// Environment variables that configure LLM providers.
+pub const PROVIDER_ENV: &[&str] = &[
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_BASE_URL",
+    "OPENAI_API_KEY",
+    "OPENAI_BASE_URL",
+    "GEMINI_API_KEY",
+    "GOOGLE_API_KEY",
+    "FABRO_LLM_BASE_URL",
+    "FABRO_LLM_API_KEY",
+    "FABRO_LLM_MODEL",
+    "FABRO_LLM_PROVIDER",
+    "FABRO_LLM_REQUEST_TIMEOUT",
+    "FABRO_LLM_MAX_RETRIES",
+    "FABRO_CONFIG",
+];
 
 /// `fabro ARGS` in `dir`, isolated from the environment of whoever runs the tests: no `CI`,
 /// `GITHUB_STEP_SUMMARY` or `FABRO_LOG`, and no terminal on stdin.
@@ -23,6 +42,11 @@ pub fn fabro_command(dir: &Path, args: &[&str]) -> Command {
         .env_remove("GITHUB_STEP_SUMMARY")
         .env_remove("FABRO_LOG")
         .stdin(Stdio::null());
+    // Never a real provider from the developer's environment or config file.
+    for name in PROVIDER_ENV {
+        command.env_remove(name);
+    }
+    command.env("XDG_CONFIG_HOME", dir.join(".no-fabro-config"));
     command
 }
 
@@ -52,6 +76,7 @@ pub struct Test {
     stdout_contains: Vec<String>,
     stderr_contains: Vec<String>,
     stdout_lacks: Vec<String>,
+    env: Vec<(String, String)>,
 }
 
 pub struct Ran {
@@ -83,7 +108,14 @@ impl Test {
             stdout_contains: Vec::new(),
             stderr_contains: Vec::new(),
             stdout_lacks: Vec::new(),
+            env: Vec::new(),
         }
+    }
+
+    /// Sets an environment variable for the run.
+    pub fn env(mut self, key: &str, value: &str) -> Self {
+        self.env.push((key.to_string(), value.to_string()));
+        self
     }
 
     /// Writes `workflow.dot` (or another file) into the test's temporary directory.
@@ -137,7 +169,9 @@ impl Test {
     /// Runs `fabro ARGS` in the test directory and checks every expectation.
     pub fn run(self) -> Ran {
         let args: Vec<&str> = self.args.iter().map(String::as_str).collect();
-        let output = fabro_in(self.dir.path(), &args);
+        let mut command = fabro_command(self.dir.path(), &args);
+        command.envs(self.env.iter().map(|(k, v)| (k, v)));
+        let output = command.output().expect("run fabro");
         let ran = Ran { dir: self.dir, output };
         let context = || {
             format!(

@@ -1,0 +1,304 @@
+//! The agent loop of an agent (`box`) stage: send the conversation, run the tool calls the model
+//! asks for in the work directory, send the results back, until the model answers without tool
+//! calls or `max_turns` is reached.
+//!
+//! Along the way it offloads huge tool results to the artifact store, compacts the history when
+//! it nears the context window, watches for the same call repeated, and records every step in
+//! the stage's transcript.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::json;
+
+use super::chat::{ChatMessage, ChatProvider, ChatRequest, ToolResult};
+use super::compaction::{self, NotCompacted};
+use super::tools::{self, Toolbox};
+use super::transcript::Transcript;
+use super::{BackendError, Usage};
+
+/// Tool results longer than this many characters go to the artifact store.
+pub const OFFLOAD_CHARS: usize = 40_000;
+/// The same call this many times in a row is reported once as `agent.watchdog`.
+pub const WATCHDOG_REPEATS: u32 = 5;
+/// Turns of an agent stage without `max_turns`.
+pub const DEFAULT_MAX_TURNS: u32 = 50;
+
+/// How one agent stage runs.
+pub struct AgentSettings<'a> {
+    pub model: &'a str,
+    pub reasoning_effort: Option<&'a str>,
+    pub max_turns: u32,
+    pub context_window: u64,
+    pub request_timeout: Duration,
+    pub max_output_tokens: u32,
+    /// Where offloaded tool results go (`<run_dir>/artifacts/tool_output`).
+    pub offload_dir: PathBuf,
+    /// What the stage may still use under the run's ceilings, and the model's price to count cost.
+    pub usage_left: Option<crate::engine::budget::UsageLeft>,
+    pub price: Option<super::models::Price>,
+}
+
+/// What the loop produced.
+#[derive(Debug, Clone, Default)]
+pub struct AgentRun {
+    pub text: String,
+    pub usage: Usage,
+    pub model: Option<String>,
+    /// Files written or edited, relative to the work directory.
+    pub files_changed: Vec<String>,
+    pub turns: u32,
+    /// True when `max_turns` ended the loop while the model still wanted tools.
+    pub hit_turn_limit: bool,
+}
+
+/// The system prompt of agent stages.
+pub fn system_prompt(work_dir: &Path) -> String {
+    format!(
+        "You are a coding agent running one stage of a fabro workflow. You work in the directory {} with the \
+         tools read_file, write_file, edit_file, list_dir, glob, grep and shell; paths are relative to it and \
+         tools cannot leave it. Read before you edit, make the changes the task asks for, check them (for \
+         example by running the tests with shell), then answer with a short summary of what you did and stop \
+         calling tools. If the task asks you to report an outcome as JSON, end your answer with that JSON.",
+        work_dir.display()
+    )
+}
+
+/// Runs the loop. `messages` holds any earlier thread and ends with the stage's prompt.
+pub async fn run(
+    provider: &dyn ChatProvider,
+    settings: &AgentSettings<'_>,
+    toolbox: &mut Toolbox,
+    mut messages: Vec<ChatMessage>,
+    transcript: &Transcript<'_>,
+) -> Result<AgentRun, BackendError> {
+    let system = system_prompt(toolbox.root());
+    let definitions = tools::definitions();
+    let mut run = AgentRun::default();
+    let mut watchdog = Watchdog::default();
+    loop {
+        if run.turns >= settings.max_turns {
+            run.hit_turn_limit = true;
+            transcript.event("agent.turn_limit", json!({"max_turns": settings.max_turns}));
+            break;
+        }
+        if let Some(left) = &settings.usage_left {
+            let cost = settings.price.map_or(0.0, |price| price.cost(&run.usage));
+            let tokens = run.usage.input_tokens.saturating_add(run.usage.output_tokens);
+            if let Some(reason) = left.exhausted_by(tokens, cost).filter(|_| run.turns > 0) {
+                transcript.record("paused", json!({"turn": run.turns, "reason": reason}));
+                return Err(BackendError::Paused(reason));
+            }
+        }
+        run.turns += 1;
+        let request = ChatRequest {
+            model: settings.model,
+            system: &system,
+            messages: &messages,
+            tools: &definitions,
+            reasoning_effort: settings.reasoning_effort,
+            max_output_tokens: settings.max_output_tokens,
+            timeout: settings.request_timeout,
+        };
+        let response = provider.chat(&request).await?;
+        add_usage(&mut run.usage, &response.usage);
+        run.model = response.model.clone().or_else(|| run.model.take());
+        transcript.record(
+            "assistant",
+            json!({"turn": run.turns, "text": response.text, "tool_calls": response.tool_calls,
+                   "usage": response.usage, "model": response.model, "stop_reason": response.stop_reason}),
+        );
+        run.text = response.text.clone();
+        if response.tool_calls.is_empty() {
+            break;
+        }
+        let mut results = Vec::with_capacity(response.tool_calls.len());
+        for call in &response.tool_calls {
+            transcript.record(
+                "tool_call",
+                json!({"turn": run.turns, "id": call.id, "name": call.name, "arguments": call.arguments}),
+            );
+            let output = toolbox.run(&call.name, &call.arguments).await;
+            let mut content = transcript.secrets().redact(&output.content);
+            let original_chars = content.chars().count();
+            let mut offloaded = None;
+            if original_chars > OFFLOAD_CHARS {
+                match offload(settings, transcript, run.turns, &call.id, &content) {
+                    Ok(path) => {
+                        content = offload_stub(&call.name, original_chars, &path);
+                        transcript.event(
+                            "agent.tool_result.offloaded",
+                            json!({"tool": call.name, "chars": original_chars, "path": path.display().to_string()}),
+                        );
+                        offloaded = Some(path.display().to_string());
+                    }
+                    Err(error) => {
+                        tracing::warn!(%error, "tool result not offloaded; cutting it instead");
+                        content = tools::cap_middle(&content, OFFLOAD_CHARS);
+                    }
+                }
+            }
+            if watchdog.observe(&call.name, &call.arguments.to_string()) {
+                transcript.event(
+                    "agent.watchdog",
+                    json!({"tool": call.name, "arguments": super::http::excerpt(&call.arguments.to_string(), 500),
+                           "repeats": WATCHDOG_REPEATS}),
+                );
+                content.push_str(&format!(
+                    "\n\n[fabro: this is the {WATCHDOG_REPEATS}th identical `{}` call in a row; try something different]",
+                    call.name
+                ));
+            }
+            transcript.record(
+                "tool_result",
+                json!({"turn": run.turns, "id": call.id, "name": call.name, "is_error": output.is_error,
+                       "chars": original_chars, "offloaded_to": offloaded, "content": content}),
+            );
+            results.push(ToolResult {
+                call_id: call.id.clone(),
+                name: call.name.clone(),
+                content,
+                is_error: output.is_error,
+            });
+        }
+        messages.push(ChatMessage::Assistant { content: response.text, tool_calls: response.tool_calls });
+        messages.push(ChatMessage::ToolResults { results });
+        manage_context(provider, settings, &system, &mut messages, toolbox, transcript, &mut run.usage).await;
+    }
+    run.files_changed = toolbox.tracker.changed();
+    Ok(run)
+}
+
+/// After a turn: warn and compact when the estimate passes the threshold.
+async fn manage_context(
+    provider: &dyn ChatProvider,
+    settings: &AgentSettings<'_>,
+    system: &str,
+    messages: &mut Vec<ChatMessage>,
+    toolbox: &Toolbox,
+    transcript: &Transcript<'_>,
+    usage: &mut Usage,
+) {
+    let estimated = compaction::estimate_tokens(system, messages);
+    let window = settings.context_window.max(1);
+    if estimated * 100 <= window * compaction::THRESHOLD_PERCENT {
+        return;
+    }
+    transcript.event(
+        "agent.context_window_warning",
+        json!({"estimated_tokens": estimated, "context_window_size": window,
+               "usage_percent": (estimated * 100 / window)}),
+    );
+    let turn_count = compaction::turn_starts(messages).len();
+    if turn_count <= compaction::PRESERVED_TURNS {
+        return;
+    }
+    transcript
+        .event("agent.compaction.started", json!({"estimated_tokens": estimated, "turn_count": turn_count}));
+    let files = toolbox.tracker.render();
+    let result = compaction::compact(
+        provider,
+        settings.model,
+        settings.request_timeout,
+        messages,
+        (&files, toolbox.tracker.len()),
+    )
+    .await;
+    match result {
+        Ok(done) => {
+            add_usage(usage, &done.usage);
+            let fields = json!({"original_turn_count": done.original_turn_count,
+                                "preserved_turn_count": done.preserved_turn_count,
+                                "summary_token_estimate": done.summary_token_estimate,
+                                "tracked_file_count": done.tracked_file_count});
+            transcript.event("agent.compaction.completed", fields.clone());
+            let summary = match messages.first() {
+                Some(ChatMessage::User { content }) => content.clone(),
+                _ => String::new(),
+            };
+            transcript
+                .record("compaction", json!({"event": fields, "summary": summary, "usage": done.usage}));
+        }
+        Err(NotCompacted::TooFewTurns) => {}
+        Err(NotCompacted::Failed { message, usage: spent }) => {
+            add_usage(usage, &spent);
+            transcript.event("agent.compaction.failed", json!({"error": message}));
+            transcript.record("compaction_failed", json!({"error": message}));
+        }
+    }
+}
+
+fn add_usage(total: &mut Usage, more: &Usage) {
+    total.input_tokens = total.input_tokens.saturating_add(more.input_tokens);
+    total.output_tokens = total.output_tokens.saturating_add(more.output_tokens);
+}
+
+/// Writes a tool result to `<run_dir>/artifacts/tool_output/<node>-<visit>-<turn>-<call>.txt`.
+fn offload(
+    settings: &AgentSettings<'_>,
+    transcript: &Transcript<'_>,
+    turn: u32,
+    call_id: &str,
+    content: &str,
+) -> std::io::Result<PathBuf> {
+    std::fs::create_dir_all(&settings.offload_dir)?;
+    let call: String =
+        call_id.chars().filter(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '-').take(40).collect();
+    let node = crate::context::artifacts::encode_key(transcript.node_id());
+    let path = settings.offload_dir.join(format!("{node}-{}-{turn}-{call}.txt", transcript.visit()));
+    crate::run_dir::write_atomic_with(&path, content.as_bytes(), crate::run_dir::Durability::Unsynced)?;
+    Ok(path)
+}
+
+/// What the model sees instead of an offloaded result.
+pub fn offload_stub(tool: &str, chars: usize, path: &Path) -> String {
+    format!(
+        "[The `{tool}` result was {chars} characters, too long to show here. It is stored at {path}. Read parts \
+         of it with read_file (path \"{path}\", offset = first line, limit = number of lines) or search it with \
+         grep (path \"{path}\").]",
+        path = path.display()
+    )
+}
+
+/// Notices the same tool call repeated.
+#[derive(Default)]
+struct Watchdog {
+    last: Option<(String, String)>,
+    repeats: u32,
+    reported: std::collections::HashSet<(String, String)>,
+}
+
+impl Watchdog {
+    /// Records a call; true the first time a call pattern reaches [`WATCHDOG_REPEATS`] in a row.
+    fn observe(&mut self, tool: &str, arguments: &str) -> bool {
+        let call = (tool.to_string(), arguments.to_string());
+        if self.last.as_ref() == Some(&call) {
+            self.repeats += 1;
+        } else {
+            self.last = Some(call.clone());
+            self.repeats = 1;
+        }
+        self.repeats == WATCHDOG_REPEATS && self.reported.insert(call)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_watchdog_fires_once_per_pattern() {
+        let mut dog = Watchdog::default();
+        let fired: Vec<bool> = (0..12).map(|_| dog.observe("read_file", "{\"path\":\"a\"}")).collect();
+        assert_eq!(fired.iter().filter(|f| **f).count(), 1);
+        assert!(fired[4]);
+        assert!(!dog.observe("grep", "x"));
+        for i in 0..5 {
+            assert_eq!(dog.observe("grep", "y"), i == 4);
+        }
+        // The same pattern again later is not reported twice.
+        for _ in 0..5 {
+            assert!(!dog.observe("read_file", "{\"path\":\"a\"}"));
+        }
+    }
+}

@@ -1,0 +1,216 @@
+//! The Anthropic Messages API (`POST /v1/messages`) with tool use.
+
+use serde_json::{json, Value};
+
+use super::chat::{ChatMessage, ChatProvider, ChatRequest, ChatResponse, ToolCall};
+use super::http::{post_json, RetrySettings};
+use super::redaction::Secrets;
+use super::{BackendError, Usage};
+
+/// The API version header fabro speaks.
+const API_VERSION: &str = "2023-06-01";
+
+pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
+
+/// A configured Anthropic endpoint.
+pub struct Anthropic {
+    pub name: String,
+    pub base_url: String,
+    pub api_key: String,
+    pub client: reqwest::Client,
+    pub retry: RetrySettings,
+    pub secrets: Secrets,
+}
+
+impl Anthropic {
+    fn url(&self) -> String {
+        let base = self.base_url.trim_end_matches('/');
+        if base.ends_with("/v1") {
+            format!("{base}/messages")
+        } else {
+            format!("{base}/v1/messages")
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl ChatProvider for Anthropic {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    async fn chat(&self, request: &ChatRequest<'_>) -> Result<ChatResponse, BackendError> {
+        let body = request_body(request);
+        let headers = [("x-api-key", self.api_key.clone()), ("anthropic-version", API_VERSION.to_string())];
+        let value =
+            post_json(&self.client, &self.url(), &headers, &body, request.timeout, self.retry, &self.secrets)
+                .await?;
+        parse_response(&value).map_err(|message| {
+            BackendError::Terminal(
+                self.secrets.redact(&format!("{} returned a malformed message: {message}", self.url())),
+            )
+        })
+    }
+}
+
+/// The JSON body of a Messages API call.
+pub fn request_body(request: &ChatRequest<'_>) -> Value {
+    let mut body = json!({
+        "model": request.model,
+        "max_tokens": request.max_output_tokens,
+        "messages": messages(request.messages),
+    });
+    if !request.system.is_empty() {
+        body["system"] = json!(request.system);
+    }
+    if !request.tools.is_empty() {
+        body["tools"] = request
+            .tools
+            .iter()
+            .map(|tool| json!({"name": tool.name, "description": tool.description, "input_schema": tool.parameters}))
+            .collect();
+    }
+    body
+}
+
+/// Messages with content blocks; consecutive messages of one role are merged, as the API wants
+/// roles to alternate.
+fn messages(messages: &[ChatMessage]) -> Value {
+    let mut out: Vec<(&'static str, Vec<Value>)> = Vec::new();
+    for message in messages {
+        let (role, blocks) = match message {
+            ChatMessage::User { content } => ("user", vec![text_block(content)]),
+            ChatMessage::Assistant { content, tool_calls } => {
+                let mut blocks = Vec::new();
+                if !content.trim().is_empty() || tool_calls.is_empty() {
+                    blocks.push(text_block(content));
+                }
+                blocks.extend(tool_calls.iter().map(|call| {
+                    json!({"type": "tool_use", "id": call.id, "name": call.name, "input": call.arguments})
+                }));
+                ("assistant", blocks)
+            }
+            ChatMessage::ToolResults { results } => (
+                "user",
+                results
+                    .iter()
+                    .map(|result| {
+                        json!({"type": "tool_result", "tool_use_id": result.call_id,
+                               "content": result.content, "is_error": result.is_error})
+                    })
+                    .collect(),
+            ),
+        };
+        match out.last_mut() {
+            Some((last_role, last_blocks)) if *last_role == role => last_blocks.extend(blocks),
+            _ => out.push((role, blocks)),
+        }
+    }
+    out.into_iter().map(|(role, content)| json!({"role": role, "content": content})).collect()
+}
+
+/// The API refuses empty text blocks.
+fn text_block(text: &str) -> Value {
+    let text = if text.trim().is_empty() { "(empty)" } else { text };
+    json!({"type": "text", "text": text})
+}
+
+/// Reads a Messages API answer; `Err` says what is missing.
+pub fn parse_response(value: &Value) -> Result<ChatResponse, String> {
+    let blocks = value["content"].as_array().ok_or("it has no `content` array")?;
+    let mut response = ChatResponse {
+        model: value["model"].as_str().map(str::to_string),
+        stop_reason: value["stop_reason"].as_str().map(str::to_string),
+        ..ChatResponse::default()
+    };
+    for block in blocks {
+        match block["type"].as_str() {
+            Some("text") => response.text.push_str(block["text"].as_str().unwrap_or_default()),
+            Some("tool_use") => {
+                let (Some(id), Some(name)) = (block["id"].as_str(), block["name"].as_str()) else {
+                    return Err("a `tool_use` block lacks its id or name".to_string());
+                };
+                let arguments = match &block["input"] {
+                    Value::Object(_) => block["input"].clone(),
+                    _ => json!({}),
+                };
+                response.tool_calls.push(ToolCall { id: id.to_string(), name: name.to_string(), arguments });
+            }
+            // Thinking and other blocks carry nothing fabro records.
+            _ => {}
+        }
+    }
+    let usage = &value["usage"];
+    let count = |key: &str| usage[key].as_u64().unwrap_or(0);
+    response.usage = Usage {
+        input_tokens: count("input_tokens")
+            + count("cache_creation_input_tokens")
+            + count("cache_read_input_tokens"),
+        output_tokens: count("output_tokens"),
+    };
+    Ok(response)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backends::chat::{ToolDefinition, ToolResult};
+
+    #[test]
+    fn requests_merge_roles_and_carry_tools() {
+        let messages = vec![
+            ChatMessage::user("summary"),
+            ChatMessage::user("do it"),
+            ChatMessage::Assistant {
+                content: String::new(),
+                tool_calls: vec![ToolCall {
+                    id: "t1".into(),
+                    name: "read_file".into(),
+                    arguments: json!({"path": "a"}),
+                }],
+            },
+            ChatMessage::ToolResults {
+                results: vec![ToolResult {
+                    call_id: "t1".into(),
+                    name: "read_file".into(),
+                    content: "x".into(),
+                    is_error: false,
+                }],
+            },
+        ];
+        let tools = [ToolDefinition {
+            name: "read_file",
+            description: "reads",
+            parameters: json!({"type": "object"}),
+        }];
+        let request = ChatRequest {
+            model: "claude-x",
+            system: "sys",
+            messages: &messages,
+            tools: &tools,
+            reasoning_effort: None,
+            max_output_tokens: 100,
+            timeout: std::time::Duration::from_secs(1),
+        };
+        let body = request_body(&request);
+        assert_eq!(body["system"], "sys");
+        assert_eq!(body["tools"][0]["input_schema"]["type"], "object");
+        let sent = body["messages"].as_array().unwrap();
+        assert_eq!(sent.len(), 3);
+        assert_eq!(sent[0]["content"].as_array().unwrap().len(), 2);
+        assert_eq!(sent[1]["content"][0]["type"], "tool_use");
+        assert_eq!(sent[2]["content"][0]["tool_use_id"], "t1");
+    }
+
+    #[test]
+    fn responses_parse_text_tools_and_usage() {
+        let value = json!({"model": "claude-x", "stop_reason": "tool_use",
+            "content": [{"type": "text", "text": "Let me look."}, {"type": "tool_use", "id": "t", "name": "glob", "input": {"pattern": "*"}}],
+            "usage": {"input_tokens": 10, "cache_read_input_tokens": 5, "output_tokens": 3}});
+        let response = parse_response(&value).unwrap();
+        assert_eq!(response.text, "Let me look.");
+        assert_eq!(response.tool_calls[0].name, "glob");
+        assert_eq!(response.usage, Usage { input_tokens: 15, output_tokens: 3 });
+        assert!(parse_response(&json!({"id": 1})).is_err());
+    }
+}

@@ -1,0 +1,109 @@
+//! The conversation a real provider sees, independent of any wire format: messages with tool
+//! calls and tool results, tool definitions, and one model call ([`ChatProvider`]). The
+//! Anthropic and OpenAI modules translate these to and from their JSON.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::{BackendError, Usage};
+
+/// A tool the model may call: its name, what it does, and a JSON Schema for its arguments.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ToolDefinition {
+    pub name: &'static str,
+    pub description: &'static str,
+    pub parameters: Value,
+}
+
+/// One tool call the model asked for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    /// The provider's id, echoed back with the result.
+    pub id: String,
+    pub name: String,
+    /// A JSON object (providers that send malformed arguments get `{}` plus an error result).
+    pub arguments: Value,
+}
+
+/// What a tool call produced, as sent back to the model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolResult {
+    pub call_id: String,
+    pub name: String,
+    pub content: String,
+    pub is_error: bool,
+}
+
+/// One message of a conversation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "role", rename_all = "snake_case")]
+pub enum ChatMessage {
+    User {
+        content: String,
+    },
+    Assistant {
+        content: String,
+        tool_calls: Vec<ToolCall>,
+    },
+    /// The results of the previous assistant message's tool calls, in call order.
+    ToolResults {
+        results: Vec<ToolResult>,
+    },
+}
+
+impl ChatMessage {
+    pub fn user(content: impl Into<String>) -> ChatMessage {
+        ChatMessage::User { content: content.into() }
+    }
+
+    /// Characters of text in the message, for token estimates.
+    pub fn char_count(&self) -> usize {
+        match self {
+            ChatMessage::User { content } => content.len(),
+            ChatMessage::Assistant { content, tool_calls } => {
+                content.len()
+                    + tool_calls.iter().map(|c| c.name.len() + c.arguments.to_string().len()).sum::<usize>()
+            }
+            ChatMessage::ToolResults { results } => {
+                results.iter().map(|r| r.content.len() + r.name.len()).sum()
+            }
+        }
+    }
+}
+
+/// One model call.
+#[derive(Debug, Clone)]
+pub struct ChatRequest<'a> {
+    pub model: &'a str,
+    pub system: &'a str,
+    pub messages: &'a [ChatMessage],
+    /// Empty for plain prompts.
+    pub tools: &'a [ToolDefinition],
+    pub reasoning_effort: Option<&'a str>,
+    /// Most tokens the answer may have.
+    pub max_output_tokens: u32,
+    /// How long the whole HTTP exchange may take.
+    pub timeout: Duration,
+}
+
+/// What the model answered.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ChatResponse {
+    pub text: String,
+    pub tool_calls: Vec<ToolCall>,
+    pub usage: Usage,
+    /// The model id the provider reports.
+    pub model: Option<String>,
+    /// Why the model stopped (`end_turn`, `tool_use`, `stop`, `length`, ...).
+    pub stop_reason: Option<String>,
+}
+
+/// A provider that can answer a [`ChatRequest`].
+#[async_trait::async_trait]
+pub trait ChatProvider: Send + Sync {
+    /// The provider key (`anthropic`, `openai`, or a configured name).
+    fn name(&self) -> &str;
+    async fn chat(&self, request: &ChatRequest<'_>) -> Result<ChatResponse, BackendError>;
+}

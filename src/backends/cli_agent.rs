@@ -1,0 +1,183 @@
+//! The `cli` backend: a stage with `backend="cli"` runs an installed coding agent as a
+//! subprocess in the work directory and takes what it prints as the response.
+//!
+//! `cli_agent="claude"` runs `claude -p PROMPT`, `"codex"` runs `codex exec PROMPT`, `"gemini"`
+//! runs `gemini -p PROMPT`; anything else is a shell command (`sh -c`) that gets the prompt on
+//! stdin and in the file `$FABRO_PROMPT_FILE`. The node's `timeout` bounds it; cancelling the run
+//! kills its whole process group.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::redaction::Secrets;
+use super::tools::KillGroup;
+use super::BackendError;
+
+/// The argv of a named agent, or `None` for a custom command.
+pub fn known_agent(name: &str, prompt: &str) -> Option<Vec<String>> {
+    let args: &[&str] = match name.trim() {
+        "claude" => &["claude", "-p"],
+        "codex" => &["codex", "exec"],
+        "gemini" => &["gemini", "-p"],
+        _ => return None,
+    };
+    let mut argv: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    argv.push(prompt.to_string());
+    Some(argv)
+}
+
+/// What the agent printed and how long it ran.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CliRun {
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs `agent` with `prompt` in `work_dir`.
+pub async fn run(
+    agent: &str,
+    prompt: &str,
+    work_dir: &Path,
+    prompt_file: Option<&Path>,
+    timeout: Option<Duration>,
+    secrets: &Secrets,
+) -> Result<CliRun, BackendError> {
+    let (mut command, shown) = match known_agent(agent, prompt) {
+        Some(argv) => {
+            let mut command = tokio::process::Command::new(&argv[0]);
+            command.args(&argv[1..]);
+            (command, argv[0].clone())
+        }
+        None => {
+            let mut command = tokio::process::Command::new("sh");
+            command.arg("-c").arg(agent);
+            (command, agent.to_string())
+        }
+    };
+    command
+        .current_dir(work_dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .env("FABRO_WORK_DIR", work_dir)
+        .process_group(0)
+        .kill_on_drop(true);
+    if let Some(file) = prompt_file {
+        command.env("FABRO_PROMPT_FILE", file);
+    }
+    let mut child = command.spawn().map_err(|error| {
+        BackendError::Terminal(format!(
+            "cannot start the CLI agent `{shown}` in {}: {error}; install it or set cli_agent to a command",
+            work_dir.display()
+        ))
+    })?;
+    let guard = KillGroup(child.id().and_then(|pid| i32::try_from(pid).ok()));
+    let mut stdin = child.stdin.take();
+    let mut stdout = child.stdout.take();
+    let mut stderr = child.stderr.take();
+    let prompt_bytes = prompt.as_bytes().to_vec();
+    let work = async {
+        let feed = async {
+            if let Some(mut pipe) = stdin.take() {
+                // An agent that does not read stdin closes it early: not an error.
+                let _ = pipe.write_all(&prompt_bytes).await;
+            }
+        };
+        let mut out = Vec::new();
+        let mut err = Vec::new();
+        let read_out = async {
+            if let Some(pipe) = stdout.as_mut() {
+                let _ = pipe.read_to_end(&mut out).await;
+            }
+        };
+        let read_err = async {
+            if let Some(pipe) = stderr.as_mut() {
+                let _ = pipe.read_to_end(&mut err).await;
+            }
+        };
+        tokio::join!(feed, read_out, read_err);
+        (child.wait().await, out, err)
+    };
+    let finished = match timeout {
+        Some(limit) => tokio::time::timeout(limit, work).await.map_err(|_| {
+            BackendError::Retryable(format!(
+                "the CLI agent `{shown}` timed out after {}s and was killed",
+                limit.as_secs_f64()
+            ))
+        }),
+        None => Ok(work.await),
+    };
+    let (status, out, err) = match finished {
+        Ok(done) => done,
+        Err(error) => {
+            drop(guard);
+            return Err(error);
+        }
+    };
+    std::mem::forget(guard);
+    let stdout = secrets.redact(&String::from_utf8_lossy(&out));
+    let stderr = secrets.redact(&String::from_utf8_lossy(&err));
+    let status =
+        status.map_err(|error| BackendError::Terminal(format!("waiting for `{shown}` failed: {error}")))?;
+    if !status.success() {
+        let code = status
+            .code()
+            .map_or_else(|| "was killed by a signal".to_string(), |c| format!("exited with code {c}"));
+        let tail: String = stderr
+            .lines()
+            .rev()
+            .take(5)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect::<Vec<_>>()
+            .join(" | ");
+        return Err(BackendError::Terminal(format!(
+            "the CLI agent `{shown}` {code}: {}",
+            super::http::excerpt(&tail, 500)
+        )));
+    }
+    Ok(CliRun { stdout, stderr })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn custom_commands_get_the_prompt_and_their_output_is_the_answer() {
+        let dir = tempfile::tempdir().unwrap();
+        let run = run("tr a-z A-Z; echo done >&2", "fix it", dir.path(), None, None, &Secrets::default())
+            .await
+            .unwrap();
+        assert_eq!(run.stdout, "FIX IT");
+        assert_eq!(run.stderr, "done\n");
+        let failed =
+            super::run("echo bad >&2; exit 4", "x", dir.path(), None, None, &Secrets::default()).await;
+        assert_eq!(
+            failed,
+            Err(BackendError::Terminal(
+                "the CLI agent `echo bad >&2; exit 4` exited with code 4: bad".into()
+            ))
+        );
+        let slow = super::run(
+            "sleep 30",
+            "x",
+            dir.path(),
+            None,
+            Some(Duration::from_millis(200)),
+            &Secrets::default(),
+        )
+        .await;
+        assert!(matches!(slow, Err(BackendError::Retryable(m)) if m.contains("timed out")));
+    }
+
+    #[test]
+    fn known_agents_take_the_prompt_as_an_argument() {
+        assert_eq!(known_agent("codex", "p"), Some(vec!["codex".into(), "exec".into(), "p".into()]));
+        assert_eq!(known_agent("./my-agent --fast", "p"), None);
+    }
+}

@@ -1,0 +1,480 @@
+//! Where real providers come from: environment variables and an optional TOML config file, plus
+//! the `--model`/`--provider` overrides; and which provider and model a stage uses.
+//!
+//! Environment (wins over the file):
+//! - `ANTHROPIC_API_KEY` (`ANTHROPIC_BASE_URL`): the `anthropic` provider.
+//! - `OPENAI_API_KEY`, `OPENAI_BASE_URL`: the `openai` provider.
+//! - `GEMINI_API_KEY` (or `GOOGLE_API_KEY`): the `gemini` provider (its OpenAI-compatible API).
+//! - `FABRO_LLM_BASE_URL` (`FABRO_LLM_API_KEY`): an OpenAI-compatible server as provider
+//!   `openai_compatible`; models no other provider claims go there.
+//! - `FABRO_LLM_MODEL`, `FABRO_LLM_PROVIDER`: defaults for stages that name none.
+//! - `FABRO_LLM_REQUEST_TIMEOUT` (e.g. `90s`), `FABRO_LLM_MAX_RETRIES`.
+//! - `FABRO_CONFIG`: the config file (default `$XDG_CONFIG_HOME/fabro/config.toml`, else
+//!   `~/.config/fabro/config.toml`).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::http::RetrySettings;
+use super::models::{self, Price};
+use super::redaction::Secrets;
+
+/// The API a provider speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProviderKind {
+    Anthropic,
+    #[serde(rename = "openai")]
+    OpenAi,
+    #[serde(rename = "openai_compatible")]
+    OpenAiCompatible,
+}
+
+/// One configured provider.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProviderSettings {
+    pub kind: ProviderKind,
+    pub base_url: String,
+    pub api_key: Option<String>,
+    /// Models routed to this provider by name (config file `models = [...]`).
+    pub models: Vec<String>,
+}
+
+/// Prices and context windows from the config file, by model name.
+#[derive(Debug, Clone, Default, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelOverride {
+    pub input_per_mtok: Option<f64>,
+    pub output_per_mtok: Option<f64>,
+    pub context_window: Option<u64>,
+}
+
+/// Everything real providers need.
+#[derive(Debug, Clone, Default)]
+pub struct LlmConfig {
+    pub providers: BTreeMap<String, ProviderSettings>,
+    pub default_model: Option<String>,
+    pub default_provider: Option<String>,
+    /// `--model` / `--provider`: replace every stage's model / provider.
+    pub model_override: Option<String>,
+    pub provider_override: Option<String>,
+    /// Per model call.
+    pub request_timeout: Duration,
+    pub retry: RetrySettings,
+    pub models: BTreeMap<String, ModelOverride>,
+}
+
+/// The default per-call request timeout.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Why the configuration cannot be used, or a stage has no provider.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read the fabro config file {path}: {message}")]
+    Unreadable { path: PathBuf, message: String },
+    #[error("the fabro config file {path} is invalid: {message}")]
+    Invalid { path: PathBuf, message: String },
+    #[error("{name} is `{value}`, which is not {expected}")]
+    BadEnv { name: &'static str, value: String, expected: &'static str },
+    #[error("{0}")]
+    NoProvider(String),
+    /// A stage's `backend`/`cli_agent` cannot be used.
+    #[error("{0}")]
+    Backend(String),
+}
+
+/// The config file as written.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    default_model: Option<String>,
+    default_provider: Option<String>,
+    request_timeout: Option<String>,
+    max_retries: Option<u32>,
+    #[serde(default)]
+    providers: BTreeMap<String, FileProvider>,
+    #[serde(default)]
+    models: BTreeMap<String, ModelOverride>,
+}
+
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileProvider {
+    kind: Option<ProviderKind>,
+    base_url: Option<String>,
+    api_key: Option<String>,
+    /// The name of an environment variable holding the key (keeps keys out of the file).
+    api_key_env: Option<String>,
+    #[serde(default)]
+    models: Vec<String>,
+}
+
+/// A stage's provider and model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resolved {
+    pub provider: String,
+    pub model: String,
+}
+
+const GEMINI_BASE_URL: &str = "https://generativelanguage.googleapis.com/v1beta/openai";
+pub const COMPATIBLE: &str = "openai_compatible";
+
+impl LlmConfig {
+    /// Reads the config file (if any) and the environment.
+    pub fn from_env() -> Result<LlmConfig, ConfigError> {
+        let env = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+        let file = match config_path(&env) {
+            Some(path) if path.exists() || env("FABRO_CONFIG").is_some() => Some(read_file(&path)?),
+            _ => None,
+        };
+        Self::build(file.unwrap_or_default(), &env)
+    }
+
+    fn build(file: FileConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<LlmConfig, ConfigError> {
+        let mut config = LlmConfig {
+            default_model: env("FABRO_LLM_MODEL").or(file.default_model),
+            default_provider: env("FABRO_LLM_PROVIDER").or(file.default_provider),
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            models: file.models,
+            ..LlmConfig::default()
+        };
+        if let Some(text) = file.request_timeout {
+            config.request_timeout = parse_duration("request_timeout", &text)?;
+        }
+        if let Some(text) = env("FABRO_LLM_REQUEST_TIMEOUT") {
+            config.request_timeout = parse_duration("FABRO_LLM_REQUEST_TIMEOUT", &text)?;
+        }
+        config.retry.max_retries = file.max_retries.unwrap_or(config.retry.max_retries);
+        if let Some(text) = env("FABRO_LLM_MAX_RETRIES") {
+            config.retry.max_retries = text.trim().parse().map_err(|_| ConfigError::BadEnv {
+                name: "FABRO_LLM_MAX_RETRIES",
+                value: text.clone(),
+                expected: "a whole number",
+            })?;
+        }
+        for (name, provider) in file.providers {
+            let kind = provider.kind.unwrap_or(match name.as_str() {
+                "anthropic" => ProviderKind::Anthropic,
+                "openai" => ProviderKind::OpenAi,
+                _ => ProviderKind::OpenAiCompatible,
+            });
+            let base_url = provider.base_url.or_else(|| default_base_url(&name, kind).map(str::to_string));
+            let Some(base_url) = base_url else {
+                return Err(ConfigError::NoProvider(format!(
+                    "provider `{name}` in the config file needs a base_url (e.g. http://localhost:11434/v1)"
+                )));
+            };
+            let api_key = provider.api_key.or_else(|| provider.api_key_env.as_deref().and_then(env));
+            config
+                .providers
+                .insert(name, ProviderSettings { kind, base_url, api_key, models: provider.models });
+        }
+        let mut from_env = |name: &str, kind, key: Option<String>, url: Option<String>| {
+            if key.is_none() && url.is_none() {
+                return;
+            }
+            let entry = config.providers.entry(name.to_string()).or_insert_with(|| ProviderSettings {
+                kind,
+                base_url: String::new(),
+                api_key: None,
+                models: Vec::new(),
+            });
+            if let Some(url) = url {
+                entry.base_url = url;
+            }
+            if entry.base_url.is_empty() {
+                entry.base_url = default_base_url(name, kind).unwrap_or_default().to_string();
+            }
+            if key.is_some() {
+                entry.api_key = key;
+            }
+        };
+        from_env("anthropic", ProviderKind::Anthropic, env("ANTHROPIC_API_KEY"), env("ANTHROPIC_BASE_URL"));
+        from_env("openai", ProviderKind::OpenAi, env("OPENAI_API_KEY"), env("OPENAI_BASE_URL"));
+        from_env(
+            "gemini",
+            ProviderKind::OpenAiCompatible,
+            env("GEMINI_API_KEY").or(env("GOOGLE_API_KEY")),
+            None,
+        );
+        from_env(
+            COMPATIBLE,
+            ProviderKind::OpenAiCompatible,
+            env("FABRO_LLM_API_KEY"),
+            env("FABRO_LLM_BASE_URL"),
+        );
+        // An Anthropic or OpenAI entry without a key (only a URL) is not usable against the real
+        // services, but a proxy may not need one: keep it.
+        Ok(config)
+    }
+
+    /// Every API key in use, for redaction.
+    pub fn secrets(&self) -> Secrets {
+        Secrets::new(self.providers.values().filter_map(|p| p.api_key.clone()))
+    }
+
+    /// The provider and model of a stage that asks for `model` and `provider` (either may be
+    /// unset), after `--model`/`--provider` and the defaults.
+    pub fn resolve(
+        &self,
+        node_id: &str,
+        model: Option<&str>,
+        provider: Option<&str>,
+    ) -> Result<Resolved, ConfigError> {
+        let (model, provider) = match (&self.model_override, &self.provider_override) {
+            (Some(m), p) => (Some(m.as_str()), p.as_deref()),
+            (None, Some(p)) => {
+                // Keep the stage's model only when it belongs to the forced provider.
+                let keep = model.filter(|m| models::infer_provider(m).is_none_or(|inferred| inferred == p));
+                (keep, Some(p.as_str()))
+            }
+            (None, None) => (model, provider),
+        };
+        let provider = match provider {
+            Some(provider) => provider.to_string(),
+            None => match model {
+                Some(model) => self.provider_for_model(model).ok_or_else(|| {
+                    ConfigError::NoProvider(format!(
+                        "stage `{node_id}` uses model `{model}`, which no configured provider serves. {}",
+                        self.hint()
+                    ))
+                })?,
+                None => self.default_provider_name().ok_or_else(|| {
+                    ConfigError::NoProvider(format!(
+                        "stage `{node_id}` is an LLM stage but no LLM provider is configured. {}",
+                        self.hint()
+                    ))
+                })?,
+            },
+        };
+        let Some(settings) = self.providers.get(&provider) else {
+            let configured: Vec<&str> = self.providers.keys().map(String::as_str).collect();
+            return Err(ConfigError::NoProvider(format!(
+                "stage `{node_id}` uses provider `{provider}`{}, which is not configured ({}). {}",
+                model.map(|m| format!(" (model `{m}`)")).unwrap_or_default(),
+                if configured.is_empty() {
+                    "no provider is".to_string()
+                } else {
+                    format!("configured: {}", configured.join(", "))
+                },
+                self.hint_for(&provider)
+            )));
+        };
+        let model =
+            model.map(str::to_string).or_else(|| self.default_model.clone()).or_else(|| {
+                match settings.kind {
+                    ProviderKind::Anthropic => Some("claude-sonnet-4-5".to_string()),
+                    ProviderKind::OpenAi => Some("gpt-5.2".to_string()),
+                    ProviderKind::OpenAiCompatible if provider == "gemini" => {
+                        Some("gemini-2.5-pro".to_string())
+                    }
+                    ProviderKind::OpenAiCompatible => settings.models.first().cloned(),
+                }
+            });
+        let model = model.ok_or_else(|| {
+            ConfigError::NoProvider(format!(
+                "stage `{node_id}` runs on provider `{provider}` but names no model: set llm_model on the node, \
+                 --model, or FABRO_LLM_MODEL"
+            ))
+        })?;
+        Ok(Resolved { provider, model })
+    }
+
+    /// The provider a model name belongs to: one that lists it in the config file, the one its
+    /// name implies (when configured), else the OpenAI-compatible server or the default.
+    fn provider_for_model(&self, model: &str) -> Option<String> {
+        if let Some((name, _)) = self.providers.iter().find(|(_, p)| p.models.iter().any(|m| m == model)) {
+            return Some(name.clone());
+        }
+        if let Some(inferred) = models::infer_provider(model) {
+            // Claude models go to Anthropic even when it is not configured: the error says so.
+            return Some(inferred.to_string());
+        }
+        if self.providers.contains_key(COMPATIBLE) {
+            return Some(COMPATIBLE.to_string());
+        }
+        self.default_provider.clone()
+    }
+
+    fn default_provider_name(&self) -> Option<String> {
+        if let Some(name) = &self.default_provider {
+            return Some(name.clone());
+        }
+        if let Some(model) = &self.default_model {
+            return self.provider_for_model(model);
+        }
+        ["anthropic", "openai", "gemini", COMPATIBLE]
+            .iter()
+            .find(|name| self.providers.contains_key(**name))
+            .map(|name| name.to_string())
+            .or_else(|| self.providers.keys().next().cloned())
+    }
+
+    fn hint(&self) -> &'static str {
+        "Set ANTHROPIC_API_KEY, OPENAI_API_KEY, GEMINI_API_KEY or FABRO_LLM_BASE_URL (a local OpenAI-compatible \
+         server), or add providers to the fabro config file; --simulate runs without one"
+    }
+
+    fn hint_for(&self, provider: &str) -> String {
+        match provider {
+            "anthropic" => "Set ANTHROPIC_API_KEY, or pick another model with --model".to_string(),
+            "openai" => {
+                "Set OPENAI_API_KEY (and OPENAI_BASE_URL for a proxy), or pick another model with --model"
+                    .to_string()
+            }
+            "gemini" => "Set GEMINI_API_KEY, or pick another model with --model".to_string(),
+            COMPATIBLE => {
+                "Set FABRO_LLM_BASE_URL to the server's URL (e.g. http://localhost:11434/v1)".to_string()
+            }
+            _ => format!("Add [providers.{provider}] with a base_url to the fabro config file"),
+        }
+    }
+
+    /// The price of a model: the config file's, else the built-in table's.
+    pub fn price(&self, model: &str) -> Option<Price> {
+        let builtin = models::builtin_price(model);
+        match self.models.get(model) {
+            Some(o) => match (o.input_per_mtok, o.output_per_mtok, builtin) {
+                (Some(i), Some(out), _) => Some(Price { input_per_mtok: i, output_per_mtok: out }),
+                (i, out, Some(b)) => Some(Price {
+                    input_per_mtok: i.unwrap_or(b.input_per_mtok),
+                    output_per_mtok: out.unwrap_or(b.output_per_mtok),
+                }),
+                (Some(i), None, None) => Some(Price { input_per_mtok: i, output_per_mtok: 0.0 }),
+                (None, Some(out), None) => Some(Price { input_per_mtok: 0.0, output_per_mtok: out }),
+                (None, None, None) => None,
+            },
+            None => builtin,
+        }
+    }
+
+    /// The context window of a model: the config file's, the built-in table's, else the default.
+    pub fn context_window(&self, model: &str) -> u64 {
+        self.models
+            .get(model)
+            .and_then(|o| o.context_window)
+            .or_else(|| models::builtin_context_window(model))
+            .unwrap_or(models::DEFAULT_CONTEXT_WINDOW)
+    }
+}
+
+fn default_base_url(name: &str, kind: ProviderKind) -> Option<&'static str> {
+    match (name, kind) {
+        (_, ProviderKind::Anthropic) => Some(super::anthropic::DEFAULT_BASE_URL),
+        (_, ProviderKind::OpenAi) => Some(super::openai::DEFAULT_BASE_URL),
+        ("gemini", _) => Some(GEMINI_BASE_URL),
+        _ => None,
+    }
+}
+
+fn config_path(env: &dyn Fn(&str) -> Option<String>) -> Option<PathBuf> {
+    if let Some(path) = env("FABRO_CONFIG") {
+        return Some(PathBuf::from(path));
+    }
+    let base = env("XDG_CONFIG_HOME")
+        .map(PathBuf::from)
+        .or_else(|| env("HOME").map(|h| Path::new(&h).join(".config")))?;
+    Some(base.join("fabro").join("config.toml"))
+}
+
+fn read_file(path: &Path) -> Result<FileConfig, ConfigError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|error| ConfigError::Unreadable { path: path.to_path_buf(), message: error.to_string() })?;
+    toml::from_str(&text)
+        .map_err(|error| ConfigError::Invalid { path: path.to_path_buf(), message: error.to_string() })
+}
+
+fn parse_duration(name: &'static str, text: &str) -> Result<Duration, ConfigError> {
+    humantime::parse_duration(text.trim()).map_err(|_| ConfigError::BadEnv {
+        name,
+        value: text.to_string(),
+        expected: "a duration such as 90s or 5m",
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(vars: &[(&str, &str)], file: &str) -> Result<LlmConfig, ConfigError> {
+        let vars: BTreeMap<String, String> =
+            vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let file: FileConfig = toml::from_str(file).expect("valid toml");
+        LlmConfig::build(file, &|name| vars.get(name).cloned())
+    }
+
+    #[test]
+    fn environment_configures_providers() {
+        let config = config(
+            &[("ANTHROPIC_API_KEY", "sk-ant-xyz12345"), ("FABRO_LLM_BASE_URL", "http://127.0.0.1:9/v1")],
+            "",
+        )
+        .unwrap();
+        assert_eq!(config.providers["anthropic"].base_url, "https://api.anthropic.com");
+        assert_eq!(config.providers[COMPATIBLE].kind, ProviderKind::OpenAiCompatible);
+        let resolved = config.resolve("plan", Some("claude-opus-4-6"), None).unwrap();
+        assert_eq!(resolved, Resolved { provider: "anthropic".into(), model: "claude-opus-4-6".into() });
+        // Unknown names go to the compatible server.
+        assert_eq!(config.resolve("plan", Some("qwen2.5-coder"), None).unwrap().provider, COMPATIBLE);
+        // No model anywhere: the first configured provider's default.
+        assert_eq!(config.resolve("plan", None, None).unwrap().model, "claude-sonnet-4-5");
+        assert_eq!(config.secrets().redact("sk-ant-xyz12345"), "[REDACTED]");
+    }
+
+    #[test]
+    fn missing_providers_are_clear_errors() {
+        let config = config(&[("OPENAI_API_KEY", "sk-abcdefgh")], "").unwrap();
+        let error = config.resolve("review", Some("claude-opus-4-6"), None).unwrap_err().to_string();
+        assert!(error.contains("stage `review`") && error.contains("ANTHROPIC_API_KEY"), "{error}");
+        let none = LlmConfig::default().resolve("plan", None, None).unwrap_err().to_string();
+        assert!(none.contains("no LLM provider is configured"), "{none}");
+    }
+
+    #[test]
+    fn overrides_replace_every_stage() {
+        let mut config =
+            config(&[("OPENAI_API_KEY", "sk-abcdefgh"), ("ANTHROPIC_API_KEY", "sk-ant-12345678")], "")
+                .unwrap();
+        config.model_override = Some("gpt-5-mini".into());
+        let resolved = config.resolve("plan", Some("claude-opus-4-6"), Some("anthropic")).unwrap();
+        assert_eq!(resolved, Resolved { provider: "openai".into(), model: "gpt-5-mini".into() });
+        config.model_override = None;
+        config.provider_override = Some("openai".into());
+        assert_eq!(config.resolve("plan", Some("claude-opus-4-6"), None).unwrap().model, "gpt-5.2");
+    }
+
+    #[test]
+    fn the_file_adds_providers_prices_and_windows() {
+        let file = r#"
+            default_model = "llama3.1"
+            request_timeout = "90s"
+            [providers.ollama]
+            base_url = "http://localhost:11434/v1"
+            models = ["llama3.1"]
+            [providers.anthropic]
+            api_key_env = "MY_KEY"
+            [models."llama3.1"]
+            input_per_mtok = 0.0
+            output_per_mtok = 0.0
+            context_window = 8192
+            [models."claude-opus-4-6"]
+            output_per_mtok = 30.0
+        "#;
+        let config = config(&[("MY_KEY", "sk-from-env-var")], file).unwrap();
+        assert_eq!(config.request_timeout, Duration::from_secs(90));
+        assert_eq!(
+            config.resolve("a", None, None).unwrap(),
+            Resolved { provider: "ollama".into(), model: "llama3.1".into() }
+        );
+        assert_eq!(config.providers["anthropic"].api_key.as_deref(), Some("sk-from-env-var"));
+        assert_eq!(config.context_window("llama3.1"), 8192);
+        assert_eq!(config.price("llama3.1"), Some(Price { input_per_mtok: 0.0, output_per_mtok: 0.0 }));
+        assert_eq!(
+            config.price("claude-opus-4-6"),
+            Some(Price { input_per_mtok: 5.0, output_per_mtok: 30.0 })
+        );
+        let bad: Result<FileConfig, _> = toml::from_str("[providers.x]\nbase = 1");
+        assert!(bad.is_err());
+    }
+}

@@ -1,0 +1,275 @@
+//! The `live` backend: real model calls. Each request is routed to its stage's provider and
+//! model ([`LlmConfig::resolve`]); prompt stages make one call, agent stages run the tool loop
+//! ([`super::agent_loop`]), and `backend="cli"` stages run an installed coding agent
+//! ([`super::cli_agent`]). Usage and estimated cost come back with the response; everything
+//! recorded is redacted.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+
+use super::agent_loop::{self, AgentSettings};
+use super::anthropic::Anthropic;
+use super::chat::{ChatMessage, ChatProvider, ChatRequest};
+use super::config::{ConfigError, LlmConfig, ProviderKind};
+use super::openai::{Dialect, OpenAi};
+use super::redaction::Secrets;
+use super::tools::Toolbox;
+use super::transcript::Transcript;
+use super::{Backend, BackendError, LlmRequest, LlmResponse, Role, StageEnv};
+use crate::graph::Workflow;
+
+/// Most output tokens asked for per call (less for small context windows).
+const MAX_OUTPUT_TOKENS: u64 = 8_192;
+
+/// Real providers, built once per run from the configuration.
+pub struct LiveBackend {
+    config: LlmConfig,
+    providers: BTreeMap<String, Arc<dyn ChatProvider>>,
+    secrets: Secrets,
+}
+
+impl LiveBackend {
+    pub fn new(config: LlmConfig) -> Result<LiveBackend, BackendError> {
+        let client = super::http::client()?;
+        let secrets = config.secrets();
+        let mut providers: BTreeMap<String, Arc<dyn ChatProvider>> = BTreeMap::new();
+        for (name, settings) in &config.providers {
+            let provider: Arc<dyn ChatProvider> = match settings.kind {
+                ProviderKind::Anthropic => Arc::new(Anthropic {
+                    name: name.clone(),
+                    base_url: settings.base_url.clone(),
+                    api_key: settings.api_key.clone().unwrap_or_default(),
+                    client: client.clone(),
+                    retry: config.retry,
+                    secrets: secrets.clone(),
+                }),
+                kind => Arc::new(OpenAi {
+                    name: name.clone(),
+                    base_url: settings.base_url.clone(),
+                    api_key: settings.api_key.clone(),
+                    dialect: if kind == ProviderKind::OpenAi { Dialect::OpenAi } else { Dialect::Compatible },
+                    client: client.clone(),
+                    retry: config.retry,
+                    secrets: secrets.clone(),
+                }),
+            };
+            providers.insert(name.clone(), provider);
+        }
+        Ok(LiveBackend { config, providers, secrets })
+    }
+
+    /// Checks that every LLM stage of `workflow` has a provider and model (or a CLI agent), so a
+    /// run does not stop halfway for want of a key.
+    pub fn check(&self, workflow: &Workflow) -> Result<(), ConfigError> {
+        for node in workflow.nodes().filter(|node| node.handler_type().is_llm()) {
+            match node.attributes.non_empty_text("backend").map(str::trim) {
+                Some("cli") => {
+                    if node.attributes.non_empty_text("cli_agent").is_none() {
+                        return Err(ConfigError::Backend(format!(
+                            "stage `{}` has backend=\"cli\" but no cli_agent; set cli_agent=\"claude\", \"codex\", \
+                             \"gemini\" or a command",
+                            node.id
+                        )));
+                    }
+                }
+                None | Some("api") => {
+                    self.config.resolve(
+                        &node.id,
+                        node.attributes.non_empty_text("llm_model"),
+                        node.attributes.non_empty_text("llm_provider"),
+                    )?;
+                }
+                Some(other) => {
+                    return Err(ConfigError::Backend(format!(
+                        "stage `{}` has backend=\"{other}\", which fabro does not know; use backend=\"cli\" for an \
+                         installed coding agent, or leave it unset for the configured provider",
+                        node.id
+                    )))
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub fn config(&self) -> &LlmConfig {
+        &self.config
+    }
+
+    async fn run_cli(
+        &self,
+        request: &LlmRequest<'_>,
+        stage: StageEnv<'_>,
+        agent: &str,
+    ) -> Result<LlmResponse, BackendError> {
+        let transcript = Transcript::new(
+            Some(stage.stage_dir),
+            Some(stage.events),
+            request.node_id,
+            request.visit,
+            self.secrets.clone(),
+        );
+        // Absolute: the agent runs in the work directory.
+        let prompt_file = std::path::absolute(stage.stage_dir.join("prompt.md")).ok().filter(|p| p.exists());
+        let run = super::cli_agent::run(
+            agent,
+            request.prompt,
+            stage.work_dir,
+            prompt_file.as_deref(),
+            request.timeout,
+            &self.secrets,
+        )
+        .await?;
+        transcript.record("cli_agent", json!({"agent": agent, "stdout": run.stdout, "stderr": run.stderr}));
+        Ok(LlmResponse {
+            text: run.stdout.trim_end().to_string(),
+            model: Some(format!("cli:{}", agent.trim())),
+            ..LlmResponse::default()
+        })
+    }
+
+    async fn run_model(&self, request: &LlmRequest<'_>) -> Result<LlmResponse, BackendError> {
+        let resolved = self
+            .config
+            .resolve(request.node_id, request.model, request.provider)
+            .map_err(|error| BackendError::Terminal(error.to_string()))?;
+        let provider = self.providers.get(&resolved.provider).ok_or_else(|| {
+            BackendError::Terminal(format!("provider `{}` is not configured", resolved.provider))
+        })?;
+        let model = resolved.model.as_str();
+        let stage = request.stage;
+        let transcript = Transcript::new(
+            stage.map(|s| s.stage_dir),
+            stage.map(|s| s.events),
+            request.node_id,
+            request.visit,
+            self.secrets.clone(),
+        );
+        let window =
+            stage.and_then(|s| s.context_window).unwrap_or_else(|| self.config.context_window(model));
+        let max_output_tokens = (window / 4).clamp(256, MAX_OUTPUT_TOKENS) as u32;
+        let request_timeout = match request.timeout {
+            Some(stage_limit) => stage_limit.min(self.config.request_timeout),
+            None => self.config.request_timeout,
+        };
+        let mut messages: Vec<ChatMessage> = request
+            .history
+            .iter()
+            .map(|message| match message.role {
+                Role::User => ChatMessage::user(message.content.clone()),
+                Role::Assistant => {
+                    ChatMessage::Assistant { content: message.content.clone(), tool_calls: Vec::new() }
+                }
+            })
+            .collect();
+        messages.push(ChatMessage::user(request.prompt));
+        transcript.record(
+            "request",
+            json!({"provider": resolved.provider, "model": model, "agentic": request.agentic,
+                   "history_messages": request.history.len(), "prompt_chars": request.prompt.len()}),
+        );
+        let mut response = match stage.filter(|_| request.agentic) {
+            Some(stage) => {
+                let settings = AgentSettings {
+                    model,
+                    reasoning_effort: request.reasoning_effort,
+                    max_turns: stage.max_turns.unwrap_or(agent_loop::DEFAULT_MAX_TURNS).max(1),
+                    context_window: window,
+                    request_timeout,
+                    max_output_tokens,
+                    offload_dir: crate::context::artifacts::ArtifactStore::new(stage.run_dir, 0)
+                        .root()
+                        .join("tool_output"),
+                    usage_left: stage.usage_left,
+                    price: self.config.price(model),
+                };
+                let readable = vec![settings.offload_dir.clone()];
+                let _ = std::fs::create_dir_all(&settings.offload_dir);
+                let mut toolbox = Toolbox::new(stage.work_dir, readable).map_err(|error| {
+                    BackendError::Terminal(format!(
+                        "the work directory {} cannot be used: {error}",
+                        stage.work_dir.display()
+                    ))
+                })?;
+                let run = agent_loop::run(provider.as_ref(), &settings, &mut toolbox, messages, &transcript)
+                    .await?;
+                let mut text = run.text;
+                if run.hit_turn_limit {
+                    text.push_str(&format!(
+                        "\n\n[fabro: the agent stopped after max_turns={} turns]",
+                        settings.max_turns
+                    ));
+                }
+                LlmResponse {
+                    text,
+                    model: run.model.or_else(|| Some(model.to_string())),
+                    usage: Some(run.usage),
+                    files_touched: run.files_changed,
+                    ..LlmResponse::default()
+                }
+            }
+            None => {
+                let chat = ChatRequest {
+                    model,
+                    system: "",
+                    messages: &messages,
+                    tools: &[],
+                    reasoning_effort: request.reasoning_effort,
+                    max_output_tokens,
+                    timeout: request_timeout,
+                };
+                let answer = provider.chat(&chat).await?;
+                transcript.record(
+                    "assistant",
+                    json!({"turn": 1, "text": answer.text, "usage": answer.usage, "model": answer.model,
+                           "stop_reason": answer.stop_reason}),
+                );
+                LlmResponse {
+                    text: answer.text,
+                    model: answer.model.or_else(|| Some(model.to_string())),
+                    usage: Some(answer.usage),
+                    ..LlmResponse::default()
+                }
+            }
+        };
+        response.text = self.secrets.redact(&response.text);
+        if let (Some(price), Some(usage)) = (self.config.price(model), &response.usage) {
+            response.cost_usd = Some(price.cost(usage));
+        }
+        Ok(response)
+    }
+}
+
+#[async_trait::async_trait]
+impl Backend for LiveBackend {
+    fn name(&self) -> &str {
+        "live"
+    }
+
+    async fn complete(&self, request: &LlmRequest<'_>) -> Result<LlmResponse, BackendError> {
+        let work = async {
+            match request.stage {
+                Some(stage) if stage.backend.map(str::trim) == Some("cli") => {
+                    let agent = stage.cli_agent.unwrap_or("claude");
+                    self.run_cli(request, stage, agent).await
+                }
+                _ => self.run_model(request).await,
+            }
+        };
+        // The node's timeout bounds the whole stage (the CLI agent enforces its own).
+        match request.timeout.filter(|_| request.stage.is_some_and(|s| s.backend != Some("cli"))) {
+            Some(limit) => {
+                tokio::time::timeout(limit + Duration::from_millis(50), work).await.unwrap_or_else(|_| {
+                    Err(BackendError::Terminal(format!(
+                        "stage `{}` ran past its timeout of {}s",
+                        request.node_id,
+                        limit.as_secs_f64()
+                    )))
+                })
+            }
+            None => work.await,
+        }
+    }
+}

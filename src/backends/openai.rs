@@ -1,0 +1,210 @@
+//! OpenAI Chat Completions (`POST /chat/completions`) with function tools, for OpenAI itself and
+//! for any server that speaks the same API (ollama, llama.cpp server, vLLM, LM Studio, ...).
+
+use serde_json::{json, Value};
+
+use super::chat::{ChatMessage, ChatProvider, ChatRequest, ChatResponse, ToolCall};
+use super::http::{post_json, RetrySettings};
+use super::redaction::Secrets;
+use super::{BackendError, Usage};
+
+pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
+
+/// Which dialect of the API the server speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    /// api.openai.com: `max_completion_tokens` and `reasoning_effort`.
+    OpenAi,
+    /// Other servers: the widely supported `max_tokens`, no reasoning effort.
+    Compatible,
+}
+
+/// A configured Chat Completions endpoint.
+pub struct OpenAi {
+    pub name: String,
+    pub base_url: String,
+    /// Local servers often need none.
+    pub api_key: Option<String>,
+    pub dialect: Dialect,
+    pub client: reqwest::Client,
+    pub retry: RetrySettings,
+    pub secrets: Secrets,
+}
+
+impl OpenAi {
+    fn url(&self) -> String {
+        format!("{}/chat/completions", self.base_url.trim_end_matches('/'))
+    }
+}
+
+#[async_trait::async_trait]
+impl ChatProvider for OpenAi {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    async fn chat(&self, request: &ChatRequest<'_>) -> Result<ChatResponse, BackendError> {
+        let body = request_body(request, self.dialect);
+        let headers: Vec<(&str, String)> =
+            self.api_key.iter().map(|key| ("authorization", format!("Bearer {key}"))).collect();
+        let value =
+            post_json(&self.client, &self.url(), &headers, &body, request.timeout, self.retry, &self.secrets)
+                .await?;
+        parse_response(&value).map_err(|message| {
+            BackendError::Terminal(
+                self.secrets.redact(&format!("{} returned a malformed completion: {message}", self.url())),
+            )
+        })
+    }
+}
+
+/// The JSON body of a Chat Completions call.
+pub fn request_body(request: &ChatRequest<'_>, dialect: Dialect) -> Value {
+    let mut messages = Vec::new();
+    if !request.system.is_empty() {
+        messages.push(json!({"role": "system", "content": request.system}));
+    }
+    for message in request.messages {
+        match message {
+            ChatMessage::User { content } => messages.push(json!({"role": "user", "content": content})),
+            ChatMessage::Assistant { content, tool_calls } => {
+                let mut entry = json!({"role": "assistant", "content": content});
+                if !tool_calls.is_empty() {
+                    entry["tool_calls"] = tool_calls
+                        .iter()
+                        .map(|call| {
+                            json!({"id": call.id, "type": "function",
+                                   "function": {"name": call.name, "arguments": call.arguments.to_string()}})
+                        })
+                        .collect();
+                }
+                messages.push(entry);
+            }
+            ChatMessage::ToolResults { results } => {
+                for result in results {
+                    messages.push(
+                        json!({"role": "tool", "tool_call_id": result.call_id, "content": result.content}),
+                    );
+                }
+            }
+        }
+    }
+    let mut body = json!({"model": request.model, "messages": messages});
+    match dialect {
+        Dialect::OpenAi => {
+            body["max_completion_tokens"] = json!(request.max_output_tokens);
+            if let Some(effort) = request.reasoning_effort {
+                body["reasoning_effort"] = json!(effort);
+            }
+        }
+        Dialect::Compatible => body["max_tokens"] = json!(request.max_output_tokens),
+    }
+    if !request.tools.is_empty() {
+        body["tools"] = request
+            .tools
+            .iter()
+            .map(|tool| {
+                json!({"type": "function",
+                       "function": {"name": tool.name, "description": tool.description, "parameters": tool.parameters}})
+            })
+            .collect();
+    }
+    body
+}
+
+/// Reads a Chat Completions answer; `Err` says what is missing.
+pub fn parse_response(value: &Value) -> Result<ChatResponse, String> {
+    let choice = value["choices"].get(0).ok_or("it has no `choices`")?;
+    let message =
+        choice.get("message").filter(|m| m.is_object()).ok_or("its first choice has no `message`")?;
+    let mut response = ChatResponse {
+        text: message["content"].as_str().unwrap_or_default().to_string(),
+        model: value["model"].as_str().map(str::to_string),
+        stop_reason: choice["finish_reason"].as_str().map(str::to_string),
+        ..ChatResponse::default()
+    };
+    if let Some(calls) = message["tool_calls"].as_array() {
+        for (index, call) in calls.iter().enumerate() {
+            let function = &call["function"];
+            let name = function["name"].as_str().ok_or("a tool call has no function name")?;
+            let arguments = match &function["arguments"] {
+                Value::String(raw) if raw.trim().is_empty() => json!({}),
+                // Malformed arguments stay a string; the tool reports the error to the model.
+                Value::String(raw) => {
+                    serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.clone()))
+                }
+                Value::Object(_) => function["arguments"].clone(),
+                _ => json!({}),
+            };
+            let id = call["id"].as_str().map_or_else(|| format!("call_{index}"), str::to_string);
+            response.tool_calls.push(ToolCall { id, name: name.to_string(), arguments });
+        }
+    }
+    let usage = &value["usage"];
+    response.usage = Usage {
+        input_tokens: usage["prompt_tokens"].as_u64().unwrap_or(0),
+        output_tokens: usage["completion_tokens"].as_u64().unwrap_or(0),
+    };
+    Ok(response)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backends::chat::ToolResult;
+
+    #[test]
+    fn requests_follow_the_dialect() {
+        let messages = vec![
+            ChatMessage::user("hi"),
+            ChatMessage::Assistant {
+                content: String::new(),
+                tool_calls: vec![ToolCall {
+                    id: "c1".into(),
+                    name: "shell".into(),
+                    arguments: json!({"command": "ls"}),
+                }],
+            },
+            ChatMessage::ToolResults {
+                results: vec![ToolResult {
+                    call_id: "c1".into(),
+                    name: "shell".into(),
+                    content: "a".into(),
+                    is_error: false,
+                }],
+            },
+        ];
+        let request = ChatRequest {
+            model: "gpt-x",
+            system: "sys",
+            messages: &messages,
+            tools: &[],
+            reasoning_effort: Some("high"),
+            max_output_tokens: 50,
+            timeout: std::time::Duration::from_secs(1),
+        };
+        let body = request_body(&request, Dialect::OpenAi);
+        assert_eq!(body["reasoning_effort"], "high");
+        assert_eq!(body["max_completion_tokens"], 50);
+        assert_eq!(body["messages"][0]["role"], "system");
+        assert_eq!(body["messages"][2]["tool_calls"][0]["function"]["arguments"], r#"{"command":"ls"}"#);
+        assert_eq!(body["messages"][3]["role"], "tool");
+        let compatible = request_body(&request, Dialect::Compatible);
+        assert_eq!(compatible["max_tokens"], 50);
+        assert!(compatible.get("reasoning_effort").is_none());
+    }
+
+    #[test]
+    fn responses_parse_tool_calls_and_usage() {
+        let value = json!({"model": "gpt-x", "choices": [{"finish_reason": "tool_calls", "message": {"content": null,
+            "tool_calls": [{"id": "c", "type": "function", "function": {"name": "grep", "arguments": "{\"pattern\": \"x\"}"}},
+                           {"id": "d", "type": "function", "function": {"name": "grep", "arguments": "{oops"}}]}}],
+            "usage": {"prompt_tokens": 7, "completion_tokens": 2}});
+        let response = parse_response(&value).unwrap();
+        assert_eq!(response.text, "");
+        assert_eq!(response.tool_calls[0].arguments["pattern"], "x");
+        assert_eq!(response.tool_calls[1].arguments, json!("{oops"));
+        assert_eq!(response.usage, Usage { input_tokens: 7, output_tokens: 2 });
+        assert!(parse_response(&json!({"choices": []})).is_err());
+    }
+}

@@ -1,0 +1,615 @@
+//! The tools of an agent stage: read_file, write_file, edit_file, list_dir, glob, grep and shell,
+//! all confined to the stage's work directory (paths that leave it, also through symbolic links,
+//! are refused; the run's artifact directory is readable so offloaded output can be paged).
+//!
+//! A tool never fails the stage: whatever goes wrong is the tool's result, marked as an error,
+//! for the model to read and react to.
+
+use std::collections::BTreeMap;
+use std::path::{Component, Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tokio::io::AsyncReadExt;
+
+use super::chat::ToolDefinition;
+
+/// Most characters of shell output kept (head and tail).
+pub const SHELL_OUTPUT_CAP: usize = 30_000;
+/// Default and longest shell timeouts.
+pub const SHELL_DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
+pub const SHELL_MAX_TIMEOUT: Duration = Duration::from_secs(600);
+/// Most entries or matches a listing returns.
+const LIST_CAP: usize = 1_000;
+const GREP_CAP: usize = 500;
+/// Files larger than this are not searched by grep.
+const GREP_MAX_FILE: u64 = 5 * 1024 * 1024;
+/// Environment variables a shell tool never sees.
+const HIDDEN_ENV: &[&str] =
+    &["ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY", "FABRO_LLM_API_KEY"];
+
+/// What happened to a file during a stage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum FileOp {
+    Read,
+    Written,
+    Edited,
+}
+
+impl FileOp {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FileOp::Read => "read",
+            FileOp::Written => "written",
+            FileOp::Edited => "edited",
+        }
+    }
+}
+
+/// The files a stage read, wrote or edited (paths relative to the work directory).
+#[derive(Debug, Clone, Default)]
+pub struct FileTracker {
+    files: BTreeMap<String, FileOp>,
+}
+
+impl FileTracker {
+    fn note(&mut self, path: String, op: FileOp) {
+        let entry = self.files.entry(path).or_insert(op);
+        // Written/edited outranks read.
+        *entry = (*entry).max(op);
+    }
+
+    /// Files written or edited, sorted.
+    pub fn changed(&self) -> Vec<String> {
+        self.files.iter().filter(|(_, op)| **op != FileOp::Read).map(|(path, _)| path.clone()).collect()
+    }
+
+    pub fn len(&self) -> usize {
+        self.files.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.files.is_empty()
+    }
+
+    /// One line per file: `- path (edited)`.
+    pub fn render(&self) -> String {
+        if self.files.is_empty() {
+            return "(no files touched)".to_string();
+        }
+        self.files
+            .iter()
+            .map(|(path, op)| format!("- {path} ({})", op.as_str()))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+/// Where tools work.
+pub struct Toolbox {
+    /// Canonical work directory.
+    root: PathBuf,
+    /// Directories tools may read but not write (the run's artifacts).
+    readable: Vec<PathBuf>,
+    pub tracker: FileTracker,
+}
+
+/// A tool's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolOutput {
+    pub content: String,
+    pub is_error: bool,
+}
+
+impl ToolOutput {
+    fn ok(content: impl Into<String>) -> ToolOutput {
+        ToolOutput { content: content.into(), is_error: false }
+    }
+
+    fn error(content: impl Into<String>) -> ToolOutput {
+        ToolOutput { content: content.into(), is_error: true }
+    }
+}
+
+/// The tool definitions sent to the model.
+pub fn definitions() -> Vec<ToolDefinition> {
+    let object = |properties: Value, required: &[&str]| json!({"type": "object", "properties": properties, "required": required});
+    vec![
+        ToolDefinition {
+            name: "read_file",
+            description: "Read a text file. Lines are numbered. Use offset (first line, from 1) and limit (line count) for parts of large files.",
+            parameters: object(
+                json!({"path": {"type": "string"}, "offset": {"type": "integer"}, "limit": {"type": "integer"}}),
+                &["path"],
+            ),
+        },
+        ToolDefinition {
+            name: "write_file",
+            description: "Create or replace a file with the given content (parent directories are created).",
+            parameters: object(json!({"path": {"type": "string"}, "content": {"type": "string"}}), &["path", "content"]),
+        },
+        ToolDefinition {
+            name: "edit_file",
+            description: "Replace an exact string in a file. old_string must occur exactly once unless replace_all is true.",
+            parameters: object(
+                json!({"path": {"type": "string"}, "old_string": {"type": "string"}, "new_string": {"type": "string"},
+                       "replace_all": {"type": "boolean"}}),
+                &["path", "old_string", "new_string"],
+            ),
+        },
+        ToolDefinition {
+            name: "list_dir",
+            description: "List a directory (default: the work directory). Directories end with /.",
+            parameters: object(json!({"path": {"type": "string"}}), &[]),
+        },
+        ToolDefinition {
+            name: "glob",
+            description: "Find files whose path (relative to the work directory) matches a glob such as src/**/*.rs.",
+            parameters: object(json!({"pattern": {"type": "string"}, "path": {"type": "string"}}), &["pattern"]),
+        },
+        ToolDefinition {
+            name: "grep",
+            description: "Search file contents with a regular expression; answers path:line:text. Optional path (file or directory) and glob filter.",
+            parameters: object(
+                json!({"pattern": {"type": "string"}, "path": {"type": "string"}, "glob": {"type": "string"},
+                       "case_insensitive": {"type": "boolean"}}),
+                &["pattern"],
+            ),
+        },
+        ToolDefinition {
+            name: "shell",
+            description: "Run a shell command (sh -c) in the work directory. Output is capped; default timeout 120 s (timeout_ms up to 600000).",
+            parameters: object(json!({"command": {"type": "string"}, "timeout_ms": {"type": "integer"}}), &["command"]),
+        },
+    ]
+}
+
+impl Toolbox {
+    /// Tools working in `work_dir`, which must exist.
+    pub fn new(work_dir: &Path, readable: Vec<PathBuf>) -> std::io::Result<Toolbox> {
+        let root = work_dir.canonicalize()?;
+        let readable = readable.into_iter().filter_map(|dir| dir.canonicalize().ok()).collect();
+        Ok(Toolbox { root, readable, tracker: FileTracker::default() })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Runs one tool call. `cancel` stops a running shell command.
+    pub async fn run(&mut self, name: &str, arguments: &Value) -> ToolOutput {
+        if !arguments.is_object() {
+            return ToolOutput::error(format!(
+                "the arguments of `{name}` must be a JSON object, got: {}",
+                super::http::excerpt(&arguments.to_string(), 200)
+            ));
+        }
+        let result = match name {
+            "read_file" => self.read_file(arguments),
+            "write_file" => self.write_file(arguments),
+            "edit_file" => self.edit_file(arguments),
+            "list_dir" => self.list_dir(arguments),
+            "glob" => self.glob(arguments),
+            "grep" => self.grep(arguments),
+            "shell" => self.shell(arguments).await,
+            other => Err(format!(
+                "there is no tool `{other}`; the tools are read_file, write_file, edit_file, list_dir, glob, grep and shell"
+            )),
+        };
+        match result {
+            Ok(content) => ToolOutput::ok(content),
+            Err(message) => ToolOutput::error(message),
+        }
+    }
+
+    /// A path inside the work directory (or, for reading, the readable directories). Refuses
+    /// `..` that climbs out and symbolic links that lead out.
+    fn resolve(&self, path: &str, for_write: bool) -> Result<PathBuf, String> {
+        if path.trim().is_empty() {
+            return Err("the path is empty".to_string());
+        }
+        let given = Path::new(path);
+        let joined = if given.is_absolute() { given.to_path_buf() } else { self.root.join(given) };
+        let mut normal = PathBuf::new();
+        for component in joined.components() {
+            match component {
+                Component::ParentDir => {
+                    normal.pop();
+                }
+                Component::CurDir => {}
+                other => normal.push(other),
+            }
+        }
+        // Follow links on the part that exists.
+        let mut existing = normal.clone();
+        let mut rest = Vec::new();
+        while !existing.exists() {
+            match (existing.file_name().map(|n| n.to_os_string()), existing.parent()) {
+                (Some(name), Some(parent)) => {
+                    rest.push(name);
+                    existing = parent.to_path_buf();
+                }
+                _ => break,
+            }
+        }
+        let mut real = existing.canonicalize().map_err(|e| format!("cannot resolve `{path}`: {e}"))?;
+        for name in rest.into_iter().rev() {
+            real.push(name);
+        }
+        let inside = real.starts_with(&self.root);
+        let readable = !for_write && self.readable.iter().any(|dir| real.starts_with(dir));
+        if inside || readable {
+            Ok(real)
+        } else {
+            Err(format!(
+                "`{path}` is outside the work directory {}; tools only work inside it",
+                self.root.display()
+            ))
+        }
+    }
+
+    fn relative(&self, path: &Path) -> String {
+        path.strip_prefix(&self.root).map_or_else(|_| path.display().to_string(), |p| p.display().to_string())
+    }
+
+    fn read_file(&mut self, args: &Value) -> Result<String, String> {
+        let path = self.resolve(text_arg(args, "path")?, false)?;
+        let bytes =
+            std::fs::read(&path).map_err(|e| format!("cannot read `{}`: {e}", self.relative(&path)))?;
+        let text = String::from_utf8_lossy(&bytes);
+        let offset = count_arg(args, "offset").unwrap_or(1).max(1);
+        let limit = count_arg(args, "limit");
+        let lines: Vec<&str> = text.lines().collect();
+        let start = (offset - 1).min(lines.len());
+        let end = limit.map_or(lines.len(), |l| (start + l).min(lines.len()));
+        let mut out = String::new();
+        for (index, line) in lines[start..end].iter().enumerate() {
+            out.push_str(&format!("{:>6}\t{line}\n", start + index + 1));
+        }
+        if end < lines.len() {
+            out.push_str(&format!("[{} more lines; read on with offset={}]\n", lines.len() - end, end + 1));
+        }
+        if lines.is_empty() {
+            out.push_str("(empty file)\n");
+        }
+        self.tracker.note(self.relative(&path), FileOp::Read);
+        Ok(out)
+    }
+
+    fn write_file(&mut self, args: &Value) -> Result<String, String> {
+        let path = self.resolve(text_arg(args, "path")?, true)?;
+        let content = text_arg(args, "content")?;
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)
+                .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+        }
+        std::fs::write(&path, content)
+            .map_err(|e| format!("cannot write `{}`: {e}", self.relative(&path)))?;
+        let relative = self.relative(&path);
+        self.tracker.note(relative.clone(), FileOp::Written);
+        Ok(format!("wrote {} bytes to {relative}", content.len()))
+    }
+
+    fn edit_file(&mut self, args: &Value) -> Result<String, String> {
+        let path = self.resolve(text_arg(args, "path")?, true)?;
+        let old = text_arg(args, "old_string")?;
+        let new = text_arg(args, "new_string")?;
+        let replace_all = args["replace_all"].as_bool().unwrap_or(false);
+        let relative = self.relative(&path);
+        if old.is_empty() {
+            return Err("old_string is empty; use write_file to create a file".to_string());
+        }
+        let text = std::fs::read_to_string(&path).map_err(|e| format!("cannot read `{relative}`: {e}"))?;
+        let count = text.matches(old).count();
+        let edited = match (count, replace_all) {
+            (0, _) => return Err(format!("old_string was not found in {relative}; read the file and copy the text exactly")),
+            (1, _) | (_, true) => text.replace(old, new),
+            (n, false) => {
+                return Err(format!(
+                    "old_string occurs {n} times in {relative}; add surrounding text to make it unique, or set replace_all"
+                ))
+            }
+        };
+        std::fs::write(&path, edited).map_err(|e| format!("cannot write `{relative}`: {e}"))?;
+        self.tracker.note(relative.clone(), FileOp::Edited);
+        Ok(format!("replaced {count} occurrence{} in {relative}", if count == 1 { "" } else { "s" }))
+    }
+
+    fn list_dir(&mut self, args: &Value) -> Result<String, String> {
+        let path = self.resolve(args["path"].as_str().unwrap_or("."), false)?;
+        let entries =
+            std::fs::read_dir(&path).map_err(|e| format!("cannot list `{}`: {e}", self.relative(&path)))?;
+        let mut names: Vec<String> = entries
+            .flatten()
+            .map(|entry| {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                    name + "/"
+                } else {
+                    name
+                }
+            })
+            .collect();
+        names.sort();
+        Ok(capped_list(names, LIST_CAP, "(empty directory)"))
+    }
+
+    fn glob(&mut self, args: &Value) -> Result<String, String> {
+        let pattern = text_arg(args, "pattern")?;
+        let matcher = globset::GlobBuilder::new(pattern)
+            .literal_separator(true)
+            .build()
+            .map_err(|e| format!("invalid glob `{pattern}`: {e}"))?
+            .compile_matcher();
+        let base = self.resolve(args["path"].as_str().unwrap_or("."), false)?;
+        let mut found = Vec::new();
+        for entry in walk(&base) {
+            let relative = entry.path().strip_prefix(&base).unwrap_or(entry.path());
+            if entry.file_type().is_file() && matcher.is_match(relative) {
+                found.push(self.relative(entry.path()));
+            }
+        }
+        found.sort();
+        Ok(capped_list(found, LIST_CAP, "(no files match)"))
+    }
+
+    fn grep(&mut self, args: &Value) -> Result<String, String> {
+        let pattern = text_arg(args, "pattern")?;
+        let regex = regex::RegexBuilder::new(pattern)
+            .case_insensitive(args["case_insensitive"].as_bool().unwrap_or(false))
+            .size_limit(1 << 22)
+            .build()
+            .map_err(|e| format!("invalid regular expression: {e}"))?;
+        let filter = match args["glob"].as_str() {
+            Some(glob) => Some(
+                globset::Glob::new(glob)
+                    .map_err(|e| format!("invalid glob `{glob}`: {e}"))?
+                    .compile_matcher(),
+            ),
+            None => None,
+        };
+        let base = self.resolve(args["path"].as_str().unwrap_or("."), false)?;
+        let mut matches = Vec::new();
+        let mut more = false;
+        'files: for entry in walk(&base) {
+            if !entry.file_type().is_file() || entry.metadata().map_or(true, |m| m.len() > GREP_MAX_FILE) {
+                continue;
+            }
+            if let Some(filter) = &filter {
+                let name = entry.path().file_name().map(Path::new).unwrap_or(entry.path());
+                let relative = entry.path().strip_prefix(&base).unwrap_or(entry.path());
+                if !filter.is_match(relative) && !filter.is_match(name) {
+                    continue;
+                }
+            }
+            let Ok(bytes) = std::fs::read(entry.path()) else { continue };
+            if bytes.contains(&0) {
+                continue; // binary
+            }
+            let text = String::from_utf8_lossy(&bytes);
+            for (number, line) in text.lines().enumerate() {
+                if regex.is_match(line) {
+                    if matches.len() == GREP_CAP {
+                        more = true;
+                        break 'files;
+                    }
+                    let line: String = line.chars().take(300).collect();
+                    matches.push(format!("{}:{}:{line}", self.relative(entry.path()), number + 1));
+                }
+            }
+        }
+        if matches.is_empty() {
+            return Ok("(no matches)".to_string());
+        }
+        let mut out = matches.join("\n");
+        if more {
+            out.push_str(&format!("\n[stopped at {GREP_CAP} matches; narrow the pattern or path]"));
+        }
+        Ok(out)
+    }
+
+    async fn shell(&mut self, args: &Value) -> Result<String, String> {
+        let command = text_arg(args, "command")?;
+        let timeout = count_arg(args, "timeout_ms")
+            .map_or(SHELL_DEFAULT_TIMEOUT, |ms| Duration::from_millis(ms as u64))
+            .min(SHELL_MAX_TIMEOUT);
+        let mut process = tokio::process::Command::new("sh");
+        process
+            .arg("-c")
+            .arg(command)
+            .current_dir(&self.root)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true);
+        for name in HIDDEN_ENV {
+            process.env_remove(name);
+        }
+        let mut child = process.spawn().map_err(|e| format!("cannot start sh: {e}"))?;
+        let pgid = child.id().and_then(|pid| i32::try_from(pid).ok());
+        let guard = KillGroup(pgid);
+        let mut stdout = child.stdout.take();
+        let mut stderr = child.stderr.take();
+        let collect = async {
+            let mut out = Vec::new();
+            let mut err = Vec::new();
+            let read_out = async {
+                if let Some(pipe) = stdout.as_mut() {
+                    let _ = pipe.read_to_end(&mut out).await;
+                }
+            };
+            let read_err = async {
+                if let Some(pipe) = stderr.as_mut() {
+                    let _ = pipe.read_to_end(&mut err).await;
+                }
+            };
+            tokio::join!(read_out, read_err);
+            let status = child.wait().await;
+            (out, err, status)
+        };
+        let (out, err, status) = match tokio::time::timeout(timeout, collect).await {
+            Ok(done) => done,
+            Err(_) => {
+                drop(guard);
+                return Err(format!("the command timed out after {}s and was killed", timeout.as_secs_f64()));
+            }
+        };
+        std::mem::forget(guard);
+        let code = match status {
+            Ok(status) => {
+                status.code().map_or_else(|| "killed by a signal".to_string(), |c| format!("exit code {c}"))
+            }
+            Err(e) => format!("unknown exit ({e})"),
+        };
+        let mut text = String::from_utf8_lossy(&out).into_owned();
+        let err = String::from_utf8_lossy(&err);
+        if !err.trim().is_empty() {
+            text.push_str("\n[stderr]\n");
+            text.push_str(&err);
+        }
+        let text = cap_middle(&text, SHELL_OUTPUT_CAP);
+        Ok(format!("{code}\n{text}"))
+    }
+}
+
+/// Kills a process group when dropped (a timed-out or cancelled shell command).
+pub(crate) struct KillGroup(pub(crate) Option<i32>);
+
+impl Drop for KillGroup {
+    fn drop(&mut self) {
+        if let Some(pgid) = self.0 {
+            // SAFETY: killpg only sends a signal; a stale group id at worst fails with ESRCH.
+            unsafe {
+                libc::killpg(pgid, libc::SIGKILL);
+            }
+        }
+    }
+}
+
+/// Files under `base`, skipping `.git` and not following links.
+fn walk(base: &Path) -> impl Iterator<Item = walkdir::DirEntry> {
+    walkdir::WalkDir::new(base)
+        .follow_links(false)
+        .into_iter()
+        .filter_entry(|entry| entry.file_name() != ".git")
+        .flatten()
+        .take(200_000)
+}
+
+fn text_arg<'a>(args: &'a Value, key: &str) -> Result<&'a str, String> {
+    args[key].as_str().ok_or_else(|| format!("missing string argument `{key}`"))
+}
+
+fn count_arg(args: &Value, key: &str) -> Option<usize> {
+    args[key].as_u64().and_then(|n| usize::try_from(n).ok())
+}
+
+fn capped_list(items: Vec<String>, cap: usize, empty: &str) -> String {
+    if items.is_empty() {
+        return empty.to_string();
+    }
+    let total = items.len();
+    let mut out = items.into_iter().take(cap).collect::<Vec<_>>().join("\n");
+    if total > cap {
+        out.push_str(&format!("\n[{} more not shown]", total - cap));
+    }
+    out
+}
+
+/// Keeps the head and tail of `text` within `cap` characters, saying how much was cut.
+pub fn cap_middle(text: &str, cap: usize) -> String {
+    let total = text.chars().count();
+    if total <= cap {
+        return text.to_string();
+    }
+    let half = cap / 2;
+    let head: String = text.chars().take(half).collect();
+    let tail: String = text.chars().skip(total - half).collect();
+    format!("{head}\n[... {} characters cut ...]\n{tail}", total - 2 * half)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn toolbox() -> (tempfile::TempDir, Toolbox) {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("work/src")).unwrap();
+        std::fs::write(dir.path().join("work/src/lib.rs"), "fn a() {}\nfn b() {}\n").unwrap();
+        std::fs::write(dir.path().join("secret.txt"), "outside").unwrap();
+        let toolbox = Toolbox::new(&dir.path().join("work"), vec![]).unwrap();
+        (dir, toolbox)
+    }
+
+    #[tokio::test]
+    async fn files_are_read_written_and_edited_inside_the_work_dir() {
+        let (_dir, mut tools) = toolbox();
+        let read = tools.run("read_file", &json!({"path": "src/lib.rs", "offset": 2})).await;
+        assert_eq!(read.content, "     2\tfn b() {}\n");
+        let wrote = tools.run("write_file", &json!({"path": "docs/new.md", "content": "hello"})).await;
+        assert!(!wrote.is_error, "{wrote:?}");
+        let edit = tools
+            .run("edit_file", &json!({"path": "src/lib.rs", "old_string": "fn", "new_string": "pub fn"}))
+            .await;
+        assert!(edit.is_error && edit.content.contains("occurs 2 times"), "{edit:?}");
+        let edit = tools
+            .run("edit_file", &json!({"path": "src/lib.rs", "old_string": "fn b()", "new_string": "fn c()"}))
+            .await;
+        assert!(!edit.is_error);
+        assert_eq!(
+            std::fs::read_to_string(tools.root().join("src/lib.rs")).unwrap(),
+            "fn a() {}\nfn c() {}\n"
+        );
+        assert_eq!(tools.tracker.changed(), vec!["docs/new.md".to_string(), "src/lib.rs".to_string()]);
+        assert!(tools.tracker.render().contains("- src/lib.rs (edited)"));
+    }
+
+    #[tokio::test]
+    async fn paths_outside_are_refused() {
+        let (dir, mut tools) = toolbox();
+        for path in ["../secret.txt", "/etc/passwd", "src/../../secret.txt"] {
+            let out = tools.run("read_file", &json!({"path": path})).await;
+            assert!(out.is_error && out.content.contains("outside the work directory"), "{path}: {out:?}");
+        }
+        std::os::unix::fs::symlink(dir.path(), tools.root().join("escape")).unwrap();
+        let out = tools.run("write_file", &json!({"path": "escape/x.txt", "content": "no"})).await;
+        assert!(out.is_error, "{out:?}");
+        assert!(!dir.path().join("x.txt").exists());
+        let out = tools.run("read_file", &json!("not an object")).await;
+        assert!(out.is_error);
+    }
+
+    #[tokio::test]
+    async fn listing_globbing_and_grepping() {
+        let (_dir, mut tools) = toolbox();
+        assert_eq!(tools.run("list_dir", &json!({})).await.content, "src/");
+        assert_eq!(tools.run("glob", &json!({"pattern": "**/*.rs"})).await.content, "src/lib.rs");
+        assert_eq!(tools.run("grep", &json!({"pattern": "fn b"})).await.content, "src/lib.rs:2:fn b() {}");
+        assert_eq!(
+            tools
+                .run("grep", &json!({"pattern": "FN A", "case_insensitive": true, "glob": "*.rs"}))
+                .await
+                .content,
+            "src/lib.rs:1:fn a() {}"
+        );
+        assert!(tools.run("grep", &json!({"pattern": "("})).await.is_error);
+    }
+
+    #[tokio::test]
+    async fn shell_runs_in_the_work_dir_with_a_timeout_and_no_keys() {
+        let (_dir, mut tools) = toolbox();
+        let out = tools.run("shell", &json!({"command": "pwd; echo oops >&2; exit 3"})).await;
+        assert!(out.content.starts_with("exit code 3\n"), "{out:?}");
+        assert!(
+            out.content.contains(tools.root().to_str().unwrap()) && out.content.contains("[stderr]\noops")
+        );
+        let started = std::time::Instant::now();
+        let out = tools.run("shell", &json!({"command": "sleep 30", "timeout_ms": 200})).await;
+        assert!(out.is_error && out.content.contains("timed out"), "{out:?}");
+        assert!(started.elapsed() < Duration::from_secs(10));
+        let out = tools.run("shell", &json!({"command": "head -c 100000 /dev/zero | tr '\\0' a"})).await;
+        assert!(out.content.len() < SHELL_OUTPUT_CAP + 200 && out.content.contains("characters cut"));
+    }
+}

@@ -1,0 +1,71 @@
+//! `stages/<node>/<visit>/transcript.jsonl`: every model turn, tool call and tool result of a
+//! stage that talks to a real provider, one JSON object per line, secrets redacted. It is also
+//! where the stage's events go (the run's event log, with node and visit).
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use serde_json::{json, Value};
+
+use super::redaction::Secrets;
+use crate::engine::events::{now_rfc3339, EventLog};
+
+/// Records one stage's conversation.
+pub struct Transcript<'a> {
+    path: Option<PathBuf>,
+    events: Option<&'a EventLog>,
+    node_id: &'a str,
+    visit: u32,
+    secrets: Secrets,
+}
+
+impl<'a> Transcript<'a> {
+    /// Appends to `<stage_dir>/transcript.jsonl` and emits events to `events`, when given.
+    pub fn new(
+        stage_dir: Option<&Path>,
+        events: Option<&'a EventLog>,
+        node_id: &'a str,
+        visit: u32,
+        secrets: Secrets,
+    ) -> Transcript<'a> {
+        Transcript { path: stage_dir.map(|d| d.join("transcript.jsonl")), events, node_id, visit, secrets }
+    }
+
+    /// Appends one entry (`type` plus `fields`). A transcript that cannot be written is a warning.
+    pub fn record(&self, kind: &str, fields: Value) {
+        let Some(path) = &self.path else { return };
+        let mut entry = json!({"ts": now_rfc3339(), "type": kind});
+        if let (Value::Object(entry), Value::Object(fields)) = (&mut entry, self.secrets.redact_json(&fields))
+        {
+            entry.extend(fields);
+        }
+        let line = entry.to_string() + "\n";
+        let written = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .and_then(|mut file| file.write_all(line.as_bytes()));
+        if let Err(error) = written {
+            tracing::warn!(%error, path = %path.display(), "transcript entry not written");
+        }
+    }
+
+    /// Emits a stage event (fields redacted).
+    pub fn event(&self, event: &str, fields: Value) {
+        if let Some(events) = self.events {
+            events.stage_event(event, self.node_id, self.visit, self.secrets.redact_json(&fields));
+        }
+    }
+
+    pub fn secrets(&self) -> &Secrets {
+        &self.secrets
+    }
+
+    pub fn node_id(&self) -> &str {
+        self.node_id
+    }
+
+    pub fn visit(&self) -> u32 {
+        self.visit
+    }
+}

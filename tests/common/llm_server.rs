@@ -1,0 +1,246 @@
+//! A loopback HTTP/1.1 server that speaks the Anthropic Messages and OpenAI Chat Completions
+//! wire formats with scripted replies, for driving the real providers offline. It records every
+//! request (path, headers, body). Requests whose body asks for a conversation summary are
+//! answered from a separate queue, so compaction can happen at any turn.
+
+#![allow(dead_code)]
+
+use std::collections::VecDeque;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+/// One scripted HTTP answer.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+    pub delay: Duration,
+}
+
+impl Reply {
+    pub fn json(value: Value) -> Reply {
+        Reply { status: 200, headers: Vec::new(), body: value.to_string(), delay: Duration::ZERO }
+    }
+
+    pub fn status(status: u16, body: &str) -> Reply {
+        Reply { status, headers: Vec::new(), body: body.to_string(), delay: Duration::ZERO }
+    }
+
+    pub fn header(mut self, name: &str, value: &str) -> Reply {
+        self.headers.push((name.to_string(), value.to_string()));
+        self
+    }
+
+    pub fn delayed(mut self, delay: Duration) -> Reply {
+        self.delay = delay;
+        self
+    }
+}
+
+/// A request the server received.
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub path: String,
+    /// Lower-cased names.
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+impl Request {
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or(Value::Null)
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+    }
+}
+
+#[derive(Default)]
+struct Script {
+    main: VecDeque<Reply>,
+    summaries: VecDeque<Reply>,
+    requests: Vec<Request>,
+}
+
+/// The running server; it stops with the test process.
+pub struct LlmServer {
+    pub port: u16,
+    script: Arc<Mutex<Script>>,
+}
+
+/// Marks summarizer calls (see `src/backends/compaction.rs`).
+const SUMMARY_MARKER: &str = "You summarize the history";
+
+impl LlmServer {
+    /// Serves `main` replies in order, and `summaries` for summarizer calls.
+    pub fn start(main: Vec<Reply>, summaries: Vec<Reply>) -> LlmServer {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+        let port = listener.local_addr().expect("address").port();
+        let script = Arc::new(Mutex::new(Script {
+            main: main.into(),
+            summaries: summaries.into(),
+            requests: Vec::new(),
+        }));
+        let shared = script.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let script = shared.clone();
+                std::thread::spawn(move || serve(stream, &script));
+            }
+        });
+        LlmServer { port, script }
+    }
+
+    /// `http://127.0.0.1:PORT` plus `suffix` (e.g. `/v1`).
+    pub fn url(&self, suffix: &str) -> String {
+        format!("http://127.0.0.1:{}{suffix}", self.port)
+    }
+
+    pub fn requests(&self) -> Vec<Request> {
+        self.script.lock().unwrap().requests.clone()
+    }
+
+    /// Requests that were not summarizer calls.
+    pub fn main_requests(&self) -> Vec<Request> {
+        self.requests().into_iter().filter(|r| !r.body.contains(SUMMARY_MARKER)).collect()
+    }
+
+    pub fn unused_replies(&self) -> usize {
+        self.script.lock().unwrap().main.len()
+    }
+}
+
+fn serve(stream: TcpStream, script: &Mutex<Script>) {
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
+    let mut reader = BufReader::new(match stream.try_clone() {
+        Ok(s) => s,
+        Err(_) => return,
+    });
+    let mut request_line = String::new();
+    if reader.read_line(&mut request_line).is_err() {
+        return;
+    }
+    let path = request_line.split_whitespace().nth(1).unwrap_or("").to_string();
+    let mut headers = Vec::new();
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+            return;
+        }
+        let line = line.trim_end();
+        if line.is_empty() {
+            break;
+        }
+        if let Some((name, value)) = line.split_once(':') {
+            headers.push((name.trim().to_ascii_lowercase(), value.trim().to_string()));
+        }
+    }
+    let length: usize =
+        headers.iter().find(|(n, _)| n == "content-length").and_then(|(_, v)| v.parse().ok()).unwrap_or(0);
+    let mut body = vec![0; length];
+    if reader.read_exact(&mut body).is_err() {
+        return;
+    }
+    let body = String::from_utf8_lossy(&body).into_owned();
+    let reply = {
+        let mut script = script.lock().unwrap();
+        let summary = body.contains(SUMMARY_MARKER);
+        script.requests.push(Request { path, headers, body });
+        let queue = if summary { &mut script.summaries } else { &mut script.main };
+        queue.pop_front().unwrap_or_else(|| {
+            Reply::status(500, r#"{"error": {"message": "the test server has no more scripted replies"}}"#)
+        })
+    };
+    std::thread::sleep(reply.delay);
+    let reason = match reply.status {
+        200 => "OK",
+        429 => "Too Many Requests",
+        _ => "Status",
+    };
+    let mut response = format!(
+        "HTTP/1.1 {} {reason}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n",
+        reply.status,
+        reply.body.len()
+    );
+    for (name, value) in &reply.headers {
+        response.push_str(&format!("{name}: {value}\r\n"));
+    }
+    response.push_str("\r\n");
+    response.push_str(&reply.body);
+    let mut stream = stream;
+    let _ = stream.write_all(response.as_bytes());
+    let _ = stream.flush();
+}
+
+// Anthropic Messages answers.
+
+pub fn anthropic_text(text: &str, input_tokens: u64, output_tokens: u64) -> Reply {
+    Reply::json(json!({
+        "id": "msg_test", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
+        "content": [{"type": "text", "text": text}], "stop_reason": "end_turn",
+        "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens}
+    }))
+}
+
+/// A turn with tool calls: `(id, name, input)`.
+pub fn anthropic_tools(text: &str, calls: &[(&str, &str, Value)]) -> Reply {
+    let mut content = vec![json!({"type": "text", "text": text})];
+    for (id, name, input) in calls {
+        content.push(json!({"type": "tool_use", "id": id, "name": name, "input": input}));
+    }
+    Reply::json(json!({
+        "id": "msg_test", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
+        "content": content, "stop_reason": "tool_use",
+        "usage": {"input_tokens": 100, "output_tokens": 20}
+    }))
+}
+
+// OpenAI Chat Completions answers.
+
+pub fn openai_text(text: &str, prompt_tokens: u64, completion_tokens: u64) -> Reply {
+    Reply::json(json!({
+        "id": "chatcmpl-test", "object": "chat.completion", "model": "test-model",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens}
+    }))
+}
+
+pub fn openai_tools(calls: &[(&str, &str, Value)]) -> Reply {
+    let tool_calls: Vec<Value> = calls
+        .iter()
+        .map(|(id, name, args)| {
+            json!({"id": id, "type": "function", "function": {"name": name, "arguments": args.to_string()}})
+        })
+        .collect();
+    Reply::json(json!({
+        "id": "chatcmpl-test", "object": "chat.completion", "model": "test-model",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": null, "tool_calls": tool_calls},
+                     "finish_reason": "tool_calls"}],
+        "usage": {"prompt_tokens": 50, "completion_tokens": 10}
+    }))
+}
+
+/// Every file under `dir` whose bytes contain `needle`.
+pub fn files_containing(dir: &std::path::Path, needle: &str) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if std::fs::read(&path)
+                .is_ok_and(|bytes| bytes.windows(needle.len()).any(|w| w == needle.as_bytes()))
+            {
+                found.push(path);
+            }
+        }
+    }
+    found
+}
