@@ -12,8 +12,7 @@
 use serde_json::{Map, Value};
 
 use super::{Handler, HandlerError, StageRun};
-use crate::backends::simulated::SimulatedBackend;
-use crate::backends::{Backend, BackendError, LlmRequest, LlmResponse, StageEnv};
+use crate::backends::LlmResponse;
 use crate::context::artifacts::ArtifactStore;
 use crate::engine::parallel::BranchResult;
 use crate::outcome::{Outcome, StageStatus};
@@ -183,42 +182,7 @@ async fn ask_model<'r>(
     }
     prompt.push_str(&crate::backends::choice_instruction(&ids));
     write(stage, "prompt.md", &prompt).await?;
-    let node = stage.node;
-    let request = LlmRequest {
-        node_id: &node.id,
-        visit: stage.visit,
-        agentic: false,
-        prompt: &prompt,
-        model: node.attributes.non_empty_text("llm_model"),
-        provider: node.attributes.non_empty_text("llm_provider"),
-        reasoning_effort: node.attributes.non_empty_text("reasoning_effort"),
-        timeout: node.attributes.duration("timeout"),
-        thread: None,
-        history: &[],
-        stage: Some(StageEnv {
-            work_dir: stage.work_dir,
-            stage_dir: stage.stage_dir,
-            run_dir: stage.run_dir,
-            events: stage.events,
-            max_turns: None,
-            context_window: node.attributes.integer("context_window").and_then(|n| u64::try_from(n).ok()),
-            backend: node.attributes.non_empty_text("backend"),
-            cli_agent: node.attributes.non_empty_text("cli_agent"),
-            usage_left: stage.usage_left,
-        }),
-    };
-    let backend: &dyn Backend =
-        if stage.dry_run { &SimulatedBackend } else { stage.services.backend.as_ref() };
-    let response = tokio::select! {
-        biased;
-        () = stage.cancel.cancelled() => return Err(HandlerError::Cancelled),
-        result = backend.complete(&request) => result,
-    };
-    let response = response.map_err(|error| match error {
-        BackendError::Retryable(message) => HandlerError::Retryable(message),
-        BackendError::Terminal(message) => HandlerError::Terminal(message),
-        BackendError::Paused(message) => HandlerError::Paused(message),
-    })?;
+    let (response, _) = super::llm::complete(stage, &super::llm::request_for(stage, &prompt)).await?;
     write(stage, "response.md", &response.text).await?;
     let chosen = crate::backends::chosen(&response.text);
     match chosen.and_then(|id| ranked.iter().find(|r| r.branch_id == id)) {

@@ -49,45 +49,66 @@ impl Handler for LlmHandler {
             write_file(&stage.stage_dir.join("history.jsonl"), &(lines.join("\n") + "\n")).await?;
         }
 
-        let request = LlmRequest {
-            node_id: &node.id,
-            visit: stage.visit,
-            agentic: node.handler_type() == HandlerType::Agent,
-            prompt: &prompt,
-            model: node.attributes.non_empty_text("llm_model"),
-            provider: node.attributes.non_empty_text("llm_provider"),
-            reasoning_effort: node.attributes.non_empty_text("reasoning_effort"),
-            timeout: node.attributes.duration("timeout"),
-            thread,
-            history,
-            stage: Some(StageEnv {
-                work_dir: stage.work_dir,
-                stage_dir: stage.stage_dir,
-                run_dir: stage.run_dir,
-                events: stage.events,
-                max_turns: node.attributes.integer("max_turns").and_then(|n| u32::try_from(n).ok()),
-                context_window: node.attributes.integer("context_window").and_then(|n| u64::try_from(n).ok()),
-                backend: node.attributes.non_empty_text("backend"),
-                cli_agent: node.attributes.non_empty_text("cli_agent"),
-                usage_left: stage.usage_left,
-            }),
-        };
-        let backend: &dyn Backend =
-            if stage.dry_run { &SimulatedBackend } else { stage.services.backend.as_ref() };
-        let response = tokio::select! {
-            biased;
-            () = stage.cancel.cancelled() => return Err(HandlerError::Cancelled),
-            result = backend.complete(&request) => result,
-        };
-        let response = response.map_err(|err| match err {
-            BackendError::Retryable(message) => HandlerError::Retryable(message),
-            BackendError::Terminal(message) => HandlerError::Terminal(message),
-            BackendError::Paused(message) => HandlerError::Paused(message),
-        })?;
+        let mut request = request_for(stage, &prompt);
+        request.agentic = node.handler_type() == HandlerType::Agent;
+        request.thread = thread;
+        request.history = history;
+        let (response, backend_name) = complete(stage, &request).await?;
         write_file(&stage.stage_dir.join("response.md"), &response.text).await?;
 
-        Ok(outcome_for(&node.id, backend.name(), &response))
+        Ok(outcome_for(&node.id, &backend_name, &response))
     }
+}
+
+/// A single-prompt request for `stage`'s node: its model settings and the stage's environment
+/// (work and stage directories, events, agent settings, what the usage ceilings leave).
+pub(crate) fn request_for<'a>(stage: &'a StageRun<'_>, prompt: &'a str) -> LlmRequest<'a> {
+    let node = stage.node;
+    let attributes = &node.attributes;
+    LlmRequest {
+        node_id: &node.id,
+        visit: stage.visit,
+        agentic: false,
+        prompt,
+        model: attributes.non_empty_text("llm_model"),
+        provider: attributes.non_empty_text("llm_provider"),
+        reasoning_effort: attributes.non_empty_text("reasoning_effort"),
+        timeout: attributes.duration("timeout"),
+        thread: None,
+        history: &[],
+        stage: Some(StageEnv {
+            work_dir: stage.work_dir,
+            stage_dir: stage.stage_dir,
+            run_dir: stage.run_dir,
+            events: stage.events,
+            max_turns: attributes.integer("max_turns").and_then(|n| u32::try_from(n).ok()),
+            context_window: attributes.integer("context_window").and_then(|n| u64::try_from(n).ok()),
+            backend: attributes.non_empty_text("backend"),
+            cli_agent: attributes.non_empty_text("cli_agent"),
+            usage_left: stage.usage_left,
+        }),
+    }
+}
+
+/// Sends `request` through the stage's backend (the simulated one under `--dry-run`), giving up
+/// when the run is cancelled; returns the answer and the backend's name.
+pub(crate) async fn complete(
+    stage: &StageRun<'_>,
+    request: &LlmRequest<'_>,
+) -> Result<(LlmResponse, String), HandlerError> {
+    let simulated = stage.dry_run;
+    let backend: &dyn Backend = if simulated { &SimulatedBackend } else { stage.services.backend.as_ref() };
+    let response = tokio::select! {
+        biased;
+        () = stage.cancel.cancelled() => return Err(HandlerError::Cancelled),
+        result = backend.complete(request) => result,
+    };
+    let response = response.map_err(|err| match err {
+        BackendError::Retryable(message) => HandlerError::Retryable(message),
+        BackendError::Terminal(message) => HandlerError::Terminal(message),
+        BackendError::Paused(message) => HandlerError::Paused(message),
+    })?;
+    Ok((response, backend.name().to_string()))
 }
 
 /// Writes a stage file; failing to do so fails the stage (retrying will not help).
