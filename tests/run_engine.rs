@@ -1,6 +1,5 @@
 //! `fabro run` against the Attractor specification: one test per row of the cross-feature parity
-//! matrix (section 11.12; every row except parallel fan-out/fan-in, which this version cannot run
-//! yet) and the integration smoke test of section 11.13. Each test runs the real binary in a
+//! matrix (section 11.12) and the integration smoke test of section 11.13. Each test runs the real binary in a
 //! temporary directory and checks what the run left behind: `result.json`, `checkpoint.json`,
 //! `manifest.json`, `events.jsonl` and the stage directories. The rows that need the library
 //! (custom handlers, the model a stage asks for) drive `fabro::engine::Engine` directly.
@@ -1634,6 +1633,54 @@ fn llm_stages_without_a_backend_exit_2_naming_simulate() {
 
     // A workflow with no LLM stage needs neither.
     run(&branching("true"), &[], &["-q"], 0);
+}
+
+/// Parity row: parallel fan-out and fan-in complete correctly. Both branches run, the fan-in
+/// sees their results in declaration order and picks the successful one, and the run goes on.
+#[test]
+fn parallel_fan_out_and_fan_in_complete_correctly() {
+    let workflow = r#"digraph fan {
+    start [shape=Mdiamond]
+    exit [shape=Msquare]
+    fan [shape=component]
+    left [shape=parallelogram, script="echo left"]
+    right [shape=parallelogram, script="exit 1"]
+    join [shape=tripleoctagon]
+    after [shape=parallelogram, script="echo after"]
+    start -> fan
+    fan -> left
+    fan -> right
+    left -> join
+    right -> join
+    join -> after -> exit
+}
+"#;
+    let ran = run(workflow, &[], &[], 0);
+    let result = read_json(&ran.run_dir().join("result.json"));
+    assert_eq!(
+        stage_list(&result),
+        [
+            "start/1 success",
+            "left/1 success",
+            "right/1 fail",
+            "fan/1 partial_success",
+            "join/1 success",
+            "after/1 success",
+            "exit/1 success"
+        ]
+    );
+    let context = &read_json(&ran.run_dir().join("checkpoint.json"))["context"];
+    assert_eq!(
+        strings(&json!(context["parallel.results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["branch_id"].clone())
+            .collect::<Vec<_>>())),
+        ["left", "right"]
+    );
+    assert_eq!(context["parallel.fan_in.best_id"], "left");
+    assert_eq!(context["command.output"], "after\n");
 }
 
 /// --run-dir must be new or empty; a non-empty one is refused and left untouched.
