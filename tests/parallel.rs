@@ -17,6 +17,16 @@ fn run_of(ran: &common::Ran) -> PathBuf {
     ran.dir.path().join(RUN_DIR)
 }
 
+/// `fabro run workflow.dot --run-dir run` on `workflow`, expecting exit `status`.
+fn run_workflow(workflow: &str, status: i32) -> common::Ran {
+    Test::new().workflow(workflow).args(["run", "workflow.dot", "--run-dir", RUN_DIR]).status(status).run()
+}
+
+/// The run's `failure_reason` from `result.json`.
+fn failure_reason(ran: &common::Ran) -> String {
+    read_json(&run_of(ran).join("result.json"))["failure_reason"].as_str().unwrap_or_default().to_string()
+}
+
 fn read_json(path: &Path) -> Value {
     let text =
         std::fs::read_to_string(path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
@@ -74,8 +84,7 @@ fn branches_are_isolated_and_the_best_branch_is_merged() {
         a = setting(r#"{"only_a": 1, "shared": "from a", "score": 1}"#),
         b = setting(r#"{"only_b": 2, "score": 5}"#),
     );
-    let ran =
-        Test::new().workflow(&workflow).args(["run", "workflow.dot", "--run-dir", RUN_DIR]).status(0).run();
+    let ran = run_workflow(&workflow, 0);
     let run = run_of(&ran);
     // b's own snapshot of the context, taken after a finished: nothing of a's.
     let seen_by_b = read_json(&run.join("stages/b/1/context.json"));
@@ -153,8 +162,7 @@ fn multi_node_branches_and_nested_parallels_run_to_their_joins() {
     inner_join -> outer_join
     outer_join -> exit
 }"#;
-    let ran =
-        Test::new().workflow(workflow).args(["run", "workflow.dot", "--run-dir", RUN_DIR]).status(0).run();
+    let ran = run_workflow(workflow, 0);
     let mut trail: Vec<String> =
         std::fs::read_to_string(ran.dir.path().join("trail")).unwrap().lines().map(String::from).collect();
     trail.sort();
@@ -218,8 +226,7 @@ fn first_success_cancels_the_other_branches_for_real() {
         ],
     );
     let clock = Instant::now();
-    let ran =
-        Test::new().workflow(&workflow).args(["run", "workflow.dot", "--run-dir", RUN_DIR]).status(0).run();
+    let ran = run_workflow(&workflow, 0);
     assert!(
         clock.elapsed() < Duration::from_secs(30),
         "the slow branch was waited for: {:?}",
@@ -246,8 +253,7 @@ fn fail_fast_cancels_the_rest_at_the_first_failure() {
         ],
     );
     let clock = Instant::now();
-    let ran =
-        Test::new().workflow(&workflow).args(["run", "workflow.dot", "--run-dir", RUN_DIR]).status(1).run();
+    let ran = run_workflow(&workflow, 1);
     assert!(clock.elapsed() < Duration::from_secs(30));
     assert!(!process_alive(&ran.dir.path().join("slow.pid")));
     let run = run_of(&ran);
@@ -263,28 +269,16 @@ fn fail_fast_cancels_the_rest_at_the_first_failure() {
 #[test]
 fn wait_all_k_of_n_and_quorum_count_successes() {
     let branches = [("good", "echo fine"), ("bad", "exit 1"), ("fine", "echo fine too")];
-    let ran = Test::new()
-        .workflow(&policy_workflow("join_policy=wait_all", &branches))
-        .args(["run", "workflow.dot", "--run-dir", RUN_DIR])
-        .status(0)
-        .run();
+    let ran = run_workflow(&policy_workflow("join_policy=wait_all", &branches), 0);
     let status = read_json(&run_of(&ran).join("stages/fan/1/status.json"));
     assert_eq!(status["outcome"], "partial_success");
     assert_eq!(status["notes"], "2 of 3 branches succeeded (wait_all)");
     assert_eq!(context(&run_of(&ran))["parallel.fan_in.best_id"], "good");
 
-    let ran = Test::new()
-        .workflow(&policy_workflow("join_policy=k_of_n, join_k=2", &branches))
-        .args(["run", "workflow.dot", "--run-dir", RUN_DIR])
-        .status(0)
-        .run();
+    let ran = run_workflow(&policy_workflow("join_policy=k_of_n, join_k=2", &branches), 0);
     assert_eq!(read_json(&run_of(&ran).join("stages/fan/1/status.json"))["outcome"], "success");
 
-    let ran = Test::new()
-        .workflow(&policy_workflow("join_policy=quorum, join_quorum=0.75", &branches))
-        .args(["run", "workflow.dot", "--run-dir", RUN_DIR])
-        .status(1)
-        .run();
+    let ran = run_workflow(&policy_workflow("join_policy=quorum, join_quorum=0.75", &branches), 1);
     let status = read_json(&run_of(&ran).join("stages/fan/1/status.json"));
     assert_eq!(status["outcome"], "fail");
     assert!(
@@ -293,12 +287,8 @@ fn wait_all_k_of_n_and_quorum_count_successes() {
     );
 
     // Every branch failed: the fan-in fails too, naming each.
-    let ran = Test::new()
-        .workflow(&policy_workflow("join_policy=wait_all", &[("x", "exit 1"), ("y", "exit 2")]))
-        .args(["run", "workflow.dot", "--run-dir", RUN_DIR])
-        .status(1)
-        .run();
-    let reason = read_json(&run_of(&ran).join("result.json"))["failure_reason"].as_str().unwrap().to_string();
+    let ran = run_workflow(&policy_workflow("join_policy=wait_all", &[("x", "exit 1"), ("y", "exit 2")]), 1);
+    let reason = failure_reason(&ran);
     assert!(reason.contains("stage `fan` failed"), "{reason}");
 }
 
@@ -341,7 +331,7 @@ fn the_model_picks_the_best_branch_by_exact_id() {
         .args(["run", "workflow.dot", "--run-dir", RUN_DIR, "--responses", "responses.json"])
         .status(1)
         .run();
-    let reason = read_json(&run_of(&ran).join("result.json"))["failure_reason"].as_str().unwrap().to_string();
+    let reason = failure_reason(&ran);
     assert!(reason.contains("exactly one of fast, careful (it named `car`)"), "{reason}");
 }
 
@@ -362,8 +352,7 @@ fn a_branch_that_skips_the_join_fails() {
     stray -> exit [condition="outcome=fail"]
     merge -> exit
 }"#;
-    let ran =
-        Test::new().workflow(workflow).args(["run", "workflow.dot", "--run-dir", RUN_DIR]).status(0).run();
+    let ran = run_workflow(workflow, 0);
     let results = &context(&run_of(&ran))["parallel.results"];
     assert_eq!(results[1]["status"], "fail");
     assert_eq!(results[1]["failure_reason"], "the branch reached the exit `exit` without joining at `merge`");
