@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::graph::{Node, Workflow};
+use crate::graph::{HandlerType, Node, Workflow};
 use crate::load::{LoadError, Loader};
 use crate::source::{SourceFile, Span};
 use crate::ValidWorkflow;
@@ -126,6 +126,36 @@ pub fn load_source(source: SourceFile, ancestors: &[PathBuf]) -> Result<ValidWor
             .collect();
         ChildWorkflowError::Invalid { path: path.clone(), errors }
     })
+}
+
+/// Every child workflow below `workflow` that loads cleanly (children of children too), each
+/// once: what the run could reach through its manager stages. A child that does not load is left
+/// out; validation reports it.
+pub fn descendants(workflow: &Workflow) -> Vec<ValidWorkflow> {
+    let mut found: Vec<ValidWorkflow> = Vec::new();
+    let mut seen = vec![canonical(workflow.source().path())];
+    let mut pending: Vec<PathBuf> = managed_children(workflow);
+    while let Some(path) = pending.pop() {
+        let own = canonical(&path);
+        if seen.contains(&own) {
+            continue;
+        }
+        seen.push(own);
+        if let Ok(child) = load_file(&path, &[]) {
+            pending.extend(managed_children(&child.workflow));
+            found.push(child);
+        }
+    }
+    found
+}
+
+/// The child workflow paths of `workflow`'s manager stages.
+fn managed_children(workflow: &Workflow) -> Vec<PathBuf> {
+    workflow
+        .nodes()
+        .filter(|node| node.handler_type() == HandlerType::Manager)
+        .filter_map(|node| reference(workflow, node).map(|reference| reference.path))
+        .collect()
 }
 
 #[cfg(test)]

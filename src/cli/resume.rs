@@ -21,6 +21,10 @@ pub struct ResumeArgs {
     /// when it lacks a node the checkpoint needs. The stored copy is kept as workflow.<n>.dot.
     #[arg(long, value_name = "FILE")]
     workflow: Option<PathBuf>,
+    /// Use the real LLM providers even though the run started with --simulate, --responses or
+    /// --dry-run (which a resume otherwise keeps).
+    #[arg(long, conflicts_with_all = ["simulate", "responses", "dry_run"])]
+    live: bool,
     #[command(flatten)]
     launch: LaunchArgs,
 }
@@ -29,7 +33,7 @@ pub fn resume(args: ResumeArgs) -> u8 {
     super::block_on(resume_async(args))
 }
 
-async fn resume_async(args: ResumeArgs) -> u8 {
+async fn resume_async(mut args: ResumeArgs) -> u8 {
     let mut saved = match SavedRun::open(&args.run_dir) {
         Ok(saved) => saved,
         Err(error) => {
@@ -37,6 +41,11 @@ async fn resume_async(args: ResumeArgs) -> u8 {
             return exit::INVALID;
         }
     };
+    if let Some(taken) = args.launch.inherit(&saved.manifest.launch, args.live) {
+        if !args.launch.quiet && !args.launch.json {
+            eprintln!("note: continuing with {taken}, as the run started");
+        }
+    }
     let (source_path, source_text) = match &args.workflow {
         Some(path) => match std::fs::read_to_string(path) {
             Ok(text) => (path.clone(), text),
@@ -103,6 +112,7 @@ async fn resume_async(args: ResumeArgs) -> u8 {
         worktree: false,
         keep_worktrees: args.launch.keep_worktrees,
         parent: None,
+        launch: args.launch.record(),
     };
     let cancel = CancellationToken::new();
     watch_signals(cancel.clone());

@@ -15,8 +15,8 @@ use fabro::graph::Workflow;
 use fabro::handlers::{builtin_handlers, Services};
 use fabro::interview::answers::AnswersFile;
 use fabro::interview::console::Console;
-use fabro::interview::{AutoApprove, FirstAvailable, Interviewer, NoAnswers};
-use fabro::run_dir::{RunResult, RunStatus};
+use fabro::interview::{AutoApprove, FirstAvailable, Gate, Interviewer, NoAnswers};
+use fabro::run_dir::{LaunchRecord, RunResult, RunStatus};
 use fabro::{Loader, Severity};
 use tokio_util::sync::CancellationToken;
 
@@ -113,6 +113,57 @@ pub struct LaunchArgs {
 }
 
 impl LaunchArgs {
+    /// How LLM stages are answered, as the manifest records it (`--responses` made absolute, so a
+    /// resume from another directory finds the file).
+    pub fn record(&self) -> LaunchRecord {
+        let non_empty = |value: &Option<String>| value.clone().filter(|v| !v.trim().is_empty());
+        LaunchRecord {
+            simulate: self.simulate,
+            dry_run: self.dry_run,
+            responses: self
+                .responses
+                .as_ref()
+                .map(|path| std::path::absolute(path).unwrap_or_else(|_| path.clone()).display().to_string()),
+            model: non_empty(&self.model),
+            provider: non_empty(&self.provider),
+        }
+    }
+
+    /// Takes what the run started with for everything not given now: the way LLM stages are
+    /// answered (unless `live`, or a mode is given now) and the model and provider overrides.
+    /// Returns the flags taken, e.g. `--simulate --model m`, for a note.
+    pub fn inherit(&mut self, started: &LaunchRecord, live: bool) -> Option<String> {
+        let mut taken = Vec::new();
+        let mode_given = self.simulate || self.dry_run || self.responses.is_some();
+        if !mode_given && !live {
+            if started.simulate {
+                self.simulate = true;
+                taken.push("--simulate".to_string());
+            }
+            if started.dry_run {
+                self.dry_run = true;
+                taken.push("--dry-run".to_string());
+            }
+            if let Some(path) = &started.responses {
+                self.responses = Some(PathBuf::from(path));
+                taken.push(format!("--responses {path}"));
+            }
+        }
+        if self.model.is_none() {
+            if let Some(model) = &started.model {
+                self.model = Some(model.clone());
+                taken.push(format!("--model {model}"));
+            }
+        }
+        if self.provider.is_none() {
+            if let Some(provider) = &started.provider {
+                self.provider = Some(provider.clone());
+                taken.push(format!("--provider {provider}"));
+            }
+        }
+        (!taken.is_empty()).then(|| taken.join(" "))
+    }
+
     /// `--max-tokens` and `--max-cost`.
     pub fn limits(&self) -> fabro::engine::budget::UsageLimits {
         fabro::engine::budget::UsageLimits { max_tokens: self.max_tokens, max_cost: self.max_cost }
@@ -169,6 +220,7 @@ async fn run_async(args: RunArgs) -> u8 {
         worktree: args.worktree,
         keep_worktrees: args.launch.keep_worktrees,
         parent: None,
+        launch: args.launch.record(),
     };
     let cancel = CancellationToken::new();
     watch_signals(cancel.clone());
@@ -214,7 +266,7 @@ pub fn engine_for(launch: &LaunchArgs, workflow: &Workflow) -> Result<Engine, St
         return Err(format!("--max-cost {cost} is not a cost in US dollars (0 or more)"));
     }
     let backend = choose_backend(launch, workflow)?;
-    let interviewer = choose_interviewer(launch)?;
+    let interviewer = choose_interviewer(launch, workflow)?;
     Ok(Engine::new(handlers, Services { backend, interviewer }))
 }
 
@@ -334,10 +386,16 @@ fn choose_backend(args: &LaunchArgs, workflow: &Workflow) -> Result<Arc<dyn Back
 }
 
 /// Answers file first, then auto-approve, then the terminal; without any, gates pause the run.
-fn choose_interviewer(args: &LaunchArgs) -> Result<Arc<dyn Interviewer>, String> {
+/// An answers file is checked against the gates of the workflow and its child workflows first.
+fn choose_interviewer(args: &LaunchArgs, workflow: &Workflow) -> Result<Arc<dyn Interviewer>, String> {
     let mut chain: Vec<Arc<dyn Interviewer>> = Vec::new();
     if let Some(path) = &args.answers {
-        chain.push(Arc::new(AnswersFile::from_file(path).map_err(|e| e.to_string())?));
+        let answers = AnswersFile::from_file(path).map_err(|e| e.to_string())?;
+        let children = fabro::child_workflow::descendants(workflow);
+        let mut gates = Gate::all(workflow);
+        gates.extend(children.iter().flat_map(|child| Gate::all(&child.workflow)));
+        answers.check(&gates).map_err(|e| format!("{e}; the run did not start"))?;
+        chain.push(Arc::new(answers));
     }
     if args.auto_approve {
         chain.push(Arc::new(AutoApprove));

@@ -90,6 +90,7 @@ impl<'a> ChildLauncher<'a> {
             keep_worktrees: self.options.keep_worktrees,
             limits: self.options.limits,
             parent: Some(link),
+            launch: self.options.launch.clone(),
         };
         match slot {
             ChildSlot::Fresh(dir) => {

@@ -46,6 +46,8 @@ pub struct RunOptions {
     pub parent: Option<super::child_run::ParentLink>,
     /// `--max-tokens`/`--max-cost`; the graph's `max_tokens`/`max_cost` apply when unset.
     pub limits: super::budget::UsageLimits,
+    /// How LLM stages are answered, recorded in the manifest for `fabro resume`.
+    pub launch: crate::run_dir::LaunchRecord,
 }
 
 /// Why a run could not start.
@@ -141,6 +143,7 @@ impl Engine {
                 path: w.path().display().to_string(),
                 branch: w.branch().to_string(),
             }),
+            launch: options.launch.clone(),
         };
         run_dir.write_json("manifest.json", &manifest)?;
         run_dir.write_text("workflow.dot", workflow.source().text())?;
@@ -202,6 +205,7 @@ impl Engine {
             .as_ref()
             .map_or_else(|| std::path::PathBuf::from(&saved.manifest.work_dir), |w| w.path().to_path_buf());
         let mut manifest = saved.manifest;
+        manifest.launch = options.launch.clone();
         manifest.status = RunStatus::Running;
         manifest.finished_at = None;
         saved.dir.write_json("manifest.json", &manifest)?;

@@ -228,6 +228,12 @@ pub static ATTRIBUTES: &[AttributeSpec] = &[
         NODE,
         "Choice a human gate takes when its timeout passes."
     ),
+    spec!(
+        "human.freeform",
+        ValueType::Boolean,
+        NODE,
+        "A human gate also takes text that names no choice (kept in human.gate.text)."
+    ),
     spec!("duration", ValueType::Duration, NODE, "How long a wait stage sleeps."),
     spec!(
         "stack.child_workflow",

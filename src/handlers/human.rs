@@ -13,7 +13,10 @@
 //! | `human.gate.target` | the chosen edge's target node id |
 //! | `human.gate.text` | the text of a freeform answer |
 //!
-//! When no answer can be had (no terminal, answers file used up) the run pauses.
+//! An answer must name a choice (by key, label or target id). Only a gate with
+//! `human.freeform=true` takes other text: it is kept in `human.gate.text` and routing follows
+//! the only edge, else the edges' conditions. When no answer can be had (no terminal, answers
+//! file used up) the run pauses.
 
 use std::time::Duration;
 
@@ -22,7 +25,7 @@ use serde_json::{json, Value};
 use super::{Handler, HandlerError, StageRun};
 use crate::graph::attribute::format_duration;
 use crate::graph::{Choice, EdgeRef};
-use crate::interview::{choice_for, Answer, Question};
+use crate::interview::{choice_for, list_choices, takes_freeform, Answer, Question};
 use crate::outcome::Outcome;
 
 /// Runs human gates.
@@ -67,7 +70,8 @@ impl Handler for HumanHandler {
         }
         stage.events.stage_event("interview.started", gate, stage.visit, started);
 
-        let question = Question { gate_id: gate, text, choices: &choices, timeout };
+        let question =
+            Question { gate_id: gate, text, choices: &choices, timeout, freeform: takes_freeform(node) };
         let answer = tokio::select! {
             biased;
             () = stage.cancel.cancelled() => return Err(HandlerError::Cancelled),
@@ -87,6 +91,14 @@ impl Handler for HumanHandler {
                 Ok(chosen(option).with_notes(format!("chose {}", describe(option))))
             }
             Answer::Freeform(text) => Ok(freeform(stage, &options, text)),
+            // Interviewers that ask a person ask again; recorded answers are checked before the
+            // run starts. An answer that still names no choice routes nowhere.
+            Answer::Unrecognized(text) => Err(HandlerError::Paused(format!(
+                "human gate `{gate}` got the answer `{text}`, which names none of its choices ({}); \
+                 the checkpoint is saved. Resume with an answer that names a choice, or set \
+                 human.freeform=true on the gate to accept free text",
+                list_choices(&choices)
+            ))),
             Answer::Timeout => Ok(timed_out(stage, &options, &choices, timeout)),
             Answer::Unavailable => Err(HandlerError::Paused(format!(
                 "human gate `{gate}` is waiting for an answer; the checkpoint is saved. Resume with \
@@ -302,6 +314,16 @@ mod tests {
         assert!(
             matches!(&error, HandlerError::Terminal(m) if m.contains("choice 4") && m.contains("3 choices"))
         );
+    }
+
+    #[tokio::test]
+    async fn an_answer_naming_no_choice_routes_nowhere() {
+        let (fixture, events) = fixture(Answer::Unrecognized("Request change".into()));
+        let error = run(&fixture).await.unwrap_err();
+        let HandlerError::Paused(message) = &error else { panic!("{error:?}") };
+        assert!(message.contains("`Request change`, which names none of its choices"), "{message}");
+        assert!(message.contains("[A] Approve, [R] Request changes, [S] Skip"), "{message}");
+        assert_eq!(names(&events), ["interview.started"]);
     }
 
     #[tokio::test]

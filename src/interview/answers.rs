@@ -6,7 +6,9 @@
 //! ```
 //!
 //! An answer that names a choice (by key, label or target id) picks it; any other text is a
-//! freeform answer. A gate with no answer left gets [`Answer::Unavailable`], so the run pauses.
+//! freeform answer where the gate declares `human.freeform=true`, and an error everywhere else:
+//! [`AnswersFile::check`] refuses such a file before the run starts, along with keys that name
+//! no gate. A gate with no answer left gets [`Answer::Unavailable`], so the run pauses.
 
 use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
@@ -14,7 +16,7 @@ use std::sync::Mutex;
 
 use serde_json::Value;
 
-use super::{answer_for, Answer, Interviewer, Question};
+use super::{answer_for, closest_choice, list_choices, Answer, Gate, Interviewer, Question};
 
 /// Why an answers file could not be used.
 #[derive(Debug, thiserror::Error)]
@@ -34,6 +36,33 @@ pub enum AnswersError {
     NotAnObject { origin: String, found: &'static str },
     #[error("{origin}: the answers for gate `{gate}` must be a string or a list of strings; found {found}")]
     BadAnswers { origin: String, gate: String, found: String },
+    #[error("{origin}: `{gate}` is not a human gate of this workflow{}", gate_list(known))]
+    UnknownGate { origin: String, gate: String, known: Vec<String> },
+    #[error(
+        "{origin}: answer {position} for gate `{gate}`, `{answer}`, names none of its choices: {choices}{}; \
+         answer with a choice's key, label or target id{}",
+        suggestion.as_ref().map(|s| format!(" (did you mean `{s}`?)")).unwrap_or_default(),
+        if *freeform_hint { ", or set human.freeform=true on the gate to accept free text" } else { "" }
+    )]
+    NoSuchChoice {
+        origin: String,
+        gate: String,
+        /// 1-based position of the answer in the gate's list.
+        position: usize,
+        answer: String,
+        /// `[A] Approve, [R] Request changes`
+        choices: String,
+        suggestion: Option<String>,
+        /// The text looks like prose rather than a typo of a choice.
+        freeform_hint: bool,
+    },
+}
+
+fn gate_list(known: &[String]) -> String {
+    match known {
+        [] => "; it has no human gates".to_string(),
+        _ => format!("; its gates are: {}", known.join(", ")),
+    }
 }
 
 /// Answers read from a file, handed out in order per gate.
@@ -107,6 +136,53 @@ impl AnswersFile {
         ids
     }
 
+    /// Refuses answers that could route a gate the wrong way, before anything runs: a key that
+    /// names none of `gates`, or an answer that names none of its gate's choices at a gate that
+    /// takes no freeform text.
+    pub fn check(&self, gates: &[Gate<'_>]) -> Result<(), AnswersError> {
+        let answers = self.lock();
+        let mut ids: Vec<&String> = answers.keys().collect();
+        ids.sort();
+        for id in ids {
+            let Some(gate) = gates.iter().find(|gate| gate.id == id.as_str()) else {
+                let mut known: Vec<String> = gates.iter().map(|gate| gate.id.to_string()).collect();
+                known.sort();
+                known.dedup();
+                return Err(AnswersError::UnknownGate {
+                    origin: self.origin.clone(),
+                    gate: id.clone(),
+                    known,
+                });
+            };
+            if gate.freeform {
+                continue;
+            }
+            for (position, answer) in answers[id].iter().enumerate() {
+                let question = Question {
+                    gate_id: gate.id,
+                    text: "",
+                    choices: &gate.choices,
+                    timeout: None,
+                    freeform: false,
+                };
+                if let Answer::Unrecognized(text) = answer_for(answer, &question) {
+                    let suggestion =
+                        closest_choice(&text, &gate.choices).map(|choice| choice.label.to_string());
+                    return Err(AnswersError::NoSuchChoice {
+                        origin: self.origin.clone(),
+                        gate: id.clone(),
+                        position: position + 1,
+                        freeform_hint: suggestion.is_none() && text.split_whitespace().count() > 2,
+                        answer: text,
+                        choices: list_choices(&gate.choices),
+                        suggestion,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// How many answers are left for `gate_id`.
     pub fn remaining(&self, gate_id: &str) -> usize {
         self.lock().get(gate_id).map_or(0, VecDeque::len)
@@ -123,7 +199,7 @@ impl Interviewer for AnswersFile {
     async fn ask(&self, question: &Question<'_>) -> Answer {
         let next = self.lock().get_mut(question.gate_id).and_then(VecDeque::pop_front);
         match next {
-            Some(text) => answer_for(&text, question.choices),
+            Some(text) => answer_for(&text, question),
             None => Answer::Unavailable,
         }
     }
@@ -163,7 +239,7 @@ mod tests {
     }
 
     async fn ask(answers: &AnswersFile, gate_id: &str, choices: &[Choice<'_>]) -> Answer {
-        answers.ask(&Question { gate_id, text: "Ship it?", choices, timeout: None }).await
+        answers.ask(&Question { gate_id, text: "Ship it?", choices, timeout: None, freeform: false }).await
     }
 
     #[tokio::test]
@@ -180,7 +256,7 @@ mod tests {
         assert_eq!(ask(&answers, "gate", &choices).await, Answer::Choice(1));
         assert_eq!(ask(&answers, "gate", &choices).await, Answer::Choice(2));
         assert_eq!(ask(&answers, "gate", &choices).await, Answer::Choice(0));
-        assert_eq!(ask(&answers, "gate", &choices).await, Answer::Freeform("ship it tomorrow".into()));
+        assert_eq!(ask(&answers, "gate", &choices).await, Answer::Unrecognized("ship it tomorrow".into()));
         assert_eq!(ask(&answers, "gate", &choices).await, Answer::Unavailable);
         assert_eq!(ask(&answers, "gate", &choices).await, Answer::Unavailable);
         // A single string is a one-element list; other gates keep their own queue.
@@ -188,6 +264,45 @@ mod tests {
         assert_eq!(ask(&answers, "other", &choices).await, Answer::Unavailable);
         assert_eq!(ask(&answers, "unknown", &choices).await, Answer::Unavailable);
         assert_eq!(answers.origin(), "answers.json");
+    }
+
+    fn gates(freeform: bool) -> Vec<Gate<'static>> {
+        vec![
+            Gate { id: "review", choices: choices(), freeform },
+            Gate { id: "confirm", choices: vec![Choice::from_edge(Some("[Y] Yes"), "go")], freeform: false },
+        ]
+    }
+
+    #[test]
+    fn check_refuses_unknown_gates_and_answers_naming_no_choice() {
+        let ok = AnswersFile::from_json(
+            r#"{"review": ["A", "revise", "request changes"], "confirm": "y"}"#,
+            "a.json",
+        );
+        assert!(ok.unwrap().check(&gates(false)).is_ok());
+
+        let typo = AnswersFile::from_json(r#"{"review": ["A", "Request change"]}"#, "a.json").unwrap();
+        assert_eq!(
+            typo.check(&gates(false)).unwrap_err().to_string(),
+            "a.json: answer 2 for gate `review`, `Request change`, names none of its choices: \
+             [A] Approve, [R] Request changes, [S] Skip (did you mean `Request changes`?); \
+             answer with a choice's key, label or target id"
+        );
+        let prose = AnswersFile::from_json(r#"{"review": "ship it next week"}"#, "a.json").unwrap();
+        let message = prose.check(&gates(false)).unwrap_err().to_string();
+        assert!(message.ends_with("or set human.freeform=true on the gate to accept free text"), "{message}");
+        // A freeform gate takes any text.
+        assert!(prose.check(&gates(true)).is_ok());
+
+        let unknown = AnswersFile::from_json(r#"{"reveiw": "A"}"#, "a.json").unwrap();
+        assert_eq!(
+            unknown.check(&gates(false)).unwrap_err().to_string(),
+            "a.json: `reveiw` is not a human gate of this workflow; its gates are: confirm, review"
+        );
+        assert_eq!(
+            unknown.check(&[]).unwrap_err().to_string(),
+            "a.json: `reveiw` is not a human gate of this workflow; it has no human gates"
+        );
     }
 
     #[test]

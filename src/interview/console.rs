@@ -15,7 +15,7 @@ use std::sync::Mutex as SyncMutex;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt};
 use tokio::sync::{mpsc, Mutex};
 
-use super::{answer_for, Answer, Interviewer, Question};
+use super::{answer_for, closest_choice, list_choices, Answer, Interviewer, Question};
 use crate::graph::attribute::format_duration;
 
 type Writer = Box<dyn Write + Send>;
@@ -132,38 +132,56 @@ pub fn render_question(question: &Question<'_>) -> String {
 
 #[async_trait::async_trait]
 impl Interviewer for Console {
+    /// Asks until the answer names a choice (or, at a freeform gate, is any text): an empty line
+    /// or text that names no choice asks again, listing the choices. The gate's timeout covers
+    /// all the asking; the end of input means nobody can answer.
     async fn ask(&self, question: &Question<'_>) -> Answer {
         // One question at a time: parallel branches wait their turn for the terminal.
         let mut input = self.input.lock().await;
+        let deadline = question.timeout.map(|timeout| tokio::time::Instant::now() + timeout);
         self.say(&render_question(question));
-        let read = input.read_line();
-        let read = match question.timeout {
-            Some(timeout) => match tokio::time::timeout(timeout, read).await {
-                Ok(read) => read,
-                Err(_elapsed) => {
-                    self.say(&format!("\n[!] no answer within {}\n", format_duration(timeout)));
-                    return Answer::Timeout;
+        loop {
+            let read = input.read_line();
+            let read = match deadline {
+                Some(deadline) => match tokio::time::timeout_at(deadline, read).await {
+                    Ok(read) => read,
+                    Err(_elapsed) => {
+                        let waited = question.timeout.map(format_duration).unwrap_or_default();
+                        self.say(&format!("\n[!] no answer within {waited}\n"));
+                        return Answer::Timeout;
+                    }
+                },
+                None => read.await,
+            };
+            let line = match read {
+                Ok(line) if line.is_empty() => {
+                    self.say("\n");
+                    return Answer::Unavailable;
                 }
-            },
-            None => read.await,
-        };
-        match read {
-            Ok(line) if line.is_empty() => {
-                self.say("\n");
-                Answer::Unavailable
-            }
-            Ok(line) => {
-                let text = String::from_utf8_lossy(&line);
-                if text.trim().is_empty() {
-                    Answer::Unavailable
-                } else {
-                    answer_for(&text, question.choices)
+                Ok(line) => line,
+                Err(error) => {
+                    tracing::warn!(%error, "could not read an answer from the terminal");
+                    return Answer::Unavailable;
                 }
-            }
-            Err(error) => {
-                tracing::warn!(%error, "could not read an answer from the terminal");
-                Answer::Unavailable
-            }
+            };
+            let text = String::from_utf8_lossy(&line);
+            let retry = if text.trim().is_empty() {
+                format!("[!] type one of: {}\n> ", list_choices(question.choices))
+            } else {
+                match answer_for(&text, question) {
+                    Answer::Unrecognized(text) => {
+                        let hint = closest_choice(&text, question.choices)
+                            .map(|choice| format!(" (did you mean `{}`?)", choice.label))
+                            .unwrap_or_default();
+                        format!(
+                            "[!] `{text}` is not one of the choices{hint}; type one of: {}\n> ",
+                            list_choices(question.choices)
+                        )
+                    }
+                    answer => return answer,
+                }
+            };
+            self.say(&retry);
         }
     }
 }
@@ -211,23 +229,52 @@ mod tests {
         (Console::with_io(input.as_bytes(), output.clone()), output)
     }
 
-    async fn ask(console: &Console, timeout: Option<Duration>) -> Answer {
+    async fn ask_gate(console: &Console, timeout: Option<Duration>, freeform: bool) -> Answer {
         let choices = choices();
-        console.ask(&Question { gate_id: "gate", text: "Ship it?", choices: &choices, timeout }).await
+        console
+            .ask(&Question { gate_id: "gate", text: "Ship it?", choices: &choices, timeout, freeform })
+            .await
     }
 
+    async fn ask(console: &Console, timeout: Option<Duration>) -> Answer {
+        ask_gate(console, timeout, false).await
+    }
+
+    const QUESTION: &str =
+        "[?] Ship it?\n  [A] Approve -> deploy\n  [R] Request changes -> revise\n  [S] Skip -> exit\n> ";
+
     #[tokio::test]
-    async fn answers_by_key_label_target_or_freeform_then_eof() {
-        let (console, output) = console("a\n  Request changes \nexit\nnot yet, add tests\n\n");
+    async fn answers_by_key_label_or_target_then_eof() {
+        let (console, output) = console("a\n  Request changes \nexit\n");
         assert_eq!(ask(&console, None).await, Answer::Choice(0));
         assert_eq!(ask(&console, None).await, Answer::Choice(1));
         assert_eq!(ask(&console, None).await, Answer::Choice(2));
-        assert_eq!(ask(&console, None).await, Answer::Freeform("not yet, add tests".into()));
-        assert_eq!(ask(&console, None).await, Answer::Unavailable, "empty line");
         assert_eq!(ask(&console, None).await, Answer::Unavailable, "end of input");
-        let question =
-            "[?] Ship it?\n  [A] Approve -> deploy\n  [R] Request changes -> revise\n  [S] Skip -> exit\n> ";
-        assert!(output.text().starts_with(&format!("{question}{question}")), "{}", output.text());
+        assert!(output.text().starts_with(&format!("{QUESTION}{QUESTION}")), "{}", output.text());
+    }
+
+    #[tokio::test]
+    async fn text_naming_no_choice_and_empty_lines_ask_again() {
+        let (console, output) = console("Request change\n\nnope\nr\n");
+        assert_eq!(ask(&console, None).await, Answer::Choice(1));
+        assert_eq!(
+            output.text(),
+            format!(
+                "{QUESTION}[!] `Request change` is not one of the choices (did you mean `Request changes`?); \
+                 type one of: [A] Approve, [R] Request changes, [S] Skip\n> \
+                 [!] type one of: [A] Approve, [R] Request changes, [S] Skip\n> \
+                 [!] `nope` is not one of the choices; type one of: [A] Approve, [R] Request changes, [S] Skip\n> "
+            )
+        );
+        // Asking again never routes: the end of input leaves the gate unanswered.
+        let (ended, _) = super::tests::console("nope\n");
+        assert_eq!(ask(&ended, None).await, Answer::Unavailable);
+    }
+
+    #[tokio::test]
+    async fn a_freeform_gate_takes_any_text() {
+        let (console, _) = console("not yet, add tests\n");
+        assert_eq!(ask_gate(&console, None, true).await, Answer::Freeform("not yet, add tests".into()));
     }
 
     #[tokio::test]

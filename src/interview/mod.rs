@@ -6,7 +6,10 @@ pub mod console;
 
 use std::time::Duration;
 
-use crate::graph::Choice;
+use crate::graph::{Choice, HandlerType, Node, Workflow};
+
+/// The attribute that lets a human gate take text that names none of its choices.
+pub const FREEFORM_ATTRIBUTE: &str = "human.freeform";
 
 /// What a human gate asks.
 #[derive(Debug, Clone)]
@@ -16,14 +19,53 @@ pub struct Question<'a> {
     pub text: &'a str,
     pub choices: &'a [Choice<'a>],
     pub timeout: Option<Duration>,
+    /// The gate takes text that names no choice (`human.freeform=true`); otherwise such text is
+    /// no answer at all and is never routed anywhere.
+    pub freeform: bool,
+}
+
+/// A human gate of a workflow, as its answers see it: its id, its choices (one per outgoing edge,
+/// in declaration order) and whether it takes freeform text.
+#[derive(Debug, Clone)]
+pub struct Gate<'w> {
+    pub id: &'w str,
+    pub choices: Vec<Choice<'w>>,
+    pub freeform: bool,
+}
+
+impl<'w> Gate<'w> {
+    /// The gate `node` of `workflow` (which must be a human gate).
+    pub fn of(workflow: &'w Workflow, node: &'w Node) -> Gate<'w> {
+        let edges = workflow.index_of(&node.id).map(|index| workflow.outgoing(index)).unwrap_or_default();
+        let choices =
+            edges.iter().map(|edge| Choice::from_edge(edge.edge.label(), edge.to.id.as_str())).collect();
+        Gate { id: node.id.as_str(), choices, freeform: takes_freeform(node) }
+    }
+
+    /// Every human gate of `workflow`, in declaration order.
+    pub fn all(workflow: &'w Workflow) -> Vec<Gate<'w>> {
+        workflow
+            .nodes()
+            .filter(|node| node.handler_type() == HandlerType::Human)
+            .map(|node| Gate::of(workflow, node))
+            .collect()
+    }
+}
+
+/// True when the gate declares `human.freeform=true`.
+pub fn takes_freeform(node: &Node) -> bool {
+    node.attributes.boolean(FREEFORM_ATTRIBUTE).unwrap_or(false)
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Answer {
     /// Index into the question's choices.
     Choice(usize),
-    /// Text that names no choice.
+    /// Text that names no choice, at a gate that takes freeform answers.
     Freeform(String),
+    /// Text that names no choice at a gate that takes none: routing on it could take any edge
+    /// (say, `deploy`), so the gate refuses it.
+    Unrecognized(String),
     /// Nobody answered within the timeout.
     Timeout,
     /// No answer can be had now (no terminal, no answer left in the file).
@@ -46,12 +88,32 @@ pub fn choice_for(text: &str, choices: &[Choice<'_>]) -> Option<usize> {
         .or_else(|| choices.iter().position(|choice| choice.matches(text)))
 }
 
-/// The answer that typed or recorded text gives: the choice it names, else the text itself.
-pub fn answer_for(text: &str, choices: &[Choice<'_>]) -> Answer {
-    match choice_for(text, choices) {
+/// The answer that typed or recorded text gives: the choice it names, else the text itself as
+/// a freeform answer where the question takes one, else [`Answer::Unrecognized`].
+pub fn answer_for(text: &str, question: &Question<'_>) -> Answer {
+    match choice_for(text, question.choices) {
         Some(index) => Answer::Choice(index),
-        None => Answer::Freeform(text.trim().to_string()),
+        None if question.freeform => Answer::Freeform(text.trim().to_string()),
+        None => Answer::Unrecognized(text.trim().to_string()),
     }
+}
+
+/// `[A] Approve, [R] Request changes`: the choices as a person types them.
+pub fn list_choices(choices: &[Choice<'_>]) -> String {
+    let listed: Vec<String> =
+        choices.iter().map(|choice| format!("[{}] {}", choice.key, choice.label)).collect();
+    listed.join(", ")
+}
+
+/// The choice label closest to `text` when it is a near miss (a typo or a missing letter).
+pub fn closest_choice<'c>(text: &str, choices: &'c [Choice<'c>]) -> Option<&'c Choice<'c>> {
+    let typed = crate::graph::normalize_label(text);
+    choices
+        .iter()
+        .map(|choice| (strsim::normalized_damerau_levenshtein(&typed, &choice.label.to_lowercase()), choice))
+        .filter(|(similarity, _)| *similarity >= 0.7)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, choice)| choice)
 }
 
 /// Approves every gate: the first choice, or the freeform answer `approved` when a question has
@@ -115,7 +177,7 @@ mod tests {
     }
 
     fn question<'a>(choices: &'a [Choice<'a>]) -> Question<'a> {
-        Question { gate_id: "gate", text: "Ship it?", choices, timeout: None }
+        Question { gate_id: "gate", text: "Ship it?", choices, timeout: None, freeform: false }
     }
 
     /// Counts how often it was asked, then gives its answer.
@@ -132,14 +194,28 @@ mod tests {
     #[test]
     fn text_names_a_choice_by_key_label_or_target() {
         let choices = choices();
-        assert_eq!(answer_for("a", &choices), Answer::Choice(0));
-        assert_eq!(answer_for(" Request changes ", &choices), Answer::Choice(1));
-        assert_eq!(answer_for("R) Request changes", &choices), Answer::Choice(1));
-        assert_eq!(answer_for("exit", &choices), Answer::Choice(2));
-        assert_eq!(answer_for("ship it later", &choices), Answer::Freeform("ship it later".into()));
+        let question = question(&choices);
+        assert_eq!(answer_for("a", &question), Answer::Choice(0));
+        assert_eq!(answer_for(" Request changes ", &question), Answer::Choice(1));
+        assert_eq!(answer_for("R) Request changes", &question), Answer::Choice(1));
+        assert_eq!(answer_for("exit", &question), Answer::Choice(2));
+        // Text that names no choice is refused unless the gate takes freeform answers.
+        assert_eq!(answer_for("Request change", &question), Answer::Unrecognized("Request change".into()));
+        assert_eq!(answer_for(" nope ", &question), Answer::Unrecognized("nope".into()));
+        let freeform = Question { freeform: true, ..question.clone() };
+        assert_eq!(answer_for("ship it later", &freeform), Answer::Freeform("ship it later".into()));
         // A key wins over a later label that reads the same.
         let tricky = [Choice::from_edge(Some("[X] R"), "x"), Choice::from_edge(Some("[R] Retry"), "retry")];
         assert_eq!(choice_for("r", &tricky), Some(1));
+    }
+
+    #[test]
+    fn near_misses_suggest_the_choice_they_resemble() {
+        let choices = choices();
+        assert_eq!(list_choices(&choices), "[A] Approve, [R] Request changes, [S] Skip");
+        assert_eq!(closest_choice("Request change", &choices).map(|c| c.label), Some("Request changes"));
+        assert_eq!(closest_choice("aprove", &choices).map(|c| c.label), Some("Approve"));
+        assert_eq!(closest_choice("nope", &choices), None);
     }
 
     #[tokio::test]

@@ -26,8 +26,8 @@ use std::path::{Path, PathBuf};
 pub use atomic::{link_atomic, write_atomic, write_atomic_with, Durability};
 pub use history::{fork, parse_target, rewind, select_checkpoint, ForkOrigin, Forked, HistoryError, Rewound};
 pub use records::{
-    Checkpoint, CheckpointRef, Manifest, RunResult, RunStatus, StageRecord, StageStatusFile, UsageTotals,
-    WorktreeRecord,
+    Checkpoint, CheckpointRef, LaunchRecord, Manifest, RunResult, RunStatus, StageRecord, StageStatusFile,
+    UsageTotals, WorktreeRecord,
 };
 pub use saved::{ResumeError, SavedRun};
 pub use view::{RunView, StageSummary, ViewError};

@@ -55,6 +55,39 @@ pub struct Manifest {
     /// The git worktree the run works in (`fabro run --worktree`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub worktree: Option<WorktreeRecord>,
+    /// How LLM stages were answered, so `fabro resume` goes on the same way.
+    #[serde(default, skip_serializing_if = "LaunchRecord::is_default")]
+    pub launch: LaunchRecord,
+}
+
+/// How a run's LLM stages are answered (`--simulate`, `--responses FILE`, `--dry-run`, else the
+/// real providers) and the model and provider overrides it started with: `fabro resume` and the
+/// commands fabro prints reuse them unless told otherwise. Absent from the manifest of a run on
+/// the real providers without overrides.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct LaunchRecord {
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub simulate: bool,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
+    /// The scripted responses file, as an absolute path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub responses: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
+}
+
+impl LaunchRecord {
+    pub fn is_default(&self) -> bool {
+        *self == LaunchRecord::default()
+    }
+
+    /// True when LLM stages are answered without a provider.
+    pub fn is_offline(&self) -> bool {
+        self.simulate || self.dry_run || self.responses.is_some()
+    }
 }
 
 /// Where a run's git worktree is and which branch it commits to.

@@ -205,6 +205,7 @@ mod tests {
             restarted_as: None,
             forked_from: None,
             worktree: None,
+            launch: Default::default(),
         }
     }
 

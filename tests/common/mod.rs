@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod llm_server;
+pub mod pty;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

@@ -1,0 +1,200 @@
+//! What a new user meets in the first hour: gate answers that must never route by mistake,
+//! next steps that work as printed, runs found by id, failures that show why, typos that do not
+//! run.
+
+mod common;
+
+use common::pty::Terminal;
+use common::{fabro_command, Test};
+
+/// A deploy gate: approving runs `deploy`, which leaves `deployed` in the work directory.
+const DEPLOY_GATE: &str = r#"digraph release {
+    start [shape=Mdiamond]
+    exit [shape=Msquare]
+    review [shape=hexagon, label="Ship it?"]
+    deploy [shape=parallelogram, script="touch deployed"]
+    revise [shape=parallelogram, script="touch revised"]
+    start -> review
+    review -> deploy [label="[A] Approve"]
+    review -> revise [label="[R] Request changes"]
+    deploy -> exit
+    revise -> exit
+}
+"#;
+
+#[test]
+fn an_answer_naming_no_choice_is_refused_before_the_run_starts() {
+    let ran = Test::new()
+        .workflow(DEPLOY_GATE)
+        .file("answers.json", r#"{"review": ["Request change"]}"#)
+        .args(["run", "workflow.dot", "--answers", "answers.json", "--run-dir", "run"])
+        .status(2)
+        .stderr_contains(
+            "answers.json: answer 1 for gate `review`, `Request change`, names none of its choices: \
+             [A] Approve, [R] Request changes (did you mean `Request changes`?)",
+        )
+        .stderr_contains("the run did not start")
+        .run();
+    assert!(!ran.dir.path().join("deployed").exists(), "a mistyped answer deployed");
+    assert!(!ran.dir.path().join("run").exists(), "a run directory was made");
+
+    // Prose at a gate that takes no free text says how to allow it.
+    Test::new()
+        .workflow(DEPLOY_GATE)
+        .file("answers.json", r#"{"review": "nope, not like this"}"#)
+        .args(["run", "workflow.dot", "--answers", "answers.json"])
+        .status(2)
+        .stderr_contains("`nope, not like this`, names none of its choices")
+        .stderr_contains("or set human.freeform=true on the gate to accept free text")
+        .run();
+}
+
+#[test]
+fn an_answers_key_that_names_no_gate_lists_the_gates() {
+    Test::new()
+        .workflow(DEPLOY_GATE)
+        .file("answers.json", r#"{"reveiw": ["A"]}"#)
+        .args(["run", "workflow.dot", "--answers", "answers.json"])
+        .status(2)
+        .stderr_contains("answers.json: `reveiw` is not a human gate of this workflow; its gates are: review")
+        .run();
+}
+
+#[test]
+fn answers_are_checked_on_resume_too() {
+    let paused =
+        Test::new().workflow(DEPLOY_GATE).args(["run", "workflow.dot", "--run-dir", "run"]).status(3).run();
+    let dir = paused.dir.path();
+    std::fs::write(dir.join("answers.json"), r#"{"review": "deploy it"}"#).unwrap();
+    let resumed = fabro_command(dir, &["resume", "run", "--answers", "answers.json"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&resumed.stderr);
+    assert_eq!(resumed.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("`deploy it`, names none of its choices"), "{stderr}");
+    assert!(!dir.join("deployed").exists());
+    // The correct answer then resumes the paused run.
+    std::fs::write(dir.join("answers.json"), r#"{"review": "deploy"}"#).unwrap();
+    let resumed = fabro_command(dir, &["resume", "run", "--answers", "answers.json"]).output().unwrap();
+    assert_eq!(resumed.status.code(), Some(0), "{}", String::from_utf8_lossy(&resumed.stderr));
+    assert!(dir.join("deployed").exists());
+}
+
+#[test]
+fn a_freeform_gate_takes_text_and_records_it() {
+    let workflow = DEPLOY_GATE.replace(
+        r#"review [shape=hexagon, label="Ship it?"]"#,
+        r#"review [shape=hexagon, label="Ship it?", human.freeform=true]"#,
+    );
+    let workflow = workflow.replace(
+        r#"review -> revise [label="[R] Request changes"]"#,
+        r#"review -> revise [label="[R] Request changes", condition="context.human.gate.selected=freeform"]"#,
+    );
+    let ran = Test::new()
+        .workflow(&workflow)
+        .file("answers.json", r#"{"review": ["add a changelog entry first"]}"#)
+        .args(["run", "workflow.dot", "--answers", "answers.json", "--run-dir", "run", "-q"])
+        .status(0)
+        .run();
+    let dir = ran.dir.path();
+    assert!(dir.join("revised").exists() && !dir.join("deployed").exists());
+    let status: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("run/stages/review/1/status.json")).unwrap())
+            .unwrap();
+    assert_eq!(status["context_updates"]["human.gate.text"], "add a changelog entry first");
+}
+
+#[test]
+fn at_a_terminal_a_wrong_or_empty_answer_asks_again() {
+    let test = Test::new().workflow(DEPLOY_GATE);
+    let dir = test.path("");
+    let mut terminal = Terminal::spawn(fabro_command(&dir, &["run", "workflow.dot", "--run-dir", "run"]));
+    terminal.wait_for("> ", 1);
+    terminal.type_line("nope");
+    terminal
+        .wait_for("[!] `nope` is not one of the choices; type one of: [A] Approve, [R] Request changes", 1);
+    terminal.type_line("");
+    terminal.wait_for("[!] type one of: [A] Approve, [R] Request changes", 1);
+    terminal.type_line("Request change");
+    terminal.wait_for("(did you mean `Request changes`?)", 1);
+    terminal.type_line("r");
+    let status = terminal.wait();
+    assert_eq!(status.code(), Some(0), "{}", terminal.screen());
+    assert!(dir.join("revised").exists(), "{}", terminal.screen());
+    assert!(!dir.join("deployed").exists(), "an unrecognized answer deployed");
+}
+
+/// A plan stage (LLM), a gate, then an implement stage (LLM).
+const LLM_GATE: &str = r#"digraph feature {
+    goal = "Add a health endpoint"
+    start [shape=Mdiamond]
+    exit [shape=Msquare]
+    plan [prompt="Plan the work"]
+    review [shape=hexagon, label="Approve the plan?"]
+    implement [prompt="Implement the plan"]
+    start -> plan -> review
+    review -> implement [label="[A] Approve"]
+    review -> exit [label="[S] Stop"]
+    implement -> exit
+}
+"#;
+
+fn manifest(dir: &std::path::Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).unwrap()).unwrap()
+}
+
+#[test]
+fn resume_keeps_the_backend_mode_and_model_the_run_started_with() {
+    let paused = Test::new()
+        .workflow(LLM_GATE)
+        .args(["run", "workflow.dot", "--simulate", "--model", "gpt-5.2", "--run-dir", "run"])
+        .status(3)
+        .stderr_contains("resume with: fabro resume run --answers FILE (or --auto-approve)")
+        .run();
+    let dir = paused.dir.path();
+    assert_eq!(
+        manifest(&dir.join("run"))["launch"],
+        serde_json::json!({"simulate": true, "model": "gpt-5.2"})
+    );
+
+    // The printed hint works as printed: no "no LLM provider".
+    let resumed = fabro_command(dir, &["resume", "run", "--auto-approve"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&resumed.stderr);
+    assert_eq!(resumed.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("note: continuing with --simulate --model gpt-5.2, as the run started"),
+        "{stderr}"
+    );
+    assert_eq!(manifest(&dir.join("run"))["launch"]["model"], "gpt-5.2");
+}
+
+#[test]
+fn resume_from_another_directory_finds_the_responses_file() {
+    let responses = r#"{"plan": "1. add the route", "implement": "done"}"#;
+    let paused = Test::new()
+        .workflow(LLM_GATE)
+        .file("responses.json", responses)
+        .args(["run", "workflow.dot", "--responses", "responses.json", "--run-dir", "run"])
+        .status(3)
+        .run();
+    let dir = paused.dir.path();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let run_dir = dir.join("run");
+    let resumed = fabro_command(elsewhere.path(), &["resume", run_dir.to_str().unwrap(), "--auto-approve"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&resumed.stderr);
+    assert_eq!(resumed.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("note: continuing with --responses /"), "{stderr}");
+    let response = std::fs::read_to_string(run_dir.join("stages/implement/1/response.md")).unwrap();
+    assert!(response.contains("done"), "{response}");
+
+    // --live drops the recorded mode: with no provider configured, the resume is refused.
+    let paused = Test::new()
+        .workflow(LLM_GATE)
+        .args(["run", "workflow.dot", "--simulate", "--run-dir", "run"])
+        .status(3)
+        .run();
+    let live =
+        fabro_command(paused.dir.path(), &["resume", "run", "--auto-approve", "--live"]).output().unwrap();
+    assert_eq!(live.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&live.stderr).contains("no LLM provider is configured"));
+}
