@@ -198,3 +198,57 @@ fn resume_from_another_directory_finds_the_responses_file() {
     assert_eq!(live.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&live.stderr).contains("no LLM provider is configured"));
 }
+
+fn stdout_of(dir: &std::path::Path, args: &[&str]) -> (Option<i32>, String, String) {
+    let output = fabro_command(dir, args).output().unwrap();
+    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+    (output.status.code(), text(&output.stdout), text(&output.stderr))
+}
+
+#[test]
+fn runs_are_named_by_id_prefix_or_last() {
+    let first =
+        Test::new().workflow(DEPLOY_GATE).args(["run", "workflow.dot", "--json", "-q"]).status(3).run();
+    let dir = first.dir.path();
+    let first_id = first.json()["run_id"].as_str().unwrap().to_string();
+    let second =
+        fabro_command(dir, &["run", "workflow.dot", "--auto-approve", "--json", "-q"]).output().unwrap();
+    let second: serde_json::Value = serde_json::from_slice(&second.stdout).unwrap();
+    let second_id = second["run_id"].as_str().unwrap().to_string();
+
+    // `fabro runs` shows each run's directory beside its short id.
+    let (code, listing, _) = stdout_of(dir, &["runs"]);
+    assert_eq!(code, Some(0));
+    assert!(listing.lines().next().unwrap().ends_with("DIR"), "{listing}");
+    assert!(listing.contains(&format!(".fabro/runs/{first_id}")), "{listing}");
+
+    // The short id as `fabro runs` prints it, the whole id, a path, or --last.
+    let short: String = first_id.chars().take(13).collect();
+    let (code, inspected, stderr) = stdout_of(dir, &["inspect", &short, "--json"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(inspected.contains(&first_id), "{inspected}");
+    let (code, inspected, _) = stdout_of(dir, &["inspect", "--last", "--json"]);
+    assert_eq!(code, Some(0));
+    assert!(inspected.contains(&second_id), "{inspected}");
+    let (code, events, _) = stdout_of(dir, &["logs", &second_id]);
+    assert_eq!(code, Some(0));
+    assert!(events.contains("run.completed"), "{events}");
+    let (code, drawn, stderr) = stdout_of(dir, &["graph", &short]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(drawn.contains("digraph"), "{drawn}");
+
+    // An id that names no run, and one that names two, say so.
+    let (code, _, stderr) = stdout_of(dir, &["inspect", "ffff"]);
+    assert_eq!(code, Some(2));
+    assert!(stderr.contains("no run directory or run id `ffff`"), "{stderr}");
+    let common: String =
+        first_id.chars().zip(second_id.chars()).take_while(|(a, b)| a == b).map(|(a, _)| a).collect();
+    let (code, _, stderr) = stdout_of(dir, &["inspect", &common]);
+    assert_eq!(code, Some(2));
+    assert!(stderr.contains("names 2 runs") || common.is_empty(), "{stderr}");
+
+    // Resume by prefix.
+    let (code, _, stderr) = stdout_of(dir, &["resume", &short, "--auto-approve"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(dir.join("deployed").exists());
+}

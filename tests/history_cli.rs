@@ -307,7 +307,7 @@ fn fork_and_rewind_refuse_what_they_cannot_do() {
     std::fs::create_dir_all(dir.path("plain")).unwrap();
     refused(&["fork", "plain", "--at", "work"], "is not a fabro run directory");
     refused(&["rewind", "plain", "--to", "work"], "is not a fabro run directory");
-    refused(&["rewind", "missing", "--to", "work"], "is not a fabro run directory");
+    refused(&["rewind", "missing", "--to", "work"], "no run directory or run id `missing`");
     assert!(!dir.path("x").exists(), "a refused fork creates nothing");
 
     // A run made before checkpoint history existed.
@@ -343,7 +343,7 @@ fn runs_lists_newest_first_with_unreadable_entries_and_json() {
     assert!(lines[1].starts_with(&fork_id[..13]) && lines[1].contains("interrupted"), "{text}");
     assert!(lines[1].contains("looping") && lines[1].contains(" work"), "{text}");
     assert!(lines[2].starts_with(&orig_id[..13]) && lines[2].contains("succeeded"), "{text}");
-    assert!(lines[2].trim_end().ends_with("exit"), "{text}");
+    assert!(lines[2].contains(" exit ") && lines[2].trim_end().ends_with("runs/orig"), "{text}");
     assert!(
         lines[3].starts_with("broken") && lines[3].contains("unreadable") && lines[3].contains("corrupt"),
         "{text}"

@@ -1,4 +1,4 @@
-//! `fabro fork RUN_DIR --at NODE[@VISIT] [--run-dir NEW_DIR]`: a new run holding the state right
+//! `fabro fork RUN --at NODE[@VISIT] [--run-dir NEW_DIR]`: a new run holding the state right
 //! after one stage visit of an existing run, ready for `fabro resume`.
 
 use std::path::PathBuf;
@@ -7,8 +7,9 @@ use super::exit;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// The run directory to fork (it is only read).
-    pub target: PathBuf,
+    /// The run to fork (it is only read).
+    #[command(flatten)]
+    pub target: super::RunRef,
     /// The stage visit to fork after: NODE (its last visit) or NODE@VISIT.
     #[arg(long, value_name = "NODE[@VISIT]")]
     pub at: String,
@@ -18,8 +19,15 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> u8 {
+    let target = match args.target.resolve() {
+        Ok(dir) => dir,
+        Err(error) => {
+            eprintln!("error: {error}");
+            return exit::INVALID;
+        }
+    };
     let forked = fabro::run_dir::parse_target(&args.at)
-        .and_then(|(node, visit)| fabro::run_dir::fork(&args.target, &node, visit, args.run_dir.as_deref()));
+        .and_then(|(node, visit)| fabro::run_dir::fork(&target, &node, visit, args.run_dir.as_deref()));
     match forked {
         Ok(forked) => {
             println!(

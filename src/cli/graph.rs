@@ -1,4 +1,4 @@
-//! `fabro graph WORKFLOW|RUN_DIR [--format dot|svg|png] [-o FILE] [--direction LR|TB]`
+//! `fabro graph WORKFLOW|RUN|--last [--format dot|svg|png] [-o FILE] [--direction LR|TB]`
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -14,8 +14,12 @@ use super::render::{render_diagnostic, render_load_error, summary_line};
 
 #[derive(clap::Args)]
 pub struct GraphArgs {
-    /// A workflow file, or a run directory to overlay its progress.
-    pub target: PathBuf,
+    /// A workflow file, or a run (its directory, id or id prefix) to overlay its progress.
+    #[arg(value_name = "WORKFLOW|RUN", required_unless_present = "last")]
+    pub target: Option<PathBuf>,
+    /// The newest run in .fabro/runs.
+    #[arg(long, conflicts_with = "target")]
+    pub last: bool,
     /// Output format; svg and png need Graphviz's `dot` program.
     #[arg(long, value_enum, default_value = "dot")]
     pub format: Format,
@@ -57,22 +61,43 @@ impl From<DirectionArg> for Direction {
     }
 }
 
+/// A path that can only mean a workflow file (`.dot`, `.gv`, `.fabro`), so a missing one is
+/// reported as a missing file rather than as an unknown run.
+fn is_workflow_name(path: &Path) -> bool {
+    path.extension()
+        .is_some_and(|ext| ["dot", "gv", "fabro"].iter().any(|known| ext.eq_ignore_ascii_case(known)))
+}
+
 const NO_DOT: &str = "Graphviz's `dot` program is not installed: install it with `apt-get install graphviz` \
 (Debian/Ubuntu) or `brew install graphviz` (macOS), or use --format dot";
 
 pub fn run(args: GraphArgs) -> u8 {
-    let (checked, overlay) = if args.target.is_dir() {
-        match load_run_dir(&args.target) {
-            Ok(loaded) => loaded,
-            Err(code) => return code,
-        }
-    } else {
-        match Loader::new().load_file(&args.target) {
+    // A workflow file as given; anything else names a run.
+    let workflow =
+        args.target.as_ref().filter(|path| path.is_file() || (!path.exists() && is_workflow_name(path)));
+    let (checked, overlay) = if let Some(workflow) = workflow {
+        match Loader::new().load_file(workflow) {
             Ok(checked) => (checked, None),
             Err(error) => {
                 eprint!("{}", render_load_error(&error));
                 return exit::INVALID;
             }
+        }
+    } else {
+        let run = super::RunRef {
+            run: args.target.as_ref().map(|path| path.display().to_string()),
+            last: args.last,
+        };
+        let run_dir = match run.resolve() {
+            Ok(dir) => dir,
+            Err(error) => {
+                eprintln!("error: {error}");
+                return exit::INVALID;
+            }
+        };
+        match load_run_dir(&run_dir) {
+            Ok(loaded) => loaded,
+            Err(code) => return code,
         }
     };
     if checked.has_errors() {

@@ -1,6 +1,4 @@
-//! `fabro inspect RUN_DIR [--json] [--all]`: a run's status, stages, context and artifacts.
-
-use std::path::PathBuf;
+//! `fabro inspect RUN|--last [--json] [--all]`: a run's status, stages, context and artifacts.
 
 use fabro::run_dir::{RunStatus, RunView, StageSummary};
 use serde_json::{json, Map, Value};
@@ -9,8 +7,8 @@ use super::exit;
 
 #[derive(clap::Args)]
 pub struct InspectArgs {
-    /// The run directory.
-    pub run_dir: PathBuf,
+    #[command(flatten)]
+    pub run: super::RunRef,
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
@@ -25,7 +23,12 @@ const HIDDEN_PREFIXES: [&str; 4] = ["internal.", "graph.", "thread.", "current"]
 const MAX_VALUE_CHARS: usize = 100;
 
 pub fn run(args: InspectArgs) -> u8 {
-    let view = match RunView::open(&args.run_dir) {
+    let view = match args
+        .run
+        .resolve()
+        .map_err(|e| e.to_string())
+        .and_then(|dir| RunView::open(&dir).map_err(|e| e.to_string()))
+    {
         Ok(view) => view,
         Err(error) => {
             eprintln!("error: {error}");

@@ -1,7 +1,7 @@
-//! `fabro logs RUN_DIR [-f] [--node ID] [--json]`: a run's `events.jsonl`, one line per event.
+//! `fabro logs RUN|--last [-f] [--node ID] [--json]`: a run's `events.jsonl`, one line per event.
 
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use serde_json::{Map, Value};
@@ -10,8 +10,8 @@ use super::exit;
 
 #[derive(clap::Args)]
 pub struct LogsArgs {
-    /// The run directory.
-    pub run_dir: PathBuf,
+    #[command(flatten)]
+    pub run: super::RunRef,
     /// Keep printing events as the run writes them; stops when the run ends or pauses.
     #[arg(short, long)]
     pub follow: bool,
@@ -34,8 +34,15 @@ const FINAL_EVENTS: [&str; 5] =
 const COLUMNS: [&str; 6] = ["seq", "ts", "run_id", "event", "node_id", "visit"];
 
 pub fn run(args: LogsArgs) -> u8 {
-    let path = args.run_dir.join("events.jsonl");
-    let mut file = match open_log(&args.run_dir, &path, args.follow) {
+    let run_dir = match args.run.resolve() {
+        Ok(dir) => dir,
+        Err(error) => {
+            eprintln!("error: {error}");
+            return exit::INVALID;
+        }
+    };
+    let path = run_dir.join("events.jsonl");
+    let mut file = match open_log(&run_dir, &path, args.follow) {
         Ok(file) => file,
         Err(message) => {
             eprintln!("error: {message}");

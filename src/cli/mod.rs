@@ -27,6 +27,30 @@ pub mod exit {
     pub const INTERRUPTED: u8 = 130;
 }
 
+/// A run named on the command line: its directory, its id or a unique prefix of the id (as
+/// `fabro runs` prints it), or `--last`.
+#[derive(clap::Args)]
+pub struct RunRef {
+    /// The run: its directory, its run id, or a unique prefix of the id (ids are looked up in
+    /// .fabro/runs).
+    #[arg(value_name = "RUN", required_unless_present = "last")]
+    pub run: Option<String>,
+    /// The newest run in .fabro/runs.
+    #[arg(long, conflicts_with = "run")]
+    pub last: bool,
+}
+
+impl RunRef {
+    /// The run directory named, or why none is.
+    pub fn resolve(&self) -> Result<PathBuf, fabro::run_dir::lookup::LookupError> {
+        let runs_dir = std::path::Path::new(fabro::run_dir::lookup::DEFAULT_RUNS_DIR);
+        match &self.run {
+            Some(reference) if !self.last => fabro::run_dir::lookup::find_run(reference, runs_dir),
+            _ => fabro::run_dir::lookup::last_run(runs_dir),
+        }
+    }
+}
+
 #[derive(Parser)]
 #[command(name = "fabro", version, about = "Run AI coding pipelines described as Graphviz DOT workflows")]
 struct Cli {

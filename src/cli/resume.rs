@@ -15,8 +15,8 @@ use super::run::{conclude, engine_for, report_diagnostics, watch_signals, Launch
 
 #[derive(clap::Args)]
 pub struct ResumeArgs {
-    /// The run directory (it holds manifest.json, checkpoint.json and workflow.dot).
-    run_dir: PathBuf,
+    #[command(flatten)]
+    run: super::RunRef,
     /// Continue with this workflow file instead of the copy stored in the run directory; refused
     /// when it lacks a node the checkpoint needs. The stored copy is kept as workflow.<n>.dot.
     #[arg(long, value_name = "FILE")]
@@ -34,7 +34,14 @@ pub fn resume(args: ResumeArgs) -> u8 {
 }
 
 async fn resume_async(mut args: ResumeArgs) -> u8 {
-    let mut saved = match SavedRun::open(&args.run_dir) {
+    let run_dir = match args.run.resolve() {
+        Ok(dir) => dir,
+        Err(error) => {
+            eprintln!("error: {error}");
+            return exit::INVALID;
+        }
+    };
+    let mut saved = match SavedRun::open(&run_dir) {
         Ok(saved) => saved,
         Err(error) => {
             eprintln!("error: {error}");
@@ -102,7 +109,7 @@ async fn resume_async(mut args: ResumeArgs) -> u8 {
         }
     };
     let options = RunOptions {
-        run_dir: Some(args.run_dir.clone()),
+        run_dir: Some(run_dir),
         work_dir: PathBuf::from(&saved.manifest.work_dir),
         dry_run: args.launch.dry_run,
         context: Vec::new(),

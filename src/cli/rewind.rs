@@ -1,25 +1,31 @@
-//! `fabro rewind RUN_DIR --to NODE[@VISIT]`: move a stopped run back to the state right after one
+//! `fabro rewind RUN --to NODE[@VISIT]`: move a stopped run back to the state right after one
 //! stage visit; what came later moves into `rewound/<timestamp>/`, nothing is deleted.
-
-use std::path::PathBuf;
 
 use super::exit;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// The run directory (not running: its lock is taken).
-    pub target: PathBuf,
+    /// The run (not running: its lock is taken).
+    #[command(flatten)]
+    pub target: super::RunRef,
     /// The stage visit to go back to: NODE (its last visit) or NODE@VISIT.
     #[arg(long, value_name = "NODE[@VISIT]")]
     pub to: String,
 }
 
 pub fn run(args: Args) -> u8 {
+    let target = match args.target.resolve() {
+        Ok(dir) => dir,
+        Err(error) => {
+            eprintln!("error: {error}");
+            return exit::INVALID;
+        }
+    };
     let rewound = fabro::run_dir::parse_target(&args.to)
-        .and_then(|(node, visit)| fabro::run_dir::rewind(&args.target, &node, visit));
+        .and_then(|(node, visit)| fabro::run_dir::rewind(&target, &node, visit));
     match rewound {
         Ok(rewound) => {
-            let root = args.target.display();
+            let root = target.display();
             println!(
                 "rewound {root} to right after {}@{}; moved {} item(s) into {root}/{}",
                 rewound.node,

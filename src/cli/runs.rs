@@ -126,7 +126,7 @@ fn render_text(dir: &Path, entries: &[Entry]) -> String {
     if entries.is_empty() {
         return format!("no runs in {}\n", dir.display());
     }
-    let rows: Vec<[String; 6]> = entries
+    let rows: Vec<[String; 7]> = entries
         .iter()
         .map(|e| {
             [
@@ -139,10 +139,11 @@ fn render_text(dir: &Path, entries: &[Entry]) -> String {
                     Some(error) => error.clone(),
                     None => e.current_node.clone().unwrap_or_else(|| "-".into()),
                 },
+                e.dir.display().to_string(),
             ]
         })
         .collect();
-    let header = ["ID", "WORKFLOW", "STATUS", "STARTED", "DURATION", "NODE"];
+    let header = ["ID", "WORKFLOW", "STATUS", "STARTED", "DURATION", "NODE", "DIR"];
     let mut widths = header.map(|h| h.chars().count());
     for row in &rows {
         for (width, cell) in widths.iter_mut().zip(row) {
