@@ -38,24 +38,29 @@ pub enum AnswersError {
     BadAnswers { origin: String, gate: String, found: String },
     #[error("{origin}: `{gate}` is not a human gate of this workflow{}", gate_list(known))]
     UnknownGate { origin: String, gate: String, known: Vec<String> },
-    #[error(
-        "{origin}: answer {position} for gate `{gate}`, `{answer}`, names none of its choices: {choices}{}; \
-         answer with a choice's key, label or target id{}",
-        suggestion.as_ref().map(|s| format!(" (did you mean `{s}`?)")).unwrap_or_default(),
-        if *freeform_hint { ", or set human.freeform=true on the gate to accept free text" } else { "" }
-    )]
-    NoSuchChoice {
-        origin: String,
-        gate: String,
-        /// 1-based position of the answer in the gate's list.
-        position: usize,
-        answer: String,
-        /// `[A] Approve, [R] Request changes`
-        choices: String,
-        suggestion: Option<String>,
-        /// The text looks like prose rather than a typo of a choice.
-        freeform_hint: bool,
-    },
+    #[error(transparent)]
+    NoSuchChoice(Box<NoSuchChoice>),
+}
+
+/// An answer that names none of its gate's choices.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{origin}: answer {position} for gate `{gate}`, `{answer}`, names none of its choices: {choices}{}; \
+     answer with a choice's key, label or target id{}",
+    suggestion.as_ref().map(|s| format!(" (did you mean `{s}`?)")).unwrap_or_default(),
+    if *freeform_hint { ", or set human.freeform=true on the gate to accept free text" } else { "" }
+)]
+pub struct NoSuchChoice {
+    pub origin: String,
+    pub gate: String,
+    /// 1-based position of the answer in the gate's list.
+    pub position: usize,
+    pub answer: String,
+    /// `[A] Approve, [R] Request changes`
+    pub choices: String,
+    pub suggestion: Option<String>,
+    /// The text looks like prose rather than a typo of a choice.
+    pub freeform_hint: bool,
 }
 
 fn gate_list(known: &[String]) -> String {
@@ -168,7 +173,7 @@ impl AnswersFile {
                 if let Answer::Unrecognized(text) = answer_for(answer, &question) {
                     let suggestion =
                         closest_choice(&text, &gate.choices).map(|choice| choice.label.to_string());
-                    return Err(AnswersError::NoSuchChoice {
+                    return Err(AnswersError::NoSuchChoice(Box::new(NoSuchChoice {
                         origin: self.origin.clone(),
                         gate: id.clone(),
                         position: position + 1,
@@ -176,7 +181,7 @@ impl AnswersFile {
                         answer: text,
                         choices: list_choices(&gate.choices),
                         suggestion,
-                    });
+                    })));
                 }
             }
         }
