@@ -149,6 +149,11 @@ impl Loader {
         let builtin_rules = validate::builtin_rules_within(self.custom_types.clone(), self.ancestors.clone());
         diagnostics.extend(validate::run_rules(&workflow, &builtin_rules));
         diagnostics.extend(validate::run_rules(&workflow, &self.custom_rules));
+        validate::apply_allowed_lints(
+            &workflow,
+            builtin_rules.iter().chain(&self.custom_rules),
+            &mut diagnostics,
+        );
         validate::sort_and_dedup(&mut diagnostics);
         debug!(
             path = %workflow.source().path().display(),

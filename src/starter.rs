@@ -141,6 +141,9 @@ const LINEAR: &str = r#"// __NAME__.dot: a linear pipeline (made by `fabro new -
 digraph __NAME__ {
     // Every `$goal` in a prompt becomes this text; `fabro run --goal TEXT` replaces it.
     goal = "Describe the change you want, e.g. add a --json flag to the list command"
+    // Here a stage that fails for good ends the run (see the edges below), on purpose: the
+    // failure_path lint, which points such stages out, is accepted.
+    allow_lints = "failure_path"
 
     start [shape=Mdiamond, label="Start"]
     exit  [shape=Msquare, label="Exit"]
@@ -189,6 +192,9 @@ const BRANCH_LOOP: &str = r#"// __NAME__.dot: implement a change, run the tests,
 digraph __NAME__ {
     // Every `$goal` in a prompt becomes this text; `fabro run --goal TEXT` replaces it.
     goal = "Describe the bug to fix, e.g. the last page of search results is dropped"
+    // The agents end the run if they fail for good (after their retries); only the tests
+    // have a failure path. The failure_path lint, which points out the agents, is accepted.
+    allow_lints = "failure_path"
 
     start [shape=Mdiamond, label="Start"]
     exit  [shape=Msquare, label="Exit"]
@@ -286,6 +292,8 @@ digraph __NAME__ {
     review -> revise [label="[R] Request changes"]
 
     revise -> summarize
+    // If the revision fails for good, the reviewer decides again rather than the run ending.
+    revise -> review [label="Revision failed", condition="outcome=fail"]
 }
 "#;
 
@@ -297,6 +305,9 @@ const PARALLEL: &str = r#"// __NAME__.dot: after implementing a change, three re
 digraph __NAME__ {
     // Every `$goal` in a prompt becomes this text; `fabro run --goal TEXT` replaces it.
     goal = "Describe the change you want, e.g. stream the CSV export instead of buffering it"
+    // A stage outside the parallel reviews that fails for good ends the run, on purpose: the
+    // failure_path lint, which points such stages out, is accepted.
+    allow_lints = "failure_path"
 
     start [shape=Mdiamond, label="Start"]
     exit  [shape=Msquare, label="Exit"]

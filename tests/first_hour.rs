@@ -252,3 +252,151 @@ fn runs_are_named_by_id_prefix_or_last() {
     assert_eq!(code, Some(0), "{stderr}");
     assert!(dir.join("deployed").exists());
 }
+
+const FAILING_TEST: &str = r#"digraph ci {
+    start [shape=Mdiamond]
+    exit [shape=Msquare]
+    test [shape=parallelogram, script="echo compiling; echo 'error[E0425]: cannot find value `x`' >&2; echo 'test result: FAILED' >&2; exit 3"]
+    start -> test -> exit
+}
+"#;
+
+#[test]
+fn a_failed_command_shows_the_end_of_its_output_and_where_its_logs_are() {
+    let ran = Test::new()
+        .workflow(FAILING_TEST)
+        .args(["run", "workflow.dot", "--run-dir", "run"])
+        .status(1)
+        .stderr_contains("✗ test: fail in ")
+        .stderr_contains("    stderr, last 2 lines:\n    │ error[E0425]: cannot find value `x`\n    │ test result: FAILED\n")
+        .stderr_contains("    stdout, last line:\n    │ compiling\n")
+        .stderr_contains("    logs: run/stages/test/1/{stdout,stderr}.log")
+        .stderr_contains(
+            "reason: stage `test` failed: command exited with code 3 (no `outcome=fail` edge, `retry_target` \
+             or `fallback_retry_target` from `test`, so the run ends)",
+        )
+        .run();
+    // The lint said so before the run started.
+    assert!(ran.stderr().contains("warning[failure_path]"), "{}", ran.stderr());
+}
+
+#[test]
+fn verbose_streams_command_output_while_it_runs() {
+    let workflow = r#"digraph build {
+        start [shape=Mdiamond]
+        exit [shape=Msquare]
+        build [shape=parallelogram, script="echo step one; sleep 0.3; echo step two >&2; sleep 0.3; printf 'no newline'"]
+        start -> build -> exit
+    }"#;
+    let ran = Test::new().workflow(workflow).args(["-v", "run", "workflow.dot"]).status(0).run();
+    let stderr = ran.stderr();
+    let one = stderr.find("  build │ step one").expect(&stderr);
+    let two = stderr.find("  build │ step two").expect(&stderr);
+    let last = stderr.find("  build │ no newline").expect(&stderr);
+    let done = stderr.find("✓ build: success").expect(&stderr);
+    assert!(one < two && two < last && last < done, "{stderr}");
+}
+
+#[test]
+fn stages_without_a_failure_path_are_pointed_out_and_can_be_accepted() {
+    Test::new()
+        .workflow(FAILING_TEST)
+        .args(["validate", "workflow.dot"])
+        .status(0)
+        .stdout_contains("warning[failure_path] workflow.dot:4:5 node test: stage `test` has no failure path: if it fails, the run ends")
+        .stdout_contains("fix: route failures with an edge like `test -> fix [condition=\"outcome=fail\"]`")
+        .run();
+    // A failure edge, a retry target, or accepting the lint each silence it.
+    let handled = FAILING_TEST.replace(
+        "start -> test -> exit",
+        "start -> test -> exit\n    test -> exit [condition=\"outcome!=success\"]",
+    );
+    Test::new()
+        .workflow(&handled)
+        .args(["validate", "workflow.dot"])
+        .status(0)
+        .stdout_contains("valid (0 warnings)")
+        .run();
+    let accepted = FAILING_TEST.replace("digraph ci {", "digraph ci {\n    allow_lints=\"failure_path\"");
+    Test::new()
+        .workflow(&accepted)
+        .args(["validate", "workflow.dot"])
+        .status(0)
+        .stdout_contains("valid (0 warnings)")
+        .run();
+    let misspelled = FAILING_TEST.replace("digraph ci {", "digraph ci {\n    allow_lints=\"failure_paths\"");
+    Test::new()
+        .workflow(&misspelled)
+        .args(["validate", "workflow.dot"])
+        .status(0)
+        .stdout_contains("`allow_lints` names `failure_paths`, which is no lint rule")
+        .stdout_contains("did you mean `failure_path`?")
+        .run();
+}
+
+#[test]
+fn the_terminal_view_shows_choices_plain_edges_and_conditionals_in_colour() {
+    let workflow = r#"digraph t {
+        start [shape=Mdiamond]
+        exit [shape=Msquare]
+        test [shape=parallelogram, script="exit 1"]
+        check [shape=diamond]
+        fix [shape=parallelogram, script="true"]
+        review [shape=hexagon, label="Ship?"]
+        start -> test
+        test -> check [condition="outcome=fail"]
+        test -> review
+        check -> fix [condition="outcome=fail"]
+        check -> review
+        fix -> review
+        review -> exit [label="[A] Approve"]
+        review -> test [label="[R] Retry"]
+    }"#;
+    let test = Test::new().workflow(workflow);
+    let dir = test.path("");
+    let mut terminal = Terminal::spawn(fabro_command(&dir, &["run", "workflow.dot", "--auto-approve"]));
+    let status = terminal.wait();
+    let screen = terminal.screen();
+    assert_eq!(status.code(), Some(0), "{screen}");
+    assert!(screen.contains("◇ check: routes on outcome fail of test"), "{screen}");
+    assert!(!screen.contains("check: fail"), "{screen}");
+    assert!(screen.contains("review: chose [A] Approve → exit"), "{screen}");
+    assert!(!screen.contains("waiting for an answer"), "{screen}");
+    assert!(!screen.contains("(weight)"), "{screen}");
+    assert!(screen.contains("→ fix (condition)"), "{screen}");
+    assert!(screen.contains("\x1b[32m✓\x1b[0m"), "no colour on a terminal: {screen:?}");
+
+    let mut plain = fabro_command(&dir, &["run", "workflow.dot", "--auto-approve"]);
+    plain.env("NO_COLOR", "1");
+    let mut terminal = Terminal::spawn(plain);
+    assert_eq!(terminal.wait().code(), Some(0));
+    assert!(!terminal.screen().contains("\x1b[32m"), "NO_COLOR is honoured");
+}
+
+#[test]
+fn logs_show_command_output_under_its_stage_also_while_following() {
+    let workflow = r#"digraph build {
+        start [shape=Mdiamond]
+        exit [shape=Msquare]
+        build [shape=parallelogram, script="echo compiled; sleep 0.5; echo 'warning: unused' >&2"]
+        start -> build -> exit
+    }"#;
+    let test = Test::new().workflow(workflow);
+    let dir = test.path("");
+    let mut running =
+        fabro_command(&dir, &["run", "workflow.dot", "--run-dir", "run", "-q"]).spawn().unwrap();
+    common::wait_for_file(&dir.join("run/events.jsonl"), "the run");
+    let (code, followed, stderr) = stdout_of(&dir, &["logs", "run", "-f", "--output"]);
+    assert_eq!(running.wait().unwrap().code(), Some(0));
+    assert_eq!(code, Some(0), "{stderr}");
+    let compiled = followed.find("  build │ compiled").expect(&followed);
+    let warning = followed.find("  build │ warning: unused").expect(&followed);
+    let ended = followed.find("stage.completed     build@1").expect(&followed);
+    assert!(compiled < warning && warning < ended, "{followed}");
+
+    // Reading a finished run prints the same, once.
+    let (_, read, _) = stdout_of(&dir, &["logs", "run", "--output"]);
+    assert_eq!(read.matches("  build │ compiled").count(), 1, "{read}");
+    let (_, plain, _) = stdout_of(&dir, &["logs", "run"]);
+    assert!(!plain.contains("│"), "{plain}");
+}

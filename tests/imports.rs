@@ -16,6 +16,7 @@ const CHILD: &str = r#"digraph child {
 "#;
 
 const PARENT: &str = r#"digraph parent {
+    allow_lints="failure_path"
     start [shape=Mdiamond]
     exit [shape=Msquare]
     plan [shape=parallelogram, script="echo plan >> log"]

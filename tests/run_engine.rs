@@ -431,7 +431,7 @@ fn a_failed_stage_follows_only_an_edge_that_matches_the_failure() {
 
     let ran = run(&workflow(""), &[], &["-q"], 1);
     assert_eq!(ran.completed(), ["start", "lint"]);
-    assert_eq!(ran.result()["failure_reason"], "stage `lint` failed: command exited with code 1");
+    assert_eq!(ran.result()["failure_reason"], "stage `lint` failed: command exited with code 1 (no `outcome=fail` edge, `retry_target` or `fallback_retry_target` from `lint`, so the run ends)");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -501,7 +501,7 @@ fn exhausted_retries_fail_the_stage_or_end_in_partial_success() {
     let ran = run(&workflow(""), &[], &["-q"], 1);
     let result = ran.result();
     assert_eq!(result["status"], "failed");
-    assert_eq!(result["failure_reason"], "stage `flaky` failed: command exited with code 4");
+    assert_eq!(result["failure_reason"], "stage `flaky` failed: command exited with code 4 (no `outcome=fail` edge, `retry_target` or `fallback_retry_target` from `flaky`, so the run ends)");
     assert_eq!(ran.completed(), ["start", "flaky"]);
     assert_eq!(read_text(&ran.dir.path().join("tries")), "try\ntry\ntry\n");
     let status = ran.stage_status("flaky", 1);
@@ -515,7 +515,7 @@ fn exhausted_retries_fail_the_stage_or_end_in_partial_success() {
     assert_eq!(context["failure_signature"], "flaky:command exited with code 4");
     assert_eq!(ran.checkpoint()["status"], "failed");
     assert!(
-        ran.stderr().contains("reason: stage `flaky` failed: command exited with code 4"),
+        ran.stderr().contains("reason: stage `flaky` failed: command exited with code 4 (no `outcome=fail` edge, `retry_target` or `fallback_retry_target` from `flaky`, so the run ends)"),
         "{}",
         ran.stderr()
     );
@@ -766,13 +766,12 @@ fn wait_human_without_an_answer_pauses_the_run() {
     assert!(events.iter().all(|e| e["event"] != "run.completed" && e["event"] != "run.failed"));
     let stderr = ran.stderr();
     assert!(
-        stderr.contains("paused: human gate `gate` is waiting for an answer; the checkpoint is saved."),
+        stderr.contains(
+            r#"paused: human gate `gate` is waiting for an answer: [A] Approve, [R] Request changes, [S] Skip (answers file: {"gate": ["A"]})"#
+        ),
         "{stderr}"
     );
-    assert!(
-        stderr.contains(r#"Resume with `fabro resume <run dir> --answers FILE` (e.g. {"gate": ["A"]}) or `--auto-approve`"#),
-        "{stderr}"
-    );
+    assert_eq!(stderr.matches("waiting for an answer").count(), 1, "one pause message: {stderr}");
     assert!(stderr.contains("resume with: fabro resume run --answers FILE (or --auto-approve)"), "{stderr}");
     assert!(stderr.contains("run paused in "), "{stderr}");
 
@@ -1200,6 +1199,7 @@ mod library {
     }
 
     const DEPLOY: &str = r#"digraph deploy_flow {
+    allow_lints="failure_path"
     start [shape=Mdiamond]
     exit [shape=Msquare]
     ship [type="deploy", environment="staging", label="Ship"]
@@ -1267,7 +1267,7 @@ mod library {
         assert_eq!(report.result.status, RunStatus::Failed);
         assert_eq!(
             report.result.failure_reason.as_deref(),
-            Some("stage `ship` failed: no handler is registered for type `deploy`")
+            Some("stage `ship` failed: no handler is registered for type `deploy` (no `outcome=fail` edge, `retry_target` or `fallback_retry_target` from `ship`, so the run ends)")
         );
     }
 
@@ -1496,7 +1496,7 @@ fn a_node_with_no_eligible_edge_fails_the_run() {
     // A failed stage with no edge for it names the stage and the failure.
     let workflow = workflow.replace("echo ok", "exit 2").replace("outcome=fail", "outcome=success");
     let ran = run(&workflow, &[], &["-q"], 1);
-    assert_eq!(ran.result()["failure_reason"], "stage `work` failed: command exited with code 2");
+    assert_eq!(ran.result()["failure_reason"], "stage `work` failed: command exited with code 2 (no `outcome=fail` edge, `retry_target` or `fallback_retry_target` from `work`, so the run ends)");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1518,7 +1518,7 @@ fn command_timeout_kills_the_process() {
     let elapsed = started.elapsed();
     // 300ms, plus at most the 2s grace between SIGTERM and SIGKILL, plus slack for a busy machine.
     assert!(elapsed < Duration::from_secs(6), "took {elapsed:?}");
-    assert_eq!(ran.result()["failure_reason"], "stage `slow` failed: command timed out after 300ms");
+    assert_eq!(ran.result()["failure_reason"], "stage `slow` failed: command timed out after 300ms (no `outcome=fail` edge, `retry_target` or `fallback_retry_target` from `slow`, so the run ends)");
     let status = ran.stage_status("slow", 1);
     assert_eq!(status["outcome"], "fail");
     assert_eq!(status["failure_reason"], "command timed out after 300ms");
@@ -1540,7 +1540,7 @@ fn command_non_zero_exit_fails_with_the_code() {
 }
 "#;
     let ran = run(workflow, &[], &["-q"], 1);
-    assert_eq!(ran.result()["failure_reason"], "stage `build` failed: command exited with code 3");
+    assert_eq!(ran.result()["failure_reason"], "stage `build` failed: command exited with code 3 (no `outcome=fail` edge, `retry_target` or `fallback_retry_target` from `build`, so the run ends)");
     let dir = ran.stage("build", 1);
     assert_eq!(read_text(&dir.join("stdout.log")), "compiling\n");
     assert_eq!(read_text(&dir.join("stderr.log")), "error: broken\n");
@@ -1799,7 +1799,7 @@ fn json_prints_only_result_json_on_stdout() {
         .run();
     let printed = ran.json();
     assert_eq!(printed["status"], "failed");
-    assert_eq!(printed["failure_reason"], "stage `check` failed: command exited with code 9");
+    assert_eq!(printed["failure_reason"], "stage `check` failed: command exited with code 9 (no `outcome=fail` edge, `retry_target` or `fallback_retry_target` from `check`, so the run ends)");
     assert_eq!(printed, ran.result());
 }
 

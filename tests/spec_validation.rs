@@ -684,7 +684,13 @@ fn rule_command_has_script() {
     start -> build -> test -> lint -> exit
 }"#,
     );
-    assert_eq!(summary(&checked), [("command_has_script", Severity::Error, Some("build"))]);
+    assert_eq!(
+        summary(&checked),
+        [
+            ("command_has_script", Severity::Error, Some("build")),
+            ("failure_path", Severity::Warning, Some("build"))
+        ]
+    );
     let d = only(&checked, "command_has_script");
     assert_eq!(d.message, "command stage `build` has no script");
     assert_eq!(d.fix.as_deref(), Some("add `script=\"...\"` to `build`"));

@@ -1,7 +1,10 @@
-//! `fabro logs RUN|--last [-f] [--node ID] [--json]`: a run's `events.jsonl`, one line per event.
+//! `fabro logs RUN|--last [-f] [--output] [--node ID] [--json]`: a run's `events.jsonl`, one line per event.
 
+use std::collections::HashMap;
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+use fabro::run_dir::stage_output::{LogFollower, OUTPUT_LOGS};
 use std::time::Duration;
 
 use serde_json::{Map, Value};
@@ -21,6 +24,10 @@ pub struct LogsArgs {
     /// Print the raw JSON lines instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Also print what command stages wrote (stdout and stderr), each line under its stage;
+    /// with -f, as it is written.
+    #[arg(long, conflicts_with = "json")]
+    pub output: bool,
 }
 
 /// How often `--follow` looks for new events.
@@ -49,7 +56,13 @@ pub fn run(args: LogsArgs) -> u8 {
             return exit::INVALID;
         }
     };
-    let mut printer = Printer { args: &args, line_no: 0, out: std::io::stdout().lock() };
+    let mut printer = Printer {
+        args: &args,
+        line_no: 0,
+        out: std::io::stdout().lock(),
+        run_dir: run_dir.clone(),
+        outputs: HashMap::new(),
+    };
     let mut pending: Vec<u8> = Vec::new();
     let mut chunk = Vec::new();
     loop {
@@ -77,7 +90,7 @@ pub fn run(args: LogsArgs) -> u8 {
         if finished {
             return exit::SUCCESS;
         }
-        if printer.out.flush().is_err() {
+        if printer.print_new_output().is_err() || printer.out.flush().is_err() {
             return exit::SUCCESS;
         }
         std::thread::sleep(POLL);
@@ -127,6 +140,10 @@ struct Printer<'a, W: Write> {
     args: &'a LogsArgs,
     line_no: usize,
     out: W,
+    run_dir: PathBuf,
+    /// The output logs of command stages that have started and not yet ended (`--output`), by
+    /// node, visit and branch.
+    outputs: HashMap<(String, String, String), (String, Vec<LogFollower>)>,
 }
 
 impl<W: Write> Printer<'_, W> {
@@ -153,9 +170,51 @@ impl<W: Write> Printer<'_, W> {
         if self.args.json {
             writeln!(self.out, "{text}")?;
         } else {
+            if self.args.output {
+                self.follow_output(name, &event)?;
+            }
             writeln!(self.out, "{}", format_event(&event))?;
         }
         Ok(is_final)
+    }
+
+    /// `--output`: starts following a command stage's logs when it starts, and prints what is
+    /// left of them when it ends (before its end event).
+    fn follow_output(&mut self, name: &str, event: &Map<String, Value>) -> std::io::Result<()> {
+        let text = |key: &str| event.get(key).and_then(Value::as_str).unwrap_or("").to_string();
+        let visit = event.get("visit").map(value_text).unwrap_or_default();
+        let branch = if event.contains_key("branch_id") { text("branch_id") } else { text("branch") };
+        let key = (text("node_id"), visit, branch);
+        match name {
+            "stage.started" if text("handler") == "command" && !text("stage_dir").is_empty() => {
+                let dir = self.run_dir.join(text("stage_dir"));
+                let logs = OUTPUT_LOGS.iter().rev().map(|log| LogFollower::new(dir.join(log))).collect();
+                self.outputs.insert(key.clone(), (key.0.clone(), logs));
+            }
+            "stage.completed" | "stage.failed" => {
+                if let Some((node, mut logs)) = self.outputs.remove(&key) {
+                    for follower in &mut logs {
+                        for line in follower.finish() {
+                            writeln!(self.out, "  {node} │ {line}")?;
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// `--output -f`: what running command stages wrote since the last look.
+    fn print_new_output(&mut self) -> std::io::Result<()> {
+        for (node, logs) in self.outputs.values_mut() {
+            for follower in logs.iter_mut() {
+                for line in follower.poll() {
+                    writeln!(self.out, "  {node} │ {line}")?;
+                }
+            }
+        }
+        Ok(())
     }
 
     fn unreadable(&mut self, text: &str, error: &str) -> std::io::Result<()> {

@@ -6,6 +6,7 @@ mod graph;
 mod inspect;
 mod logs;
 mod new;
+mod progress;
 mod render;
 mod resume;
 mod rewind;
@@ -103,8 +104,14 @@ pub fn main() -> ExitCode {
     init_tracing(cli.verbose);
     let code = match cli.command {
         Command::Validate { workflow, json } => validate::run(&workflow, json),
-        Command::Run(args) => run::run(args),
-        Command::Resume(args) => resume::resume(args),
+        Command::Run(mut args) => {
+            args.launch.verbose = cli.verbose;
+            run::run(args)
+        }
+        Command::Resume(mut args) => {
+            args.launch.verbose = cli.verbose;
+            resume::resume(args)
+        }
         Command::Fork(args) => fork::run(args),
         Command::Rewind(args) => rewind::run(args),
         Command::Runs(args) => runs::run(args),

@@ -10,8 +10,9 @@ use fabro::Loader;
 use tokio_util::sync::CancellationToken;
 
 use super::exit;
+use super::progress::ProgressView;
 use super::render::render_load_error;
-use super::run::{conclude, engine_for, report_diagnostics, watch_signals, LaunchArgs, ProgressView};
+use super::run::{conclude, engine_for, report_diagnostics, watch_signals, LaunchArgs};
 
 #[derive(clap::Args)]
 pub struct ResumeArgs {
@@ -26,7 +27,7 @@ pub struct ResumeArgs {
     #[arg(long, conflicts_with_all = ["simulate", "responses", "dry_run"])]
     live: bool,
     #[command(flatten)]
-    launch: LaunchArgs,
+    pub launch: LaunchArgs,
 }
 
 pub fn resume(args: ResumeArgs) -> u8 {
@@ -123,7 +124,7 @@ async fn resume_async(mut args: ResumeArgs) -> u8 {
     };
     let cancel = CancellationToken::new();
     watch_signals(cancel.clone());
-    let view = ProgressView::new(args.launch.quiet || args.launch.json);
+    let view = ProgressView::new(args.launch.view_options());
     let report = engine.resume(&valid, saved, &options, move |event| view.show(event), cancel).await;
     conclude(report, &args.launch, valid.workflow.name())
 }

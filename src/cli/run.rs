@@ -9,7 +9,6 @@ use fabro::backends::live::LiveBackend;
 use fabro::backends::scripted::ScriptedBackend;
 use fabro::backends::simulated::SimulatedBackend;
 use fabro::backends::Backend;
-use fabro::engine::events::Event;
 use fabro::engine::{Engine, RunOptions};
 use fabro::graph::Workflow;
 use fabro::handlers::{builtin_handlers, Services};
@@ -21,6 +20,7 @@ use fabro::{Loader, Severity};
 use tokio_util::sync::CancellationToken;
 
 use super::exit;
+use super::progress::{seconds, ProgressView, ViewOptions};
 use super::render::{render_diagnostic, render_load_error};
 
 #[derive(clap::Args)]
@@ -44,7 +44,7 @@ pub struct RunArgs {
     #[arg(long = "set", value_name = "KEY=VALUE")]
     set: Vec<String>,
     #[command(flatten)]
-    launch: LaunchArgs,
+    pub launch: LaunchArgs,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -110,6 +110,9 @@ pub struct LaunchArgs {
     /// No progress lines, only the summary.
     #[arg(short, long)]
     pub quiet: bool,
+    /// `-v` given to fabro: stream command output as it is written.
+    #[arg(skip)]
+    pub verbose: u8,
 }
 
 impl LaunchArgs {
@@ -162,6 +165,15 @@ impl LaunchArgs {
             }
         }
         (!taken.is_empty()).then(|| taken.join(" "))
+    }
+
+    /// How the progress view behaves for these flags on this terminal.
+    pub fn view_options(&self) -> ViewOptions {
+        ViewOptions {
+            quiet: self.quiet || self.json,
+            asks_person: self.answers.is_none() && !self.auto_approve && person_can_answer(),
+            stream_output: self.verbose > 0,
+        }
     }
 
     /// `--max-tokens` and `--max-cost`.
@@ -224,7 +236,7 @@ async fn run_async(args: RunArgs) -> u8 {
     };
     let cancel = CancellationToken::new();
     watch_signals(cancel.clone());
-    let view = ProgressView::new(args.launch.quiet || args.launch.json);
+    let view = ProgressView::new(args.launch.view_options());
     let report = engine.run(&valid, &options, move |event| view.show(event), cancel).await;
     conclude(report, &args.launch, valid.workflow.name())
 }
@@ -400,13 +412,18 @@ fn choose_interviewer(args: &LaunchArgs, workflow: &Workflow) -> Result<Arc<dyn 
     if args.auto_approve {
         chain.push(Arc::new(AutoApprove));
     }
-    if Console::is_available() && std::env::var_os("CI").is_none() {
+    if person_can_answer() {
         chain.push(Arc::new(Console::new()));
     }
     Ok(match chain.len() {
         0 => Arc::new(NoAnswers),
         _ => Arc::new(FirstAvailable(chain)),
     })
+}
+
+/// Someone sits at this terminal to answer gates (and `CI` is not set).
+fn person_can_answer() -> bool {
+    Console::is_available() && std::env::var_os("CI").is_none()
 }
 
 /// `--set key=value`: JSON values stay JSON, anything else is text.
@@ -449,102 +466,6 @@ pub fn watch_signals(cancel: CancellationToken) {
             std::process::exit(i32::from(exit::INTERRUPTED));
         }
     });
-}
-
-/// Progress on stderr: on a terminal, a spinner with the current stage and its elapsed time
-/// above which finished stages are printed; elsewhere (or with `CI` set), one timestamped line
-/// per event.
-pub struct ProgressView {
-    quiet: bool,
-    live: bool,
-    spinner: std::sync::Mutex<Option<indicatif::ProgressBar>>,
-}
-
-impl ProgressView {
-    pub fn new(quiet: bool) -> ProgressView {
-        let live = !quiet
-            && std::io::IsTerminal::is_terminal(&std::io::stderr())
-            && std::env::var_os("CI").is_none();
-        ProgressView { quiet, live, spinner: std::sync::Mutex::new(None) }
-    }
-
-    pub fn show(&self, event: &Event) {
-        if self.quiet {
-            return;
-        }
-        let node = event.node_id.as_deref().unwrap_or("");
-        if self.live && event.event == "stage.started" {
-            let spinner = indicatif::ProgressBar::new_spinner();
-            let style = indicatif::ProgressStyle::with_template("{spinner} {msg} {elapsed}")
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner());
-            spinner.set_style(style);
-            spinner.set_message(format!("{node} ({})", field(event, "handler")));
-            spinner.enable_steady_tick(std::time::Duration::from_millis(100));
-            self.replace_spinner(Some(spinner));
-            return;
-        }
-        let Some(line) = describe(event) else { return };
-        if !self.live {
-            eprintln!("[{}] {line}", event.ts.get(11..19).unwrap_or(""));
-            return;
-        }
-        // A finished stage or a question ends the spinner, so the console prompt stays readable.
-        if matches!(event.event.as_str(), "stage.completed" | "stage.failed" | "interview.started") {
-            self.replace_spinner(None);
-        }
-        match self.spinner.lock().ok().and_then(|guard| guard.clone()) {
-            Some(spinner) => spinner.println(line),
-            None => eprintln!("{line}"),
-        }
-    }
-
-    fn replace_spinner(&self, next: Option<indicatif::ProgressBar>) {
-        if let Ok(mut current) = self.spinner.lock() {
-            if let Some(previous) = current.take() {
-                previous.finish_and_clear();
-            }
-            *current = next;
-        }
-    }
-}
-
-fn field<'e>(event: &'e Event, key: &str) -> &'e str {
-    event.fields.get(key).and_then(|v| v.as_str()).unwrap_or("")
-}
-
-/// The progress line for an event, if it deserves one.
-fn describe(event: &Event) -> Option<String> {
-    let node = event.node_id.as_deref().unwrap_or("");
-    Some(match event.event.as_str() {
-        "stage.started" => format!("▶ {node} ({})", field(event, "handler")),
-        "stage.completed" | "stage.failed" => {
-            let ms = event.fields.get("duration_ms").and_then(|v| v.as_u64()).unwrap_or(0);
-            let mark = if event.event == "stage.failed" { "✗" } else { "✓" };
-            let mut line = format!("{mark} {node}: {} in {}", field(event, "status"), seconds(ms));
-            if !field(event, "failure_reason").is_empty() {
-                line.push_str(&format!(" ({})", field(event, "failure_reason")));
-            }
-            line
-        }
-        "stage.retrying" => format!("↻ {node}: retrying ({})", field(event, "reason")),
-        "edge.selected" => format!("  → {} ({})", field(event, "to"), field(event, "reason")),
-        "interview.started" => format!("? {node}: waiting for an answer"),
-        "child.started" => {
-            let verb = if event.fields.get("resumed") == Some(&serde_json::Value::Bool(true)) {
-                "continues"
-            } else {
-                "starts"
-            };
-            format!("  ↳ {node}: child run {verb} in {}", field(event, "run_dir"))
-        }
-        "manager.steered" => format!("  ↳ {node}: steered the child at {}", field(event, "child_node")),
-        "child.finished" => format!("  ↳ {node}: child run {}", field(event, "status")),
-        _ => return None,
-    })
-}
-
-fn seconds(ms: u64) -> String {
-    format!("{:.1}s", ms as f64 / 1000.0)
 }
 
 fn summary(result: &RunResult) -> String {

@@ -2,7 +2,7 @@
 //! (1) edges whose condition is true, best by weight then target id; (2) the preferred label among
 //! unconditional edges; (3) the suggested next ids among unconditional edges; (4) the highest
 //! weight among unconditional edges, (5) ties broken by target id. A failed stage takes only an
-//! edge whose condition is true; otherwise its retry targets decide (see [`failure_route`]).
+//! edge whose condition is true; otherwise its retry targets decide (see [`Workflow::failure_target`]).
 
 use petgraph::graph::NodeIndex;
 use serde_json::Value;
@@ -129,16 +129,6 @@ pub fn select_edge<'w>(
     Some((**best, if tied { SelectionReason::Lexical } else { SelectionReason::Weight }))
 }
 
-/// Where a failed stage with no matching edge goes: its `retry_target`, else its
-/// `fallback_retry_target`, if that names a node.
-pub fn failure_route(workflow: &Workflow, from: NodeIndex) -> Option<&str> {
-    let node = workflow.node_at(from);
-    ["retry_target", "fallback_retry_target"]
-        .iter()
-        .filter_map(|key| node.attributes.non_empty_text(key).map(str::trim))
-        .find(|target| workflow.node(target).is_some())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -205,6 +195,6 @@ mod tests {
         assert_eq!(pick(&w, &Outcome::fail("x"), &Context::new()), None);
         let text = "digraph T { start [shape=Mdiamond]; exit [shape=Msquare]; a [prompt=\"x\", retry_target=missing, fallback_retry_target=start]; start -> a -> exit }";
         let w = crate::Loader::new().load_source(SourceFile::new("t.dot", text)).unwrap().workflow;
-        assert_eq!(failure_route(&w, w.index_of("a").unwrap()), Some("start"));
+        assert_eq!(w.failure_target(w.index_of("a").unwrap()), Some("start"));
     }
 }

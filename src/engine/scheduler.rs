@@ -164,9 +164,10 @@ impl Engine {
         main.worktree = worktree;
         let run_id = main.scope.run_id.clone();
         main.context_set("internal.run_id", run_id);
-        main.scope
-            .events
-            .run_event("run.started", json!({"workflow": workflow.name(), "goal": workflow.goal()}));
+        main.scope.events.run_event(
+            "run.started",
+            json!({"workflow": workflow.name(), "goal": workflow.goal(), "run_dir": root}),
+        );
         let run = Run { main, manifest, started: Instant::now(), _lock: lock };
         Ok(run.execute(start).await)
     }
@@ -248,7 +249,10 @@ impl Engine {
         main.degrade_full_fidelity = true;
         main.scope
             .events
-            .run_event("run.resumed", json!({"from": next_id, "previous_status": previous.as_str()}));
+            .run_event(
+                "run.resumed",
+                json!({"from": next_id, "previous_status": previous.as_str(), "run_dir": main.scope.run_dir.root()}),
+            );
         let run = Run { main, manifest, started: Instant::now(), _lock: lock };
         if ended {
             // The process stopped after the final checkpoint, before recording the end.

@@ -15,7 +15,7 @@ use petgraph::graph::{EdgeIndex, NodeIndex};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
-use super::edge_selection::{failure_route, select_edge};
+use super::edge_selection::select_edge;
 use super::events::{now_rfc3339, EventLog};
 use super::retry::RetryPolicy;
 use super::scheduler::{Engine, RunOptions, RunTimings};
@@ -172,7 +172,9 @@ impl<'e> Walker<'e> {
         self.context_set("current_node", node.id.clone());
         self.context_set("internal.node_visit_count", visit);
         self.prepare_llm_stage(node);
-        let mut fields = json!({"handler": node.handler_type().name()});
+        let relative_dir = stage_dir.strip_prefix(scope.run_dir.root()).unwrap_or(&stage_dir);
+        let mut fields =
+            json!({"handler": node.handler_type().name(), "stage_dir": relative_dir.display().to_string()});
         if let Line::Branch(branch) = &self.line {
             fields["branch_id"] = json!(branch);
         }
@@ -591,7 +593,7 @@ impl<'e> Walker<'e> {
             }
         }
         if outcome.status == StageStatus::Fail {
-            if let Some(target) = failure_route(workflow, index) {
+            if let Some(target) = workflow.failure_target(index) {
                 scope.events.run_event(
                     "edge.selected",
                     json!({"from": node.id, "to": target, "reason": "retry_target"}),
@@ -599,7 +601,14 @@ impl<'e> Walker<'e> {
                 return workflow.index_of(target).map_or(Step::Finish(RunStatus::Failed, None), Step::Next);
             }
             let reason = outcome.failure_reason.clone().unwrap_or_else(|| "no reason given".to_string());
-            return Step::Finish(RunStatus::Failed, Some(format!("stage `{}` failed: {reason}", node.id)));
+            let id = &node.id;
+            return Step::Finish(
+                RunStatus::Failed,
+                Some(format!(
+                    "stage `{id}` failed: {reason} (no `outcome=fail` edge, `retry_target` or \
+                     `fallback_retry_target` from `{id}`, so the run ends)"
+                )),
+            );
         }
         Step::Finish(
             RunStatus::Failed,

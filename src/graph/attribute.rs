@@ -111,6 +111,12 @@ pub static ATTRIBUTES: &[AttributeSpec] = &[
         GRAPH,
         "Fidelity for nodes and edges that set none (default compact)."
     ),
+    spec!(
+        "allow_lints",
+        ValueType::Text,
+        GRAPH,
+        "Lint warnings accepted for this workflow, e.g. failure_path (comma-separated rule ids)."
+    ),
     spec!("default_thread", ValueType::Text, GRAPH, "Thread id for full-fidelity stages that set none."),
     spec!(
         "max_node_visits",

@@ -13,6 +13,27 @@ use petgraph::graph::NodeIndex;
 use super::{HandlerType, Workflow};
 
 impl Workflow {
+    /// The nodes inside parallel branches: reachable from a parallel stage's branch starts before
+    /// its join. A failure there ends the branch, not the run.
+    pub fn branch_nodes(&self) -> std::collections::HashSet<NodeIndex> {
+        let mut inside = std::collections::HashSet::new();
+        for parallel in self.graph().node_indices() {
+            if self.node_at(parallel).handler_type() != HandlerType::Parallel {
+                continue;
+            }
+            let join = self.join_of(parallel);
+            let mut pending: Vec<NodeIndex> =
+                self.outgoing(parallel).iter().filter_map(|e| self.index_of(&e.to.id)).collect();
+            while let Some(index) = pending.pop() {
+                if Some(index) == join || index == parallel || !inside.insert(index) {
+                    continue;
+                }
+                pending.extend(self.outgoing(index).iter().filter_map(|e| self.index_of(&e.to.id)));
+            }
+        }
+        inside
+    }
+
     /// The join node of the parallel stage at `parallel`, or `None` when its branches never meet
     /// (or it has no branches).
     pub fn join_of(&self, parallel: NodeIndex) -> Option<NodeIndex> {

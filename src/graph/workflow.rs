@@ -101,6 +101,16 @@ impl Workflow {
         &self.graph[index]
     }
 
+    /// Where a failed stage with no matching edge goes: its `retry_target`, else its
+    /// `fallback_retry_target`, if that names a node.
+    pub fn failure_target(&self, from: NodeIndex) -> Option<&str> {
+        let node = self.node_at(from);
+        ["retry_target", "fallback_retry_target"]
+            .iter()
+            .filter_map(|key| node.attributes.non_empty_text(key).map(str::trim))
+            .find(|target| self.node(target).is_some())
+    }
+
     /// Nodes in the order they were first named in the file.
     pub fn nodes(&self) -> impl Iterator<Item = &Node> {
         self.graph.node_weights()

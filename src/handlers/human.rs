@@ -100,10 +100,10 @@ impl Handler for HumanHandler {
                 list_choices(&choices)
             ))),
             Answer::Timeout => Ok(timed_out(stage, &options, &choices, timeout)),
+            // The CLI prints how to resume; the reason says what the gate needs.
             Answer::Unavailable => Err(HandlerError::Paused(format!(
-                "human gate `{gate}` is waiting for an answer; the checkpoint is saved. Resume with \
-                 `fabro resume <run dir> --answers FILE` (e.g. {{\"{gate}\": [\"{}\"]}}) or \
-                 `--auto-approve`",
+                "human gate `{gate}` is waiting for an answer: {} (answers file: {{\"{gate}\": [\"{}\"]}})",
+                list_choices(&choices),
                 options[0].choice.key
             ))),
         }
@@ -426,9 +426,8 @@ mod tests {
         assert_eq!(
             error,
             HandlerError::Paused(
-                "human gate `gate` is waiting for an answer; the checkpoint is saved. Resume with \
-                 `fabro resume <run dir> --answers FILE` (e.g. {\"gate\": [\"A\"]}) or \
-                 `--auto-approve`"
+                "human gate `gate` is waiting for an answer: [A] Approve, [R] Request changes, [S] Skip \
+                 (answers file: {\"gate\": [\"A\"]})"
                     .into()
             )
         );

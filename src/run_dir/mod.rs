@@ -20,6 +20,7 @@ mod history;
 pub mod lookup;
 mod records;
 mod saved;
+pub mod stage_output;
 mod view;
 
 use std::path::{Path, PathBuf};

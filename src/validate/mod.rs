@@ -49,7 +49,7 @@ pub fn builtin_rules(custom_types: Vec<String>) -> Vec<Box<dyn Rule>> {
 /// The built-in rules for a workflow loaded as the child of `ancestors` (canonical paths of the
 /// workflows above it, outermost first), so that child cycles are found.
 pub(crate) fn builtin_rules_within(custom_types: Vec<String>, ancestors: Vec<PathBuf>) -> Vec<Box<dyn Rule>> {
-    let table: [(&'static str, Check); 23] = [
+    let table: [(&'static str, Check); 24] = [
         ("start_node", structure::start_node),
         ("terminal_node", structure::terminal_node),
         ("start_no_incoming", structure::start_no_incoming),
@@ -65,6 +65,7 @@ pub(crate) fn builtin_rules_within(custom_types: Vec<String>, ancestors: Vec<Pat
         ("all_conditional_edges", routing::all_conditional_edges),
         ("retry_target_exists", routing::retry_target_exists),
         ("goal_gate_has_retry", routing::goal_gate_has_retry),
+        ("failure_path", routing::failure_path),
         ("prompt_on_llm_nodes", stages::prompt_on_llm_nodes),
         ("command_has_script", stages::command_has_script),
         ("wait_has_duration", stages::wait_has_duration),
@@ -81,6 +82,9 @@ pub(crate) fn builtin_rules_within(custom_types: Vec<String>, ancestors: Vec<Pat
     rules
 }
 
+/// The graph attribute that names warnings the author has decided to accept.
+pub const ALLOW_LINTS: &str = "allow_lints";
+
 /// Runs `rules` and returns their findings in rule order.
 pub fn run_rules(workflow: &Workflow, rules: &[Box<dyn Rule>]) -> Vec<Diagnostic> {
     let mut diagnostics = Vec::new();
@@ -88,6 +92,34 @@ pub fn run_rules(workflow: &Workflow, rules: &[Box<dyn Rule>]) -> Vec<Diagnostic
         rule.check(workflow, &mut diagnostics);
     }
     diagnostics
+}
+
+/// Drops the warnings of the rules the graph's `allow_lints` names (errors cannot be allowed),
+/// and warns about names that are none of `rules`.
+pub fn apply_allowed_lints<'r>(
+    workflow: &Workflow,
+    rules: impl Iterator<Item = &'r Box<dyn Rule>>,
+    diagnostics: &mut Vec<Diagnostic>,
+) {
+    let Some(attr) = workflow.attributes().get(ALLOW_LINTS) else { return };
+    let text = attr.value.to_string();
+    let allowed: Vec<&str> = text.split([',', ' ']).map(str::trim).filter(|name| !name.is_empty()).collect();
+    diagnostics.retain(|diagnostic| diagnostic.is_error() || !allowed.contains(&diagnostic.rule.as_str()));
+    let known: Vec<&str> = rules.map(|rule| rule.id()).collect();
+    for name in allowed.iter().filter(|name| !known.contains(name)) {
+        let fix = match crate::diagnostic::did_you_mean(name, known.iter().copied()) {
+            Some(similar) => format!("did you mean `{similar}`?"),
+            None => "name rules as `fabro validate` prints them, e.g. `warning[failure_path]`".to_string(),
+        };
+        diagnostics.push(
+            Diagnostic::warning(
+                "allow_lints",
+                format!("`{ALLOW_LINTS}` names `{name}`, which is no lint rule"),
+            )
+            .span(attr.span)
+            .fix(fix),
+        );
+    }
 }
 
 /// Sorts findings by position (whole-graph findings first), errors before warnings at the same

@@ -2,6 +2,7 @@
 
 use crate::diagnostic::{did_you_mean, Diagnostic};
 use crate::graph::{HandlerType, Workflow};
+use crate::outcome::StageStatus;
 use crate::source::Span;
 
 pub fn condition_syntax(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
@@ -73,6 +74,63 @@ pub fn retry_target_exists(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
             }
             out.push(diagnostic);
         }
+    }
+}
+
+/// Command stages whose failure has nowhere to go end the run when they fail: say so once per
+/// workflow, naming them all, so the author decides rather than finds out. Commands are where
+/// failure is an expected result (a test run); an agent stage fails only when its model says so
+/// or its provider keeps failing, and flagging every agent stage would bury this finding.
+pub fn failure_path(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
+    let graph = workflow.graph();
+    let in_branches = workflow.branch_nodes();
+    let stranded: Vec<&crate::graph::Node> = graph
+        .node_indices()
+        .filter(|&index| {
+            let node = &graph[index];
+            node.handler_type() == HandlerType::Command
+                && !in_branches.contains(&index)
+                && workflow.failure_target(index).is_none()
+                && !workflow.outgoing(index).iter().any(|edge| handles_failure(edge.edge))
+        })
+        .map(|index| &graph[index])
+        .collect();
+    let Some(first) = stranded.first() else { return };
+    let names: Vec<String> = stranded.iter().map(|node| format!("`{}`", node.id)).collect();
+    let message = match names.as_slice() {
+        [one] => format!("stage {one} has no failure path: if it fails, the run ends"),
+        many => format!(
+            "{} stages have no failure path: {}; if one fails, the run ends",
+            many.len(),
+            many.join(", ")
+        ),
+    };
+    out.push(Diagnostic::warning("failure_path", message).node(&first.id).span(first.span).fix(format!(
+        "route failures with an edge like `{id} -> fix [condition=\"outcome=fail\"]` or `retry_target=NODE` \
+             on the stage; leave it when a failure should end the run",
+        id = first.id
+    )));
+}
+
+/// True when an edge can be taken after a failed stage: its condition holds for `outcome=fail`
+/// alone, or names the `fail` outcome (perhaps with other clauses).
+fn handles_failure(edge: &crate::graph::Edge) -> bool {
+    let Some(condition) = edge.condition() else { return false };
+    condition.tested_outcomes().contains(&StageStatus::Fail) || condition.evaluate(&FailedStage)
+}
+
+/// A stage that failed, with nothing else known.
+struct FailedStage;
+
+impl crate::condition::ConditionScope for FailedStage {
+    fn outcome(&self) -> Option<StageStatus> {
+        Some(StageStatus::Fail)
+    }
+    fn preferred_label(&self) -> Option<&str> {
+        None
+    }
+    fn context(&self, _key: &str) -> Option<&serde_json::Value> {
+        None
     }
 }
 
