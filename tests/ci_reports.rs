@@ -148,17 +148,18 @@ fn junit_report_of_a_run_through_the_binary() {
     );
     let id = |name: &str| cases.iter().find(|(n, _)| n == name).map(|(_, id)| *id).unwrap();
     assert_eq!(system_out(&doc, id("build (visit 1)")), Some("compiling <crate> & \"deps\"\ndone\n"));
-    let failure = doc
-        .get_node(id("test (visit 1)"))
-        .and_then(|case| case.children().find(|n| n.has_tag_name("failure")))
-        .expect("the failing stage has a <failure>");
-    assert_eq!(failure.attribute("message"), Some("command exited with code 1"));
-    assert_eq!(failure.attribute("type"), Some("command"));
+    // The run exits 0: the test failure was handled by the workflow (routed to `explain`), so it is
+    // no JUnit failure, and its output says what happened.
+    let handled = doc.get_node(id("test (visit 1)")).unwrap();
+    assert!(handled.children().all(|n| !n.has_tag_name("failure")), "{xml}");
+    assert!(system_out(&doc, id("test (visit 1)")).is_some_and(|text| text.starts_with(
+        "[fabro] this visit failed (command exited with code 1); the workflow handled the failure"
+    )));
     assert!(system_out(&doc, id("explain (visit 1)")).is_some_and(|text| text.contains("[simulated]")));
 
     let expected = r#"<?xml version="1.0" encoding="UTF-8"?>
-<testsuites name="ci_demo" tests="5" failures="1" errors="0" skipped="0" time="T">
-  <testsuite name="ci_demo" tests="5" failures="1" errors="0" skipped="0" time="T">
+<testsuites name="ci_demo" tests="5" failures="0" errors="0" skipped="0" time="T">
+  <testsuite name="ci_demo" tests="5" failures="0" errors="0" skipped="0" time="T">
     <properties>
       <property name="fabro.status" value="succeeded"/>
       <property name="fabro.run_id" value="X"/>
@@ -171,8 +172,8 @@ done
 </system-out>
     </testcase>
     <testcase classname="ci_demo" name="test (visit 1)" time="T">
-      <failure message="command exited with code 1" type="command">command exited with code 1</failure>
-      <system-out>running 3 tests
+      <system-out>[fabro] this visit failed (command exited with code 1); the workflow handled the failure and went on
+running 3 tests
 test b ... FAILED
 </system-out>
     </testcase>
@@ -516,4 +517,49 @@ fn a_run_that_fails_without_a_failed_stage_is_a_junit_failure() {
     let failure = doc.descendants().find(|n| n.has_tag_name("failure")).unwrap();
     assert_eq!(failure.attribute("type"), Some("run"));
     assert!(failure.attribute("message").unwrap().starts_with("goal gate `tests`"));
+}
+
+/// JUnit failures are the failures that ended the run: a handled failure (routed through a
+/// conditional to a fix, then retried with success) and the conditional itself are no failures;
+/// in a run that fails, only the visit that ended it is one.
+#[test]
+fn junit_failures_are_what_ended_the_run() {
+    const FLAKY: &str = r#"digraph flaky {
+    start [shape=Mdiamond]
+    exit [shape=Msquare]
+    test [shape=parallelogram, script="test -f fixed || { echo 'test a ... FAILED'; exit 1; }"]
+    check [shape=diamond]
+    fix [shape=parallelogram, script="touch fixed"]
+    deploy [shape=parallelogram, script="exit DEPLOY_EXIT"]
+    start -> test
+    test -> check [condition="outcome=fail"]
+    test -> deploy
+    check -> fix [condition="outcome=fail"]
+    check -> deploy
+    fix -> test
+    deploy -> exit
+}
+"#;
+    let failures = |xml: &str| {
+        let doc = roxmltree::Document::parse(xml).unwrap();
+        let failed: Vec<String> = check_junit_shape(&doc)
+            .into_iter()
+            .filter(|(_, id)| doc.get_node(*id).unwrap().children().any(|n| n.has_tag_name("failure")))
+            .map(|(name, _)| name)
+            .collect();
+        let root = doc.root_element();
+        (root.attribute("failures").unwrap().to_string(), failed)
+    };
+
+    let passing = Sandbox::new(&FLAKY.replace("DEPLOY_EXIT", "0"));
+    let output = passing.run(&["run", "workflow.dot", "--junit", "out.xml", "--run-dir", "run"], &[]);
+    assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+    assert_eq!(failures(&read(&passing.path().join("out.xml"))), ("0".to_string(), vec![]));
+
+    let failing = Sandbox::new(&FLAKY.replace("DEPLOY_EXIT", "4"));
+    let output = failing.run(&["run", "workflow.dot", "--junit", "out.xml", "--run-dir", "run"], &[]);
+    assert_eq!(output.status.code(), Some(1), "{}", describe(&output));
+    let xml = read(&failing.path().join("out.xml"));
+    assert_eq!(failures(&xml), ("1".to_string(), vec!["deploy (visit 1)".to_string()]), "{xml}");
+    assert!(xml.contains("[fabro] this visit failed (command exited with code 1)"), "{xml}");
 }

@@ -463,3 +463,56 @@ fn svg_without_graphviz_names_the_package() {
         .expect("run fabro");
     assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
 }
+
+fn taken_edges(graph: &Workflow) -> Vec<String> {
+    graph
+        .edges()
+        .filter(|edge| edge.edge.attributes.text("color") == Some(TAKEN))
+        .map(|edge| {
+            let label = edge.edge.attributes.text("label").map(|l| format!(" [{l}]")).unwrap_or_default();
+            format!("{} -> {}{label}", edge.from.id, edge.to.id)
+        })
+        .collect()
+}
+
+#[test]
+fn after_a_rewind_only_the_kept_history_is_drawn() {
+    let ran = Test::new()
+        .workflow(LOOP_WORKFLOW)
+        .args(["run", "workflow.dot", "--simulate", "--run-dir", "run", "-q"])
+        .status(0)
+        .run();
+    let output = fabro(ran.dir.path(), &["rewind", "run", "--to", "check@1"]);
+    assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+    let (text, graph) = graph_of_run(ran.dir.path(), "run");
+    // Kept: start -> work -> check (failed), and the edge chosen after it; nothing of the second loop.
+    assert_eq!(taken_edges(&graph), ["start -> work", "work -> check", "check -> fix [failed]"], "{text}");
+    assert_eq!(node_attr(&graph, "work", "label"), Some("Work"), "{text}");
+}
+
+#[test]
+fn the_fan_out_edges_a_parallel_stage_took_are_drawn_as_taken() {
+    let workflow = r#"digraph fan {
+        start [shape=Mdiamond]
+        exit [shape=Msquare]
+        fan [shape=component]
+        a [shape=parallelogram, script="true"]
+        b [shape=parallelogram, script="true"]
+        join [shape=tripleoctagon]
+        start -> fan
+        fan -> a -> join
+        fan -> b -> join
+        join -> exit
+    }"#;
+    let ran = Test::new()
+        .workflow(workflow)
+        .args(["run", "workflow.dot", "--run-dir", "run", "-q"])
+        .status(0)
+        .run();
+    let (text, graph) = graph_of_run(ran.dir.path(), "run");
+    assert_eq!(
+        taken_edges(&graph),
+        ["start -> fan", "fan -> a", "a -> join", "fan -> b", "b -> join", "join -> exit"],
+        "{text}"
+    );
+}

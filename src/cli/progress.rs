@@ -293,6 +293,8 @@ fn describe(event: &Event) -> Option<String> {
         // Plain edges say nothing worth a reason; conditions, labels and retries do.
         "edge.selected" => match field("reason") {
             "weight" | "lexical" => format!("  → {}", field("to")),
+            // Each branch shows as its stages start.
+            "fan_out" => return None,
             reason => format!("  → {} ({reason})", field("to")),
         },
         "interview.completed" => match (text(event, "key"), text(event, "label")) {

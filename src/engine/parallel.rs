@@ -262,6 +262,10 @@ async fn run_branches(parent: &mut Walker<'_>, index: NodeIndex, visit: u32) -> 
     let mut branch_walks = Vec::new();
     let mut failed_to_start: Vec<(String, String)> = Vec::new();
     for plan in plans.iter().filter(|plan| !journaled.contains_key(&plan.id)) {
+        scope.events.run_event(
+            "edge.selected",
+            json!({"from": node.id, "to": workflow.node_at(plan.start).id, "reason": "fan_out", "branch_id": plan.id}),
+        );
         let mut context = base.fork();
         context.set("parallel.branch_id", plan.id.clone());
         let worktree = match &git_base {

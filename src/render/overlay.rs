@@ -31,6 +31,13 @@ pub struct EdgeCounts {
     pub unknown: u32,
 }
 
+/// How an `edge.selected` event chose its edge.
+enum EdgeKind {
+    Conditional,
+    Unconditional,
+    Unknown,
+}
+
 /// What happened to one node in a run, as drawn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NodeState {
@@ -102,23 +109,55 @@ impl Overlay {
     }
 
     /// Counts the `edge.selected` events of an `events.jsonl` text. Jumps that follow no edge
-    /// (`retry_target`, `goal_gate`) are not counted.
+    /// (`retry_target`, `goal_gate`, `join`) are not counted. After `fabro rewind` (event
+    /// `run.rewound`), only the history up to the checkpoint it went back to counts.
     pub fn read_events(&mut self, events: &str) {
+        let mut taken: Vec<((String, String), EdgeKind)> = Vec::new();
+        // How many edges had been taken at the checkpoint after each main-line stage visit.
+        let mut taken_at: BTreeMap<(String, u64), usize> = BTreeMap::new();
+        let mut last_visit: BTreeMap<String, u64> = BTreeMap::new();
         for line in events.lines() {
             let Ok(event) = serde_json::from_str::<serde_json::Value>(line) else { continue };
-            if event.get("event").and_then(|e| e.as_str()) != Some("edge.selected") {
-                continue;
-            }
             let field = |name: &str| event.get(name).and_then(|v| v.as_str());
-            let (Some(from), Some(to)) = (field("from"), field("to")) else { continue };
-            let counts = self.edges.entry((from.to_string(), to.to_string())).or_default();
-            match field("reason") {
-                Some("retry_target" | "goal_gate") => {}
-                Some("condition") => counts.conditional += 1,
-                Some("preferred_label" | "suggested_next_id" | "weight" | "lexical") => {
-                    counts.unconditional += 1
+            let node = field("node_id").unwrap_or_default().to_string();
+            match field("event").unwrap_or_default() {
+                "stage.completed" | "stage.failed" if event.get("branch_id").is_none() => {
+                    let visit = event.get("visit").and_then(serde_json::Value::as_u64).unwrap_or(0);
+                    last_visit.insert(node, visit);
                 }
-                _ => counts.unknown += 1,
+                "checkpoint.saved" => {
+                    if let Some(&visit) = last_visit.get(&node) {
+                        taken_at.insert((node, visit), taken.len());
+                    }
+                }
+                "run.rewound" => {
+                    let to = field("to").unwrap_or_default().to_string();
+                    let visit = event.get("visit").and_then(serde_json::Value::as_u64).unwrap_or(0);
+                    if let Some(&kept) = taken_at.get(&(to, visit)) {
+                        taken.truncate(kept);
+                    }
+                }
+                "edge.selected" => {
+                    let (Some(from), Some(to)) = (field("from"), field("to")) else { continue };
+                    let kind = match field("reason") {
+                        Some("retry_target" | "goal_gate" | "join") => continue,
+                        Some("condition") => EdgeKind::Conditional,
+                        Some("preferred_label" | "suggested_next_id" | "weight" | "lexical" | "fan_out") => {
+                            EdgeKind::Unconditional
+                        }
+                        _ => EdgeKind::Unknown,
+                    };
+                    taken.push(((from.to_string(), to.to_string()), kind));
+                }
+                _ => {}
+            }
+        }
+        for (key, kind) in taken {
+            let counts = self.edges.entry(key).or_default();
+            match kind {
+                EdgeKind::Conditional => counts.conditional += 1,
+                EdgeKind::Unconditional => counts.unconditional += 1,
+                EdgeKind::Unknown => counts.unknown += 1,
             }
         }
     }

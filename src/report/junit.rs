@@ -17,8 +17,11 @@
 //! </testsuites>
 //! ```
 //!
-//! A failed visit (status `fail`) is a `<failure>` whose type is the stage's handler; a skipped one
-//! is `<skipped/>`; everything else passes. How the run ended (`fabro.status`,
+//! A `<failure>` is a visit whose failure ended the run: the last failed visit of a run that
+//! failed (its type is the stage's handler). A failure the workflow handled (a test run that
+//! failed and was routed to a fix, a visit retried later) passes, and says so in its output; a
+//! conditional routes a failure on and is never one of its own. So a run that exits 0 has no
+//! failures. A skipped visit is `<skipped/>`; everything else passes. How the run ended (`fabro.status`,
 //! `fabro.failure_reason`, `fabro.run_id`, `fabro.run_dir`) goes in `<properties>`: a paused or
 //! interrupted run lists the visits that ran so far.
 
@@ -32,7 +35,8 @@ use super::{seconds_3, visit_output};
 
 /// The JUnit XML document for `result`; stage output is read from `run_dir`.
 pub fn render(result: &RunResult, run_dir: &Path, workflow_name: &str) -> String {
-    let stage_failures = result.stages.iter().filter(|s| is_failure(s.status)).count();
+    let fatal = fatal_visit(result);
+    let stage_failures = usize::from(fatal.is_some());
     let run_case = run_outcome_case(result, stage_failures);
     let tests = result.stages.len() + usize::from(run_case.is_some());
     let failures = stage_failures + usize::from(matches!(run_case, Some(RunCase::Failed(_))));
@@ -54,8 +58,8 @@ pub fn render(result: &RunResult, run_dir: &Path, workflow_name: &str) -> String
     property(&mut out, "fabro.run_id", &result.run_id);
     property(&mut out, "fabro.run_dir", &result.run_dir);
     out.push_str("    </properties>\n");
-    for stage in &result.stages {
-        testcase(&mut out, stage, run_dir, &name);
+    for (index, stage) in result.stages.iter().enumerate() {
+        testcase(&mut out, stage, run_dir, &name, fatal == Some(index));
     }
     match run_case {
         Some(RunCase::Failed(reason)) => {
@@ -95,21 +99,35 @@ fn run_outcome_case(result: &RunResult, stage_failures: usize) -> Option<RunCase
     }
 }
 
-fn is_failure(status: StageStatus) -> bool {
+fn is_failure(stage: &StageRecord) -> bool {
     // A final `retry` does not happen (exhausted retries end as fail), but if it did, it did not pass.
-    matches!(status, StageStatus::Fail | StageStatus::Retry)
+    matches!(stage.status, StageStatus::Fail | StageStatus::Retry) && stage.handler != "conditional"
+}
+
+/// The index of the visit whose failure ended the run: the last failed visit of a run that
+/// failed or was interrupted.
+fn fatal_visit(result: &RunResult) -> Option<usize> {
+    if !matches!(result.status, RunStatus::Failed | RunStatus::Interrupted) {
+        return None;
+    }
+    result.stages.iter().rposition(is_failure)
 }
 
 fn property(out: &mut String, name: &str, value: &str) {
     let _ = writeln!(out, r#"      <property name="{}" value="{}"/>"#, escape(name), escape(value));
 }
 
-fn testcase(out: &mut String, stage: &StageRecord, run_dir: &Path, classname: &str) {
+fn testcase(out: &mut String, stage: &StageRecord, run_dir: &Path, classname: &str, failed: bool) {
     let name = escape(&format!("{} (visit {})", stage.node_id, stage.visit));
     let time = seconds_3(stage.duration_ms);
     let _ = write!(out, r#"    <testcase classname="{classname}" name="{name}" time="{time}""#);
-    let output = visit_output(run_dir, &stage.node_id, stage.visit).filter(|text| !text.is_empty());
-    let failed = is_failure(stage.status);
+    let mut output = visit_output(run_dir, &stage.node_id, stage.visit).filter(|text| !text.is_empty());
+    if !failed && is_failure(stage) {
+        let reason = stage.failure_reason.as_deref().unwrap_or("no reason given");
+        let note =
+            format!("[fabro] this visit failed ({reason}); the workflow handled the failure and went on\n");
+        output = Some(note + output.as_deref().unwrap_or(""));
+    }
     let skipped = stage.status == StageStatus::Skipped;
     if !failed && !skipped && output.is_none() {
         out.push_str("/>\n");
