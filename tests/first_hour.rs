@@ -400,3 +400,49 @@ fn logs_show_command_output_under_its_stage_also_while_following() {
     let (_, plain, _) = stdout_of(&dir, &["logs", "run"]);
     assert!(!plain.contains("│"), "{plain}");
 }
+
+#[test]
+fn a_missing_workdir_is_refused_before_the_run_starts() {
+    let ran = Test::new()
+        .workflow(FAILING_TEST)
+        .args(["run", "workflow.dot", "--workdir", "nowhere", "--run-dir", "run"])
+        .status(2)
+        .stderr_contains("error: --workdir nowhere does not exist (create it first, or leave --workdir out to work here); the run did not start")
+        .run();
+    assert!(!ran.dir.path().join("run").exists());
+
+    // A relative --workdir is recorded as an absolute path, so a resume from elsewhere works there.
+    let ran = Test::new()
+        .workflow(DEPLOY_GATE)
+        .file("app/README", "app")
+        .args(["run", "workflow.dot", "--workdir", "app", "--run-dir", "run"])
+        .status(3)
+        .run();
+    let recorded = manifest(&ran.dir.path().join("run"))["work_dir"].as_str().unwrap().to_string();
+    assert!(std::path::Path::new(&recorded).is_absolute() && recorded.ends_with("/app"), "{recorded}");
+    let elsewhere = tempfile::tempdir().unwrap();
+    let run_dir = ran.dir.path().join("run");
+    let resumed = fabro_command(elsewhere.path(), &["resume", run_dir.to_str().unwrap(), "--auto-approve"])
+        .output()
+        .unwrap();
+    assert_eq!(resumed.status.code(), Some(0), "{}", String::from_utf8_lossy(&resumed.stderr));
+    assert!(ran.dir.path().join("app/deployed").exists());
+}
+
+#[test]
+fn runs_never_show_in_git_status() {
+    let test = Test::new().workflow(DEPLOY_GATE);
+    let dir = test.path("");
+    let git = |args: &[&str]| {
+        let output = std::process::Command::new("git").args(args).current_dir(&dir).output().unwrap();
+        assert!(output.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&output.stderr));
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    git(&["init", "-q"]);
+    git(&["-c", "user.name=t", "-c", "user.email=t@t", "add", "workflow.dot"]);
+    git(&["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "workflow"]);
+    let run = fabro_command(&dir, &["run", "workflow.dot", "--auto-approve"]).output().unwrap();
+    assert_eq!(run.status.code(), Some(0), "{}", String::from_utf8_lossy(&run.stderr));
+    assert!(dir.join(".fabro/.gitignore").is_file());
+    assert_eq!(git(&["status", "--porcelain"]), "?? deployed\n");
+}

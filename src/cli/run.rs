@@ -208,10 +208,10 @@ async fn run_async(args: RunArgs) -> u8 {
             return exit::INVALID;
         }
     };
-    let work_dir = match args.workdir.clone().map_or_else(std::env::current_dir, Ok) {
+    let work_dir = match work_dir(args.workdir.as_deref()) {
         Ok(dir) => dir,
-        Err(error) => {
-            eprintln!("error: cannot read the current directory: {error}");
+        Err(message) => {
+            eprintln!("error: {message}; the run did not start");
             return exit::INVALID;
         }
     };
@@ -239,6 +239,25 @@ async fn run_async(args: RunArgs) -> u8 {
     let view = ProgressView::new(args.launch.view_options());
     let report = engine.run(&valid, &options, move |event| view.show(event), cancel).await;
     conclude(report, &args.launch, valid.workflow.name())
+}
+
+/// The work directory as an absolute path (so a resume from elsewhere works in the same place):
+/// `--workdir`, which must be an existing directory, else the current directory.
+fn work_dir(given: Option<&std::path::Path>) -> Result<PathBuf, String> {
+    let Some(path) = given else {
+        return std::env::current_dir()
+            .map_err(|error| format!("cannot read the current directory: {error}"));
+    };
+    match std::fs::metadata(path) {
+        Ok(meta) if meta.is_dir() => std::path::absolute(path)
+            .map_err(|error| format!("cannot resolve --workdir {}: {error}", path.display())),
+        Ok(_) => Err(format!("--workdir {} is not a directory", path.display())),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Err(format!(
+            "--workdir {} does not exist (create it first, or leave --workdir out to work here)",
+            path.display()
+        )),
+        Err(error) => Err(format!("cannot read --workdir {}: {error}", path.display())),
+    }
 }
 
 /// Prints the diagnostics of a loaded workflow and returns it when it has no errors.

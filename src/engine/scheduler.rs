@@ -3,7 +3,7 @@
 //! exit node, a failure, a pause or a cancellation. Everything it records goes through the run
 //! directory and the event log; the loop itself holds no I/O details.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -114,8 +114,13 @@ impl Engine {
             .find(|&i| workflow.node_at(i).handler_type() == HandlerType::Start)
             .ok_or(StartError::NoStart)?;
         let run_id = uuid::Uuid::now_v7().to_string();
-        let root =
-            options.run_dir.clone().unwrap_or_else(|| PathBuf::from(".fabro").join("runs").join(&run_id));
+        let root = match &options.run_dir {
+            Some(root) => root.clone(),
+            None => {
+                crate::run_dir::keep_out_of_git(Path::new(".fabro"));
+                PathBuf::from(".fabro").join("runs").join(&run_id)
+            }
+        };
         let run_dir = RunDir::create(&root)?;
         let lock = run_dir.lock()?;
         let worktree = match options.worktree {
