@@ -446,3 +446,92 @@ fn runs_never_show_in_git_status() {
     assert!(dir.join(".fabro/.gitignore").is_file());
     assert_eq!(git(&["status", "--porcelain"]), "?? deployed\n");
 }
+
+#[test]
+fn typos_do_not_run() {
+    let typo = r#"digraph t {
+    start [shape=Mdiamond]
+    exit [shape=Msquare]
+    implement [prompt="Implement it", timout=5s]
+    start -> implment -> exit
+    implement -> exit [condition="outcom=success"]
+}
+"#;
+    let ran = Test::new()
+        .workflow(typo)
+        .args(["run", "workflow.dot", "--simulate", "--run-dir", "run"])
+        .status(2)
+        .stderr_contains("error[unknown_attribute] workflow.dot:4:39 node implement: unknown attribute `timout` (did you mean `timeout`?)")
+        .stderr_contains("error[edge_target_exists] workflow.dot:5:14 node implment: node `implment` is only named by edges and never declared; it runs as a bare agent stage; did you mean `implement`?")
+        .stderr_contains("error[condition_key_typo] workflow.dot:6:34 edge implement -> exit: condition reads `outcom`, a context key that nothing sets; did you mean `outcome`?")
+        .run();
+    assert!(!ran.dir.path().join("run").exists());
+
+    // A merely unknown node is a warning, which --deny-warnings turns into a refusal.
+    let unknown =
+        "digraph t {\n  start [shape=Mdiamond]\n  exit [shape=Msquare]\n  start -> review -> exit\n}\n";
+    Test::new()
+        .workflow(unknown)
+        .args(["validate", "workflow.dot"])
+        .status(0)
+        .stdout_contains("warning[edge_target_exists]")
+        .run();
+    Test::new()
+        .workflow(unknown)
+        .args(["validate", "workflow.dot", "--deny-warnings"])
+        .status(2)
+        .stdout_contains("error: --deny-warnings: 2 warning(s) count as errors")
+        .run();
+    Test::new()
+        .workflow(unknown)
+        .args(["run", "workflow.dot", "--simulate", "--deny-warnings", "-q"])
+        .status(2)
+        .stderr_contains("error: --deny-warnings: workflow.dot has 2 warning(s); the run did not start")
+        .run();
+}
+
+#[test]
+fn beginner_syntax_errors_get_the_fix() {
+    let with = |statement: &str| {
+        format!("digraph t {{\n  start [shape=Mdiamond]\n  exit [shape=Msquare]\n  {statement}\n  start -> exit\n}}\n")
+    };
+    for (statement, message, fix) in [
+        (
+            "plan [prompt=Write a plan]",
+            "workflow.dot:4:16: the value of `prompt` has spaces but no quotes, so DOT reads only `Write` as its value",
+            "= fix: quote the value: `prompt=\"Write a plan\"`",
+        ),
+        (
+            "plan [prompt='Write a plan']",
+            "workflow.dot:4:16: DOT strings use double quotes; `'` does not start a string",
+            "= fix: quote the value: `prompt=\"Write a plan\"`",
+        ),
+        (
+            "plan [prompt=\"x\"] # the plan",
+            "workflow.dot:4:21: `#` starts a comment only at the beginning of a line",
+            "= fix: use `//` for a comment at the end of a line",
+        ),
+    ] {
+        Test::new()
+            .workflow(&with(statement))
+            .args(["validate", "workflow.dot"])
+            .status(2)
+            .stderr_contains(&format!("error[syntax] {message}"))
+            .stderr_contains(fix)
+            .run();
+    }
+    Test::new()
+        .workflow(&with("goal = Add a health endpoint"))
+        .args(["validate", "workflow.dot"])
+        .status(0)
+        .stdout_contains("warning[unquoted_value] workflow.dot:4:14 node a: `a health endpoint` after `goal = Add` are read as new nodes")
+        .stdout_contains("= fix: quote the value: `goal = \"Add a health endpoint\"`")
+        .run();
+    Test::new()
+        .workflow("digraph t {\n  start [shape=Mdiamond]\n  exit [shape=box, prompt=\"Done\"]\n  start -> exit\n}\n")
+        .args(["validate", "workflow.dot"])
+        .status(2)
+        .stdout_contains("the node `exit` runs as an agent stage, because an explicit shape or type decides a node's kind")
+        .stdout_contains("= fix: give it the exit shape: `exit [shape=Msquare]` (or drop its shape and type)")
+        .run();
+}

@@ -379,12 +379,18 @@ fn invalid_workflows_are_reported_like_validate_and_warnings_still_render() {
         .stderr_contains("error[syntax] workflow.dot:3:1")
         .run();
     Test::new().args(["graph", "missing.dot"]).status(2).stderr_contains("cannot read `missing.dot`").run();
-    // A misspelled attribute is a warning: the graph still renders.
+    // A misspelled attribute is an error; with only warnings (an unreachable stage) it renders.
     Test::new()
         .workflow("digraph w {\n  start [shape=Mdiamond]\n  exit [shape=Msquare]\n  a [prompt=\"p\", max_retires=2]\n  start -> a -> exit\n}\n")
         .args(["graph", "workflow.dot"])
+        .status(2)
+        .stderr_contains("error[unknown_attribute] workflow.dot:4:18 node a: unknown attribute `max_retires` (did you mean `max_retries`?)")
+        .run();
+    Test::new()
+        .workflow("digraph w {\n  start [shape=Mdiamond]\n  exit [shape=Msquare]\n  a [prompt=\"p\"]\n  b [prompt=\"q\"]\n  start -> a -> exit\n}\n")
+        .args(["graph", "workflow.dot"])
         .status(0)
-        .stdout_contains(r#"a [prompt="p", max_retires="2"]"#)
+        .stdout_contains(r#"b [prompt="q"]"#)
         .run();
 }
 

@@ -232,19 +232,23 @@ fn all_edges_reference_valid_node_ids() {
     start -> reveiw -> review -> exit
 }"#,
     );
+    // A near miss of a declared node is a typo that would run: an error.
     let d = only(&checked, "edge_target_exists");
-    assert_eq!(d.severity, Severity::Warning);
+    assert_eq!(d.severity, Severity::Error);
     assert_eq!(d.node_id.as_deref(), Some("reveiw"));
     assert_eq!(
         d.message,
-        "node `reveiw` is only named by edges and never declared; it runs as a bare agent stage"
+        "node `reveiw` is only named by edges and never declared; it runs as a bare agent stage; did you mean `review`?"
     );
-    assert_eq!(d.fix.as_deref(), Some("did you mean `review`? Otherwise declare `reveiw [...]`"));
+    assert_eq!(
+        d.fix.as_deref(),
+        Some("rename it to `review`, or declare `reveiw [...]` if it is a new stage")
+    );
     assert_eq!(position(&checked, d), Some((5, 14)));
     assert_eq!(
         summary(&checked),
         [
-            ("edge_target_exists", Severity::Warning, Some("reveiw")),
+            ("edge_target_exists", Severity::Error, Some("reveiw")),
             ("prompt_on_llm_nodes", Severity::Warning, Some("reveiw")),
         ]
     );
@@ -501,7 +505,7 @@ fn rule_unknown_attribute() {
         [
             (
                 "unknown_attribute",
-                Severity::Warning,
+                Severity::Error,
                 Some("plan"),
                 "unknown attribute `max_retires` (did you mean `max_retries`?)",
                 Some("rename it to `max_retries`; unknown attributes are kept only for custom handlers"),

@@ -91,6 +91,9 @@ enum Command {
         /// Print `{"valid": bool, "diagnostics": [...]}` instead of text.
         #[arg(long)]
         json: bool,
+        /// Treat warnings as errors (exit 2 when there is any), for CI.
+        #[arg(long)]
+        deny_warnings: bool,
     },
 }
 
@@ -103,7 +106,7 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     init_tracing(cli.verbose);
     let code = match cli.command {
-        Command::Validate { workflow, json } => validate::run(&workflow, json),
+        Command::Validate { workflow, json, deny_warnings } => validate::run(&workflow, json, deny_warnings),
         Command::Run(mut args) => {
             args.launch.verbose = cli.verbose;
             run::run(args)

@@ -104,6 +104,9 @@ pub struct LaunchArgs {
     /// Pause the run before the next LLM stage once the estimated cost reaches this many US dollars.
     #[arg(long, value_name = "USD")]
     pub max_cost: Option<f64>,
+    /// Refuse to start (exit 2) when the workflow has any validation warning, for CI.
+    #[arg(long)]
+    pub deny_warnings: bool,
     /// Print result.json on stdout and nothing else.
     #[arg(long)]
     pub json: bool,
@@ -201,6 +204,19 @@ async fn run_async(args: RunArgs) -> u8 {
     let Some(valid) = report_diagnostics(checked, &args.workflow, args.launch.quiet) else {
         return exit::INVALID;
     };
+    if args.launch.deny_warnings && !valid.warnings.is_empty() {
+        if args.launch.quiet {
+            for warning in &valid.warnings {
+                eprint!("{}", render_diagnostic(warning, valid.workflow.source()));
+            }
+        }
+        eprintln!(
+            "error: --deny-warnings: {} has {} warning(s); the run did not start",
+            args.workflow.display(),
+            valid.warnings.len()
+        );
+        return exit::INVALID;
+    }
     let context = match parse_sets(&args.set) {
         Ok(context) => context,
         Err(message) => {

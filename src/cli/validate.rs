@@ -1,4 +1,4 @@
-//! `fabro validate WORKFLOW [--json]`
+//! `fabro validate WORKFLOW [--json] [--deny-warnings]`
 
 use std::path::Path;
 
@@ -8,7 +8,7 @@ use serde_json::json;
 use super::exit;
 use super::render::{diagnostic_json, render_diagnostic, render_load_error, summary_line};
 
-pub fn run(path: &Path, json_output: bool) -> u8 {
+pub fn run(path: &Path, json_output: bool, deny_warnings: bool) -> u8 {
     let checked = match Loader::new().load_file(path) {
         Ok(checked) => checked,
         Err(error) => {
@@ -21,7 +21,8 @@ pub fn run(path: &Path, json_output: bool) -> u8 {
         }
     };
     let source = checked.workflow.source().clone();
-    let valid = !checked.has_errors();
+    let warnings = checked.diagnostics.iter().filter(|d| d.severity == fabro::Severity::Warning).count();
+    let valid = !checked.has_errors() && !(deny_warnings && warnings > 0);
     if json_output {
         let diagnostics: Vec<_> = checked.diagnostics.iter().map(|d| diagnostic_json(d, &source)).collect();
         println!("{}", json!({ "valid": valid, "diagnostics": diagnostics }));
@@ -30,6 +31,9 @@ pub fn run(path: &Path, json_output: bool) -> u8 {
             print!("{}", render_diagnostic(diagnostic, &source));
         }
         println!("{}", summary_line(path, &checked.diagnostics));
+        if deny_warnings && warnings > 0 && !checked.has_errors() {
+            println!("error: --deny-warnings: {warnings} warning(s) count as errors");
+        }
     }
     if valid {
         exit::SUCCESS

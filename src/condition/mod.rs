@@ -64,6 +64,21 @@ impl Condition {
         keys
     }
 
+    /// Keys written without the `context.` prefix that are not `outcome` or `preferred_label`,
+    /// each once: `outcom=success` reads a context key named `outcom`, which lint rules check for
+    /// near misses.
+    pub fn bare_context_keys(&self) -> Vec<&str> {
+        let mut keys = Vec::new();
+        self.expr.visit_clauses(&mut |clause| {
+            if let Key::Context(written) = &clause.key {
+                if !written.starts_with("context.") && !keys.contains(&written.as_str()) {
+                    keys.push(written.as_str());
+                }
+            }
+        });
+        keys
+    }
+
     /// True when any clause reads `outcome`, i.e. the edge depends on how the stage ended.
     pub fn tests_outcome(&self) -> bool {
         let mut found = false;

@@ -313,6 +313,9 @@ fn translate_error(text: &str, error: &pest::error::Error<Rule>) -> SyntaxError 
         ErrorVariant::ParsingError { positives, .. } => positives.clone(),
         ErrorVariant::CustomError { .. } => Vec::new(),
     };
+    if let Some(mistake) = beginner_mistake(text, offset) {
+        return mistake;
+    }
     let before = significant_prefix(text, offset);
     let kind = SyntaxErrorKind::Unexpected {
         expected: expected_words(&positives, before.ends_with("->")),
@@ -320,6 +323,53 @@ fn translate_error(text: &str, error: &pest::error::Error<Rule>) -> SyntaxError 
         after: previous_token(before),
     };
     SyntaxError::new(kind, Span::at(offset))
+}
+
+/// The mistakes people new to DOT make, recognised where the parse stopped on their line: a value
+/// with spaces and no quotes (`prompt=Write a plan`), single quotes (`prompt='Write a plan'`),
+/// and a `#` comment after a statement.
+fn beginner_mistake(text: &str, offset: usize) -> Option<SyntaxError> {
+    let offset = (0..=offset.min(text.len())).rev().find(|&i| text.is_char_boundary(i))?;
+    let line_start = text[..offset].rfind('\n').map_or(0, |i| i + 1);
+    let line_end = text[offset..].find('\n').map_or(text.len(), |i| offset + i);
+    let line = &text[line_start..line_end];
+    let at = offset - line_start;
+    if line[at..].starts_with('#') && !line[..at].trim().is_empty() {
+        return Some(SyntaxError::new(SyntaxErrorKind::HashComment, Span::at(offset)));
+    }
+    // The `key = value` this position is in: the last `=` before it with no separator or quote
+    // in between.
+    let equals = line[..at].rfind('=')?;
+    if line[equals + 1..at].contains([',', ';', '[', ']', '"', '{', '}']) {
+        return None;
+    }
+    let key: String = line[..equals]
+        .trim_end()
+        .chars()
+        .rev()
+        .take_while(|c| c.is_alphanumeric() || matches!(c, '_' | '.'))
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect();
+    if key.is_empty() {
+        return None;
+    }
+    let value_at = equals + 1 + (line[equals + 1..].len() - line[equals + 1..].trim_start().len());
+    let rest = &line[value_at..];
+    let span = Span::at(line_start + value_at);
+    if let Some(quoted) = rest.strip_prefix('\'') {
+        let value = quoted.split('\'').next().unwrap_or(quoted).to_string();
+        return Some(SyntaxError::new(SyntaxErrorKind::SingleQuotes { key, value }, span));
+    }
+    let value = rest.split([',', ';', ']']).next().unwrap_or(rest).trim_end();
+    let first_word = value.split_whitespace().next()?;
+    if value_at + first_word.len() > at || !value.contains(char::is_whitespace) {
+        return None;
+    }
+    let kind =
+        SyntaxErrorKind::UnquotedValue { key, first_word: first_word.to_string(), value: value.to_string() };
+    Some(SyntaxError::new(kind, span))
 }
 
 fn expected_words(positives: &[Rule], after_edge_operator: bool) -> String {

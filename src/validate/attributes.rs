@@ -133,11 +133,13 @@ pub fn unknown_attribute(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
                 }),
             };
             if let Some((message, fix)) = finding {
-                out.push(
-                    owner.attach(
-                        Diagnostic::warning("unknown_attribute", message).span(attr.key_span).fix(fix),
-                    ),
-                );
+                // A near miss of a known attribute (`timout`) would be silently ignored: an error.
+                let diagnostic = if spec.is_none() {
+                    Diagnostic::error("unknown_attribute", message)
+                } else {
+                    Diagnostic::warning("unknown_attribute", message)
+                };
+                out.push(owner.attach(diagnostic.span(attr.key_span).fix(fix)));
             }
         }
     }

@@ -49,7 +49,7 @@ pub fn builtin_rules(custom_types: Vec<String>) -> Vec<Box<dyn Rule>> {
 /// The built-in rules for a workflow loaded as the child of `ancestors` (canonical paths of the
 /// workflows above it, outermost first), so that child cycles are found.
 pub(crate) fn builtin_rules_within(custom_types: Vec<String>, ancestors: Vec<PathBuf>) -> Vec<Box<dyn Rule>> {
-    let table: [(&'static str, Check); 24] = [
+    let table: [(&'static str, Check); 26] = [
         ("start_node", structure::start_node),
         ("terminal_node", structure::terminal_node),
         ("start_no_incoming", structure::start_no_incoming),
@@ -62,6 +62,8 @@ pub(crate) fn builtin_rules_within(custom_types: Vec<String>, ancestors: Vec<Pat
         ("fidelity_valid", attributes::fidelity_valid),
         ("stylesheet_syntax", attributes::stylesheet_syntax),
         ("condition_syntax", routing::condition_syntax),
+        ("condition_key_typo", routing::condition_key_typo),
+        ("unquoted_value", structure::unquoted_value),
         ("all_conditional_edges", routing::all_conditional_edges),
         ("retry_target_exists", routing::retry_target_exists),
         ("goal_gate_has_retry", routing::goal_gate_has_retry),

@@ -22,6 +22,29 @@ pub fn condition_syntax(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
     }
 }
 
+/// A condition key that is a near miss of `outcome` or `preferred_label` (`outcom=success`)
+/// reads a context key that is never set, so the edge would silently never match.
+pub fn condition_key_typo(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
+    for edge in workflow.edges() {
+        let Some(condition) = edge.edge.condition() else { continue };
+        let span = edge.edge.attributes.get("condition").map_or(edge.edge.span, |attr| attr.span);
+        for key in condition.bare_context_keys() {
+            let Some(meant) = did_you_mean(key, ["outcome", "preferred_label"]) else { continue };
+            out.push(
+                Diagnostic::error(
+                    "condition_key_typo",
+                    format!(
+                        "condition reads `{key}`, a context key that nothing sets; did you mean `{meant}`?"
+                    ),
+                )
+                .edge(&edge.from.id, &edge.to.id)
+                .span(span)
+                .fix(format!("write `{meant}`, or `context.{key}` if you mean a context key")),
+            );
+        }
+    }
+}
+
 /// A node whose every outgoing edge has a condition fails the run when none of them is true.
 pub fn all_conditional_edges(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
     let graph = workflow.graph();

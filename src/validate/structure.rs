@@ -17,6 +17,12 @@ pub fn terminal_node(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
     exactly_one(workflow, out, "terminal_node", HandlerType::Exit, "exit", "exit [shape=Msquare]");
 }
 
+/// `an agent`, `a command`.
+fn with_article(word: &str) -> String {
+    let article = if word.starts_with(['a', 'e', 'i', 'o', 'u']) { "an" } else { "a" };
+    format!("{article} {word}")
+}
+
 fn exactly_one(
     workflow: &Workflow,
     out: &mut Vec<Diagnostic>,
@@ -27,10 +33,22 @@ fn exactly_one(
 ) {
     let nodes = nodes_of(workflow, kind);
     match nodes.as_slice() {
-        [] => out.push(
-            Diagnostic::error(rule, format!("the workflow has no {what} node"))
+        // A node named like the missing one but given another shape or type is the usual cause.
+        [] => out.push(match workflow.node(what) {
+            Some(named) => Diagnostic::error(
+                rule,
+                format!(
+                    "the workflow has no {what} node: the node `{what}` runs as {} stage, because an explicit \
+                     shape or type decides a node's kind (only a node without one is the {what} by its id)",
+                    with_article(&named.handler_type().to_string())
+                ),
+            )
+            .node(&named.id)
+            .span(named.span)
+            .fix(format!("give it the {what} shape: `{example}` (or drop its shape and type)")),
+            None => Diagnostic::error(rule, format!("the workflow has no {what} node"))
                 .fix(format!("add `{example}` (a node with id `{what}` also counts)")),
-        ),
+        }),
         [_] => {}
         [first, rest @ ..] => {
             for node in rest {
@@ -114,27 +132,66 @@ pub fn reachability(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
     }
 }
 
+/// `goal = Add a health endpoint` is the graph attribute `goal = Add` followed by three node
+/// statements: bare nodes on the line of a graph attribute, right after its value, are the rest
+/// of an unquoted value.
+pub fn unquoted_value(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
+    let source = workflow.source();
+    let graph = workflow.graph();
+    for (key, attr) in workflow.attributes().iter() {
+        let line = source.location(attr.span.start).line;
+        let stray: Vec<&crate::graph::Node> = graph
+            .node_indices()
+            .filter(|&index| {
+                let node = &graph[index];
+                node.declared
+                    && node.attributes.iter().all(|(_, a)| a.inherited)
+                    && node.span.start > attr.span.end
+                    && source.location(node.span.start).line == line
+                    && workflow.outgoing(index).is_empty()
+                    && workflow.incoming(index).is_empty()
+            })
+            .map(|index| &graph[index])
+            .collect();
+        let Some(first) = stray.first() else { continue };
+        let words: Vec<&str> = stray.iter().map(|node| node.id.as_str()).collect();
+        let value = format!("{} {}", attr.value, words.join(" "));
+        out.push(
+            Diagnostic::warning(
+                "unquoted_value",
+                format!(
+                    "`{}` after `{key} = {}` are read as new nodes, not as part of the value",
+                    words.join(" "),
+                    attr.value
+                ),
+            )
+            .node(&first.id)
+            .span(first.span)
+            .fix(format!("quote the value: `{key} = \"{value}\"`")),
+        );
+    }
+}
+
 /// DOT creates a node for every id an edge names; a node that is never declared is usually a typo.
 pub fn edge_target_exists(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
     let declared: Vec<&str> = workflow.nodes().filter(|n| n.declared).map(|n| n.id.as_str()).collect();
     for node in workflow.nodes().filter(|n| !n.declared) {
-        let fix = match did_you_mean(&node.id, declared.iter().copied()) {
-            Some(similar) => format!("did you mean `{similar}`? Otherwise declare `{} [...]`", node.id),
-            None => format!("declare `{} [...]` with its attributes", node.id),
-        };
-        out.push(
-            Diagnostic::warning(
-                "edge_target_exists",
-                format!(
-                    "node `{}` is only named by edges and never declared; it runs as a bare {} stage",
-                    node.id,
-                    node.handler_type()
-                ),
-            )
-            .node(&node.id)
-            .span(node.span)
-            .fix(fix),
+        let message = format!(
+            "node `{}` is only named by edges and never declared; it runs as a bare {} stage",
+            node.id,
+            node.handler_type()
         );
+        // A near miss of a declared node is a typo that would run: an error, not a warning.
+        let diagnostic = match did_you_mean(&node.id, declared.iter().copied()) {
+            Some(similar) => {
+                Diagnostic::error("edge_target_exists", format!("{message}; did you mean `{similar}`?")).fix(
+                    format!("rename it to `{similar}`, or declare `{} [...]` if it is a new stage", node.id),
+                )
+            }
+            None => Diagnostic::warning("edge_target_exists", message)
+                .fix(format!("declare `{} [...]` with its attributes", node.id)),
+        };
+        out.push(diagnostic.node(&node.id).span(node.span));
     }
 }
 
