@@ -472,11 +472,12 @@ fn github_actions_example_is_valid_yaml_with_run_and_resume_jobs() {
 
 #[test]
 fn readme_documents_ci_mode() {
-    let readme = read(&repo_root().join("README.md"));
-    assert!(readme.contains("### CI"), "README has a CI section");
+    let ci = read(&repo_root().join("docs/ci.md"));
+    assert!(ci.starts_with("# CI"), "docs/ci.md is the CI page");
     for text in ["--junit FILE", "GITHUB_STEP_SUMMARY", "examples/github-actions/"] {
-        assert!(readme.contains(text), "README lacks {text}");
+        assert!(ci.contains(text), "docs/ci.md lacks {text}");
     }
+    let readme = read(&repo_root().join("docs/cli.md"));
     // The synopsis: `fabro run WORKFLOW ...` up to `fabro resume`, then up to the next command.
     let run = readme.split("\nfabro run WORKFLOW ").nth(1).expect("synopsis of fabro run");
     let (run, resume) = run.split_once("\nfabro resume RUN|--last ").expect("synopsis of fabro resume");

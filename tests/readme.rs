@@ -1,42 +1,79 @@
-//! The README is the authoring reference: it must name every attribute, lint rule and shape the
-//! code knows, and its test command must be the one CI runs.
+//! The README and the reference pages in `docs/` it links to: the language reference must name
+//! every attribute, lint rule and shape the code knows, every page must be linked and every link
+//! must resolve, and the README's test command must be the one CI runs.
 
 use fabro::graph::attribute::ATTRIBUTES;
 use fabro::graph::HandlerType;
 use fabro::validate::builtin_rules;
 
+fn read(path: &str) -> String {
+    std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path)).expect(path)
+}
+
 fn readme() -> String {
-    std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).expect("README.md")
+    read("README.md")
+}
+
+/// The workflow language reference.
+fn language() -> String {
+    read("docs/language.md")
+}
+
+/// The targets of the relative Markdown links `](target)` in `text`, without any `#fragment`.
+fn relative_links(text: &str) -> Vec<String> {
+    text.split("](")
+        .skip(1)
+        .filter_map(|rest| rest.split(')').next())
+        .filter(|target| !target.starts_with("http") && !target.starts_with('#'))
+        .map(|target| target.split('#').next().unwrap_or(target).to_string())
+        .collect()
+}
+
+#[test]
+fn every_docs_page_is_linked_from_the_readme_and_every_link_resolves() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme_links = relative_links(&readme());
+    for entry in std::fs::read_dir(root.join("docs")).expect("docs/") {
+        let name = entry.unwrap().file_name().to_string_lossy().into_owned();
+        let page = format!("docs/{name}");
+        assert!(readme_links.contains(&page), "the README does not link {page}");
+        for link in relative_links(&read(&page)) {
+            assert!(root.join("docs").join(&link).exists(), "{page} links {link}, which does not exist");
+        }
+    }
+    for link in readme_links {
+        assert!(root.join(&link).exists(), "the README links {link}, which does not exist");
+    }
 }
 
 #[test]
 fn every_attribute_is_documented() {
-    let readme = readme();
+    let readme = language();
     let missing: Vec<_> = ATTRIBUTES
         .iter()
         .map(|spec| spec.name)
         .filter(|name| !readme.contains(&format!("`{name}`")))
         .collect();
-    assert!(missing.is_empty(), "README lacks attributes: {missing:?}");
+    assert!(missing.is_empty(), "docs/language.md lacks attributes: {missing:?}");
 }
 
 #[test]
 fn every_lint_rule_is_documented() {
-    let readme = readme();
+    let readme = language();
     let mut ids: Vec<String> = builtin_rules(Vec::new()).iter().map(|rule| rule.id().to_string()).collect();
     ids.extend(["syntax".to_string(), "prompt_file".to_string()]);
     let missing: Vec<_> = ids.iter().filter(|id| !readme.contains(&format!("| `{id}` |"))).collect();
-    assert!(missing.is_empty(), "README lacks lint rules: {missing:?}");
+    assert!(missing.is_empty(), "docs/language.md lacks lint rules: {missing:?}");
 }
 
 #[test]
 fn every_shape_and_type_is_documented() {
-    let readme = readme();
+    let readme = language();
     let missing: Vec<_> = HandlerType::known_shapes()
         .chain(HandlerType::known_names())
         .filter(|name| !readme.contains(&format!("`{name}`")))
         .collect();
-    assert!(missing.is_empty(), "README lacks shapes or types: {missing:?}");
+    assert!(missing.is_empty(), "docs/language.md lacks shapes or types: {missing:?}");
 }
 
 #[test]
