@@ -535,3 +535,20 @@ fn beginner_syntax_errors_get_the_fix() {
         .stdout_contains("= fix: give it the exit shape: `exit [shape=Msquare]` (or drop its shape and type)")
         .run();
 }
+
+#[test]
+fn a_closed_pipe_never_stops_a_run() {
+    // `fabro run wf.dot 2>&1 | head -2`: the reader goes away at once.
+    let test = Test::new().workflow(FAILING_TEST.replace("exit 3", "exit 0").as_str());
+    let dir = test.path("");
+    let mut command = fabro_command(&dir, &["run", "workflow.dot", "--run-dir", "run", "--json"]);
+    command.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+    let mut child = command.spawn().unwrap();
+    drop(child.stdout.take());
+    drop(child.stderr.take());
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(0), "a closed pipe crashed the run");
+    let result: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("run/result.json")).unwrap()).unwrap();
+    assert_eq!(result["status"], "succeeded");
+}
