@@ -196,7 +196,7 @@ fn resume_from_another_directory_finds_the_responses_file() {
     let live =
         fabro_command(paused.dir.path(), &["resume", "run", "--auto-approve", "--live"]).output().unwrap();
     assert_eq!(live.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&live.stderr).contains("no LLM provider is configured"));
+    assert!(String::from_utf8_lossy(&live.stderr).contains("needs an LLM provider, and none is configured"));
 }
 
 fn stdout_of(dir: &std::path::Path, args: &[&str]) -> (Option<i32>, String, String) {

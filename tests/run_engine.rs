@@ -1624,7 +1624,7 @@ fn llm_stages_without_a_backend_exit_2_naming_simulate() {
     let stderr = ran.stderr();
     assert!(
         stderr.contains(
-            "error: this workflow has LLM stages but no LLM provider is configured. Run with --simulate"
+            "error: stage `plan` (and 2 more LLM stage(s)) needs an LLM provider, and none is configured. Run with --simulate"
         ),
         "{stderr}"
     );

@@ -421,11 +421,22 @@ fn choose_backend(args: &LaunchArgs, workflow: &Workflow) -> Result<Arc<dyn Back
     let backend = LiveBackend::new(config).map_err(|e| e.to_string())?;
     if let Err(error) = backend.check(workflow) {
         if no_provider && matches!(error, ConfigError::NoProvider(_)) {
-            return Err("this workflow has LLM stages but no LLM provider is configured. Run with --simulate \
-                        (placeholder responses) or --responses FILE (scripted responses), or configure a provider: \
-                        ANTHROPIC_API_KEY, OPENAI_API_KEY, GEMINI_API_KEY, or FABRO_LLM_BASE_URL for a local \
-                        OpenAI-compatible server (see the README)"
-                .to_string());
+            let stages: Vec<&str> = workflow
+                .nodes()
+                .filter(|node| node.handler_type().is_llm())
+                .map(|node| node.id.as_str())
+                .collect();
+            let named = match stages.as_slice() {
+                [one] => format!("stage `{one}` needs"),
+                [first, rest @ ..] => format!("stage `{first}` (and {} more LLM stage(s)) needs", rest.len()),
+                [] => "LLM stages need".to_string(),
+            };
+            return Err(format!(
+                "{named} an LLM provider, and none is configured. Run with --simulate (placeholder \
+                 responses) or --responses FILE (scripted responses), or configure a provider: \
+                 ANTHROPIC_API_KEY, OPENAI_API_KEY, GEMINI_API_KEY, or FABRO_LLM_BASE_URL for a local \
+                 OpenAI-compatible server (see docs/providers.md)"
+            ));
         }
         return Err(format!("{error}; the run did not start"));
     }
