@@ -6,8 +6,9 @@
 pub mod junit;
 pub mod step_summary;
 
-use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
+
+pub use crate::run_dir::stage_output::read_tail;
 
 /// How much of a stage's output goes into a report.
 pub const OUTPUT_TAIL_BYTES: u64 = 4096;
@@ -38,25 +39,6 @@ pub fn visit_dir(run_dir: &Path, node_id: &str, visit: u32) -> Option<PathBuf> {
     candidates.sort_by_key(|(suffix, _)| *suffix);
     let finished = candidates.iter().rev().find(|(_, dir)| dir.join("status.json").is_file());
     finished.or(candidates.last()).map(|(_, dir)| dir.clone())
-}
-
-/// The last `max_bytes` of a file as text, cut at a character boundary (invalid UTF-8 is
-/// replaced); `None` when the file cannot be read.
-pub fn read_tail(path: &Path, max_bytes: u64) -> Option<String> {
-    let mut file = std::fs::File::open(path).ok()?;
-    let len = file.metadata().ok()?.len();
-    let start = len.saturating_sub(max_bytes);
-    file.seek(SeekFrom::Start(start)).ok()?;
-    let mut bytes = Vec::new();
-    file.take(max_bytes).read_to_end(&mut bytes).ok()?;
-    let mut cut = 0;
-    if start > 0 {
-        // Skip the continuation bytes of a character that began before the window.
-        while cut < bytes.len() && cut < 3 && (bytes[cut] & 0b1100_0000) == 0b1000_0000 {
-            cut += 1;
-        }
-    }
-    Some(String::from_utf8_lossy(&bytes[cut..]).into_owned())
 }
 
 /// The output a report shows for one visit: the command's stdout.log, else the LLM's

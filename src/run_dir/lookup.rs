@@ -104,23 +104,7 @@ mod tests {
     fn add_run(runs: &Path, id: &str, started_at: &str) -> PathBuf {
         let dir = runs.join(id);
         std::fs::create_dir_all(&dir).unwrap();
-        let manifest = Manifest {
-            run_id: id.into(),
-            workflow: "w".into(),
-            source_path: "w.dot".into(),
-            source_sha256: String::new(),
-            goal: String::new(),
-            work_dir: "/tmp".into(),
-            started_at: started_at.into(),
-            finished_at: None,
-            status: RunStatus::Running,
-            tool_version: "0".into(),
-            restarted_from: None,
-            restarted_as: None,
-            forked_from: None,
-            worktree: None,
-            launch: Default::default(),
-        };
+        let manifest = Manifest::sample(id, started_at, RunStatus::Running);
         write_json_file(&dir.join("manifest.json"), &manifest).unwrap();
         dir
     }

@@ -60,6 +60,30 @@ pub struct Manifest {
     pub launch: LaunchRecord,
 }
 
+#[cfg(test)]
+impl Manifest {
+    /// A manifest for unit tests: workflow `w` in `/tmp`, nothing optional set.
+    pub(crate) fn sample(run_id: &str, started_at: &str, status: RunStatus) -> Manifest {
+        Manifest {
+            run_id: run_id.into(),
+            workflow: "w".into(),
+            source_path: "w.dot".into(),
+            source_sha256: String::new(),
+            goal: String::new(),
+            work_dir: "/tmp".into(),
+            started_at: started_at.into(),
+            finished_at: None,
+            status,
+            tool_version: "0".into(),
+            restarted_from: None,
+            restarted_as: None,
+            forked_from: None,
+            worktree: None,
+            launch: LaunchRecord::default(),
+        }
+    }
+}
+
 /// How a run's LLM stages are answered (`--simulate`, `--responses FILE`, `--dry-run`, else the
 /// real providers) and the model and provider overrides it started with: `fabro resume` and the
 /// commands fabro prints reuse them unless told otherwise. Absent from the manifest of a run on

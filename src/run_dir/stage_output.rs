@@ -15,19 +15,34 @@ const POLL_WINDOW: u64 = 1024 * 1024;
 /// Longest line shown; the rest is cut with a marker.
 const MAX_LINE_CHARS: usize = 300;
 
+/// The last `max_bytes` of a file as text, cut at a character boundary (invalid UTF-8 is
+/// replaced); `None` when the file cannot be read.
+pub fn read_tail(path: &Path, max_bytes: u64) -> Option<String> {
+    let mut file = std::fs::File::open(path).ok()?;
+    let len = file.metadata().ok()?.len();
+    let start = len.saturating_sub(max_bytes);
+    file.seek(SeekFrom::Start(start)).ok()?;
+    let mut bytes = Vec::new();
+    file.take(max_bytes).read_to_end(&mut bytes).ok()?;
+    let mut cut = 0;
+    if start > 0 {
+        // Skip the continuation bytes of a character that began before the window.
+        while cut < bytes.len() && cut < 3 && (bytes[cut] & 0b1100_0000) == 0b1000_0000 {
+            cut += 1;
+        }
+    }
+    Some(String::from_utf8_lossy(&bytes[cut..]).into_owned())
+}
+
 /// The last `max_lines` non-empty lines of the log at `path` (empty when it is missing, empty or
 /// not a regular file).
 pub fn tail_lines(path: &Path, max_lines: usize) -> Vec<String> {
-    let Some(mut file) = open_regular(path) else { return Vec::new() };
-    let len = file.metadata().map(|meta| meta.len()).unwrap_or(0);
-    let start = len.saturating_sub(TAIL_WINDOW);
-    let mut bytes = Vec::new();
-    if file.seek(SeekFrom::Start(start)).is_err() || file.take(TAIL_WINDOW).read_to_end(&mut bytes).is_err() {
+    let Some(len) = open_regular(path).and_then(|file| file.metadata().ok()).map(|meta| meta.len()) else {
         return Vec::new();
-    }
-    let text = String::from_utf8_lossy(&bytes);
+    };
+    let Some(text) = read_tail(path, TAIL_WINDOW) else { return Vec::new() };
     let mut lines: Vec<&str> = text.lines().collect();
-    if start > 0 && !lines.is_empty() {
+    if len > TAIL_WINDOW && !lines.is_empty() {
         lines.remove(0); // begins mid-line
     }
     let kept: Vec<String> = lines

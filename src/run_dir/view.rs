@@ -190,23 +190,7 @@ mod tests {
     use crate::run_dir::{write_json_file, StageRecord};
 
     fn manifest(status: RunStatus) -> Manifest {
-        Manifest {
-            run_id: "r1".into(),
-            workflow: "w".into(),
-            source_path: "w.dot".into(),
-            source_sha256: String::new(),
-            goal: String::new(),
-            work_dir: "/tmp".into(),
-            started_at: "2026-11-21T00:00:00Z".into(),
-            finished_at: None,
-            status,
-            tool_version: "0".into(),
-            restarted_from: None,
-            restarted_as: None,
-            forked_from: None,
-            worktree: None,
-            launch: Default::default(),
-        }
+        Manifest::sample("r1", "2026-11-21T00:00:00Z", status)
     }
 
     fn record(
