@@ -22,7 +22,8 @@ pub fn run(path: &Path, json_output: bool, deny_warnings: bool) -> u8 {
     };
     let source = checked.workflow.source().clone();
     let warnings = checked.diagnostics.iter().filter(|d| d.severity == fabro::Severity::Warning).count();
-    let valid = !checked.has_errors() && !(deny_warnings && warnings > 0);
+    let denied = deny_warnings && warnings > 0;
+    let valid = !checked.has_errors() && !denied;
     if json_output {
         let diagnostics: Vec<_> = checked.diagnostics.iter().map(|d| diagnostic_json(d, &source)).collect();
         println!("{}", json!({ "valid": valid, "diagnostics": diagnostics }));
