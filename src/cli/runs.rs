@@ -1,9 +1,12 @@
-//! `fabro runs [--dir DIR] [--json]`: the runs in a runs directory, newest first. An entry that
-//! cannot be read is listed as `unreadable` with the reason; it never stops the listing.
+//! `fabro runs [--dir DIR] [--json] [--all]`: the runs in a runs directory, unfinished ones first,
+//! newest first. An entry that cannot be read is listed as `unreadable` with the reason; it never
+//! stops the listing. `--delete RUN` and `--prune [--older-than AGE]` remove runs (`--dry-run`
+//! only lists them); a run whose lock is held is never deleted.
 
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
+use fabro::run_dir::housekeeping::{delete_run, prune_candidates};
 use fabro::run_dir::{RunStatus, RunView};
 use serde_json::{json, Value};
 
@@ -17,7 +20,26 @@ pub struct Args {
     /// Print a JSON array instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// List every run; by default the unfinished ones and the newest finished ones.
+    #[arg(long)]
+    pub all: bool,
+    /// Delete a run (its directory, id or unique id prefix); refused while a process drives it.
+    #[arg(long, value_name = "RUN", conflicts_with_all = ["prune", "json"])]
+    pub delete: Option<String>,
+    /// Delete the runs whose workflow file no longer exists (with --older-than: the finished runs
+    /// older than that instead).
+    #[arg(long, conflicts_with = "json")]
+    pub prune: bool,
+    /// With --prune: how long ago a finished run must have finished, e.g. 30d or 12h.
+    #[arg(long, value_name = "AGE", requires = "prune", value_parser = humantime::parse_duration)]
+    pub older_than: Option<std::time::Duration>,
+    /// With --delete or --prune: list what would be deleted and delete nothing.
+    #[arg(long)]
+    pub dry_run: bool,
 }
+
+/// Finished runs listed without --all.
+const RECENT_FINISHED: usize = 10;
 
 /// One line of the listing.
 struct Entry {
@@ -169,7 +191,27 @@ fn render_text(dir: &Path, entries: &[Entry]) -> String {
 }
 
 pub fn run(args: Args) -> u8 {
-    let entries = list(&args.dir);
+    if let Some(reference) = &args.delete {
+        let dir = match fabro::run_dir::lookup::find_run(reference, &args.dir) {
+            Ok(dir) => dir,
+            Err(error) => {
+                eprintln!("error: {error}");
+                return exit::INVALID;
+            }
+        };
+        return delete(&[(dir, None)], args.dry_run);
+    }
+    if args.prune {
+        let candidates = prune_candidates(&args.dir, args.older_than, std::time::SystemTime::now());
+        if candidates.is_empty() {
+            println!("nothing to prune in {}", args.dir.display());
+            return exit::SUCCESS;
+        }
+        let runs: Vec<(PathBuf, Option<String>)> =
+            candidates.into_iter().map(|c| (c.dir, Some(c.reason.to_string()))).collect();
+        return delete(&runs, args.dry_run);
+    }
+    let (entries, older) = shown(list(&args.dir), args.all);
     let text = if args.json {
         let array: Vec<Value> = entries.iter().map(Entry::to_json).collect();
         match serde_json::to_string_pretty(&array) {
@@ -180,7 +222,47 @@ pub fn run(args: Args) -> u8 {
             }
         }
     } else {
-        render_text(&args.dir, &entries)
+        let mut text = render_text(&args.dir, &entries);
+        if older > 0 {
+            text.push_str(&format!("… and {older} older finished run(s); `fabro runs --all` lists them\n"));
+        }
+        text
     };
     super::print(&text)
+}
+
+/// Unfinished runs first (they may want attention), then finished ones, newest first in each;
+/// without `all`, only the newest finished ones. Returns how many finished runs are left out.
+fn shown(entries: Vec<Entry>, all: bool) -> (Vec<Entry>, usize) {
+    let (mut unfinished, finished): (Vec<Entry>, Vec<Entry>) = entries
+        .into_iter()
+        .partition(|entry| matches!(entry.status.as_str(), "running" | "paused" | "interrupted"));
+    let left_out = if all { 0 } else { finished.len().saturating_sub(RECENT_FINISHED) };
+    unfinished.extend(finished.into_iter().take(if all { usize::MAX } else { RECENT_FINISHED }));
+    (unfinished, left_out)
+}
+
+/// Deletes each run (or, with `dry_run`, says it would), listing every one; exit 1 when any
+/// could not be deleted.
+fn delete(runs: &[(PathBuf, Option<String>)], dry_run: bool) -> u8 {
+    let mut failed = false;
+    for (dir, reason) in runs {
+        let why = reason.as_ref().map(|reason| format!(" ({reason})")).unwrap_or_default();
+        if dry_run {
+            println!("would delete {}{why}", dir.display());
+            continue;
+        }
+        match delete_run(dir) {
+            Ok(()) => println!("deleted {}{why}", dir.display()),
+            Err(error) => {
+                eprintln!("error: {error}");
+                failed = true;
+            }
+        }
+    }
+    if failed {
+        exit::FAILED
+    } else {
+        exit::SUCCESS
+    }
 }

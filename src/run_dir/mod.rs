@@ -17,6 +17,7 @@
 
 mod atomic;
 mod history;
+pub mod housekeeping;
 pub mod lookup;
 mod records;
 mod saved;

@@ -1,0 +1,96 @@
+//! Looking after runs: listing the ones that want attention first, deleting and pruning runs.
+
+mod common;
+
+use common::{fabro_command, Test};
+
+const QUICK: &str = r#"digraph quick {
+    start [shape=Mdiamond]
+    exit [shape=Msquare]
+    work [shape=parallelogram, script="echo done"]
+    start -> work -> exit
+}
+"#;
+
+const GATED: &str = r#"digraph gated {
+    start [shape=Mdiamond]
+    exit [shape=Msquare]
+    ask [shape=hexagon, label="Go?"]
+    start -> ask
+    ask -> exit [label="[Y] Yes"]
+}
+"#;
+
+fn fabro(dir: &std::path::Path, args: &[&str]) -> (Option<i32>, String, String) {
+    let output = fabro_command(dir, args).output().unwrap();
+    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+    (output.status.code(), text(&output.stdout), text(&output.stderr))
+}
+
+fn run_dirs(dir: &std::path::Path) -> usize {
+    std::fs::read_dir(dir.join(".fabro/runs")).map_or(0, |entries| entries.count())
+}
+
+#[test]
+fn unfinished_runs_come_first_and_old_finished_ones_need_all() {
+    let test = Test::new().workflow(QUICK).file("gated.dot", GATED);
+    let dir = test.path("");
+    assert_eq!(fabro(&dir, &["run", "gated.dot", "-q"]).0, Some(3));
+    for _ in 0..11 {
+        assert_eq!(fabro(&dir, &["run", "workflow.dot", "-q"]).0, Some(0));
+    }
+    let (code, listing, _) = fabro(&dir, &["runs"]);
+    assert_eq!(code, Some(0));
+    let lines: Vec<&str> = listing.lines().collect();
+    assert!(lines[1].contains("gated") && lines[1].contains("paused"), "{listing}");
+    assert_eq!(lines.len(), 1 + 1 + 10 + 1, "{listing}");
+    assert_eq!(lines.last().unwrap(), &"… and 1 older finished run(s); `fabro runs --all` lists them");
+    let (_, all, _) = fabro(&dir, &["runs", "--all"]);
+    assert_eq!(all.lines().count(), 1 + 12, "{all}");
+}
+
+#[test]
+fn runs_are_deleted_by_id_and_pruned_when_their_workflow_is_gone() {
+    let test = Test::new().workflow(QUICK).file("gone.dot", QUICK);
+    let dir = test.path("");
+    let kept = fabro_command(&dir, &["run", "workflow.dot", "--json", "-q"]).output().unwrap();
+    let kept: serde_json::Value = serde_json::from_slice(&kept.stdout).unwrap();
+    let kept_id = kept["run_id"].as_str().unwrap().to_string();
+    let gone = fabro_command(&dir, &["run", "gone.dot", "--json", "-q"]).output().unwrap();
+    let gone: serde_json::Value = serde_json::from_slice(&gone.stdout).unwrap();
+    let gone_dir = dir.join(gone["run_dir"].as_str().unwrap());
+    std::fs::remove_file(dir.join("gone.dot")).unwrap();
+
+    // --dry-run lists and deletes nothing.
+    let (code, said, _) = fabro(&dir, &["runs", "--prune", "--dry-run"]);
+    assert_eq!(code, Some(0));
+    assert!(
+        said.starts_with("would delete ") && said.contains("its workflow gone.dot no longer exists"),
+        "{said}"
+    );
+    assert_eq!(run_dirs(&dir), 2);
+    let (code, said, _) = fabro(&dir, &["runs", "--prune"]);
+    assert_eq!(code, Some(0));
+    assert!(said.starts_with("deleted "), "{said}");
+    assert!(!gone_dir.exists());
+    assert_eq!(run_dirs(&dir), 1);
+    let (_, said, _) = fabro(&dir, &["runs", "--prune"]);
+    assert_eq!(said, "nothing to prune in .fabro/runs\n");
+    // Nothing finished more than 30 days ago.
+    let (_, said, _) = fabro(&dir, &["runs", "--prune", "--older-than", "30d"]);
+    assert_eq!(said, "nothing to prune in .fabro/runs\n");
+
+    // A run that a process holds is never deleted; by id prefix otherwise.
+    let run_dir = dir.join(".fabro/runs").join(&kept_id);
+    std::fs::write(run_dir.join("run.lock"), format!("{}\n", std::process::id())).unwrap();
+    let short: String = kept_id.chars().take(13).collect();
+    let (code, _, stderr) = fabro(&dir, &["runs", "--delete", &short]);
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("is in use (process"), "{stderr}");
+    assert!(run_dir.exists());
+    std::fs::remove_file(run_dir.join("run.lock")).unwrap();
+    let (code, said, _) = fabro(&dir, &["runs", "--delete", &short]);
+    assert_eq!(code, Some(0));
+    assert_eq!(said, format!("deleted .fabro/runs/{kept_id}\n"));
+    assert!(!run_dir.exists());
+}
