@@ -94,3 +94,67 @@ fn runs_are_deleted_by_id_and_pruned_when_their_workflow_is_gone() {
     assert_eq!(said, format!("deleted .fabro/runs/{kept_id}\n"));
     assert!(!run_dir.exists());
 }
+
+/// Replaces what differs between runs (ids, times, durations, temporary paths) with fixed text.
+fn normalize(text: &str, run_id: &str, dir: &std::path::Path) -> String {
+    let text = text.replace(run_id, "RUN_ID").replace(&dir.display().to_string(), "DIR");
+    let started = regex::Regex::new(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z").unwrap();
+    let seconds = regex::Regex::new(r"\b\d+\.\ds\b").unwrap();
+    let millis = regex::Regex::new(r#"(duration_ms(&quot;|")?[:=])\d+"#).unwrap();
+    let text = started.replace_all(&text, "TIME");
+    let text = millis.replace_all(&text, "${1}N");
+    seconds.replace_all(&text, "Ts").into_owned()
+}
+
+/// Compares with `tests/fixtures/reports/<name>`, or writes it when FABRO_BLESS is set.
+fn golden(name: &str, actual: &str) {
+    let path = common::repo_root().join("tests/fixtures/reports").join(name);
+    if std::env::var_os("FABRO_BLESS").is_some() {
+        std::fs::write(&path, actual).unwrap();
+    }
+    let expected = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(expected == actual, "{name} differs from the golden file; got:\n{actual}");
+}
+
+#[test]
+fn reports_of_a_run_with_every_stage_kind_match_the_golden_files() {
+    let fixtures = common::repo_root().join("tests/fixtures/reports");
+    let read = |name: &str| std::fs::read_to_string(fixtures.join(name)).unwrap();
+    let ran = Test::new()
+        .file("every_kind.dot", &read("every_kind.dot"))
+        .file("parts/child.dot", &read("parts/child.dot"))
+        .file("responses.json", &read("responses.json"))
+        .file("answers.json", &read("answers.json"))
+        .args([
+            "run",
+            "every_kind.dot",
+            "--responses",
+            "responses.json",
+            "--answers",
+            "answers.json",
+            "--run-dir",
+            "run",
+            "--output",
+            "out/report.html",
+            "-q",
+        ])
+        .status(0)
+        .stderr_contains("report: out/report.html")
+        .run();
+    let dir = ran.dir.path();
+    let manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("run/manifest.json")).unwrap()).unwrap();
+    let run_id = manifest["run_id"].as_str().unwrap().to_string();
+    let (code, markdown, stderr) = fabro(dir, &["report", "run"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    golden("every_kind.md", &normalize(&markdown, &run_id, dir));
+    let html = std::fs::read_to_string(dir.join("out/report.html")).unwrap();
+    golden("every_kind.html", &normalize(&html, &run_id, dir));
+    assert!(!html.contains("<script") && !html.contains("http"), "self-contained HTML");
+    // --format and -o agree with what the file name asks.
+    let (code, _, _) = fabro(dir, &["report", "--last", "--format", "html", "-o", "again.html"]);
+    assert_eq!(code, Some(2), "--last looks in .fabro/runs, which has no run here");
+    let (code, _, _) = fabro(dir, &["report", "run", "-o", "again.html"]);
+    assert_eq!(code, Some(0));
+    assert_eq!(std::fs::read_to_string(dir.join("again.html")).unwrap(), html);
+}

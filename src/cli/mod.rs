@@ -46,6 +46,7 @@ mod logs;
 mod new;
 mod progress;
 mod render;
+mod report;
 mod resume;
 mod rewind;
 mod run;
@@ -118,6 +119,8 @@ enum Command {
     Logs(logs::LogsArgs),
     /// Show a run's status, stages and context.
     Inspect(inspect::InspectArgs),
+    /// Write a run as one Markdown or HTML document: stages, prompts, responses, output, usage.
+    Report(report::ReportArgs),
     /// Write a starter workflow that validates cleanly.
     New(new::NewArgs),
     /// Print shell completions.
@@ -154,6 +157,7 @@ pub fn main() -> ExitCode {
             resume::resume(args)
         }
         Command::Fork(args) => fork::run(args),
+        Command::Report(args) => report::run(args),
         Command::Rewind(args) => rewind::run(args),
         Command::Runs(args) => runs::run(args),
         Command::Graph(args) => graph::run(args),

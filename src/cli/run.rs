@@ -83,6 +83,10 @@ pub struct LaunchArgs {
     /// Write a JUnit XML report of the run (one test case per stage visit) to FILE.
     #[arg(long, value_name = "FILE")]
     pub junit: Option<PathBuf>,
+    /// Write the run as a document when it ends (also when it fails or pauses): FILE.md for
+    /// Markdown, FILE.html for one self-contained HTML page.
+    #[arg(long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
     /// `stage` (default) fsyncs every checkpoint; `never` only renames it into place, which
     /// survives a crash of fabro but not of the machine, and is much faster.
     #[arg(long, value_enum, default_value_t = CheckpointSync::Stage)]
@@ -369,6 +373,14 @@ pub fn conclude(
 /// `GITHUB_STEP_SUMMARY`. Problems are warnings on stderr.
 fn write_reports(result: &RunResult, launch: &LaunchArgs, workflow_name: &str) {
     let run_dir = std::path::Path::new(&result.run_dir);
+    if let Some(path) = &launch.output {
+        let written = super::report::render(run_dir, super::report::ReportFormat::of(path))
+            .and_then(|text| super::report::write(path, &text));
+        match written {
+            Ok(()) => eprintln!("report: {}", path.display()),
+            Err(message) => eprintln!("warning: {message}"),
+        }
+    }
     if let Some(path) = &launch.junit {
         let xml = fabro::report::junit::render(result, run_dir, workflow_name);
         if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {

@@ -4,6 +4,7 @@
 //! JUnit also reads the tail of each visit's output from the run directory.
 
 pub mod junit;
+pub mod run_page;
 pub mod step_summary;
 
 use std::path::{Path, PathBuf};
