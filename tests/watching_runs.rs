@@ -158,3 +158,72 @@ fn reports_of_a_run_with_every_stage_kind_match_the_golden_files() {
     assert_eq!(code, Some(0));
     assert_eq!(std::fs::read_to_string(dir.join("again.html")).unwrap(), html);
 }
+
+const STEPPED: &str = r#"digraph stepped {
+    goal = "Add a health endpoint"
+    start [shape=Mdiamond]
+    exit [shape=Msquare]
+    plan [shape=tab, prompt="Plan: $goal"]
+    test [shape=parallelogram, script="echo ok"]
+    implement [prompt="Implement: $goal"]
+    start -> plan -> test -> implement -> exit
+}
+"#;
+
+#[test]
+fn step_mode_notes_reach_the_next_llm_stage_and_survive_a_pause() {
+    use common::pty::Terminal;
+    let test = Test::new().workflow(STEPPED);
+    let dir = test.path("");
+    let mut terminal = Terminal::spawn(fabro_command(
+        &dir,
+        &["run", "workflow.dot", "--simulate", "--step", "--run-dir", "run"],
+    ));
+    terminal.wait_for("step> ", 1);
+    assert!(terminal.screen().contains("── step: `start` (visit 1) ended success"), "{}", terminal.screen());
+    terminal.type_line("");
+    terminal.wait_for("step> ", 2);
+    assert!(terminal.screen().contains("next: test"), "{}", terminal.screen());
+    terminal.type_line("Use the v2 API");
+    terminal.wait_for("step> ", 3);
+    assert!(
+        terminal.screen().contains("set: command.exit_code, command.output, command.stderr"),
+        "{}",
+        terminal.screen()
+    );
+    terminal.type_line("q");
+    let status = terminal.wait();
+    assert_eq!(status.code(), Some(3), "{}", terminal.screen());
+    assert!(terminal
+        .screen()
+        .contains("paused: step mode: stopped after `test`; the run goes on at `implement`"));
+
+    // The note is in the checkpoint, waiting; the paused run resumes at `implement`, which gets it.
+    let checkpoint: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("run/checkpoint.json")).unwrap()).unwrap();
+    assert_eq!(checkpoint["status"], "paused");
+    assert_eq!(checkpoint["next_node"], "implement");
+    assert_eq!(checkpoint["context"]["internal.operator_notes"], serde_json::json!(["Use the v2 API"]));
+    let (code, _, stderr) = fabro(&dir, &["resume", "run"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let prompt = std::fs::read_to_string(dir.join("run/stages/implement/1/prompt.md")).unwrap();
+    assert!(prompt.contains("## Note from the operator\n\nUse the v2 API\n"), "{prompt}");
+    let status: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.join("run/stages/implement/1/status.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(status["operator_notes"], serde_json::json!(["Use the v2 API"]));
+    let plan = std::fs::read_to_string(dir.join("run/stages/plan/1/prompt.md")).unwrap();
+    assert!(!plan.contains("Note from the operator"), "notes go to the next LLM stage only");
+}
+
+#[test]
+fn step_mode_needs_a_terminal() {
+    let ran = Test::new()
+        .workflow(STEPPED)
+        .args(["run", "workflow.dot", "--simulate", "--step", "--run-dir", "run"])
+        .status(2)
+        .stderr_contains("--step asks after every stage on a terminal")
+        .run();
+    assert!(!ran.dir.path().join("run").exists());
+}

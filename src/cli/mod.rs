@@ -51,6 +51,7 @@ mod resume;
 mod rewind;
 mod run;
 mod runs;
+mod step;
 mod validate;
 
 use std::path::PathBuf;

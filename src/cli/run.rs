@@ -108,6 +108,10 @@ pub struct LaunchArgs {
     /// Pause the run before the next LLM stage once the estimated cost reaches this many US dollars.
     #[arg(long, value_name = "USD")]
     pub max_cost: Option<f64>,
+    /// After every stage, show what it did and ask: Enter goes on, q pauses the run, any other
+    /// text is a note for the next LLM stage. Needs a terminal.
+    #[arg(long)]
+    pub step: bool,
     /// Refuse to start (exit 2) when the workflow has any validation warning, for CI.
     #[arg(long)]
     pub deny_warnings: bool,
@@ -316,9 +320,21 @@ pub fn engine_for(launch: &LaunchArgs, workflow: &Workflow) -> Result<Engine, St
     if let Some(cost) = launch.max_cost.filter(|cost| !cost.is_finite() || *cost < 0.0) {
         return Err(format!("--max-cost {cost} is not a cost in US dollars (0 or more)"));
     }
+    let console = person_can_answer().then(|| Arc::new(Console::new()));
+    if launch.step && console.is_none() {
+        return Err(
+            "--step asks after every stage on a terminal, but stdin and stderr are not both a terminal \
+                    (or CI is set); run without --step"
+                .to_string(),
+        );
+    }
     let backend = choose_backend(launch, workflow)?;
-    let interviewer = choose_interviewer(launch, workflow)?;
-    Ok(Engine::new(handlers, Services { backend, interviewer }))
+    let interviewer = choose_interviewer(launch, workflow, console.clone())?;
+    let engine = Engine::new(handlers, Services { backend, interviewer });
+    Ok(match console.filter(|_| launch.step) {
+        Some(console) => engine.with_step_reviewer(Arc::new(super::step::TerminalStepper(console))),
+        None => engine,
+    })
 }
 
 /// Prints the outcome, writes the CI reports (`--junit`, `$GITHUB_STEP_SUMMARY`) and turns the
@@ -349,7 +365,9 @@ pub fn conclude(
     }
     if let Some(reason) = &report.pause_reason {
         eprintln!("paused: {reason}");
-        if reason.contains("ceiling reached") {
+        if reason.starts_with("step mode:") {
+            eprintln!("resume with: fabro resume {} [--step]", result.run_dir);
+        } else if reason.contains("ceiling reached") {
             eprintln!(
                 "resume with: fabro resume {} --max-tokens N / --max-cost USD (a higher limit)",
                 result.run_dir
@@ -457,7 +475,11 @@ fn choose_backend(args: &LaunchArgs, workflow: &Workflow) -> Result<Arc<dyn Back
 
 /// Answers file first, then auto-approve, then the terminal; without any, gates pause the run.
 /// An answers file is checked against the gates of the workflow and its child workflows first.
-fn choose_interviewer(args: &LaunchArgs, workflow: &Workflow) -> Result<Arc<dyn Interviewer>, String> {
+fn choose_interviewer(
+    args: &LaunchArgs,
+    workflow: &Workflow,
+    console: Option<Arc<Console>>,
+) -> Result<Arc<dyn Interviewer>, String> {
     let mut chain: Vec<Arc<dyn Interviewer>> = Vec::new();
     if let Some(path) = &args.answers {
         let answers = AnswersFile::from_file(path).map_err(|e| e.to_string())?;
@@ -470,8 +492,8 @@ fn choose_interviewer(args: &LaunchArgs, workflow: &Workflow) -> Result<Arc<dyn 
     if args.auto_approve {
         chain.push(Arc::new(AutoApprove));
     }
-    if person_can_answer() {
-        chain.push(Arc::new(Console::new()));
+    if let Some(console) = console {
+        chain.push(console);
     }
     Ok(match chain.len() {
         0 => Arc::new(NoAnswers),

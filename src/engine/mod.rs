@@ -8,6 +8,7 @@ pub mod events;
 pub mod parallel;
 pub mod retry;
 mod scheduler;
+pub mod step;
 mod walker;
 
 pub use scheduler::{sha256_hex, Engine, RunOptions, RunReport, RunTimings, StartError};

@@ -306,6 +306,7 @@ async fn run_branches(parent: &mut Walker<'_>, index: NodeIndex, visit: u32) -> 
             current_thread: None,
             threads: parent.threads.clone(),
             last_outcome: None,
+            delivered_notes: Vec::new(),
         };
         let walk: Pin<Box<dyn Future<Output = (String, BranchEnd, Walker<'_>)> + Send + '_>> =
             Box::pin(walk_branch(walker, plan.clone(), join, parent.cancel.clone(), worktree));

@@ -92,11 +92,20 @@ pub struct RunTimings {
 pub struct Engine {
     pub(super) handlers: HandlerRegistry,
     pub(super) services: Arc<Services>,
+    /// Step mode: reviews every stage of the main line.
+    pub(super) step: Option<Arc<dyn super::step::StepReviewer>>,
 }
 
 impl Engine {
     pub fn new(handlers: HandlerRegistry, services: Services) -> Engine {
-        Engine { handlers, services: Arc::new(services) }
+        Engine { handlers, services: Arc::new(services), step: None }
+    }
+
+    /// Step mode: `reviewer` sees every stage of the main line when it ends and decides whether
+    /// the run goes on, goes on with a note for the next LLM stage, or pauses.
+    pub fn with_step_reviewer(mut self, reviewer: Arc<dyn super::step::StepReviewer>) -> Engine {
+        self.step = Some(reviewer);
+        self
     }
 
     /// Creates the run directory and runs the workflow to its end. `observe` sees every event.
@@ -291,6 +300,7 @@ fn main_line<'e>(
         current_thread: None,
         threads: std::collections::HashMap::new(),
         last_outcome: None,
+        delivered_notes: Vec::new(),
     }
 }
 

@@ -19,6 +19,7 @@ use super::edge_selection::select_edge;
 use super::events::{now_rfc3339, EventLog};
 use super::retry::RetryPolicy;
 use super::scheduler::{Engine, RunOptions, RunTimings};
+use super::step::{StageReview, StepDecision, OPERATOR_NOTES_KEY};
 use crate::backends::Message;
 use crate::context::artifacts::ArtifactStore;
 use crate::context::Context;
@@ -108,6 +109,8 @@ pub(super) struct Walker<'e> {
     pub threads: HashMap<String, Vec<Message>>,
     /// The outcome of the last stage this line recorded.
     pub last_outcome: Option<Outcome>,
+    /// Operator notes (step mode) the LLM stage about to run received; its status.json records them.
+    pub delivered_notes: Vec<String>,
 }
 
 /// How one stage visit ended.
@@ -217,8 +220,61 @@ impl<'e> Walker<'e> {
             Step::Finish(..) => None,
         };
         self.save_checkpoint(RunStatus::Running, &node.id, next_id);
+        if let Step::Next(next) = &step {
+            let next_id = workflow.node_at(*next).id.as_str();
+            if let Some(stop) = self.review_step(node, visit, &outcome, next_id).await {
+                self.last_outcome = Some(outcome);
+                return stop;
+            }
+        }
         self.last_outcome = Some(outcome);
         step
+    }
+
+    /// Step mode (main line): asks the reviewer about the stage that just ended. A note waits in
+    /// the context (checkpointed at once) for the next LLM stage; a stop pauses the run so that a
+    /// resume starts at `next`.
+    async fn review_step(&mut self, node: &Node, visit: u32, outcome: &Outcome, next: &str) -> Option<Step> {
+        if !self.is_main() {
+            return None;
+        }
+        let reviewer = self.scope.engine.step.clone()?;
+        let mut changed_keys: Vec<&str> = outcome.context_updates.keys().map(String::as_str).collect();
+        changed_keys.sort_unstable();
+        let review = StageReview {
+            node_id: &node.id,
+            visit,
+            status: outcome.status.as_str(),
+            failure_reason: outcome.failure_reason.as_deref(),
+            changed_keys,
+            next_node: Some(next),
+        };
+        match reviewer.review(&review).await {
+            StepDecision::Continue => None,
+            StepDecision::Note(text) => {
+                let mut notes = self.pending_notes();
+                notes.push(text);
+                self.context_set(OPERATOR_NOTES_KEY, json!(notes));
+                self.save_checkpoint(RunStatus::Running, &node.id, Some(next));
+                None
+            }
+            StepDecision::Stop => {
+                let reason = format!("step mode: stopped after `{}`; the run goes on at `{next}`", node.id);
+                self.save_checkpoint(RunStatus::Paused, &node.id, Some(next));
+                self.scope.events.stage_event("run.paused", &node.id, visit, json!({"reason": reason}));
+                Some(Step::Finish(RunStatus::Paused, Some(reason)))
+            }
+        }
+    }
+
+    /// Operator notes waiting for the next LLM stage.
+    fn pending_notes(&self) -> Vec<String> {
+        self.state
+            .context
+            .get(OPERATOR_NOTES_KEY)
+            .and_then(Value::as_array)
+            .map(|notes| notes.iter().filter_map(|note| note.as_str().map(str::to_string)).collect())
+            .unwrap_or_default()
     }
 
     /// Resolves the stage's fidelity and, for LLM stages, its preamble and thread.
@@ -251,6 +307,14 @@ impl<'e> Walker<'e> {
         };
         if let Some(parent) = &self.scope.options.parent {
             self.preamble = parent.stage_preamble(node, self.preamble.take());
+        }
+        if node.handler_type().is_llm() {
+            let notes = self.pending_notes();
+            if !notes.is_empty() {
+                self.preamble = Some(crate::engine::step::with_notes(self.preamble.as_deref(), &notes));
+                self.state.context.remove(OPERATOR_NOTES_KEY);
+                self.delivered_notes = notes;
+            }
         }
         self.context_set("internal.thread_id", thread.map_or(Value::Null, Value::from));
     }
@@ -510,6 +574,7 @@ impl<'e> Walker<'e> {
             attempts,
             started_at,
             duration_ms,
+            operator_notes: std::mem::take(&mut self.delivered_notes),
         };
         let files_clock = Instant::now();
         // A branch's stages count once their branch is journaled, and the journal is made durable

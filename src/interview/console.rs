@@ -111,6 +111,23 @@ impl Console {
     }
 }
 
+impl Console {
+    /// Shows `prompt` and reads one line (without its newline); `None` at the end of input.
+    /// Shares the input with gate questions, so lines typed for one never reach the other.
+    pub async fn ask_line(&self, prompt: &str) -> Option<String> {
+        let mut input = self.input.lock().await;
+        self.say(prompt);
+        match input.read_line().await {
+            Ok(line) if line.is_empty() => None,
+            Ok(line) => Some(String::from_utf8_lossy(&line).trim_end_matches(['\n', '\r']).to_string()),
+            Err(error) => {
+                tracing::warn!(%error, "could not read from the terminal");
+                None
+            }
+        }
+    }
+}
+
 impl Default for Console {
     fn default() -> Self {
         Console::new()

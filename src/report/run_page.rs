@@ -66,7 +66,8 @@ pub struct VisitPage {
     pub response: Option<String>,
     pub stdout_tail: Vec<String>,
     pub stderr_tail: Vec<String>,
-    /// Gate answers, compaction and context-budget events, one line each.
+    /// Operator notes (step mode), gate answers, compaction and context-budget events, one line
+    /// each.
     pub events: Vec<String>,
     pub files_touched: Vec<String>,
 }
@@ -184,7 +185,13 @@ fn visit_page(root: &Path, record: &StageRecord, events: &[Value]) -> VisitPage 
         response: read("response.md"),
         stdout_tail: tail("stdout.log"),
         stderr_tail: tail("stderr.log"),
-        events: events.iter().filter(here).filter_map(describe_event).collect(),
+        events: status["operator_notes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|note| note.as_str().map(|note| format!("note from the operator: {note}")))
+            .chain(events.iter().filter(here).filter_map(describe_event))
+            .collect(),
         files_touched: status["files_touched"]
             .as_array()
             .map(|files| files.iter().filter_map(|f| f.as_str().map(str::to_string)).collect())

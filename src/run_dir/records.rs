@@ -248,6 +248,9 @@ pub struct StageStatusFile {
     pub attempts: u32,
     pub started_at: String,
     pub duration_ms: u64,
+    /// Notes from the operator (step mode) this stage received in its preamble.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub operator_notes: Vec<String>,
 }
 
 #[cfg(test)]
