@@ -393,6 +393,14 @@ fn compaction_replaces_old_turns_when_the_context_window_is_small() {
     );
     assert!(after["messages"].as_array().unwrap().len() < 2 + 2 * 7);
     assert_eq!(stage_file(&ran, "work", "response.md"), "Read it all.");
+
+    // The context-usage chart: one point per model call of the stage (the summaries are not
+    // the stage's calls), a dashed marker per compaction, and the summary names the file.
+    let chart = read(&run_dir(&ran).join("context-usage.svg"));
+    assert_eq!(chart.matches("<circle").count(), main.len(), "{chart}");
+    assert_eq!(chart.matches("class=\"compaction\"").count(), completed.len(), "{chart}");
+    assert!(chart.contains("stroke-dasharray") && chart.contains("<title>work call 1: "), "{chart}");
+    assert!(ran.stderr().contains("context usage: run/context-usage.svg"), "{}", ran.stderr());
 }
 
 #[test]

@@ -150,7 +150,11 @@ fn reports_of_a_run_with_every_stage_kind_match_the_golden_files() {
     golden("every_kind.md", &normalize(&markdown, &run_id, dir));
     let html = std::fs::read_to_string(dir.join("out/report.html")).unwrap();
     golden("every_kind.html", &normalize(&html, &run_id, dir));
-    assert!(!html.contains("<script") && !html.contains("http"), "self-contained HTML");
+    assert!(
+        !html.contains("<script") && !html.contains("src=") && !html.contains("href=\"http"),
+        "self-contained HTML"
+    );
+    assert!(html.contains("<h2>Context usage</h2>\n<svg"), "the chart is inline");
     // --format and -o agree with what the file name asks.
     let (code, _, _) = fabro(dir, &["report", "--last", "--format", "html", "-o", "again.html"]);
     assert_eq!(code, Some(2), "--last looks in .fabro/runs, which has no run here");

@@ -358,8 +358,12 @@ pub fn conclude(
             Err(error) => eprintln!("error: cannot print result.json: {error}"),
         }
     }
+    let chart = fabro::report::context_chart::write_for_run(std::path::Path::new(&result.run_dir));
     write_reports(result, launch, workflow_name);
     eprint!("{}", summary(result));
+    if let Some(chart) = chart {
+        eprintln!("context usage: {}", chart.display());
+    }
     if let Some(hint) = &report.worktree_hint {
         eprintln!("{hint}");
     }

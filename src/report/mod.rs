@@ -3,6 +3,7 @@
 //! a job's summary page. Both are pure functions of a [`RunResult`](crate::run_dir::RunResult);
 //! JUnit also reads the tail of each visit's output from the run directory.
 
+pub mod context_chart;
 pub mod junit;
 pub mod run_page;
 pub mod step_summary;

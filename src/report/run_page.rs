@@ -38,6 +38,8 @@ pub struct RunPage {
     pub context: Vec<(String, String)>,
     /// Commits on the run's branch, in worktree mode.
     pub worktree_branch: Option<String>,
+    /// The context-usage chart (SVG), when LLM stages made calls.
+    pub context_chart: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -132,6 +134,9 @@ impl RunPage {
             visits,
             context,
             worktree_branch: view.manifest.worktree.as_ref().map(|w| w.branch.clone()),
+            context_chart: result.and_then(|result| {
+                super::context_chart::render(&super::context_chart::read_series(root, result))
+            }),
         })
     }
 
@@ -303,6 +308,13 @@ pub fn markdown(page: &RunPage) -> String {
             visit.failure_reason.as_deref().unwrap_or("").replace('|', "\\|").replace('\n', " "),
         );
     }
+    if page.context_chart.is_some() {
+        let _ = writeln!(
+            out,
+            "\nContext usage: see `{}` in the run directory.",
+            super::context_chart::CHART_FILE
+        );
+    }
     for visit in page.visits.iter().filter(|visit| visit.has_details()) {
         let _ = writeln!(out, "\n## `{}` (visit {}): {}\n", visit.node_id, visit.visit, visit.status);
         if let Some(notes) = &visit.notes {
@@ -414,6 +426,9 @@ pub fn html(page: &RunPage) -> String {
         );
     }
     out.push_str("</table>\n");
+    if let Some(chart) = &page.context_chart {
+        let _ = writeln!(out, "<h2>Context usage</h2>\n{chart}");
+    }
     for visit in page.visits.iter().filter(|visit| visit.has_details()) {
         let _ = writeln!(
             out,
