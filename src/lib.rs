@@ -19,6 +19,7 @@ pub mod outcome;
 pub mod render;
 pub mod report;
 pub mod run_dir;
+pub mod serve;
 pub mod source;
 pub mod starter;
 pub mod syntax;

@@ -35,6 +35,9 @@ fn every_docs_page_is_linked_from_the_readme_and_every_link_resolves() {
     let readme_links = relative_links(&readme());
     for entry in std::fs::read_dir(root.join("docs")).expect("docs/") {
         let name = entry.unwrap().file_name().to_string_lossy().into_owned();
+        if !name.ends_with(".md") {
+            continue;
+        }
         let page = format!("docs/{name}");
         assert!(readme_links.contains(&page), "the README does not link {page}");
         for link in relative_links(&read(&page)) {

@@ -51,6 +51,7 @@ mod resume;
 mod rewind;
 mod run;
 mod runs;
+mod serve;
 mod step;
 mod validate;
 
@@ -122,6 +123,8 @@ enum Command {
     Inspect(inspect::InspectArgs),
     /// Write a run as one Markdown or HTML document: stages, prompts, responses, output, usage.
     Report(report::ReportArgs),
+    /// Serve a local web view of the runs: progress live, stage details, answering gates.
+    Serve(serve::ServeArgs),
     /// Write a starter workflow that validates cleanly.
     New(new::NewArgs),
     /// Print shell completions.
@@ -159,6 +162,7 @@ pub fn main() -> ExitCode {
         }
         Command::Fork(args) => fork::run(args),
         Command::Report(args) => report::run(args),
+        Command::Serve(args) => serve::run(args),
         Command::Rewind(args) => rewind::run(args),
         Command::Runs(args) => runs::run(args),
         Command::Graph(args) => graph::run(args),

@@ -182,6 +182,9 @@ impl<'e> Walker<'e> {
             fields["branch_id"] = json!(branch);
         }
         scope.events.stage_event("stage.started", &node.id, visit, fields);
+        // Watchers (`fabro logs -f`, `fabro serve`) see a stage start while it runs, not only at
+        // the next checkpoint: one write, no fsync.
+        scope.events.flush();
         let started_at = now_rfc3339();
         let clock = Instant::now();
         let end = match node.handler_type() {

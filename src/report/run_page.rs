@@ -485,7 +485,8 @@ pub fn html(page: &RunPage) -> String {
 
 const STYLE: &str = "<style>\nbody{font-family:system-ui,sans-serif;max-width:72rem;margin:2rem auto;padding:0 1rem;color:#222}\ntable{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.25rem .5rem;text-align:left;vertical-align:top}\npre{background:#f6f6f6;padding:.5rem;overflow:auto;white-space:pre-wrap}\n.success,.succeeded{color:#2e7d32}.fail,.failed{color:#c62828}.paused,.interrupted,.retry,.partial_success{color:#b26a00}\n</style>\n";
 
-fn escape(text: &str) -> String {
+/// Escapes text for HTML content and attribute values.
+pub fn escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         match c {

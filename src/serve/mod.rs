@@ -1,0 +1,241 @@
+//! `fabro serve`: a local web view of the runs in a runs directory. Server-rendered HTML with a
+//! little plain JavaScript (no build step): the runs list, a run page (the workflow graph colored
+//! by progress, the stage table, the context-usage chart, the events as they happen over
+//! server-sent events, and the question of a gate the run is waiting at), and stage pages.
+//!
+//! It only reads run directories, apart from answering a waiting gate, which writes an answers
+//! file into the run directory and starts `fabro resume` on it. Only files inside a run's
+//! directory are served (ids and names are checked, symbolic links are not followed out), and a
+//! token, when set, is required on every request.
+
+mod pages;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Form, Path as UrlPath, Query, Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::Next;
+use axum::response::sse::{Event as SseEvent, Sse};
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use axum::Router;
+
+use crate::run_dir::lookup::runs_in;
+
+/// How often the event stream looks for new events.
+const EVENT_POLL: Duration = Duration::from_millis(200);
+
+/// What the server serves and how.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// The directory holding run directories (`.fabro/runs`).
+    pub runs_dir: PathBuf,
+    /// Required on every request (`?token=` once, then a cookie), when set.
+    pub token: Option<String>,
+    /// The `fabro` executable that resumes a run after a gate is answered.
+    pub fabro_exe: PathBuf,
+}
+
+struct AppState {
+    options: ServeOptions,
+}
+
+/// Serves until the listener fails or the future is dropped.
+pub async fn serve(listener: tokio::net::TcpListener, options: ServeOptions) -> std::io::Result<()> {
+    let state = Arc::new(AppState { options });
+    let app = Router::new()
+        .route("/", get(index))
+        .route("/runs/{id}", get(run_page))
+        .route("/runs/{id}/events", get(events))
+        .route("/runs/{id}/answer", post(answer))
+        .route("/runs/{id}/stages/{node}/{visit}", get(stage_page))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), require_token))
+        .with_state(state);
+    axum::serve(listener, app).await
+}
+
+/// A new random token (128 bits from the kernel's generator) for a server reachable from other
+/// machines.
+pub fn new_token() -> std::io::Result<String> {
+    use std::io::Read as _;
+    let mut bytes = [0u8; 16];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+const TOKEN_COOKIE: &str = "fabro_token";
+
+/// With a token set: the request must carry it as `?token=` or in the cookie the first such
+/// request sets.
+async fn require_token(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
+    let Some(token) = &state.options.token else { return next.run(request).await };
+    let in_query = request
+        .uri()
+        .query()
+        .into_iter()
+        .flat_map(|query| query.split('&'))
+        .any(|pair| pair.strip_prefix("token=") == Some(token.as_str()));
+    let in_cookie = request
+        .headers()
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|cookies| cookies.split(';'))
+        .any(|cookie| cookie.trim().strip_prefix(&format!("{TOKEN_COOKIE}=")) == Some(token.as_str()));
+    if !in_query && !in_cookie {
+        return (StatusCode::UNAUTHORIZED, "a valid token is required: open the URL `fabro serve` printed\n")
+            .into_response();
+    }
+    let mut response = next.run(request).await;
+    if in_query {
+        if let Ok(value) = format!("{TOKEN_COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict").parse() {
+            response.headers_mut().insert(header::SET_COOKIE, value);
+        }
+    }
+    response
+}
+
+fn not_found(what: &str) -> Response {
+    (StatusCode::NOT_FOUND, format!("{what}\n")).into_response()
+}
+
+/// The run directory of run `id`: a direct child of the runs directory whose manifest has that id.
+fn run_dir(state: &AppState, id: &str) -> Option<PathBuf> {
+    if id.is_empty() || !id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
+        return None;
+    }
+    runs_in(&state.options.runs_dir).into_iter().find(|run| run.run_id == id).map(|run| run.dir)
+}
+
+#[derive(serde::Deserialize)]
+struct ListQuery {
+    status: Option<String>,
+}
+
+async fn index(State(state): State<Arc<AppState>>, Query(query): Query<ListQuery>) -> Html<String> {
+    Html(pages::runs_list(&state.options.runs_dir, query.status.as_deref()))
+}
+
+async fn run_page(State(state): State<Arc<AppState>>, UrlPath(id): UrlPath<String>) -> Response {
+    match run_dir(&state, &id) {
+        Some(dir) => Html(pages::run(&dir, &id)).into_response(),
+        None => not_found("no such run"),
+    }
+}
+
+async fn stage_page(
+    State(state): State<Arc<AppState>>,
+    UrlPath((id, node, visit)): UrlPath<(String, String, u32)>,
+) -> Response {
+    let Some(dir) = run_dir(&state, &id) else { return not_found("no such run") };
+    // Node ids are file names under stages/: nothing that could leave that directory.
+    if node.is_empty() || node.contains(['/', '\\']) || node == "." || node == ".." {
+        return not_found("no such stage");
+    }
+    match pages::stage(&dir, &id, &node, visit) {
+        Some(page) => Html(page).into_response(),
+        None => not_found("no such stage visit"),
+    }
+}
+
+/// Server-sent events: every line of `events.jsonl` as it is written, from the start.
+async fn events(State(state): State<Arc<AppState>>, UrlPath(id): UrlPath<String>) -> Response {
+    let Some(dir) = run_dir(&state, &id) else { return not_found("no such run") };
+    let path = dir.join("events.jsonl");
+    let stream =
+        futures::stream::unfold((path, 0u64, Vec::new()), |(path, offset, mut pending)| async move {
+            loop {
+                if let Some(end) = pending.iter().position(|&b| b == b'\n') {
+                    let line: Vec<u8> = pending.drain(..=end).collect();
+                    let text = String::from_utf8_lossy(&line[..end]).into_owned();
+                    return Some((
+                        Ok::<_, std::convert::Infallible>(SseEvent::default().data(text)),
+                        (path, offset, pending),
+                    ));
+                }
+                let chunk = read_from(&path, offset);
+                if chunk.is_empty() {
+                    tokio::time::sleep(EVENT_POLL).await;
+                    continue;
+                }
+                let offset = offset + chunk.len() as u64;
+                pending.extend_from_slice(&chunk);
+                return Some((Ok(SseEvent::default().comment("more")), (path, offset, pending)));
+            }
+        });
+    Sse::new(stream).keep_alive(axum::response::sse::KeepAlive::default()).into_response()
+}
+
+/// What a file holds after `offset` (at most 1 MiB at a time); nothing when it is not a
+/// regular file.
+fn read_from(path: &Path, offset: u64) -> Vec<u8> {
+    use std::io::{Read, Seek, SeekFrom};
+    let regular = std::fs::symlink_metadata(path).is_ok_and(|meta| meta.is_file());
+    let Some(mut file) = regular.then(|| std::fs::File::open(path).ok()).flatten() else { return Vec::new() };
+    let mut chunk = Vec::new();
+    if file.seek(SeekFrom::Start(offset)).is_ok() {
+        let _ = file.take(1 << 20).read_to_end(&mut chunk);
+    }
+    chunk
+}
+
+#[derive(serde::Deserialize)]
+struct AnswerForm {
+    answer: String,
+}
+
+/// Answers the gate a paused run waits at, then resumes the run in the background.
+async fn answer(
+    State(state): State<Arc<AppState>>,
+    UrlPath(id): UrlPath<String>,
+    Form(form): Form<AnswerForm>,
+) -> Response {
+    let Some(dir) = run_dir(&state, &id) else { return not_found("no such run") };
+    let Some(gate) = pages::waiting_gate(&dir) else {
+        return (StatusCode::CONFLICT, "the run is not waiting at a human gate\n").into_response();
+    };
+    if !gate.choices.iter().any(|choice| choice.target == form.answer) {
+        return (StatusCode::BAD_REQUEST, "that is not one of the gate's choices\n").into_response();
+    }
+    let answers = dir.join(format!("answers-{}.json", chrono_stamp()));
+    let text = serde_json::json!({ gate.id.clone(): [form.answer] }).to_string();
+    if let Err(error) = crate::run_dir::write_atomic(&answers, text.as_bytes()) {
+        return (StatusCode::INTERNAL_SERVER_ERROR, format!("cannot write the answer: {error}\n"))
+            .into_response();
+    }
+    let log = std::fs::File::create(dir.join("serve-resume.log"));
+    let mut command = std::process::Command::new(&state.options.fabro_exe);
+    command
+        .arg("resume")
+        .arg(&dir)
+        .arg("--answers")
+        .arg(&answers)
+        .arg("-q")
+        .stdin(std::process::Stdio::null());
+    if let Ok(log) = log {
+        if let Ok(copy) = log.try_clone() {
+            command.stdout(copy);
+        }
+        command.stderr(log);
+    }
+    match command.spawn() {
+        Ok(mut child) => {
+            // Reap it when it ends, so it leaves no zombie behind.
+            std::thread::spawn(move || child.wait());
+            Redirect::to(&format!("/runs/{id}")).into_response()
+        }
+        Err(error) => (StatusCode::INTERNAL_SERVER_ERROR, format!("cannot start fabro resume: {error}\n"))
+            .into_response(),
+    }
+}
+
+/// A file-name-safe timestamp with milliseconds.
+fn chrono_stamp() -> String {
+    let millis = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or_default();
+    millis.to_string()
+}

@@ -1,0 +1,327 @@
+//! The HTML pages of `fabro serve`, rendered on the server from run directories.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use crate::graph::{Choice, HandlerType};
+use crate::render::{dot, DotOptions, Overlay};
+use crate::report::run_page::{escape, RunPage};
+use crate::run_dir::lookup::runs_in;
+use crate::run_dir::{RunStatus, RunView};
+use crate::source::SourceFile;
+
+const STYLE: &str = "<style>\nbody{font-family:system-ui,sans-serif;max-width:80rem;margin:1.5rem auto;padding:0 1rem;color:#222}\ntable{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.25rem .5rem;text-align:left;vertical-align:top}\npre{background:#f6f6f6;padding:.5rem;overflow:auto;white-space:pre-wrap}\n.success,.succeeded{color:#2e7d32}.fail,.failed{color:#c62828}.paused,.interrupted,.running,.retry,.partial_success{color:#b26a00}\n#graph svg{max-width:100%;height:auto}#events{max-height:24rem;overflow:auto;font-family:monospace;font-size:.85rem}\n</style>\n";
+
+fn page(title: &str, body: &str) -> String {
+    format!(
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>{} · fabro</title>\n{STYLE}</head>\n<body>\n<p><a href=\"/\">runs</a></p>\n{body}</body>\n</html>\n",
+        escape(title)
+    )
+}
+
+/// The runs, newest first, optionally only those with `status`.
+pub fn runs_list(runs_dir: &Path, status: Option<&str>) -> String {
+    let mut body = String::from("<h1>Runs</h1>\n<p>Status: <a href=\"/\">all</a>");
+    for name in ["running", "paused", "interrupted", "succeeded", "failed"] {
+        let _ = write!(body, " · <a href=\"/?status={name}\">{name}</a>");
+    }
+    body.push_str("</p>\n<table id=\"runs\">\n<tr><th>run</th><th>status</th><th>workflow</th><th>goal</th><th>started</th><th>duration</th><th>tokens in / out</th><th>cost</th></tr>\n");
+    let mut runs = runs_in(runs_dir);
+    runs.reverse();
+    for entry in runs {
+        let Ok(view) = RunView::open(&entry.dir) else { continue };
+        let run_status = view.status().as_str();
+        if status.is_some_and(|wanted| wanted != run_status) {
+            continue;
+        }
+        let result = view.result.as_ref();
+        let usage = result.and_then(|r| r.usage.as_ref());
+        let _ = writeln!(
+            body,
+            "<tr><td><a href=\"/runs/{id}\">{short}</a></td><td class=\"{run_status}\">{run_status}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            escape(&view.manifest.workflow),
+            escape(&view.manifest.goal),
+            escape(&view.manifest.started_at),
+            result.map_or_else(|| "-".to_string(), |r| format!("{:.1}s", r.duration_ms as f64 / 1000.0)),
+            usage.map_or_else(|| "-".to_string(), |u| format!("{} / {}", u.input_tokens, u.output_tokens)),
+            usage.and_then(|u| u.cost_usd).map_or_else(|| "n/a".to_string(), |c| format!("${c:.4}")),
+            id = escape(&view.manifest.run_id),
+            short = escape(&view.manifest.run_id.chars().take(13).collect::<String>()),
+        );
+    }
+    body.push_str("</table>\n");
+    page("runs", &body)
+}
+
+/// A gate the run is paused at, with its choices.
+#[derive(Debug, Clone)]
+pub struct WaitingGate {
+    pub id: String,
+    pub question: String,
+    pub choices: Vec<OwnedChoice>,
+}
+
+#[derive(Debug, Clone)]
+pub struct OwnedChoice {
+    pub key: String,
+    pub label: String,
+    pub target: String,
+}
+
+/// The human gate the run in `dir` is paused at, if it is.
+pub fn waiting_gate(dir: &Path) -> Option<WaitingGate> {
+    let view = RunView::open(dir).ok()?;
+    if view.status() != RunStatus::Paused {
+        return None;
+    }
+    let gate_id = view.next_node()?.to_string();
+    let checked = load_workflow(dir, &view)?;
+    let workflow = &checked.workflow;
+    let node = workflow.node(&gate_id).filter(|node| node.handler_type() == HandlerType::Human)?;
+    let choices = workflow
+        .outgoing(workflow.index_of(&gate_id)?)
+        .iter()
+        .map(|edge| {
+            let choice = Choice::from_edge(edge.edge.label(), edge.to.id.as_str());
+            OwnedChoice {
+                key: choice.key,
+                label: choice.label.to_string(),
+                target: choice.target.to_string(),
+            }
+        })
+        .collect();
+    let question = node.prompt().unwrap_or_else(|| node.label()).to_string();
+    Some(WaitingGate { id: gate_id, question, choices })
+}
+
+fn load_workflow(dir: &Path, view: &RunView) -> Option<crate::CheckedWorkflow> {
+    let text = std::fs::read_to_string(dir.join("workflow.dot")).ok()?;
+    crate::Loader::new().load_source(SourceFile::new(&view.manifest.source_path, text)).ok()
+}
+
+/// The workflow drawn by Graphviz with the run's progress; a plain list of stages when Graphviz
+/// is not installed.
+fn graph_svg(dir: &Path, view: &RunView) -> String {
+    let drawn = load_workflow(dir, view).and_then(|checked| {
+        let overlay = Overlay::from_run_dir(dir).ok();
+        let text = dot::write(&checked.workflow, &DotOptions { direction: None, overlay });
+        graphviz_svg(&text)
+    });
+    match drawn {
+        Some(svg) => svg,
+        None => {
+            let mut list = String::from("<p>(Graphviz is not installed: each stage's last outcome)</p><ul>");
+            for (node, status) in view.checkpoint.iter().flat_map(|c| c.node_outcomes.iter()) {
+                let _ = write!(
+                    list,
+                    "<li class=\"{}\">{}: {}</li>",
+                    status.as_str(),
+                    escape(node),
+                    status.as_str()
+                );
+            }
+            list.push_str("</ul>");
+            list
+        }
+    }
+}
+
+fn graphviz_svg(text: &str) -> Option<String> {
+    use std::io::Write as _;
+    let mut child = std::process::Command::new("dot")
+        .arg("-Tsvg")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .ok()?;
+    let mut stdin = child.stdin.take()?;
+    let input = text.as_bytes().to_vec();
+    let writer = std::thread::spawn(move || stdin.write_all(&input));
+    let output = child.wait_with_output().ok()?;
+    let _ = writer.join();
+    let svg = String::from_utf8(output.stdout).ok().filter(|_| output.status.success())?;
+    // Inline: without the XML prolog and doctype.
+    svg.find("<svg").map(|at| svg[at..].to_string())
+}
+
+/// A run: header, graph, gate, stages, chart, live events.
+pub fn run(dir: &Path, id: &str) -> String {
+    let Ok(view) = RunView::open(dir) else { return page("run", "<p>This run cannot be read.</p>") };
+    let report = RunPage::read(dir).unwrap_or_default();
+    let status = view.status().as_str();
+    let mut body = format!(
+        "<h1>{} <span id=\"status\" class=\"{status}\">{status}</span></h1>\n",
+        escape(&view.manifest.workflow)
+    );
+    if !view.manifest.goal.is_empty() {
+        let _ = writeln!(body, "<p><strong>Goal:</strong> {}</p>", escape(&view.manifest.goal));
+    }
+    let (input, output) = report.total_tokens();
+    let _ = writeln!(
+        body,
+        "<p>Run <code>{}</code>, started {}; tokens {input} in / {output} out</p>",
+        escape(id),
+        escape(&view.manifest.started_at)
+    );
+    if let Some(gate) = waiting_gate(dir) {
+        let _ = writeln!(
+            body,
+            "<form id=\"gate\" method=\"post\" action=\"/runs/{}/answer\">\n<p><strong>Waiting at <code>{}</code>:</strong> {}</p>",
+            escape(id),
+            escape(&gate.id),
+            escape(&gate.question)
+        );
+        for choice in &gate.choices {
+            let _ = writeln!(
+                body,
+                "<button type=\"submit\" name=\"answer\" value=\"{}\" id=\"choice-{}\">[{}] {}</button>",
+                escape(&choice.target),
+                escape(&choice.key),
+                escape(&choice.key),
+                escape(&choice.label)
+            );
+        }
+        body.push_str("</form>\n");
+    }
+    let _ = writeln!(body, "<h2>Workflow</h2>\n<div id=\"graph\">{}</div>", graph_svg(dir, &view));
+    body.push_str("<h2>Stages</h2>\n<table id=\"stages\">\n<tr><th>stage</th><th>visit</th><th>handler</th><th>outcome</th><th>time</th><th>tokens in / out</th><th>failure</th></tr>\n");
+    for visit in &report.visits {
+        let _ = writeln!(
+            body,
+            "<tr id=\"row-{node}-{n}\"><td><a href=\"/runs/{id}/stages/{node}/{n}\">{node}</a></td><td>{n}</td><td>{}</td><td class=\"{status}\">{status}</td><td>{:.1}s</td><td>{}</td><td>{}</td></tr>",
+            escape(&visit.handler),
+            visit.duration_ms as f64 / 1000.0,
+            match (visit.input_tokens, visit.output_tokens) {
+                (Some(i), Some(o)) => format!("{i} / {o}"),
+                _ => "-".to_string(),
+            },
+            escape(visit.failure_reason.as_deref().unwrap_or("")),
+            node = escape(&visit.node_id),
+            n = visit.visit,
+            id = escape(id),
+            status = escape(&visit.status),
+        );
+    }
+    body.push_str("</table>\n");
+    if let Some(chart) = &report.context_chart {
+        let _ = writeln!(body, "<h2>Context usage</h2>\n{chart}");
+    }
+    let _ = writeln!(body, "<h2>Events</h2>\n<ol id=\"events\"></ol>\n<script>{}</script>", live_script(id));
+    page(&view.manifest.workflow, &body)
+}
+
+/// Follows the run's events: lists them, and turns stage rows and graph nodes running (yellow),
+/// succeeded (green) or failed (red) as they happen.
+fn live_script(id: &str) -> String {
+    LIVE_SCRIPT.replace("__RUN_ID__", &serde_json::to_string(id).unwrap_or_default())
+}
+
+const LIVE_SCRIPT: &str = r##"
+const fills = {started: "#fff59d", completed: "#c8e6c9", failed: "#ffcdd2"};
+function paint(node, fill) {
+  for (const g of document.querySelectorAll("#graph g.node")) {
+    const title = g.querySelector("title");
+    if (title && title.textContent === node) {
+      for (const shape of g.querySelectorAll("polygon, ellipse, path")) shape.setAttribute("fill", fill);
+      g.setAttribute("data-state", Object.keys(fills).find(k => fills[k] === fill));
+    }
+  }
+}
+function row(e, status) {
+  const id = "row-" + e.node_id + "-" + e.visit;
+  let tr = document.getElementById(id);
+  if (!tr) {
+    tr = document.createElement("tr");
+    tr.id = id;
+    tr.innerHTML = "<td></td><td></td><td></td><td></td><td></td><td></td><td></td>";
+    tr.cells[0].textContent = e.node_id;
+    tr.cells[1].textContent = e.visit;
+    tr.cells[2].textContent = e.handler || "";
+    document.getElementById("stages").appendChild(tr);
+  }
+  tr.cells[3].textContent = status;
+  tr.cells[3].className = status;
+}
+const source = new EventSource("/runs/" + __RUN_ID__ + "/events");
+source.onmessage = (message) => {
+  let e;
+  try { e = JSON.parse(message.data); } catch (_) { return; }
+  const li = document.createElement("li");
+  li.textContent = e.ts + " " + e.event + (e.node_id ? " " + e.node_id : "");
+  document.getElementById("events").appendChild(li);
+  if (e.event === "stage.started") { paint(e.node_id, fills.started); row(e, "running"); }
+  if (e.event === "stage.completed") { paint(e.node_id, fills.completed); row(e, e.status); }
+  if (e.event === "stage.failed") { paint(e.node_id, fills.failed); row(e, e.status); }
+  if (e.event === "run.completed") document.getElementById("status").textContent = "succeeded";
+  if (e.event === "run.failed") document.getElementById("status").textContent = "failed";
+  if (e.event === "run.paused") {
+    document.getElementById("status").textContent = "paused";
+    const waiting = document.getElementById("row-" + e.node_id + "-" + e.visit);
+    if (waiting && waiting.cells[3].textContent === "running") row(e, "waiting");
+  }
+  if (e.event === "run.resumed") { document.getElementById("status").textContent = "running"; const gate = document.getElementById("gate"); if (gate) gate.remove(); }
+};
+"##;
+
+/// One stage visit: what it was told and answered, its output, its transcript and status.json.
+pub fn stage(dir: &Path, id: &str, node: &str, visit: u32) -> Option<String> {
+    let report = RunPage::read(dir).ok()?;
+    let page_visit = report.visits.iter().find(|v| v.node_id == node && v.visit == visit)?;
+    let visit_dir = crate::report::visit_dir(dir, node, visit)?;
+    // Never follow a link out of the run directory.
+    let inside = std::fs::canonicalize(&visit_dir).ok()?.starts_with(std::fs::canonicalize(dir).ok()?);
+    if !inside {
+        return None;
+    }
+    let mut body = format!(
+        "<p><a href=\"/runs/{}\">run</a></p>\n<h1><code>{}</code> (visit {visit}): <span class=\"{}\">{}</span></h1>\n",
+        escape(id),
+        escape(node),
+        escape(&page_visit.status),
+        escape(&page_visit.status)
+    );
+    if let Some(notes) = &page_visit.notes {
+        let _ = writeln!(body, "<p>{}</p>", escape(notes));
+    }
+    if let Some(preamble) = &page_visit.preamble {
+        let _ =
+            writeln!(body, "<details><summary>Preamble</summary><pre>{}</pre></details>", escape(preamble));
+    }
+    for (title, text) in [("Prompt", &page_visit.prompt), ("Response", &page_visit.response)] {
+        if let Some(text) = text {
+            let _ = writeln!(
+                body,
+                "<h2>{title}</h2>\n<pre id=\"{}\">{}</pre>",
+                title.to_lowercase(),
+                escape(text)
+            );
+        }
+    }
+    for (title, lines) in [("stdout", &page_visit.stdout_tail), ("stderr", &page_visit.stderr_tail)] {
+        if !lines.is_empty() {
+            let _ =
+                writeln!(body, "<h2>{title}</h2>\n<pre id=\"{title}\">{}</pre>", escape(&lines.join("\n")));
+        }
+    }
+    let transcript =
+        crate::report::read_tail(&visit_dir.join("transcript.jsonl"), 256 * 1024).unwrap_or_default();
+    if !transcript.is_empty() {
+        body.push_str("<h2>Transcript</h2>\n<ol id=\"transcript\">\n");
+        for entry in
+            transcript.lines().filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        {
+            let kind = entry["type"].as_str().unwrap_or("?");
+            let _ = writeln!(
+                body,
+                "<li><strong>{}</strong> <pre>{}</pre></li>",
+                escape(kind),
+                escape(&entry.to_string())
+            );
+        }
+        body.push_str("</ol>\n");
+    }
+    let status = crate::report::read_tail(&visit_dir.join("status.json"), 256 * 1024).unwrap_or_default();
+    let _ = writeln!(body, "<h2>status.json</h2>\n<pre id=\"status-json\">{}</pre>", escape(&status));
+    Some(page(node, &body))
+}
