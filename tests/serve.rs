@@ -283,11 +283,30 @@ async fn browse(
             .await
             .unwrap_or_default();
         if status == "succeeded" {
-            return Ok(());
+            break;
         }
         if started.elapsed() > Duration::from_secs(30) {
             return Err(format!("the page never showed the run succeeded: {status:?}"));
         }
         wait("succeeded").await;
     }
+    // The stage page, reached from the stage table.
+    client
+        .find(Locator::Css("#row-build-1 a"))
+        .await
+        .map_err(|e| e.to_string())?
+        .click()
+        .await
+        .map_err(|e| e.to_string())?;
+    let stdout = client
+        .find(Locator::Css("#stdout"))
+        .await
+        .map_err(|e| e.to_string())?
+        .text()
+        .await
+        .unwrap_or_default();
+    if stdout != "built" {
+        return Err(format!("the stage page shows stdout {stdout:?}"));
+    }
+    Ok(())
 }

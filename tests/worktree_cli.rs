@@ -90,6 +90,17 @@ fn a_worktree_run_commits_every_stage_and_leaves_the_checkout_alone() {
             format!("fabro({run_id}): start (success)"),
         ]
     );
+    // The run's report lists them, newest first.
+    let report = fabro(root, &["report", ".fabro/runs/one"]);
+    let report = String::from_utf8_lossy(&report.stdout).into_owned();
+    let listed: Vec<&str> = report
+        .lines()
+        .filter(|line| line.starts_with("  - `"))
+        .filter_map(|line| line.split_once("` ").map(|(_, summary)| summary))
+        .collect();
+    assert_eq!(listed.len(), 5, "{report}");
+    assert_eq!(listed[0], format!("fabro({run_id}): exit (success)"), "{report}");
+    assert_eq!(listed[4], format!("fabro({run_id}): start (success)"), "{report}");
     let body = git(root, &["log", "--format=%B", "-1", &format!("{branch}~1")]);
     assert!(
         body.contains(&format!("Fabro-Run: {run_id}"))

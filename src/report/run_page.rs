@@ -40,6 +40,8 @@ pub struct RunPage {
     pub worktree_branch: Option<String>,
     /// The context-usage chart (SVG), when LLM stages made calls.
     pub context_chart: Option<String>,
+    /// In worktree mode, the run's commits on its branch, newest first: short id and summary.
+    pub commits: Vec<(String, String)>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -134,6 +136,12 @@ impl RunPage {
             visits,
             context,
             worktree_branch: view.manifest.worktree.as_ref().map(|w| w.branch.clone()),
+            commits: view
+                .manifest
+                .worktree
+                .as_ref()
+                .map(|w| run_commits(Path::new(&w.path), &w.branch, &view.manifest.run_id))
+                .unwrap_or_default(),
             context_chart: result.and_then(|result| {
                 super::context_chart::render(&super::context_chart::read_series(root, result))
             }),
@@ -149,6 +157,28 @@ impl RunPage {
     pub fn total_cost(&self) -> Option<f64> {
         self.models.values().filter_map(|m| m.cost_usd).reduce(|a, b| a + b)
     }
+}
+
+/// The commits of run `run_id` on `branch` (those with its `Fabro-Run:` trailer), newest first,
+/// read from the repository of the run's worktree; none when it cannot be read.
+fn run_commits(worktree: &Path, branch: &str, run_id: &str) -> Vec<(String, String)> {
+    const MOST: usize = 1000;
+    let Ok(repo) = git2::Repository::open(worktree) else { return Vec::new() };
+    let Ok(tip) = repo.revparse_single(&format!("refs/heads/{branch}")) else { return Vec::new() };
+    let Ok(mut walk) = repo.revwalk() else { return Vec::new() };
+    if walk.push(tip.id()).is_err() {
+        return Vec::new();
+    }
+    let trailer = format!("Fabro-Run: {run_id}");
+    walk.flatten()
+        .take(MOST)
+        .filter_map(|oid| repo.find_commit(oid).ok())
+        .take_while(|commit| String::from_utf8_lossy(commit.message_bytes()).contains(&trailer))
+        .map(|commit| {
+            let id = commit.id().to_string().chars().take(10).collect();
+            (id, String::from_utf8_lossy(commit.summary_bytes().unwrap_or_default()).into_owned())
+        })
+        .collect()
 }
 
 fn read_events(root: &Path) -> Vec<Value> {
@@ -289,7 +319,10 @@ pub fn markdown(page: &RunPage) -> String {
         let _ = writeln!(out, "- Failure: {reason}");
     }
     if let Some(branch) = &page.worktree_branch {
-        let _ = writeln!(out, "- Commits: on branch `{branch}` (`git log {branch}`)");
+        let _ = writeln!(out, "- Commits on branch `{branch}`:");
+        for (id, summary) in &page.commits {
+            let _ = writeln!(out, "  - `{id}` {summary}");
+        }
     }
     out.push_str("\n## Stages\n\n| stage | visit | handler | outcome | time | model | tokens in | tokens out | cost | failure |\n|---|---:|---|---|---:|---|---:|---:|---:|---|\n");
     for visit in &page.visits {
@@ -401,7 +434,11 @@ pub fn html(page: &RunPage) -> String {
         let _ = writeln!(out, "<li>Failure: {}</li>", e(reason));
     }
     if let Some(branch) = &page.worktree_branch {
-        let _ = writeln!(out, "<li>Commits: on branch <code>{}</code></li>", e(branch));
+        let _ = writeln!(out, "<li>Commits on branch <code>{}</code>:<ul>", e(branch));
+        for (id, summary) in &page.commits {
+            let _ = writeln!(out, "<li><code>{}</code> {}</li>", e(id), e(summary));
+        }
+        out.push_str("</ul></li>\n");
     }
     out.push_str("</ul>\n<h2>Stages</h2>\n<table>\n<tr><th>stage</th><th>visit</th><th>handler</th><th>outcome</th><th>time</th><th>model</th><th>tokens in</th><th>tokens out</th><th>cost</th><th>failure</th></tr>\n");
     for visit in &page.visits {
