@@ -114,7 +114,7 @@ fn pages_list_runs_show_a_run_and_its_stages_and_refuse_what_is_outside() {
     assert!(run.contains(&format!("href=\"/runs/{id}/stages/build/1\"")), "{run}");
     let (code, stage) = get(&server.at(&format!("/runs/{id}/stages/build/1")));
     assert_eq!(code, 200);
-    assert!(stage.contains("<pre id=\"stdout\">built</pre>"), "{stage}");
+    assert!(stage.contains("<pre class=\"stdout\">built</pre>"), "{stage}");
     assert!(stage.contains("<h2>status.json</h2>"), "{stage}");
 
     // Nothing outside a run directory: traversal, unknown runs, a link out of the run.
@@ -299,7 +299,7 @@ async fn browse(
         .await
         .map_err(|e| e.to_string())?;
     let stdout = client
-        .find(Locator::Css("#stdout"))
+        .find(Locator::Css("pre.stdout"))
         .await
         .map_err(|e| e.to_string())?
         .text()

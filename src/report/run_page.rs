@@ -477,37 +477,7 @@ pub fn html(page: &RunPage) -> String {
             e(&visit.status),
             e(&visit.status)
         );
-        if let Some(notes) = &visit.notes {
-            let _ = writeln!(out, "<p>{}</p>", e(notes));
-        }
-        if let Some(preamble) = &visit.preamble {
-            let _ = writeln!(out, "<details><summary>Preamble</summary><pre>{}</pre></details>", e(preamble));
-        }
-        for (title, text) in [("Prompt", &visit.prompt), ("Response", &visit.response)] {
-            if let Some(text) = text {
-                let _ = writeln!(out, "<h3>{title}</h3>\n<pre>{}</pre>", e(text));
-            }
-        }
-        for (title, lines) in [("stdout", &visit.stdout_tail), ("stderr", &visit.stderr_tail)] {
-            if !lines.is_empty() {
-                let _ = writeln!(
-                    out,
-                    "<h3>{title} (last {} lines)</h3>\n<pre>{}</pre>",
-                    lines.len(),
-                    e(&lines.join("\n"))
-                );
-            }
-        }
-        if !visit.events.is_empty() || !visit.files_touched.is_empty() {
-            out.push_str("<ul>\n");
-            for event in &visit.events {
-                let _ = writeln!(out, "<li>{}</li>", e(event));
-            }
-            if !visit.files_touched.is_empty() {
-                let _ = writeln!(out, "<li>Files: {}</li>", e(&visit.files_touched.join(", ")));
-            }
-            out.push_str("</ul>\n");
-        }
+        out.push_str(&visit_html(visit));
     }
     if !page.context.is_empty() {
         out.push_str("<h2>Context at the end</h2>\n<table>\n<tr><th>key</th><th>value</th></tr>\n");
@@ -520,7 +490,48 @@ pub fn html(page: &RunPage) -> String {
     out
 }
 
-const STYLE: &str = "<style>\nbody{font-family:system-ui,sans-serif;max-width:72rem;margin:2rem auto;padding:0 1rem;color:#222}\ntable{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.25rem .5rem;text-align:left;vertical-align:top}\npre{background:#f6f6f6;padding:.5rem;overflow:auto;white-space:pre-wrap}\n.success,.succeeded{color:#2e7d32}.fail,.failed{color:#c62828}.paused,.interrupted,.retry,.partial_success{color:#b26a00}\n</style>\n";
+/// What a report (and `fabro serve`'s stage page) shows of one visit, in HTML: notes, preamble
+/// (collapsed), prompt, response, output tails, events and files.
+pub fn visit_html(visit: &VisitPage) -> String {
+    let e = escape;
+    let mut out = String::new();
+    if let Some(notes) = &visit.notes {
+        let _ = writeln!(out, "<p>{}</p>", e(notes));
+    }
+    if let Some(preamble) = &visit.preamble {
+        let _ = writeln!(out, "<details><summary>Preamble</summary><pre>{}</pre></details>", e(preamble));
+    }
+    for (title, text) in [("Prompt", &visit.prompt), ("Response", &visit.response)] {
+        if let Some(text) = text {
+            let _ =
+                writeln!(out, "<h3>{title}</h3>\n<pre class=\"{}\">{}</pre>", title.to_lowercase(), e(text));
+        }
+    }
+    for (title, lines) in [("stdout", &visit.stdout_tail), ("stderr", &visit.stderr_tail)] {
+        if !lines.is_empty() {
+            let _ = writeln!(
+                out,
+                "<h3>{title} (last {} lines)</h3>\n<pre class=\"{title}\">{}</pre>",
+                lines.len(),
+                e(&lines.join("\n"))
+            );
+        }
+    }
+    if !visit.events.is_empty() || !visit.files_touched.is_empty() {
+        out.push_str("<ul>\n");
+        for event in &visit.events {
+            let _ = writeln!(out, "<li>{}</li>", e(event));
+        }
+        if !visit.files_touched.is_empty() {
+            let _ = writeln!(out, "<li>Files: {}</li>", e(&visit.files_touched.join(", ")));
+        }
+        out.push_str("</ul>\n");
+    }
+    out
+}
+
+/// The style of fabro's HTML pages (reports and `fabro serve`).
+pub const STYLE: &str = "<style>\nbody{font-family:system-ui,sans-serif;max-width:72rem;margin:2rem auto;padding:0 1rem;color:#222}\ntable{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.25rem .5rem;text-align:left;vertical-align:top}\npre{background:#f6f6f6;padding:.5rem;overflow:auto;white-space:pre-wrap}\n.success,.succeeded{color:#2e7d32}.fail,.failed{color:#c62828}.paused,.interrupted,.retry,.partial_success{color:#b26a00}\n</style>\n";
 
 /// Escapes text for HTML content and attribute values.
 pub fn escape(text: &str) -> String {

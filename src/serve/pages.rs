@@ -5,16 +5,17 @@ use std::path::Path;
 
 use crate::graph::{Choice, HandlerType};
 use crate::render::{dot, DotOptions, Overlay};
-use crate::report::run_page::{escape, RunPage};
+use crate::report::run_page::{escape, visit_html, RunPage, STYLE};
 use crate::run_dir::lookup::runs_in;
 use crate::run_dir::{RunStatus, RunView};
 use crate::source::SourceFile;
 
-const STYLE: &str = "<style>\nbody{font-family:system-ui,sans-serif;max-width:80rem;margin:1.5rem auto;padding:0 1rem;color:#222}\ntable{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.25rem .5rem;text-align:left;vertical-align:top}\npre{background:#f6f6f6;padding:.5rem;overflow:auto;white-space:pre-wrap}\n.success,.succeeded{color:#2e7d32}.fail,.failed{color:#c62828}.paused,.interrupted,.running,.retry,.partial_success{color:#b26a00}\n#graph svg{max-width:100%;height:auto}#events{max-height:24rem;overflow:auto;font-family:monospace;font-size:.85rem}\n</style>\n";
+/// What `fabro serve` adds to the report style.
+const SERVE_STYLE: &str = "<style>\n.running{color:#b26a00}#graph svg{max-width:100%;height:auto}#events{max-height:24rem;overflow:auto;font-family:monospace;font-size:.85rem}\n</style>\n";
 
 fn page(title: &str, body: &str) -> String {
     format!(
-        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>{} · fabro</title>\n{STYLE}</head>\n<body>\n<p><a href=\"/\">runs</a></p>\n{body}</body>\n</html>\n",
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>{} · fabro</title>\n{STYLE}{SERVE_STYLE}</head>\n<body>\n<p><a href=\"/\">runs</a></p>\n{body}</body>\n</html>\n",
         escape(title)
     )
 }
@@ -281,29 +282,7 @@ pub fn stage(dir: &Path, id: &str, node: &str, visit: u32) -> Option<String> {
         escape(&page_visit.status),
         escape(&page_visit.status)
     );
-    if let Some(notes) = &page_visit.notes {
-        let _ = writeln!(body, "<p>{}</p>", escape(notes));
-    }
-    if let Some(preamble) = &page_visit.preamble {
-        let _ =
-            writeln!(body, "<details><summary>Preamble</summary><pre>{}</pre></details>", escape(preamble));
-    }
-    for (title, text) in [("Prompt", &page_visit.prompt), ("Response", &page_visit.response)] {
-        if let Some(text) = text {
-            let _ = writeln!(
-                body,
-                "<h2>{title}</h2>\n<pre id=\"{}\">{}</pre>",
-                title.to_lowercase(),
-                escape(text)
-            );
-        }
-    }
-    for (title, lines) in [("stdout", &page_visit.stdout_tail), ("stderr", &page_visit.stderr_tail)] {
-        if !lines.is_empty() {
-            let _ =
-                writeln!(body, "<h2>{title}</h2>\n<pre id=\"{title}\">{}</pre>", escape(&lines.join("\n")));
-        }
-    }
+    body.push_str(&visit_html(page_visit));
     let transcript =
         crate::report::read_tail(&visit_dir.join("transcript.jsonl"), 256 * 1024).unwrap_or_default();
     if !transcript.is_empty() {
