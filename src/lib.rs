@@ -4,6 +4,7 @@
 //! typed [`graph`], rewritten by transforms, and checked by [`validate`]; [`load`] runs those
 //! phases in order.
 
+pub mod agent_context;
 pub mod backends;
 pub mod child_workflow;
 pub mod condition;

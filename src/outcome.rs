@@ -112,6 +112,9 @@ pub struct Outcome {
     /// Files an agent stage wrote or edited, relative to the work directory.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub files_touched: Vec<String>,
+    /// Estimated tokens the context layers kept out of an agent stage's model calls, per layer.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub context_tokens_saved: crate::agent_context::Savings,
 }
 
 /// Reads a status in any accepted spelling (`failed`, `succeeded`, ...).
@@ -133,6 +136,7 @@ impl Outcome {
             usage: None,
             cost_usd: None,
             files_touched: Vec::new(),
+            context_tokens_saved: Default::default(),
         }
     }
 

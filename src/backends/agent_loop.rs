@@ -37,6 +37,8 @@ pub struct AgentSettings<'a> {
     /// What the stage may still use under the run's ceilings, and the model's price to count cost.
     pub usage_left: Option<crate::engine::budget::UsageLeft>,
     pub price: Option<super::models::Price>,
+    /// The context layers: what each call sends is a trimmed view of the conversation.
+    pub context: &'a crate::agent_context::ContextSettings,
 }
 
 /// What the loop produced.
@@ -50,6 +52,8 @@ pub struct AgentRun {
     pub turns: u32,
     /// True when `max_turns` ended the loop while the model still wanted tools.
     pub hit_turn_limit: bool,
+    /// Estimated tokens each context layer kept out of the calls, summed.
+    pub context_savings: crate::agent_context::Savings,
 }
 
 /// The system prompt of agent stages.
@@ -91,10 +95,21 @@ pub async fn run(
             }
         }
         run.turns += 1;
+        let (view, saved) = crate::agent_context::view(&messages, settings.context);
+        if !saved.is_empty() {
+            transcript.event(
+                "agent.context.trimmed",
+                json!({"turn": run.turns, "before_tokens": crate::agent_context::tokens(&messages),
+                       "after_tokens": crate::agent_context::tokens(&view), "saved_tokens": saved}),
+            );
+            for (layer, tokens) in saved {
+                *run.context_savings.entry(layer).or_default() += tokens;
+            }
+        }
         let request = ChatRequest {
             model: settings.model,
             system: &system,
-            messages: &messages,
+            messages: &view,
             tools: &definitions,
             reasoning_effort: settings.reasoning_effort,
             max_output_tokens: settings.max_output_tokens,

@@ -101,7 +101,7 @@ impl LiveBackend {
     async fn run_cli(
         &self,
         request: &LlmRequest<'_>,
-        stage: StageEnv<'_>,
+        stage: &StageEnv<'_>,
         agent: &str,
     ) -> Result<LlmResponse, BackendError> {
         let transcript = Transcript::new(
@@ -139,7 +139,7 @@ impl LiveBackend {
             BackendError::Terminal(format!("provider `{}` is not configured", resolved.provider))
         })?;
         let model = resolved.model.as_str();
-        let stage = request.stage;
+        let stage = request.stage.as_ref();
         let transcript = Transcript::new(
             stage.map(|s| s.stage_dir),
             stage.map(|s| s.events),
@@ -184,6 +184,7 @@ impl LiveBackend {
                         .join("tool_output"),
                     usage_left: stage.usage_left,
                     price: self.config.price(model),
+                    context: &stage.context,
                 };
                 let readable = vec![settings.offload_dir.clone()];
                 let _ = std::fs::create_dir_all(&settings.offload_dir);
@@ -207,6 +208,7 @@ impl LiveBackend {
                     model: run.model.or_else(|| Some(model.to_string())),
                     usage: Some(run.usage),
                     files_touched: run.files_changed,
+                    context_savings: run.context_savings,
                     ..LlmResponse::default()
                 }
             }
@@ -250,7 +252,7 @@ impl Backend for LiveBackend {
 
     async fn complete(&self, request: &LlmRequest<'_>) -> Result<LlmResponse, BackendError> {
         let work = async {
-            match request.stage {
+            match &request.stage {
                 Some(stage) if stage.backend.map(str::trim) == Some("cli") => {
                     let agent = stage.cli_agent.unwrap_or("claude");
                     self.run_cli(request, stage, agent).await
@@ -259,7 +261,7 @@ impl Backend for LiveBackend {
             }
         };
         // The node's timeout bounds the whole stage (the CLI agent enforces its own).
-        match request.timeout.filter(|_| request.stage.is_some_and(|s| s.backend != Some("cli"))) {
+        match request.timeout.filter(|_| request.stage.as_ref().is_some_and(|s| s.backend != Some("cli"))) {
             Some(limit) => {
                 tokio::time::timeout(limit + Duration::from_millis(50), work).await.unwrap_or_else(|_| {
                     Err(BackendError::Terminal(format!(

@@ -47,7 +47,7 @@ pub struct LlmRequest<'a> {
 }
 
 /// The stage an [`LlmRequest`] belongs to: its directories, event log and agent settings.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 pub struct StageEnv<'a> {
     pub work_dir: &'a Path,
     /// `stages/<node>/<visit>/`: `transcript.jsonl` goes here.
@@ -64,6 +64,8 @@ pub struct StageEnv<'a> {
     pub cli_agent: Option<&'a str>,
     /// What the stage may still use under the run's ceilings.
     pub usage_left: Option<crate::engine::budget::UsageLeft>,
+    /// How the agent loop trims what it sends (node attributes and graph defaults).
+    pub context: crate::agent_context::ContextSettings,
 }
 
 impl std::fmt::Debug for StageEnv<'_> {
@@ -109,6 +111,8 @@ pub struct LlmResponse {
     pub cost_usd: Option<f64>,
     /// Files the stage wrote or edited (relative to the work directory).
     pub files_touched: Vec<String>,
+    /// Estimated tokens the context layers kept out of an agent stage's calls, per layer.
+    pub context_savings: crate::agent_context::Savings,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

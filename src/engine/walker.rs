@@ -114,6 +114,8 @@ pub(super) struct Walker<'e> {
 }
 
 /// How one stage visit ended.
+// Returned once per stage and matched at once: boxing the outcome would only add an allocation.
+#[allow(clippy::large_enum_variant)]
 pub(super) enum StageEnd {
     Done { outcome: Outcome, attempts: u32 },
     Paused(String),

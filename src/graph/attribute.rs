@@ -117,6 +117,16 @@ pub static ATTRIBUTES: &[AttributeSpec] = &[
         GRAPH,
         "Lint warnings accepted for this workflow, e.g. failure_path (comma-separated rule ids)."
     ),
+    spec!("default_max_in_turn_tool_pairs", ValueType::Count, GRAPH, "Default max_in_turn_tool_pairs of agent stages."),
+    spec!(
+        "default_max_in_turn_context_tokens",
+        ValueType::Count,
+        GRAPH,
+        "Default max_in_turn_context_tokens of agent stages."
+    ),
+    spec!("default_max_tool_result_chars", ValueType::Count, GRAPH, "Default max_tool_result_chars of agent stages."),
+    spec!("default_max_replay_chars", ValueType::Count, GRAPH, "Default max_replay_chars of agent stages."),
+    spec!("default_tool_result_aging", ValueType::Boolean, GRAPH, "Default tool_result_aging of agent stages."),
     spec!("default_thread", ValueType::Text, GRAPH, "Thread id for full-fidelity stages that set none."),
     spec!(
         "max_node_visits",
@@ -281,6 +291,36 @@ pub static ATTRIBUTES: &[AttributeSpec] = &[
         ValueType::Count,
         NODE,
         "Context window in tokens for compaction; overrides the known-model table."
+    ),
+    spec!(
+        "max_in_turn_tool_pairs",
+        ValueType::Count,
+        NODE,
+        "Agent calls send only the last N tool results in full; older ones become a notice."
+    ),
+    spec!(
+        "max_in_turn_context_tokens",
+        ValueType::Count,
+        NODE,
+        "Agent calls shorten the oldest tool results while the conversation is over N tokens."
+    ),
+    spec!(
+        "max_tool_result_chars",
+        ValueType::Count,
+        NODE,
+        "Tool results sent to the model are cut to N characters (per tool: tool_result_chars.<tool>)."
+    ),
+    spec!(
+        "max_replay_chars",
+        ValueType::Count,
+        NODE,
+        "Assistant messages before the latest are cut to N characters (default 2000)."
+    ),
+    spec!(
+        "tool_result_aging",
+        ValueType::Boolean,
+        NODE,
+        "Older tool results keep fewer tokens: 2000, 1000, then 500 (default true)."
     ),
     // Edge
     spec!("condition", ValueType::Text, EDGE, "Guard expression; the edge is eligible only when it is true."),

@@ -86,6 +86,10 @@ pub(crate) fn request_for<'a>(stage: &'a StageRun<'_>, prompt: &'a str) -> LlmRe
             backend: attributes.non_empty_text("backend"),
             cli_agent: attributes.non_empty_text("cli_agent"),
             usage_left: stage.usage_left,
+            context: crate::agent_context::ContextSettings::from_attributes(
+                attributes,
+                stage.workflow.attributes(),
+            ),
         }),
     }
 }
@@ -139,6 +143,7 @@ fn outcome_for(node_id: &str, backend_name: &str, response: &LlmResponse) -> Out
             model: response.model.clone(),
             cost_usd: response.cost_usd,
             files_touched: response.files_touched.clone(),
+            context_tokens_saved: response.context_savings.clone(),
             ..outcome
         }
         .with_notes(notes.clone())
