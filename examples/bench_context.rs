@@ -32,13 +32,21 @@ const FILE_BYTES: usize = 12 * 1024;
 fn script() -> Vec<Reply> {
     let mut replies = Vec::new();
     for i in 0..CYCLES {
-        replies.push(openai_tools(&[(format!("r{i}").as_str(), "read_file", json!({"path": format!("src/f{i}.txt")}))]));
+        replies.push(openai_tools(&[(
+            format!("r{i}").as_str(),
+            "read_file",
+            json!({"path": format!("src/f{i}.txt")}),
+        )]));
         replies.push(openai_tools(&[(
             format!("w{i}").as_str(),
             "write_file",
             json!({"path": format!("out/out{i}.txt"), "content": format!("notes on f{i}")}),
         )]));
-        replies.push(openai_tools(&[(format!("s{i}").as_str(), "shell", json!({"command": format!("wc -c src/f{i}.txt")}))]));
+        replies.push(openai_tools(&[(
+            format!("s{i}").as_str(),
+            "shell",
+            json!({"command": format!("wc -c src/f{i}.txt")}),
+        )]));
     }
     replies.push(openai_text("All 40 files are summarized in out/.", 100, 20));
     replies
@@ -82,8 +90,12 @@ async fn measure(attributes: &str) -> Measured {
         .unwrap_or_else(|invalid| panic!("invalid: {:?}", invalid.diagnostics));
     let config = LlmConfig::from_env().expect("config");
     let backend = LiveBackend::new(config).expect("backend");
-    let engine = Engine::new(builtin_handlers(), Services { backend: Arc::new(backend), interviewer: Arc::new(NoAnswers) });
-    let options = RunOptions { run_dir: Some(dir.path().join("run")), work_dir: work, ..RunOptions::default() };
+    let engine = Engine::new(
+        builtin_handlers(),
+        Services { backend: Arc::new(backend), interviewer: Arc::new(NoAnswers) },
+    );
+    let options =
+        RunOptions { run_dir: Some(dir.path().join("run")), work_dir: work, ..RunOptions::default() };
     let report = engine.run(&valid, &options, |_| {}, CancellationToken::new()).await.expect("runs");
     assert_eq!(report.result.status.as_str(), "succeeded", "{:?}", report.result.failure_reason);
     let requests = server.requests();
@@ -103,7 +115,10 @@ async fn main() {
         ("default (80% rule, llm summaries)", ""),
         ("tool_result_aging=false (no layer)", ", tool_result_aging=false"),
         ("max_in_turn_tool_pairs=6", ", max_in_turn_tool_pairs=6"),
-        ("recommended: max_in_turn_tool_pairs=3, max_tool_result_chars=8000", ", max_in_turn_tool_pairs=3, max_tool_result_chars=8000"),
+        (
+            "recommended: max_in_turn_tool_pairs=3, max_tool_result_chars=8000",
+            ", max_in_turn_tool_pairs=3, max_tool_result_chars=8000",
+        ),
         ("max_in_turn_context_tokens=8000", ", max_in_turn_context_tokens=8000"),
     ];
     let mut baseline = None;

@@ -552,3 +552,35 @@ fn a_closed_pipe_never_stops_a_run() {
         serde_json::from_str(&std::fs::read_to_string(dir.join("run/result.json")).unwrap()).unwrap();
     assert_eq!(result["status"], "succeeded");
 }
+
+#[test]
+fn long_context_keys_are_refused_and_never_crash_inspect() {
+    // A script sets a 70,000-character key through its status.json.
+    let workflow = r#"digraph keys {
+    start [shape=Mdiamond]
+    exit [shape=Msquare]
+    set [shape=parallelogram, script="k=$(head -c 70000 /dev/zero | tr '\0' k); printf '{\"outcome\":\"success\",\"context_updates\":{\"%s\":1,\"fine\":2}}' \"$k\" > \"$FABRO_STAGE_DIR/status.json\""]
+    start -> set -> exit
+}
+"#;
+    let ran = Test::new()
+        .workflow(workflow)
+        .args(["run", "workflow.dot", "--run-dir", "run", "-q"])
+        .status(1)
+        .stderr_contains("the stage set a context key of 70000 characters (`kkkk")
+        .stderr_contains("keys may have at most 1024")
+        .run();
+    let checkpoint: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(ran.dir.path().join("run/checkpoint.json")).unwrap())
+            .unwrap();
+    assert!(checkpoint["context"].get("fine").is_none(), "no update of the refused outcome applies");
+
+    // A run directory holding such a key (written by an older fabro) is shown, cut.
+    let checkpoint_path = ran.dir.path().join("run/checkpoint.json");
+    let mut edited = checkpoint.clone();
+    edited["context"]["k".repeat(70_000)] = serde_json::json!(1);
+    std::fs::write(&checkpoint_path, edited.to_string()).unwrap();
+    let (code, shown, stderr) = stdout_of(ran.dir.path(), &["inspect", "run"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(shown.contains(&format!("  {}…", "k".repeat(59))), "{shown}");
+}

@@ -19,6 +19,8 @@ pub struct InspectArgs {
 
 /// Context keys the engine manages; hidden unless `--all`.
 const HIDDEN_PREFIXES: [&str; 4] = ["internal.", "graph.", "thread.", "current"];
+/// Longest context key or stage id printed in full in a table column.
+const MAX_KEY_CHARS: usize = 60;
 /// Longest context value printed in full.
 const MAX_VALUE_CHARS: usize = 100;
 
@@ -122,12 +124,13 @@ fn render_text(view: &RunView, all: bool) -> String {
     if context.is_empty() {
         out.push_str("  (empty)\n");
     }
-    let width = context.iter().map(|(key, _)| key.chars().count()).max().unwrap_or(0);
+    let width = context.iter().map(|(key, _)| key.chars().count()).max().unwrap_or(0).min(MAX_KEY_CHARS);
     for (key, value) in context {
         let text = match value {
             Value::String(text) => text.clone(),
             other => other.to_string(),
         };
+        let key = one_line(key, MAX_KEY_CHARS);
         let line = format!("  {key:<width$}  {}", one_line(&text, MAX_VALUE_CHARS));
         out.push_str(line.trim_end());
         out.push('\n');
@@ -150,7 +153,7 @@ fn render_text(view: &RunView, all: bool) -> String {
 }
 
 fn stage_table(view: &RunView, stages: &[StageSummary]) -> String {
-    let width = stages.iter().map(|s| s.node_id.chars().count()).max().unwrap_or(0).max(5);
+    let width = stages.iter().map(|s| s.node_id.chars().count()).max().unwrap_or(0).clamp(5, MAX_KEY_CHARS);
     let mut out = format!(
         "{:<width$}  {:>6}  {:<16}  {:>9}  {:>9}  {:>10}  {:>5}\n",
         "stage", "visits", "last outcome", "time", "tokens in", "tokens out", "cost"
@@ -159,7 +162,7 @@ fn stage_table(view: &RunView, stages: &[StageSummary]) -> String {
     for s in stages {
         out.push_str(&format!(
             "{:<width$}  {:>6}  {:<16}  {:>9}  {:>9}  {:>10}  {:>5}\n",
-            s.node_id,
+            one_line(&s.node_id, MAX_KEY_CHARS),
             s.visits,
             s.status.map(|status| status.as_str()).unwrap_or("-"),
             seconds(s.duration_ms),

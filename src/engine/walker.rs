@@ -114,6 +114,23 @@ pub(super) struct Walker<'e> {
 }
 
 /// How one stage visit ended.
+/// The longest context key a stage may set (a script writes `context_updates` in its
+/// status.json; keys are shown in tables and used in conditions).
+pub const MAX_CONTEXT_KEY_CHARS: usize = 1024;
+
+/// Refuses an outcome that sets a context key longer than [`MAX_CONTEXT_KEY_CHARS`]: the stage
+/// fails with the reason, and none of its updates are applied.
+fn check_context_keys(outcome: Outcome) -> Result<Outcome, HandlerError> {
+    match outcome.context_updates.keys().find(|key| key.chars().count() > MAX_CONTEXT_KEY_CHARS) {
+        None => Ok(outcome),
+        Some(key) => Err(HandlerError::Terminal(format!(
+            "the stage set a context key of {} characters (`{}…`); keys may have at most {MAX_CONTEXT_KEY_CHARS}",
+            key.chars().count(),
+            key.chars().take(40).collect::<String>()
+        ))),
+    }
+}
+
 // Returned once per stage and matched at once: boxing the outcome would only add an allocation.
 #[allow(clippy::large_enum_variant)]
 pub(super) enum StageEnd {
@@ -459,7 +476,7 @@ impl<'e> Walker<'e> {
         loop {
             attempt += 1;
             let result = self.attempt(handler.as_ref(), node, visit, attempt, stage_dir).await;
-            let mut outcome = match result {
+            let mut outcome = match result.and_then(check_context_keys) {
                 Ok(outcome) => outcome,
                 Err(HandlerError::Retryable(reason)) => {
                     Outcome { failure_reason: Some(reason), ..Outcome::new(StageStatus::Retry) }
