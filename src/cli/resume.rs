@@ -121,6 +121,7 @@ async fn resume_async(mut args: ResumeArgs) -> u8 {
         keep_worktrees: args.launch.keep_worktrees,
         parent: None,
         launch: args.launch.record(),
+        max_output: args.launch.max_output,
     };
     let cancel = CancellationToken::new();
     watch_signals(cancel.clone());

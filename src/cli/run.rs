@@ -102,6 +102,10 @@ pub struct LaunchArgs {
     /// from the config file.
     #[arg(long, value_name = "NAME")]
     pub provider: Option<String>,
+    /// Fail a command stage once its stdout and stderr pass this size (e.g. 200MB, 1GiB; default
+    /// 1GiB); the node's max_output wins, the graph's default_max_output applies when unset.
+    #[arg(long, value_name = "SIZE", value_parser = fabro::handlers::command::parse_size)]
+    pub max_output: Option<u64>,
     /// Pause the run before the next LLM stage once this many tokens (in + out) have been used.
     #[arg(long, value_name = "N")]
     pub max_tokens: Option<u64>,
@@ -257,6 +261,7 @@ async fn run_async(args: RunArgs) -> u8 {
         keep_worktrees: args.launch.keep_worktrees,
         parent: None,
         launch: args.launch.record(),
+        max_output: args.launch.max_output,
     };
     let cancel = CancellationToken::new();
     watch_signals(cancel.clone());

@@ -91,6 +91,7 @@ impl<'a> ChildLauncher<'a> {
             limits: self.options.limits,
             parent: Some(link),
             launch: self.options.launch.clone(),
+            max_output: self.options.max_output,
         };
         match slot {
             ChildSlot::Fresh(dir) => {

@@ -48,6 +48,8 @@ pub struct RunOptions {
     pub limits: super::budget::UsageLimits,
     /// How LLM stages are answered, recorded in the manifest for `fabro resume`.
     pub launch: crate::run_dir::LaunchRecord,
+    /// `--max-output`: the most bytes a command stage may write to its logs.
+    pub max_output: Option<u64>,
 }
 
 /// Why a run could not start.

@@ -557,6 +557,7 @@ impl<'e> Walker<'e> {
             usage_left: super::budget::UsageLimits::resolve(scope.options.limits, scope.workflow)
                 .left(&self.state.stages)
                 .filter(|_| !scope.options.dry_run),
+            max_output: scope.options.max_output,
         };
         match AssertUnwindSafe(handler.run(&stage)).catch_unwind().await {
             Ok(result) => result,

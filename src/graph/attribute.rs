@@ -117,6 +117,7 @@ pub static ATTRIBUTES: &[AttributeSpec] = &[
         GRAPH,
         "Lint warnings accepted for this workflow, e.g. failure_path (comma-separated rule ids)."
     ),
+    spec!("default_max_output", ValueType::Count, GRAPH, "Default max_output of command stages, in bytes."),
     spec!("default_max_in_turn_tool_pairs", ValueType::Count, GRAPH, "Default max_in_turn_tool_pairs of agent stages."),
     spec!(
         "default_max_in_turn_context_tokens",
@@ -291,6 +292,12 @@ pub static ATTRIBUTES: &[AttributeSpec] = &[
         ValueType::Count,
         NODE,
         "Context window in tokens for compaction; overrides the known-model table."
+    ),
+    spec!(
+        "max_output",
+        ValueType::Count,
+        NODE,
+        "Bytes of stdout and stderr a command stage may write; past them it fails (default 1 GiB)."
     ),
     spec!(
         "max_in_turn_tool_pairs",

@@ -43,6 +43,8 @@ enum Ending {
     Exited(ExitStatus),
     TimedOut(Duration),
     Cancelled,
+    /// The logs passed `max_output`.
+    TooMuchOutput,
 }
 
 #[async_trait::async_trait]
@@ -114,6 +116,7 @@ impl Handler for CommandHandler {
         let mut group = GroupGuard { pgid: child.id().and_then(|pid| i32::try_from(pid).ok()) };
 
         let timeout = stage.node.attributes.duration("timeout");
+        let max_output = max_output(stage);
         let ending = tokio::select! {
             status = child.wait() => match status {
                 Ok(status) => Ending::Exited(status),
@@ -126,6 +129,7 @@ impl Handler for CommandHandler {
             },
             () = sleep_or_forever(timeout) => Ending::TimedOut(timeout.unwrap_or_default()),
             () = stage.cancel.cancelled() => Ending::Cancelled,
+            () = output_passes(&stdout_path, &stderr_path, max_output) => Ending::TooMuchOutput,
         };
         let status = match ending {
             Ending::Exited(status) => {
@@ -136,6 +140,23 @@ impl Handler for CommandHandler {
             Ending::Cancelled => {
                 group.terminate(&mut child).await;
                 return Err(HandlerError::Cancelled);
+            }
+            Ending::TooMuchOutput => {
+                let status = group.terminate(&mut child).await;
+                let written = log_bytes(&stdout_path) + log_bytes(&stderr_path);
+                for log in [&stdout_path, &stderr_path] {
+                    if let Err(error) = keep_head_and_tail(log, max_output / 2) {
+                        tracing::warn!(%error, path = %log.display(), "log not cut");
+                    }
+                }
+                let mut outcome = Outcome::fail(format!(
+                    "the command wrote {} of output, more than max_output={}; it was stopped",
+                    format_size(written),
+                    format_size(max_output)
+                ))
+                .with_notes(format!("stopped after {}", seconds(started.elapsed())));
+                record_output(&mut outcome, status, &stdout_path, &stderr_path).await;
+                return Ok(outcome);
             }
             Ending::TimedOut(limit) => {
                 let status = group.terminate(&mut child).await;
@@ -161,6 +182,86 @@ impl Handler for CommandHandler {
 
         Ok(apply_status_file(outcome, status, &status_path).await)
     }
+}
+
+/// What a command stage may write to its logs by default: 1 GiB.
+pub const DEFAULT_MAX_OUTPUT: u64 = 1 << 30;
+/// How often the log sizes are looked at.
+const OUTPUT_POLL: Duration = Duration::from_millis(100);
+
+/// The stage's output limit: node `max_output`, else `--max-output`, else the graph's
+/// `default_max_output`, else [`DEFAULT_MAX_OUTPUT`].
+fn max_output(stage: &StageRun<'_>) -> u64 {
+    let bytes = |value: Option<i64>| value.and_then(|n| u64::try_from(n).ok());
+    bytes(stage.node.attributes.integer("max_output"))
+        .or(stage.max_output)
+        .or_else(|| bytes(stage.workflow.attributes().integer("default_max_output")))
+        .unwrap_or(DEFAULT_MAX_OUTPUT)
+}
+
+/// Resolves once the two logs together hold more than `limit` bytes.
+async fn output_passes(stdout: &Path, stderr: &Path, limit: u64) {
+    loop {
+        if log_bytes(stdout) + log_bytes(stderr) > limit {
+            return;
+        }
+        tokio::time::sleep(OUTPUT_POLL).await;
+    }
+}
+
+fn log_bytes(path: &Path) -> u64 {
+    std::fs::metadata(path).map(|meta| meta.len()).unwrap_or(0)
+}
+
+/// Cuts a log longer than `keep` bytes down to its first and last `keep / 2` bytes, with a line
+/// between them saying how much was left out (written beside it, then renamed into place).
+fn keep_head_and_tail(path: &Path, keep: u64) -> std::io::Result<()> {
+    use std::io::{Read, Seek, SeekFrom, Write};
+    let len = log_bytes(path);
+    if len <= keep {
+        return Ok(());
+    }
+    let half = keep / 2;
+    let mut source = std::fs::File::open(path)?;
+    let cut = path.with_extension("log.cut");
+    let mut target = std::fs::File::create(&cut)?;
+    std::io::copy(&mut (&mut source).take(half), &mut target)?;
+    writeln!(target, "\n[... {} bytes left out: the output passed max_output ...]", len - 2 * half)?;
+    source.seek(SeekFrom::Start(len - half))?;
+    std::io::copy(&mut source.take(half), &mut target)?;
+    target.sync_all()?;
+    std::fs::rename(&cut, path)
+}
+
+/// `1.5 GiB`, `200.0 MiB`, `512 B`.
+fn format_size(bytes: u64) -> String {
+    const UNITS: [(&str, u64); 3] = [("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
+    match UNITS.iter().find(|(_, size)| bytes >= *size) {
+        Some((unit, size)) => format!("{:.1} {unit}", bytes as f64 / *size as f64),
+        None => format!("{bytes} B"),
+    }
+}
+
+/// A size as `--max-output` takes it: bytes, or a number with `k`, `KB`, `KiB`, `M`, `MB`, `MiB`,
+/// `G`, `GB`, `GiB` (decimal units for KB/MB/GB, binary for the rest).
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let split = text.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: f64 = number.parse().map_err(|_| format!("`{text}` is not a size (e.g. 500MB, 1GiB)"))?;
+    let factor: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kib" => 1 << 10,
+        "kb" => 1000,
+        "m" | "mib" => 1 << 20,
+        "mb" => 1_000_000,
+        "g" | "gib" => 1 << 30,
+        "gb" => 1_000_000_000,
+        other => {
+            return Err(format!("unknown size unit `{other}` in `{text}` (use KB, MB, GB, KiB, MiB or GiB)"))
+        }
+    };
+    Ok((number * factor as f64) as u64)
 }
 
 /// Writes the context snapshot `FABRO_CONTEXT` points at.

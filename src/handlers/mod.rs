@@ -55,6 +55,8 @@ pub struct StageRun<'a> {
     pub children: crate::engine::child_run::ChildLauncher<'a>,
     /// What the stage may still use under `--max-tokens`/`--max-cost` (none without ceilings).
     pub usage_left: Option<crate::engine::budget::UsageLeft>,
+    /// `--max-output`: the most bytes a command stage may write (node `max_output` wins).
+    pub max_output: Option<u64>,
 }
 
 /// Shared services handlers call out to.
@@ -244,6 +246,7 @@ pub(crate) mod test_support {
                 thread: None,
                 children: crate::engine::child_run::ChildLauncher::new(&self.engine, &self.options),
                 usage_left: None,
+                max_output: None,
             }
         }
     }
