@@ -43,3 +43,54 @@ fn output_past_max_output_stops_the_stage_and_the_log_keeps_head_and_tail() {
         .stderr_contains("`lots` is not a size (e.g. 500MB, 1GiB)")
         .run();
 }
+
+/// True when a process of group `pgid` is running (zombies waiting for a parent to reap them, such
+/// as orphans reparented to an init that does not, do not count).
+fn group_alive(pgid: i32) -> bool {
+    std::fs::read_dir("/proc").unwrap().flatten().any(|entry| {
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { return false };
+        let Some(rest) = stat.rfind(')').map(|at| &stat[at + 1..]) else { return false };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        // After the name: state, ppid, pgrp.
+        fields.len() > 2 && fields[2] == pgid.to_string() && fields[0] != "Z"
+    })
+}
+
+#[test]
+fn a_resume_kills_what_a_killed_fabro_left_running_before_the_stage_runs_again() {
+    let workflow = r#"digraph slow {
+    allow_lints="failure_path"
+    start [shape=Mdiamond]
+    exit [shape=Msquare]
+    work [shape=parallelogram, script="if [ -f again ]; then echo second run; else touch again; sleep 30; echo first run; fi"]
+    start -> work -> exit
+}
+"#;
+    let test = Test::new().workflow(workflow);
+    let dir = test.path("");
+    let mut fabro =
+        common::fabro_command(&dir, &["run", "workflow.dot", "--run-dir", "run", "-q"]).spawn().unwrap();
+    let record = dir.join("run/stages/work/1/process.json");
+    common::wait_for_file(&record, "the work stage");
+    common::wait_for_file(&dir.join("again"), "the script");
+    let process: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&record).unwrap()).unwrap();
+    let pgid = process["pgid"].as_i64().unwrap() as i32;
+    fabro.kill().unwrap();
+    fabro.wait().unwrap();
+    // The leader died with fabro; its `sleep` lives on in the group.
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    assert!(group_alive(pgid), "the stage's processes outlived fabro");
+
+    let resumed = common::fabro_command(&dir, &["resume", "run"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&resumed.stderr);
+    assert_eq!(resumed.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains(&format!("killed process group {pgid} that stages/work/1 left running")),
+        "{stderr}"
+    );
+    assert!(!group_alive(pgid), "the survivor is gone");
+    let output = std::fs::read_to_string(dir.join("run/stages/work/1.2/stdout.log")).unwrap();
+    assert_eq!(output, "second run\n");
+    assert!(!dir.join("run/stages/work/1.2/process.json").exists(), "a finished stage leaves no record");
+}

@@ -290,6 +290,11 @@ fn describe(event: &Event) -> Option<String> {
     let field = |key: &str| text(event, key).unwrap_or("");
     Some(match event.event.as_str() {
         "stage.retrying" => format!("↻ {node}: retrying ({})", field("reason")),
+        "stage.survivor_killed" => format!(
+            "! killed process group {} that {} left running when fabro was stopped",
+            event.fields.get("pgid").map(|p| p.to_string()).unwrap_or_default(),
+            field("stage_dir")
+        ),
         // Plain edges say nothing worth a reason; conditions, labels and retries do.
         "edge.selected" => match field("reason") {
             "weight" | "lexical" => format!("  → {}", field("to")),

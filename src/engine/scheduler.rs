@@ -210,6 +210,14 @@ impl Engine {
         let mut events = EventLog::open(saved.dir.root(), &saved.manifest.run_id, saved.last_event_seq)
             .map_err(StartError::Events)?;
         events.observe(observe);
+        // A stage whose fabro was killed may still be running: stop it before it runs again.
+        for survivor in crate::run_dir::stage_process::kill_survivors(saved.dir.root()) {
+            let stage = survivor.stage_dir.strip_prefix(saved.dir.root()).unwrap_or(&survivor.stage_dir);
+            events.run_event(
+                "stage.survivor_killed",
+                json!({"stage_dir": stage.display().to_string(), "pgid": survivor.pgid}),
+            );
+        }
         let previous = saved.checkpoint.status;
         let worktree = match &saved.manifest.worktree {
             Some(record) => Some(RunWorktree::open(

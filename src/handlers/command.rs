@@ -104,6 +104,16 @@ impl Handler for CommandHandler {
             .env("FABRO_CONTEXT", &context_path)
             .process_group(0)
             .kill_on_drop(true);
+        // The leader dies with fabro (Linux); what it started is killed by the next resume,
+        // which finds the group in process.json.
+        // SAFETY: prctl(2) with PR_SET_PDEATHSIG only sets a flag of the new process; it is
+        // async-signal-safe and allocates nothing.
+        unsafe {
+            command.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
 
         let started = Instant::now();
         let mut child = command.spawn().map_err(|error| {
@@ -114,6 +124,10 @@ impl Handler for CommandHandler {
         })?;
         // The child leads its own group, so its pid is the group id.
         let mut group = GroupGuard { pgid: child.id().and_then(|pid| i32::try_from(pid).ok()) };
+        if let Some(pgid) = group.pgid {
+            crate::run_dir::stage_process::record(&stage_dir, pgid);
+        }
+        let _recorded = ProcessRecord(&stage_dir);
 
         let timeout = stage.node.attributes.duration("timeout");
         let max_output = max_output(stage);
@@ -394,6 +408,15 @@ async fn sleep_or_forever(limit: Option<Duration>) {
     match limit {
         Some(limit) => tokio::time::sleep(limit).await,
         None => std::future::pending().await,
+    }
+}
+
+/// Forgets the stage's process group however the stage ends.
+struct ProcessRecord<'a>(&'a Path);
+
+impl Drop for ProcessRecord<'_> {
+    fn drop(&mut self) {
+        crate::run_dir::stage_process::clear(self.0);
     }
 }
 

@@ -22,6 +22,7 @@ pub mod lookup;
 mod records;
 mod saved;
 pub mod stage_output;
+pub mod stage_process;
 mod view;
 
 use std::path::{Path, PathBuf};

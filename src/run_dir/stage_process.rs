@@ -1,0 +1,120 @@
+//! `stages/<node>/<visit>/process.json`: the process group a command stage runs in, written when
+//! it starts and removed when it ends. If fabro is killed meanwhile, the file stays, and a resume
+//! kills what is left of that group before it runs the stage again, so two copies of a stage
+//! never write to the work directory at once. The process's start time guards against a reused
+//! pid: a group is only killed when its leader is the process the file names.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The file's name in a stage directory.
+pub const PROCESS_FILE: &str = "process.json";
+
+/// A stage's running process group.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct StageProcess {
+    /// The leader's pid, which is also the group id.
+    pub pgid: i32,
+    /// The leader's start time in clock ticks since boot (`/proc/<pid>/stat`, field 22).
+    pub start_ticks: u64,
+}
+
+/// A process group left by a killed fabro, and what became of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Survivor {
+    pub stage_dir: PathBuf,
+    pub pgid: i32,
+}
+
+/// The start time of process `pid`, if it exists.
+pub fn start_ticks(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may hold spaces and parentheses: fields start after the last `)`.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    // Field 3 is the first after the name, so field 22 is the 20th here.
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// Records the group a stage runs in.
+pub fn record(stage_dir: &Path, pgid: i32) {
+    let Some(start_ticks) = start_ticks(pgid) else { return };
+    let process = StageProcess { pgid, start_ticks };
+    if let Err(error) = super::write_json_file(&stage_dir.join(PROCESS_FILE), &process) {
+        tracing::warn!(%error, "stage process not recorded");
+    }
+}
+
+/// Forgets the group of a stage that ended.
+pub fn clear(stage_dir: &Path) {
+    let _ = std::fs::remove_file(stage_dir.join(PROCESS_FILE));
+}
+
+/// Kills every process group that stages of the run in `root` left running, and forgets them.
+pub fn kill_survivors(root: &Path) -> Vec<Survivor> {
+    let mut killed = Vec::new();
+    let Ok(nodes) = std::fs::read_dir(root.join("stages")) else { return killed };
+    for visit_dir in
+        nodes.flatten().filter_map(|node| std::fs::read_dir(node.path()).ok()).flatten().flatten()
+    {
+        let stage_dir = visit_dir.path();
+        let path = stage_dir.join(PROCESS_FILE);
+        let Ok(text) = std::fs::read_to_string(&path) else { continue };
+        let Ok(process) = serde_json::from_str::<StageProcess>(&text) else {
+            let _ = std::fs::remove_file(&path);
+            continue;
+        };
+        if process.pgid > 1 && start_ticks(process.pgid) == Some(process.start_ticks) {
+            kill_group(process.pgid);
+            killed.push(Survivor { stage_dir: stage_dir.clone(), pgid: process.pgid });
+        }
+        let _ = std::fs::remove_file(&path);
+    }
+    killed
+}
+
+/// SIGTERM, a moment to exit, then SIGKILL.
+fn kill_group(pgid: i32) {
+    // SAFETY: kill(2) takes plain integers and touches no memory of ours.
+    unsafe { libc::kill(-pgid, libc::SIGTERM) };
+    for _ in 0..20 {
+        std::thread::sleep(Duration::from_millis(25));
+        // SAFETY: as above; signal 0 only checks that the group exists.
+        if unsafe { libc::kill(-pgid, 0) } != 0 {
+            return;
+        }
+    }
+    // SAFETY: as above.
+    unsafe { libc::kill(-pgid, libc::SIGKILL) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_recorded_group_is_killed_only_while_its_leader_is_the_same_process() {
+        let temp = tempfile::tempdir().unwrap();
+        let stage_dir = temp.path().join("stages/work/1");
+        std::fs::create_dir_all(&stage_dir).unwrap();
+        let mut command = std::process::Command::new("sleep");
+        std::os::unix::process::CommandExt::process_group(&mut command, 0);
+        let mut child = command.arg("30").spawn().unwrap();
+        let pgid = child.id() as i32;
+        record(&stage_dir, pgid);
+        assert!(stage_dir.join(PROCESS_FILE).exists());
+        let killed = kill_survivors(temp.path());
+        assert_eq!(killed, [Survivor { stage_dir: stage_dir.clone(), pgid }]);
+        assert!(child.wait().unwrap().code().is_none(), "killed by a signal");
+        assert!(!stage_dir.join(PROCESS_FILE).exists());
+
+        // A record whose start time does not match (a reused pid) kills nothing.
+        let other = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let stale = StageProcess { pgid: other.id() as i32, start_ticks: 1 };
+        crate::run_dir::write_json_file(&stage_dir.join(PROCESS_FILE), &stale).unwrap();
+        assert!(kill_survivors(temp.path()).is_empty());
+        let mut other = other;
+        assert!(other.try_wait().unwrap().is_none(), "still running");
+        let _ = other.kill();
+        let _ = other.wait();
+    }
+}
