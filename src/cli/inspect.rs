@@ -71,7 +71,7 @@ fn render_json(view: &RunView, all: bool) -> String {
         shown_context(view, all).into_iter().map(|(key, value)| (key.to_string(), value.clone())).collect();
     let value = json!({
         "manifest": view.manifest,
-        "status": view.status().as_str(),
+        "status": view.status_label(),
         "current_node": view.current_node(),
         "next_node": view.next_node(),
         "stages": stages,
@@ -87,7 +87,7 @@ fn render_text(view: &RunView, all: bool) -> String {
     let mut field = |name: &str, value: &str| out.push_str(&format!("{:<13}{}\n", format!("{name}:"), value));
     field("workflow", &format!("{} ({})", m.workflow, m.source_path));
     field("run id", &m.run_id);
-    field("status", m.status.as_str());
+    field("status", view.status_label());
     if !m.goal.is_empty() {
         field("goal", &one_line(&m.goal, MAX_VALUE_CHARS));
     }

@@ -91,7 +91,7 @@ fn read_entry(dir: &Path) -> Entry {
                 dir: dir.to_path_buf(),
                 run_id: view.manifest.run_id.clone(),
                 workflow: view.manifest.workflow.clone(),
-                status: status.as_str().to_string(),
+                status: view.status_label().to_string(),
                 started_at: Some(view.manifest.started_at.clone()),
                 started,
                 duration_ms,
@@ -236,7 +236,7 @@ pub fn run(args: Args) -> u8 {
 fn shown(entries: Vec<Entry>, all: bool) -> (Vec<Entry>, usize) {
     let (mut unfinished, finished): (Vec<Entry>, Vec<Entry>) = entries
         .into_iter()
-        .partition(|entry| matches!(entry.status.as_str(), "running" | "paused" | "interrupted"));
+        .partition(|entry| matches!(entry.status.as_str(), "running" | "paused" | "interrupted" | "crashed"));
     let left_out = if all { 0 } else { finished.len().saturating_sub(RECENT_FINISHED) };
     unfinished.extend(finished.into_iter().take(if all { usize::MAX } else { RECENT_FINISHED }));
     (unfinished, left_out)

@@ -144,7 +144,11 @@ impl Engine {
         let manifest = Manifest {
             run_id: run_id.clone(),
             workflow: workflow.name().to_string(),
-            source_path: workflow.source().path().display().to_string(),
+            // Absolute, so a resume from another directory finds the file (and its children).
+            source_path: std::path::absolute(workflow.source().path())
+                .unwrap_or_else(|_| workflow.source().path().to_path_buf())
+                .display()
+                .to_string(),
             source_sha256: sha256_hex(workflow.source().text()),
             goal: workflow.goal().to_string(),
             work_dir: work_dir.display().to_string(),

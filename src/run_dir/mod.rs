@@ -48,6 +48,14 @@ impl Drop for RunLock {
     }
 }
 
+/// True when a live process holds the run lock in `root`.
+pub(crate) fn lock_is_held(root: &Path) -> bool {
+    std::fs::read_to_string(root.join("run.lock"))
+        .ok()
+        .and_then(|text| text.split_whitespace().next().and_then(|pid| pid.parse::<i32>().ok()))
+        .is_some_and(process_exists)
+}
+
 fn process_exists(pid: i32) -> bool {
     // SAFETY: signal 0 only checks whether the process exists and may be signalled.
     pid > 0

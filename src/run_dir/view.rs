@@ -60,6 +60,21 @@ impl RunView {
         self.manifest.status
     }
 
+    /// True when the manifest says `running` but no live process holds the run's lock: the
+    /// process driving it was killed (`fabro resume` continues it).
+    pub fn is_crashed(&self) -> bool {
+        self.status() == RunStatus::Running && !super::lock_is_held(&self.root)
+    }
+
+    /// The status to show: `crashed` for a crashed run, else the manifest's.
+    pub fn status_label(&self) -> &'static str {
+        if self.is_crashed() {
+            "crashed"
+        } else {
+            self.status().as_str()
+        }
+    }
+
     /// The stage that completed last (or, when paused, the one waiting for input).
     pub fn current_node(&self) -> Option<&str> {
         self.checkpoint.as_ref().map(|c| c.current_node.as_str())

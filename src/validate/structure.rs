@@ -195,7 +195,26 @@ pub fn edge_target_exists(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
     }
 }
 
+/// Node ids name stage directories: longer ones could not be created on common file systems
+/// (255-byte names).
+pub const MAX_NODE_ID_BYTES: usize = 200;
+
 pub fn node_id_syntax(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
+    for node in workflow.nodes().filter(|n| n.id.len() > MAX_NODE_ID_BYTES) {
+        out.push(
+            Diagnostic::error(
+                "node_id_syntax",
+                format!(
+                    "node id `{}…` is {} bytes long; ids name stage directories and may have at most {MAX_NODE_ID_BYTES}",
+                    node.id.chars().take(40).collect::<String>(),
+                    node.id.len()
+                ),
+            )
+            .node(&node.id)
+            .span(node.span)
+            .fix("use a short id and put the text in `label`"),
+        );
+    }
     for node in workflow.nodes().filter(|n| n.irregular_id) {
         let suggestion: String =
             node.id.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
