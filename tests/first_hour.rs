@@ -420,6 +420,8 @@ fn a_missing_workdir_is_refused_before_the_run_starts() {
         .run();
     let recorded = manifest(&ran.dir.path().join("run"))["work_dir"].as_str().unwrap().to_string();
     assert!(std::path::Path::new(&recorded).is_absolute() && recorded.ends_with("/app"), "{recorded}");
+    let source = manifest(&ran.dir.path().join("run"))["source_path"].as_str().unwrap().to_string();
+    assert!(std::path::Path::new(&source).is_absolute() && source.ends_with("/workflow.dot"), "{source}");
     let elsewhere = tempfile::tempdir().unwrap();
     let run_dir = ran.dir.path().join("run");
     let resumed = fabro_command(elsewhere.path(), &["resume", run_dir.to_str().unwrap(), "--auto-approve"])
@@ -583,4 +585,16 @@ fn long_context_keys_are_refused_and_never_crash_inspect() {
     let (code, shown, stderr) = stdout_of(ran.dir.path(), &["inspect", "run"]);
     assert_eq!(code, Some(0), "{stderr}");
     assert!(shown.contains(&format!("  {}…", "k".repeat(59))), "{shown}");
+}
+
+#[test]
+fn node_ids_too_long_for_a_directory_name_are_refused() {
+    let id = "n".repeat(256);
+    let workflow = format!("digraph t {{\n  start [shape=Mdiamond]\n  exit [shape=Msquare]\n  start -> {id} -> exit\n  {id} [shape=parallelogram, script=\"true\"]\n}}\n");
+    Test::new()
+        .workflow(&workflow)
+        .args(["validate", "workflow.dot"])
+        .status(2)
+        .stdout_contains("is 256 bytes long; ids name stage directories and may have at most 200")
+        .run();
 }

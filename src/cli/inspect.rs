@@ -1,5 +1,7 @@
 //! `fabro inspect RUN|--last [--json] [--all]`: a run's status, stages, context and artifacts.
 
+use std::path::Path;
+
 use fabro::run_dir::{RunStatus, RunView, StageSummary};
 use serde_json::{json, Map, Value};
 
@@ -85,7 +87,9 @@ fn render_text(view: &RunView, all: bool) -> String {
     let m = &view.manifest;
     let mut out = String::new();
     let mut field = |name: &str, value: &str| out.push_str(&format!("{:<13}{}\n", format!("{name}:"), value));
-    field("workflow", &format!("{} ({})", m.workflow, m.source_path));
+    let cwd = std::env::current_dir().unwrap_or_default();
+    let source = fabro::report::relative_display(Path::new(&m.source_path), &cwd);
+    field("workflow", &format!("{} ({source})", m.workflow));
     field("run id", &m.run_id);
     field("status", view.status_label());
     if !m.goal.is_empty() {

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use fabro::run_dir::housekeeping::{delete_run, prune_candidates};
+use fabro::run_dir::housekeeping::{delete_run, prune_candidates, PruneReason};
 use fabro::run_dir::{RunStatus, RunView};
 use serde_json::{json, Value};
 
@@ -207,8 +207,19 @@ pub fn run(args: Args) -> u8 {
             println!("nothing to prune in {}", args.dir.display());
             return exit::SUCCESS;
         }
-        let runs: Vec<(PathBuf, Option<String>)> =
-            candidates.into_iter().map(|c| (c.dir, Some(c.reason.to_string()))).collect();
+        let cwd = std::env::current_dir().unwrap_or_default();
+        let runs: Vec<(PathBuf, Option<String>)> = candidates
+            .into_iter()
+            .map(|c| {
+                let reason = match c.reason {
+                    PruneReason::WorkflowGone(path) => {
+                        PruneReason::WorkflowGone(fabro::report::relative_display(Path::new(&path), &cwd))
+                    }
+                    other => other,
+                };
+                (c.dir, Some(reason.to_string()))
+            })
+            .collect();
         return delete(&runs, args.dry_run);
     }
     let (entries, older) = shown(list(&args.dir), args.all);
