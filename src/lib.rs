@@ -17,6 +17,7 @@ pub mod handlers;
 pub mod interview;
 pub mod load;
 pub mod outcome;
+pub mod process_group;
 pub mod render;
 pub mod report;
 pub mod run_dir;

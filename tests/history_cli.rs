@@ -319,9 +319,9 @@ fn fork_and_rewind_refuse_what_they_cannot_do() {
     refused(&["rewind", "old", "--to", "work"], "no checkpoint history");
 
     // A run held by a live process.
-    std::fs::write(dir.path("runs/orig/run.lock"), format!("{}\n", std::process::id())).unwrap();
+    let held = common::hold_run_lock(&dir.path("runs/orig"));
     refused(&["rewind", "runs/orig", "--to", "work@1"], &format!("in use by process {}", std::process::id()));
-    std::fs::remove_file(dir.path("runs/orig/run.lock")).unwrap();
+    drop(held);
     assert_eq!(snapshot(&dir.path("runs/orig")), before, "refusals change nothing");
 }
 

@@ -56,31 +56,56 @@ fn group_alive(pgid: i32) -> bool {
     })
 }
 
-#[test]
-fn a_resume_kills_what_a_killed_fabro_left_running_before_the_stage_runs_again() {
-    let workflow = r#"digraph slow {
+const SLOW_WORKFLOW: &str = r#"digraph slow {
     allow_lints="failure_path"
     start [shape=Mdiamond]
     exit [shape=Msquare]
-    work [shape=parallelogram, script="if [ -f again ]; then echo second run; else touch again; sleep 30; echo first run; fi"]
+    work [shape=parallelogram, script="if [ -f again ]; then echo second run; else sleep 30 & touch again; wait; echo first run; fi"]
     start -> work -> exit
 }
 "#;
-    let test = Test::new().workflow(workflow);
-    let dir = test.path("");
-    let mut fabro =
-        common::fabro_command(&dir, &["run", "workflow.dot", "--run-dir", "run", "-q"]).spawn().unwrap();
+
+/// Starts a run of [`SLOW_WORKFLOW`] and returns fabro and the work stage's process group once
+/// the script runs.
+fn slow_stage_running(dir: &std::path::Path) -> (std::process::Child, i32) {
+    let fabro =
+        common::fabro_command(dir, &["run", "workflow.dot", "--run-dir", "run", "-q"]).spawn().unwrap();
     let record = dir.join("run/stages/work/1/process.json");
     common::wait_for_file(&record, "the work stage");
     common::wait_for_file(&dir.join("again"), "the script");
     let process: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&record).unwrap()).unwrap();
-    let pgid = process["pgid"].as_i64().unwrap() as i32;
+    (fabro, process["pgid"].as_i64().unwrap() as i32)
+}
+
+#[test]
+fn a_stages_processes_die_with_a_killed_fabro() {
+    let test = Test::new().workflow(SLOW_WORKFLOW);
+    let dir = test.path("");
+    let (mut fabro, pgid) = slow_stage_running(&dir);
+    assert!(group_alive(pgid));
     fabro.kill().unwrap();
     fabro.wait().unwrap();
-    // The leader died with fabro; its `sleep` lives on in the group.
-    std::thread::sleep(std::time::Duration::from_millis(200));
-    assert!(group_alive(pgid), "the stage's processes outlived fabro");
+    let killed = std::time::Instant::now();
+    while group_alive(pgid) {
+        assert!(killed.elapsed() < std::time::Duration::from_secs(1), "the stage outlived fabro by a second");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn a_resume_kills_what_a_killed_fabro_left_running_before_the_stage_runs_again() {
+    let test = Test::new().workflow(SLOW_WORKFLOW);
+    let dir = test.path("");
+    let (mut fabro, pgid) = slow_stage_running(&dir);
+    // fabro and the group's guard die at once, as if the machine's OOM killer took both: the
+    // guard cannot clean up, and the script's `sleep` lives on in the group.
+    // SAFETY: signalling processes this test started.
+    unsafe { libc::kill(pgid, libc::SIGKILL) };
+    fabro.kill().unwrap();
+    fabro.wait().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(group_alive(pgid), "the script's sleep outlived fabro and the guard");
 
     let resumed = common::fabro_command(&dir, &["resume", "run"]).output().unwrap();
     let stderr = String::from_utf8_lossy(&resumed.stderr);
@@ -93,4 +118,27 @@ fn a_resume_kills_what_a_killed_fabro_left_running_before_the_stage_runs_again()
     let output = std::fs::read_to_string(dir.join("run/stages/work/1.2/stdout.log")).unwrap();
     assert_eq!(output, "second run\n");
     assert!(!dir.join("run/stages/work/1.2/process.json").exists(), "a finished stage leaves no record");
+}
+
+#[test]
+fn a_double_ctrl_c_leaves_no_stage_process_behind() {
+    for attempt in 0..5 {
+        let test = Test::new().workflow(SLOW_WORKFLOW);
+        let dir = test.path("");
+        let (mut fabro, pgid) = slow_stage_running(&dir);
+        let pid = fabro.id() as i32;
+        // SAFETY: signalling the fabro this test started, twice, as two Ctrl-C presses do.
+        unsafe { libc::kill(pid, libc::SIGINT) };
+        std::thread::sleep(std::time::Duration::from_millis(attempt * 5));
+        unsafe { libc::kill(pid, libc::SIGINT) };
+        fabro.wait().unwrap();
+        let exited = std::time::Instant::now();
+        while group_alive(pgid) {
+            assert!(
+                exited.elapsed() < std::time::Duration::from_secs(1),
+                "attempt {attempt}: the stage outlived fabro"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
 }

@@ -82,13 +82,13 @@ fn runs_are_deleted_by_id_and_pruned_when_their_workflow_is_gone() {
 
     // A run that a process holds is never deleted; by id prefix otherwise.
     let run_dir = dir.join(".fabro/runs").join(&kept_id);
-    std::fs::write(run_dir.join("run.lock"), format!("{}\n", std::process::id())).unwrap();
+    let held = common::hold_run_lock(&run_dir);
     let short: String = kept_id.chars().take(13).collect();
     let (code, _, stderr) = fabro(&dir, &["runs", "--delete", &short]);
     assert_eq!(code, Some(1));
     assert!(stderr.contains("is in use (process"), "{stderr}");
     assert!(run_dir.exists());
-    std::fs::remove_file(run_dir.join("run.lock")).unwrap();
+    drop(held);
     let (code, said, _) = fabro(&dir, &["runs", "--delete", &short]);
     assert_eq!(code, Some(0));
     assert_eq!(said, format!("deleted .fabro/runs/{kept_id}\n"));

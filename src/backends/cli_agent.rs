@@ -13,8 +13,8 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::redaction::Secrets;
-use super::tools::KillGroup;
 use super::BackendError;
+use crate::process_group::{lead_guarded_group, ProcessGroup};
 
 /// The argv of a named agent, or `None` for a custom command.
 pub fn known_agent(name: &str, prompt: &str) -> Option<Vec<String>> {
@@ -63,8 +63,8 @@ pub async fn run(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .env("FABRO_WORK_DIR", work_dir)
-        .process_group(0)
         .kill_on_drop(true);
+    lead_guarded_group(&mut command);
     if let Some(file) = prompt_file {
         command.env("FABRO_PROMPT_FILE", file);
     }
@@ -74,7 +74,7 @@ pub async fn run(
             work_dir.display()
         ))
     })?;
-    let guard = KillGroup(child.id().and_then(|pid| i32::try_from(pid).ok()));
+    let mut group = ProcessGroup::of(&child);
     let mut stdin = child.stdin.take();
     let mut stdout = child.stdout.take();
     let mut stderr = child.stderr.take();
@@ -113,11 +113,12 @@ pub async fn run(
     let (status, out, err) = match finished {
         Ok(done) => done,
         Err(error) => {
-            drop(guard);
+            drop(group);
             return Err(error);
         }
     };
-    std::mem::forget(guard);
+    // The agent is done; what it left running in the background ends with it.
+    group.stop_rest().await;
     let stdout = secrets.redact(&String::from_utf8_lossy(&out));
     let stderr = secrets.redact(&String::from_utf8_lossy(&err));
     let status =

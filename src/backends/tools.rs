@@ -14,6 +14,7 @@ use serde_json::{json, Value};
 use tokio::io::AsyncReadExt;
 
 use super::chat::ToolDefinition;
+use crate::process_group::{lead_guarded_group, ProcessGroup};
 
 /// Most characters of shell output kept (head and tail).
 pub const SHELL_OUTPUT_CAP: usize = 30_000;
@@ -93,6 +94,9 @@ pub struct Toolbox {
     /// Directories tools may read but not write (the run's artifacts).
     readable: Vec<PathBuf>,
     pub tracker: FileTracker,
+    /// Groups of shell commands that left processes running; killed when the toolbox (the
+    /// stage) ends.
+    background: Vec<ProcessGroup>,
 }
 
 /// A tool's answer.
@@ -170,7 +174,7 @@ impl Toolbox {
     pub fn new(work_dir: &Path, readable: Vec<PathBuf>) -> std::io::Result<Toolbox> {
         let root = work_dir.canonicalize()?;
         let readable = readable.into_iter().filter_map(|dir| dir.canonicalize().ok()).collect();
-        Ok(Toolbox { root, readable, tracker: FileTracker::default() })
+        Ok(Toolbox { root, readable, tracker: FileTracker::default(), background: Vec::new() })
     }
 
     pub fn root(&self) -> &Path {
@@ -422,14 +426,13 @@ impl Toolbox {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .process_group(0)
             .kill_on_drop(true);
+        lead_guarded_group(&mut process);
         for name in HIDDEN_ENV {
             process.env_remove(name);
         }
         let mut child = process.spawn().map_err(|e| format!("cannot start sh: {e}"))?;
-        let pgid = child.id().and_then(|pid| i32::try_from(pid).ok());
-        let guard = KillGroup(pgid);
+        let group = ProcessGroup::of(&child);
         let mut stdout = child.stdout.take();
         let mut stderr = child.stderr.take();
         let collect = async {
@@ -452,11 +455,12 @@ impl Toolbox {
         let (out, err, status) = match tokio::time::timeout(timeout, collect).await {
             Ok(done) => done,
             Err(_) => {
-                drop(guard);
+                drop(group);
                 return Err(format!("the command timed out after {}s and was killed", timeout.as_secs_f64()));
             }
         };
-        std::mem::forget(guard);
+        // What the command left running in the background lives until the stage ends.
+        self.background.push(group);
         let code = match status {
             Ok(status) => {
                 status.code().map_or_else(|| "killed by a signal".to_string(), |c| format!("exit code {c}"))
@@ -471,20 +475,6 @@ impl Toolbox {
         }
         let text = cap_middle(&text, SHELL_OUTPUT_CAP);
         Ok(format!("{code}\n{text}"))
-    }
-}
-
-/// Kills a process group when dropped (a timed-out or cancelled shell command).
-pub(crate) struct KillGroup(pub(crate) Option<i32>);
-
-impl Drop for KillGroup {
-    fn drop(&mut self) {
-        if let Some(pgid) = self.0 {
-            // SAFETY: killpg only sends a signal; a stale group id at worst fails with ESRCH.
-            unsafe {
-                libc::killpg(pgid, libc::SIGKILL);
-            }
-        }
     }
 }
 

@@ -90,6 +90,20 @@ pub fn run(args: LogsArgs) -> u8 {
         if finished {
             return exit::SUCCESS;
         }
+        if chunk.is_empty() && !fabro::run_dir::lock_is_held(&run_dir) {
+            // Nothing new and no process drives the run: whatever it wrote before it stopped has
+            // been read once the file is read again.
+            chunk.clear();
+            if file.read_to_end(&mut chunk).is_ok() && chunk.is_empty() {
+                let _ = printer.out.flush();
+                eprintln!(
+                    "note: no process drives this run and it recorded no end (its fabro was killed); \
+                     `fabro resume` continues it"
+                );
+                return exit::SUCCESS;
+            }
+            continue;
+        }
         if printer.print_new_output().is_err() || printer.out.flush().is_err() {
             return exit::SUCCESS;
         }

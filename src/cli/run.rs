@@ -552,6 +552,8 @@ pub fn watch_signals(cancel: CancellationToken) {
         eprintln!("\nstopping: finishing the checkpoint (press Ctrl-C again to exit at once)");
         cancel.cancel();
         if tokio::signal::ctrl_c().await.is_ok() {
+            // Exiting skips destructors: stop the stages' processes first.
+            fabro::process_group::kill_all();
             std::process::exit(i32::from(exit::INTERRUPTED));
         }
     });

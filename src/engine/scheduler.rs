@@ -204,7 +204,7 @@ impl Engine {
         cancel: CancellationToken,
     ) -> Result<RunReport, StartError> {
         let workflow = &valid.workflow;
-        let lock = saved.dir.lock()?;
+        let lock = saved.lock;
         let ended = matches!(saved.checkpoint.status, RunStatus::Succeeded | RunStatus::Failed);
         let next_id = match (&saved.checkpoint.next_node, ended) {
             (Some(next), false) => next.clone(),
@@ -395,13 +395,16 @@ impl Run<'_> {
         }
     }
 
-    /// Writes the final checkpoint, manifest and result, and emits the closing event.
+    /// Writes the final checkpoint, result.json, the closing event and the manifest, in that
+    /// order: a process killed anywhere in between leaves the manifest saying `running`, and a
+    /// resume finishes the records.
     fn finish(mut self, last: NodeIndex, status: RunStatus, reason: Option<String>) -> RunReport {
         let last_id = self.main.scope.workflow.node_at(last).id.clone();
         if matches!(status, RunStatus::Succeeded | RunStatus::Failed) {
             self.main.save_checkpoint(status, &last_id, None);
         }
-        let result = self.close(status, if status == RunStatus::Paused { None } else { reason.clone() });
+        let result =
+            self.write_result(status, if status == RunStatus::Paused { None } else { reason.clone() });
         let event = match status {
             RunStatus::Succeeded => "run.completed",
             RunStatus::Paused => "run.paused",
@@ -413,20 +416,16 @@ impl Run<'_> {
             events.run_event(event, json!({"status": status.as_str(), "failure_reason": reason, "duration_ms": result.duration_ms}));
         }
         events.flush();
+        self.write_manifest(status);
         let pause_reason = if status == RunStatus::Paused { reason } else { None };
         let worktree_hint = self.main.worktree.as_ref().map(RunWorktree::merge_hint);
         let timings = *self.main.scope.timings();
         RunReport { result, pause_reason, timings, worktree_hint }
     }
 
-    /// Records how this run directory's run ended: manifest status and result.json.
-    fn close(&mut self, status: RunStatus, failure_reason: Option<String>) -> RunResult {
+    /// Writes result.json: how this run directory's run ended.
+    fn write_result(&mut self, status: RunStatus, failure_reason: Option<String>) -> RunResult {
         let scope = &self.main.scope;
-        self.manifest.finished_at = Some(now_rfc3339());
-        self.manifest.status = status;
-        if let Err(error) = scope.run_dir.write_json("manifest.json", &self.manifest) {
-            tracing::warn!(%error, "manifest not updated");
-        }
         let result = RunResult {
             run_id: scope.run_id.clone(),
             status,
@@ -441,6 +440,15 @@ impl Run<'_> {
             tracing::warn!(%error, "result.json not written");
         }
         result
+    }
+
+    /// Records the run's end in its manifest: the last of its records.
+    fn write_manifest(&mut self, status: RunStatus) {
+        self.manifest.finished_at = Some(now_rfc3339());
+        self.manifest.status = status;
+        if let Err(error) = self.main.scope.run_dir.write_json("manifest.json", &self.manifest) {
+            tracing::warn!(%error, "manifest not updated");
+        }
     }
 
     /// A `loop_restart` edge: closes this run directory as `restarted` and continues in a new
@@ -459,8 +467,10 @@ impl Run<'_> {
         let from_id = workflow.node_at(from).id.clone();
         self.main.save_checkpoint(RunStatus::Restarted, &from_id, Some(&target_id));
         self.manifest.restarted_as = Some(new_root.clone());
-        self.close(RunStatus::Restarted, None);
+        self.write_result(RunStatus::Restarted, None);
         self.main.scope.events.run_event("run.restarted", json!({"to": target_id, "run_dir": new_root}));
+        self.main.scope.events.flush();
+        self.write_manifest(RunStatus::Restarted);
         let Some(scope) = Arc::get_mut(&mut self.main.scope) else {
             let source =
                 std::io::Error::other("a loop_restart edge was followed while parallel branches still ran");

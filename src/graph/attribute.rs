@@ -300,6 +300,12 @@ pub static ATTRIBUTES: &[AttributeSpec] = &[
         "Bytes of stdout and stderr a command stage may write; past them it fails (default 1 GiB)."
     ),
     spec!(
+        "keep_background",
+        ValueType::Boolean,
+        NODE,
+        "Processes a command stage leaves in the background keep running after it (default false: stopped)."
+    ),
+    spec!(
         "max_in_turn_tool_pairs",
         ValueType::Count,
         NODE,

@@ -8,9 +8,10 @@
 //! Output goes straight to `stdout.log` and `stderr.log` in the stage directory as it is written;
 //! afterwards each becomes `command.output` and `command.stderr` (the last 16 MiB of a longer
 //! log), next to `command.exit_code`; the engine moves large values to the artifact store, so the
-//! context and checkpoints stay small. The command runs as the leader of its own process group so that a
-//! timeout or a cancelled run can stop everything it started (SIGTERM, then SIGKILL after a
-//! grace period). A script may decide the outcome itself by writing
+//! context and checkpoints stay small. The command runs in its own process group (see
+//! [`crate::process_group`]): a timeout or a cancelled run stops everything it started (SIGTERM,
+//! then SIGKILL after a grace period), what it leaves running in the background is stopped the
+//! same way when the stage ends, and the group dies with fabro. A script may decide the outcome itself by writing
 //! `$FABRO_STAGE_DIR/status.json` (the [`Outcome`] contract).
 
 use std::path::{Path, PathBuf};
@@ -22,16 +23,13 @@ use tokio::io::{AsyncReadExt, AsyncSeekExt};
 use super::{Handler, HandlerError, StageRun};
 use crate::graph::attribute::format_duration;
 use crate::outcome::{Outcome, StageStatus};
+use crate::process_group::{lead_guarded_group, ProcessGroup};
 
 /// Runs command stages.
 pub struct CommandHandler;
 
 /// How much of the end of each log becomes a context value.
 const OUTPUT_TAIL_BYTES: u64 = 16 * 1024 * 1024;
-/// How long a process group has between SIGTERM and SIGKILL.
-const KILL_GRACE: Duration = Duration::from_secs(2);
-/// How often the group is checked for survivors during the grace period.
-const GROUP_POLL: Duration = Duration::from_millis(20);
 
 const STATUS_FILE: &str = "status.json";
 const CONTEXT_FILE: &str = "context.json";
@@ -102,18 +100,10 @@ impl Handler for CommandHandler {
             .env("FABRO_NODE_ID", node_id)
             .env("FABRO_VISIT", stage.visit.to_string())
             .env("FABRO_CONTEXT", &context_path)
-            .process_group(0)
             .kill_on_drop(true);
-        // The leader dies with fabro (Linux); what it started is killed by the next resume,
-        // which finds the group in process.json.
-        // SAFETY: prctl(2) with PR_SET_PDEATHSIG only sets a flag of the new process; it is
-        // async-signal-safe and allocates nothing.
-        unsafe {
-            command.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                Ok(())
-            });
-        }
+        // The group dies with fabro; if even its guard was killed, the next resume finds the
+        // group in process.json and kills it.
+        lead_guarded_group(&mut command);
 
         let started = Instant::now();
         let mut child = command.spawn().map_err(|error| {
@@ -122,9 +112,8 @@ impl Handler for CommandHandler {
                 stage.work_dir.display()
             ))
         })?;
-        // The child leads its own group, so its pid is the group id.
-        let mut group = GroupGuard { pgid: child.id().and_then(|pid| i32::try_from(pid).ok()) };
-        if let Some(pgid) = group.pgid {
+        let mut group = ProcessGroup::of(&child);
+        if let Some(pgid) = group.id() {
             crate::run_dir::stage_process::record(&stage_dir, pgid);
         }
         let _recorded = ProcessRecord(&stage_dir);
@@ -147,8 +136,13 @@ impl Handler for CommandHandler {
         };
         let status = match ending {
             Ending::Exited(status) => {
-                // Background processes the script left behind are its business.
-                group.disarm();
+                // What the script left running in the background ends with its stage, unless
+                // the stage says to keep it.
+                if stage.node.attributes.boolean("keep_background") == Some(true) {
+                    group.release();
+                } else {
+                    group.stop_rest().await;
+                }
                 status
             }
             Ending::Cancelled => {
@@ -420,62 +414,6 @@ impl Drop for ProcessRecord<'_> {
     }
 }
 
-/// The command's process group. Dropped while armed (the handler's future was dropped mid-run),
-/// it kills the whole group.
-struct GroupGuard {
-    pgid: Option<i32>,
-}
-
-impl GroupGuard {
-    fn disarm(&mut self) {
-        self.pgid = None;
-    }
-
-    /// Stops every process in the group: SIGTERM, up to [`KILL_GRACE`] for the group to empty,
-    /// then SIGKILL. Reaps the leader and returns its exit status when it could be had.
-    async fn terminate(&mut self, child: &mut tokio::process::Child) -> Option<ExitStatus> {
-        let Some(pgid) = self.pgid else {
-            let _ = child.start_kill();
-            return child.wait().await.ok();
-        };
-        signal_group(pgid, libc::SIGTERM);
-        let deadline = tokio::time::Instant::now() + KILL_GRACE;
-        let mut status = tokio::time::timeout_at(deadline, child.wait()).await.ok().and_then(Result::ok);
-        // The leader is gone; give the rest of the group what is left of the grace period.
-        while status.is_some() && group_alive(pgid) && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(GROUP_POLL).await;
-        }
-        signal_group(pgid, libc::SIGKILL);
-        if status.is_none() {
-            status = child.wait().await.ok();
-        }
-        self.disarm();
-        status
-    }
-}
-
-impl Drop for GroupGuard {
-    fn drop(&mut self) {
-        if let Some(pgid) = self.pgid {
-            signal_group(pgid, libc::SIGKILL);
-        }
-    }
-}
-
-/// Sends `signal` to every process in group `pgid`; false when none received it.
-fn signal_group(pgid: i32, signal: libc::c_int) -> bool {
-    // A group id of 0 or 1 would mean "our own group" or "every process": never signal those.
-    if pgid <= 1 {
-        return false;
-    }
-    // SAFETY: kill(2) takes plain integers and touches no memory of ours.
-    unsafe { libc::kill(-pgid, signal) == 0 }
-}
-
-fn group_alive(pgid: i32) -> bool {
-    signal_group(pgid, 0)
-}
-
 #[cfg(test)]
 mod tests {
     use std::time::{Duration, Instant};
@@ -654,6 +592,32 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn background_processes_end_with_their_stage() {
+        let fixture = fixture(
+            r#"script="sleep 30 >/dev/null 2>&1 & echo $! > \"$FABRO_STAGE_DIR/child.pid\"; echo done""#,
+        );
+        let stage = fixture.stage("run");
+        let outcome = CommandHandler.run(&stage).await.expect("runs");
+        assert_eq!(outcome.status, StageStatus::Success, "{outcome:?}");
+        let pid = child_pid(&stage);
+        assert!(!still_running(pid).await, "background child {pid} survived its stage");
+    }
+
+    #[tokio::test]
+    async fn keep_background_leaves_background_processes_running() {
+        let fixture = fixture(
+            r#"keep_background=true, script="sleep 30 >/dev/null 2>&1 & echo $! > \"$FABRO_STAGE_DIR/child.pid\"""#,
+        );
+        let stage = fixture.stage("run");
+        let outcome = CommandHandler.run(&stage).await.expect("runs");
+        assert_eq!(outcome.status, StageStatus::Success, "{outcome:?}");
+        let pid = child_pid(&stage);
+        assert!(still_running(pid).await, "the background child was kept");
+        // SAFETY: ending the process this test started.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+
+    #[tokio::test]
     async fn timeout_escalates_to_sigkill_when_sigterm_is_ignored() {
         let fixture = fixture(
             r#"script="trap '' TERM; sh -c 'trap \"\" TERM; echo $$ > \"$FABRO_STAGE_DIR/child.pid\"; while :; do sleep 1; done' & wait", timeout=200ms"#,
@@ -663,7 +627,10 @@ mod tests {
         let outcome = CommandHandler.run(&stage).await.expect("runs");
         let elapsed = started.elapsed();
         // The leader ignores SIGTERM, so only the SIGKILL after the grace period stops it.
-        assert!(elapsed >= KILL_GRACE && elapsed < Duration::from_secs(5), "took {elapsed:?}");
+        assert!(
+            elapsed >= crate::process_group::KILL_GRACE && elapsed < Duration::from_secs(5),
+            "took {elapsed:?}"
+        );
         assert_eq!(outcome.status, StageStatus::Fail);
         let pid = child_pid(&stage);
         assert!(!still_running(pid).await, "background child {pid} survived");

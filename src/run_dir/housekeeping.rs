@@ -40,8 +40,8 @@ pub struct PruneCandidate {
 pub enum DeleteError {
     #[error("`{}` is not a run directory (no manifest.json); nothing was deleted", dir.display())]
     NotARun { dir: PathBuf },
-    #[error("the run in `{}` is in use (process {pid} holds its lock); nothing was deleted", dir.display())]
-    InUse { dir: PathBuf, pid: i32 },
+    #[error("the run in `{}` is in use ({} holds its lock); nothing was deleted", dir.display(), pid.map_or_else(|| "another process".to_string(), |pid| format!("process {pid}")))]
+    InUse { dir: PathBuf, pid: Option<i32> },
     #[error("cannot delete `{}`: {source}", dir.display())]
     Io { dir: PathBuf, source: std::io::Error },
 }
@@ -91,8 +91,8 @@ pub fn delete_run(dir: &Path) -> Result<(), DeleteError> {
     })?;
     let removed =
         std::fs::remove_dir_all(dir).map_err(|source| DeleteError::Io { dir: dir.to_path_buf(), source });
-    // The lock file went with the directory.
-    std::mem::forget(lock);
+    // The lock file went with the directory; the lock ends here.
+    drop(lock);
     removed
 }
 
@@ -145,10 +145,10 @@ mod tests {
         let temp = tempfile::tempdir().unwrap();
         let runs = temp.path().join("runs");
         let dir = add_run(&runs, "r1", RunStatus::Running, None, "w.dot");
-        std::fs::write(dir.join("run.lock"), format!("{}\n", std::process::id())).unwrap();
+        let held = crate::run_dir::lock::hold(&dir);
         assert!(matches!(delete_run(&dir), Err(DeleteError::InUse { .. })));
         assert!(dir.join("manifest.json").exists());
-        std::fs::remove_file(dir.join("run.lock")).unwrap();
+        drop(held);
         delete_run(&dir).unwrap();
         assert!(!dir.exists());
 

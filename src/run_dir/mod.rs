@@ -18,6 +18,7 @@
 mod atomic;
 mod history;
 pub mod housekeeping;
+pub(crate) mod lock;
 pub mod lookup;
 mod records;
 mod saved;
@@ -29,6 +30,8 @@ use std::path::{Path, PathBuf};
 
 pub use atomic::{link_atomic, write_atomic, write_atomic_with, Durability};
 pub use history::{fork, parse_target, rewind, select_checkpoint, ForkOrigin, Forked, HistoryError, Rewound};
+pub use lock::is_held as lock_is_held;
+pub use lock::{RunLock, LOCK_FILE};
 pub use records::{
     Checkpoint, CheckpointRef, LaunchRecord, Manifest, RunResult, RunStatus, StageRecord, StageStatusFile,
     UsageTotals, WorktreeRecord,
@@ -36,37 +39,10 @@ pub use records::{
 pub use saved::{ResumeError, SavedRun};
 pub use view::{RunView, StageSummary, ViewError};
 
-/// Held while a process drives a run; removes `run.lock` when dropped.
-#[derive(Debug)]
-pub struct RunLock {
-    path: PathBuf,
-}
-
-impl Drop for RunLock {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
-    }
-}
-
-/// True when a live process holds the run lock in `root`.
-pub(crate) fn lock_is_held(root: &Path) -> bool {
-    std::fs::read_to_string(root.join("run.lock"))
-        .ok()
-        .and_then(|text| text.split_whitespace().next().and_then(|pid| pid.parse::<i32>().ok()))
-        .is_some_and(process_exists)
-}
-
-fn process_exists(pid: i32) -> bool {
-    // SAFETY: signal 0 only checks whether the process exists and may be signalled.
-    pid > 0
-        && (unsafe { libc::kill(pid, 0) } == 0
-            || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM))
-}
-
 #[derive(Debug, thiserror::Error)]
 pub enum RunDirError {
-    #[error("run directory `{}` is in use by process {pid} (lock file {}); wait for it to finish or stop it", path.parent().map(|p| p.display().to_string()).unwrap_or_default(), path.display())]
-    Locked { path: PathBuf, pid: i32 },
+    #[error("run directory `{}` is in use by {} (lock file {}); wait for it to finish or stop it", path.parent().map(|p| p.display().to_string()).unwrap_or_default(), pid.map_or_else(|| "another process".to_string(), |pid| format!("process {pid}")), path.display())]
+    Locked { path: PathBuf, pid: Option<i32> },
     #[error("run directory `{}` already exists and is not empty; choose another with --run-dir", path.display())]
     NotEmpty { path: PathBuf },
     #[error("cannot write `{}`: {source}", path.display())]
@@ -134,31 +110,9 @@ impl RunDir {
         link_atomic(&path, &current, durability).map_err(|source| io(&current, source))
     }
 
-    /// Takes the run's lock file, so that only one process drives the run at a time. A lock left
-    /// by a process that no longer exists is taken over.
+    /// Takes the run's lock, so that only one process drives the run at a time.
     pub fn lock(&self) -> Result<RunLock, RunDirError> {
-        let path = self.root.join("run.lock");
-        for _ in 0..2 {
-            match std::fs::OpenOptions::new().write(true).create_new(true).open(&path) {
-                Ok(mut file) => {
-                    use std::io::Write as _;
-                    let _ = writeln!(file, "{}", std::process::id());
-                    return Ok(RunLock { path });
-                }
-                Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {
-                    let holder =
-                        std::fs::read_to_string(&path).ok().and_then(|t| t.trim().parse::<i32>().ok());
-                    match holder {
-                        Some(pid) if process_exists(pid) => return Err(RunDirError::Locked { path, pid }),
-                        _ => {
-                            let _ = std::fs::remove_file(&path);
-                        }
-                    }
-                }
-                Err(source) => return Err(io(&path, source)),
-            }
-        }
-        Err(io(&path, std::io::Error::other("could not take the lock")))
+        lock::take(&self.root)
     }
 
     /// Writes `value` as compact JSON (one line) to `relative`, atomically: for files rewritten
@@ -228,20 +182,6 @@ fn io(path: &Path, source: std::io::Error) -> RunDirError {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn one_process_holds_the_lock_and_stale_locks_are_taken_over() {
-        let temp = tempfile::tempdir().unwrap();
-        let run = RunDir::create(&temp.path().join("run")).unwrap();
-        let lock = run.lock().unwrap();
-        assert!(
-            matches!(run.lock(), Err(RunDirError::Locked { pid, .. }) if pid == std::process::id() as i32)
-        );
-        drop(lock);
-        assert!(!run.root().join("run.lock").exists());
-        std::fs::write(run.root().join("run.lock"), "999999999\n").unwrap();
-        let _lock = run.lock().expect("a stale lock is taken over");
-    }
 
     #[test]
     fn every_checkpoint_is_kept_and_checkpoint_json_is_the_latest() {

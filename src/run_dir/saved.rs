@@ -18,6 +18,8 @@ pub enum ResumeError {
     NoNextStage { path: PathBuf },
     #[error("`{}` is a symbolic link; fabro does not follow links in run directories (it could write outside the run)", path.display())]
     Link { path: PathBuf },
+    #[error(transparent)]
+    RunDir(#[from] super::RunDirError),
 }
 
 fn describe(status: RunStatus) -> &'static str {
@@ -33,6 +35,8 @@ fn describe(status: RunStatus) -> &'static str {
 #[derive(Debug)]
 pub struct SavedRun {
     pub dir: RunDir,
+    /// The run's lock, taken before anything was read: what is read is what the resume drives.
+    pub lock: super::RunLock,
     pub manifest: Manifest,
     pub checkpoint: Checkpoint,
     /// The stages recorded so far (from result.json when the run ended paused or interrupted).
@@ -46,16 +50,26 @@ pub struct SavedRun {
 }
 
 impl SavedRun {
-    /// Reads a run directory; refuses ones that are not runs, are corrupt, or have ended.
+    /// Takes the run's lock and reads its directory; refuses ones that are not runs, are
+    /// corrupt, are driven by another process, or have ended.
     pub fn open(root: &Path) -> Result<SavedRun, ResumeError> {
         refuse_links(root)?;
+        if !std::fs::symlink_metadata(root.join("manifest.json")).is_ok_and(|meta| meta.is_file()) {
+            return Err(ResumeError::NotARun { path: root.to_path_buf(), missing: "manifest.json" });
+        }
+        let dir = RunDir { root: root.to_path_buf() };
+        let lock = dir.lock()?;
         let manifest: Manifest = read_json(root, "manifest.json")?;
         let checkpoint: Checkpoint = read_json(root, "checkpoint.json")?;
         let ended =
             matches!(checkpoint.status, RunStatus::Succeeded | RunStatus::Failed | RunStatus::Restarted);
-        // A process killed after the final checkpoint but before it recorded the end leaves the
-        // manifest saying `running`: resuming then only finalizes the run.
-        let unrecorded_end = ended && manifest.status == RunStatus::Running;
+        // The end of a run is recorded in the order result.json, the closing event, the
+        // manifest. A process killed before the manifest leaves it saying `running`; one
+        // killed by an earlier fabro, which wrote the manifest first, may leave no result.json.
+        // Resuming such a run only finishes its records.
+        let unrecorded_end = ended
+            && (manifest.status == RunStatus::Running
+                || (checkpoint.status != RunStatus::Restarted && !root.join("result.json").exists()));
         if ended && !unrecorded_end {
             return Err(ResumeError::Finished { path: root.to_path_buf(), status: checkpoint.status });
         }
@@ -86,7 +100,8 @@ impl SavedRun {
             .max()
             .unwrap_or(0);
         Ok(SavedRun {
-            dir: RunDir { root: root.to_path_buf() },
+            dir,
+            lock,
             manifest,
             checkpoint,
             stages,
@@ -116,8 +131,7 @@ impl SavedRun {
     /// Makes `source` the workflow the run continues with: the stored copy moves aside to
     /// `workflow.<n>.dot` (never overwritten) and the manifest records the new file and hash.
     pub fn adopt_workflow(&mut self, path: &Path, source: &str) -> Result<(), super::RunDirError> {
-        // Refused while another process drives the run.
-        let _lock = self.dir.lock()?;
+        // The run's lock is held since `open`.
         let root = self.dir.root().to_path_buf();
         let stored = root.join("workflow.dot");
         let mut n = 1;
@@ -177,14 +191,19 @@ fn stages_from_status_files(root: &Path, checkpoint: &Checkpoint) -> Vec<StageRe
 
 /// Refuses a run directory that is, or directly holds, a symbolic link: everything fabro writes
 /// when it continues a run must stay inside the run directory.
+/// Refuses a run directory with a symbolic link anywhere in what fabro writes (everything but
+/// the git worktree, whose files are the project's), before anything is changed.
 fn refuse_links(root: &Path) -> Result<(), ResumeError> {
-    let is_link = |path: &Path| std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink());
-    if is_link(root) {
+    if std::fs::symlink_metadata(root).is_ok_and(|m| m.file_type().is_symlink()) {
         return Err(ResumeError::Link { path: root.to_path_buf() });
     }
-    for entry in std::fs::read_dir(root).into_iter().flatten().flatten() {
-        if is_link(&entry.path()) {
-            return Err(ResumeError::Link { path: entry.path() });
+    let walk = walkdir::WalkDir::new(root)
+        .follow_links(false)
+        .into_iter()
+        .filter_entry(|entry| !(entry.depth() == 1 && entry.file_name() == "worktree"));
+    for entry in walk.flatten() {
+        if entry.path_is_symlink() {
+            return Err(ResumeError::Link { path: entry.into_path() });
         }
     }
     Ok(())

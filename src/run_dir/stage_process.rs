@@ -5,7 +5,6 @@
 //! pid: a group is only killed when its leader is the process the file names.
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 /// The file's name in a stage directory.
 pub const PROCESS_FILE: &str = "process.json";
@@ -63,28 +62,18 @@ pub fn kill_survivors(root: &Path) -> Vec<Survivor> {
             let _ = std::fs::remove_file(&path);
             continue;
         };
-        if process.pgid > 1 && start_ticks(process.pgid) == Some(process.start_ticks) {
-            kill_group(process.pgid);
+        // The leader is the process recorded, or gone while its group lives on (a group id is
+        // not given to a new process while the group has members).
+        let leader = start_ticks(process.pgid);
+        let ours = leader == Some(process.start_ticks)
+            || (leader.is_none() && crate::process_group::alive(process.pgid));
+        if process.pgid > 1 && ours {
+            crate::process_group::stop_blocking(process.pgid);
             killed.push(Survivor { stage_dir: stage_dir.clone(), pgid: process.pgid });
         }
         let _ = std::fs::remove_file(&path);
     }
     killed
-}
-
-/// SIGTERM, a moment to exit, then SIGKILL.
-fn kill_group(pgid: i32) {
-    // SAFETY: kill(2) takes plain integers and touches no memory of ours.
-    unsafe { libc::kill(-pgid, libc::SIGTERM) };
-    for _ in 0..20 {
-        std::thread::sleep(Duration::from_millis(25));
-        // SAFETY: as above; signal 0 only checks that the group exists.
-        if unsafe { libc::kill(-pgid, 0) } != 0 {
-            return;
-        }
-    }
-    // SAFETY: as above.
-    unsafe { libc::kill(-pgid, libc::SIGKILL) };
 }
 
 #[cfg(test)]

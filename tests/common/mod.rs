@@ -217,3 +217,30 @@ fn collect_dot_files(dir: &Path, out: &mut Vec<PathBuf>) {
         }
     }
 }
+
+/// Holds the run lock of `run_dir` as a running fabro would (an open-file-description lock on
+/// `run.lock` naming this process) until the returned file is dropped; removes the file then.
+#[allow(dead_code)]
+pub struct HeldLock(std::fs::File, PathBuf);
+
+#[allow(dead_code)]
+pub fn hold_run_lock(run_dir: &Path) -> HeldLock {
+    use std::io::Write;
+    use std::os::unix::io::AsRawFd;
+    let path = run_dir.join("run.lock");
+    let mut file =
+        std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&path).unwrap();
+    // SAFETY: `flock` is plain data; fcntl reads it and keeps no pointer.
+    let mut request: libc::flock = unsafe { std::mem::zeroed() };
+    request.l_type = libc::F_WRLCK as libc::c_short;
+    request.l_whence = libc::SEEK_SET as libc::c_short;
+    assert_eq!(unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_SETLK, &request) }, 0, "lock taken");
+    writeln!(file, "{}", std::process::id()).unwrap();
+    HeldLock(file, path)
+}
+
+impl Drop for HeldLock {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.1);
+    }
+}
