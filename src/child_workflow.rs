@@ -82,10 +82,8 @@ pub fn canonical(path: &Path) -> PathBuf {
 pub fn load_file(path: &Path, ancestors: &[PathBuf]) -> Result<ValidWorkflow, ChildWorkflowError> {
     let read_error = |source| ChildWorkflowError::Read { path: path.to_path_buf(), source };
     // A device or directory is never read (`/dev/zero` would never end).
-    if !std::fs::metadata(path).map_err(read_error)?.is_file() {
-        return Err(read_error(std::io::Error::other("not a regular file")));
-    }
-    let text = std::fs::read_to_string(path).map_err(read_error)?;
+    let text = crate::regular_file::read_to_string(path, crate::regular_file::FileKind::Input)
+        .map_err(read_error)?;
     load_source(SourceFile::new(path, text), ancestors)
 }
 

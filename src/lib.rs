@@ -18,6 +18,7 @@ pub mod interview;
 pub mod load;
 pub mod outcome;
 pub mod process_group;
+pub mod regular_file;
 pub mod render;
 pub mod report;
 pub mod run_dir;

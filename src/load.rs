@@ -118,7 +118,7 @@ impl Loader {
     }
 
     pub fn load_file(&self, path: &Path) -> Result<CheckedWorkflow, LoadError> {
-        let text = std::fs::read_to_string(path)
+        let text = crate::regular_file::read_to_string(path, crate::regular_file::FileKind::Input)
             .map_err(|source| LoadError::Read { path: path.to_path_buf(), source })?;
         self.load_source(SourceFile::new(path, text))
     }

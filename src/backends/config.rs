@@ -379,7 +379,7 @@ fn config_path(env: &dyn Fn(&str) -> Option<String>) -> Option<PathBuf> {
 }
 
 fn read_file(path: &Path) -> Result<FileConfig, ConfigError> {
-    let text = std::fs::read_to_string(path)
+    let text = crate::regular_file::read_to_string(path, crate::regular_file::FileKind::Input)
         .map_err(|error| ConfigError::Unreadable { path: path.to_path_buf(), message: error.to_string() })?;
     toml::from_str(&text)
         .map_err(|error| ConfigError::Invalid { path: path.to_path_buf(), message: error.to_string() })

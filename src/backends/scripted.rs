@@ -49,7 +49,7 @@ impl ScriptedBackend {
     /// Reads a responses file.
     pub fn from_file(path: &Path) -> Result<ScriptedBackend, ScriptError> {
         let origin = path.display().to_string();
-        let text = std::fs::read_to_string(path)
+        let text = crate::regular_file::read_to_string(path, crate::regular_file::FileKind::Input)
             .map_err(|source| ScriptError::Unreadable { path: origin.clone(), source })?;
         Self::from_json(&text, &origin)
     }

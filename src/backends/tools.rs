@@ -259,8 +259,8 @@ impl Toolbox {
 
     fn read_file(&mut self, args: &Value) -> Result<String, String> {
         let path = self.resolve(text_arg(args, "path")?, false)?;
-        let bytes =
-            std::fs::read(&path).map_err(|e| format!("cannot read `{}`: {e}", self.relative(&path)))?;
+        let bytes = crate::regular_file::read(&path, crate::regular_file::FileKind::Record)
+            .map_err(|e| format!("cannot read `{}`: {e}", self.relative(&path)))?;
         let text = String::from_utf8_lossy(&bytes);
         let offset = count_arg(args, "offset").unwrap_or(1).max(1);
         let limit = count_arg(args, "limit");
@@ -304,7 +304,8 @@ impl Toolbox {
         if old.is_empty() {
             return Err("old_string is empty; use write_file to create a file".to_string());
         }
-        let text = std::fs::read_to_string(&path).map_err(|e| format!("cannot read `{relative}`: {e}"))?;
+        let text = crate::regular_file::read_to_string(&path, crate::regular_file::FileKind::Record)
+            .map_err(|e| format!("cannot read `{relative}`: {e}"))?;
         let count = text.matches(old).count();
         let edited = match (count, replace_all) {
             (0, _) => return Err(format!("old_string was not found in {relative}; read the file and copy the text exactly")),

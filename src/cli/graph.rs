@@ -154,17 +154,21 @@ fn load_run_dir(root: &Path) -> Result<(CheckedWorkflow, Option<Overlay>), u8> {
         }
     }
     let workflow_path = root.join("workflow.dot");
-    let text = std::fs::read_to_string(&workflow_path).map_err(|error| {
-        eprintln!("error: cannot read `{}`: {error}", workflow_path.display());
-        exit::INVALID
-    })?;
+    let text = fabro::regular_file::read_to_string(&workflow_path, fabro::regular_file::FileKind::Input)
+        .map_err(|error| {
+            eprintln!("error: cannot read `{}`: {error}", workflow_path.display());
+            exit::INVALID
+        })?;
     let overlay = Overlay::from_run_dir(root).map_err(|error| {
         eprintln!("error: {error}");
         exit::INVALID
     })?;
-    let manifest: Option<Manifest> = std::fs::read_to_string(root.join("manifest.json"))
-        .ok()
-        .and_then(|text| serde_json::from_str(&text).ok());
+    let manifest: Option<Manifest> = fabro::regular_file::read_to_string(
+        root.join("manifest.json"),
+        fabro::regular_file::FileKind::Record,
+    )
+    .ok()
+    .and_then(|text| serde_json::from_str(&text).ok());
     let mut loader = Loader::new();
     let source_path = match &manifest {
         Some(manifest) => {

@@ -55,7 +55,7 @@ async fn resume_async(mut args: ResumeArgs) -> u8 {
         }
     }
     let (source_path, source_text) = match &args.workflow {
-        Some(path) => match std::fs::read_to_string(path) {
+        Some(path) => match fabro::regular_file::read_to_string(path, fabro::regular_file::FileKind::Input) {
             Ok(text) => (path.clone(), text),
             Err(error) => {
                 eprintln!("error: cannot read `{}`: {error}", path.display());
@@ -65,7 +65,9 @@ async fn resume_async(mut args: ResumeArgs) -> u8 {
         None => {
             // The stored copy is what ran; say so when the original file has changed since.
             let path = PathBuf::from(&saved.manifest.source_path);
-            if std::fs::read_to_string(&path).is_ok_and(|current| current != saved.workflow_source) {
+            if fabro::regular_file::read_to_string(&path, fabro::regular_file::FileKind::Input)
+                .is_ok_and(|current| current != saved.workflow_source)
+            {
                 eprintln!(
                     "note: {} changed since the run started; continuing with the copy stored in the run directory \
                      (use --workflow to continue with the new file)",

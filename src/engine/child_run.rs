@@ -145,8 +145,11 @@ pub fn locate_child(
         Err(ResumeError::NotARun { .. }) => Ok(ChildSlot::Fresh(candidate(n + 1))),
         Err(ResumeError::Finished { .. }) if attempt > 1 => Ok(ChildSlot::Fresh(candidate(n + 1))),
         Err(ResumeError::Finished { .. }) => {
-            let text = std::fs::read_to_string(last.join("result.json"))
-                .map_err(|e| ChildSlotError::NoResult { path: last.clone(), message: e.to_string() })?;
+            let text = crate::regular_file::read_to_string(
+                last.join("result.json"),
+                crate::regular_file::FileKind::Record,
+            )
+            .map_err(|e| ChildSlotError::NoResult { path: last.clone(), message: e.to_string() })?;
             let result = serde_json::from_str(&text)
                 .map_err(|e| ChildSlotError::NoResult { path: last.clone(), message: e.to_string() })?;
             Ok(ChildSlot::Finished(Box::new(result)))
@@ -157,7 +160,9 @@ pub fn locate_child(
 
 /// Where the run in `dir` continued after a `loop_restart` edge, if it did.
 fn restarted_as(dir: &Path) -> Option<PathBuf> {
-    let text = std::fs::read_to_string(dir.join("manifest.json")).ok()?;
+    let text =
+        crate::regular_file::read_to_string(dir.join("manifest.json"), crate::regular_file::FileKind::Record)
+            .ok()?;
     let manifest: crate::run_dir::Manifest = serde_json::from_str(&text).ok()?;
     let next = PathBuf::from(manifest.restarted_as?);
     // Only a directory beside this one: a manifest must not send the parent anywhere else.

@@ -713,7 +713,11 @@ fn read_journal(dir: &Path, plans: &[BranchPlan]) -> BTreeMap<String, BranchJour
     plans
         .iter()
         .filter_map(|plan| {
-            let text = std::fs::read_to_string(journal_path(dir, &plan.id)).ok()?;
+            let text = crate::regular_file::read_to_string(
+                journal_path(dir, &plan.id),
+                crate::regular_file::FileKind::Record,
+            )
+            .ok()?;
             let entry: BranchJournal = serde_json::from_str(&text).ok()?;
             Some((plan.id.clone(), entry))
         })

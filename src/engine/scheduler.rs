@@ -328,7 +328,11 @@ fn load_threads(
         let Some(key) = name.strip_suffix(".jsonl").and_then(crate::context::artifacts::decode_key) else {
             continue;
         };
-        let Ok(text) = std::fs::read_to_string(entry.path()) else { continue };
+        let Ok(text) =
+            crate::regular_file::read_to_string(entry.path(), crate::regular_file::FileKind::Record)
+        else {
+            continue;
+        };
         let messages = text.lines().filter_map(|line| serde_json::from_str(line).ok()).collect();
         threads.insert(key, messages);
     }

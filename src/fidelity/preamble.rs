@@ -109,10 +109,11 @@ impl StageSummary {
     pub fn from_stage_dir(record: &StageRecord, script: Option<&str>, stage_dir: &Path) -> StageSummary {
         let mut summary = StageSummary::from_record(record);
         summary.script = script.map(str::to_string);
-        let status = std::fs::read(stage_dir.join("status.json"))
-            .ok()
-            .and_then(|bytes| serde_json::from_slice::<Value>(&bytes).ok())
-            .unwrap_or(Value::Null);
+        let status =
+            crate::regular_file::read(stage_dir.join("status.json"), crate::regular_file::FileKind::Record)
+                .ok()
+                .and_then(|bytes| serde_json::from_slice::<Value>(&bytes).ok())
+                .unwrap_or(Value::Null);
         let text = |value: &Value| value.as_str().filter(|s| !s.trim().is_empty()).map(str::to_string);
         summary.notes = text(&status["notes"]);
         summary.model = text(&status["model"]);

@@ -63,7 +63,7 @@ fn expand(workflow: &mut Workflow, chain: &mut Vec<PathBuf>, out: &mut Vec<Diagn
             Diagnostic::error("import", message).node(&node.id).span(attr.span).fix(fix.to_string())
         };
         let path = base.join(&reference);
-        let text = match std::fs::read_to_string(&path) {
+        let text = match crate::regular_file::read_to_string(&path, crate::regular_file::FileKind::Input) {
             Ok(text) => text,
             Err(e) => {
                 out.push(error(

@@ -44,7 +44,7 @@ impl Transform for PromptFiles {
                 continue;
             };
             let path = base.join(reference);
-            match std::fs::read_to_string(&path) {
+            match crate::regular_file::read_to_string(&path, crate::regular_file::FileKind::Input) {
                 Ok(contents) => {
                     let attr = Attr { value: Value::Text(contents), ..attr.clone() };
                     node.attributes.set("prompt", attr);

@@ -170,7 +170,11 @@ struct Observation {
 
 impl Observation {
     fn read(child_dir: &Path) -> Option<Observation> {
-        let text = std::fs::read_to_string(child_dir.join("checkpoint.json")).ok()?;
+        let text = crate::regular_file::read_to_string(
+            child_dir.join("checkpoint.json"),
+            crate::regular_file::FileKind::Record,
+        )
+        .ok()?;
         serde_json::from_str(&text).ok().map(|checkpoint| Observation { checkpoint })
     }
 

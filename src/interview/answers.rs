@@ -80,7 +80,7 @@ pub struct AnswersFile {
 impl AnswersFile {
     /// Reads and checks `path`.
     pub fn from_file(path: &Path) -> Result<AnswersFile, AnswersError> {
-        let text = std::fs::read_to_string(path)
+        let text = crate::regular_file::read_to_string(path, crate::regular_file::FileKind::Input)
             .map_err(|source| AnswersError::Read { path: path.to_path_buf(), source })?;
         AnswersFile::from_json(&text, &path.display().to_string())
     }

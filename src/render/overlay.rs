@@ -75,7 +75,10 @@ impl Overlay {
     /// by a crash, are skipped.
     pub fn from_run_dir(root: &Path) -> Result<Overlay, OverlayError> {
         let checkpoint_path = root.join("checkpoint.json");
-        let text = match std::fs::read_to_string(&checkpoint_path) {
+        let text = match crate::regular_file::read_to_string(
+            &checkpoint_path,
+            crate::regular_file::FileKind::Record,
+        ) {
             Ok(text) => text,
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
                 return Err(OverlayError::NotARun { path: root.to_path_buf(), missing: "checkpoint.json" })
@@ -87,7 +90,10 @@ impl Overlay {
             message: error.to_string(),
         })?;
         let events_path = root.join("events.jsonl");
-        let events = match std::fs::read_to_string(&events_path) {
+        let events = match crate::regular_file::read_to_string(
+            &events_path,
+            crate::regular_file::FileKind::EventLog,
+        ) {
             Ok(text) => text,
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => String::new(),
             Err(source) => return Err(OverlayError::Read { path: events_path, source }),

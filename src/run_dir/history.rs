@@ -145,7 +145,7 @@ fn history_files(root: &Path) -> Result<Vec<(u64, String, PathBuf)>, HistoryErro
 }
 
 fn read_json_path<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, HistoryError> {
-    let text = std::fs::read_to_string(path)
+    let text = crate::regular_file::read_to_string(path, crate::regular_file::FileKind::Record)
         .map_err(|source| HistoryError::RunDir(RunDirError::Io { path: path.to_path_buf(), source }))?;
     serde_json::from_str(&text)
         .map_err(|error| HistoryError::Corrupt { path: path.to_path_buf(), message: error.to_string() })
@@ -154,7 +154,7 @@ fn read_json_path<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, Hist
 /// The manifest, both typed and as JSON (so fields this version does not know survive).
 fn read_manifest(root: &Path) -> Result<(Manifest, Value), HistoryError> {
     let path = root.join("manifest.json");
-    let text = std::fs::read_to_string(&path)
+    let text = crate::regular_file::read_to_string(&path, crate::regular_file::FileKind::Record)
         .map_err(|_| HistoryError::NotARun { path: root.to_path_buf(), missing: "manifest.json" })?;
     let corrupt =
         |error: serde_json::Error| HistoryError::Corrupt { path: path.clone(), message: error.to_string() };
@@ -185,7 +185,9 @@ fn visit_kept(visits: &BTreeMap<String, u32>, node: &str, name: &str) -> Option<
 
 /// The stages `result.json` records that belong to the state `visits`.
 fn stages_within(root: &Path, visits: &BTreeMap<String, u32>) -> Option<Vec<StageRecord>> {
-    let text = std::fs::read_to_string(root.join("result.json")).ok()?;
+    let text =
+        crate::regular_file::read_to_string(root.join("result.json"), crate::regular_file::FileKind::Record)
+            .ok()?;
     let result: RunResult = serde_json::from_str(&text).ok()?;
     Some(
         result
@@ -215,7 +217,7 @@ fn resumable_result(
 }
 
 fn last_event_seq(root: &Path) -> u64 {
-    std::fs::read_to_string(root.join("events.jsonl"))
+    crate::regular_file::read_to_string(root.join("events.jsonl"), crate::regular_file::FileKind::EventLog)
         .ok()
         .and_then(|text| {
             text.lines().rev().find_map(|line| serde_json::from_str::<Value>(line).ok()?.get("seq")?.as_u64())
@@ -297,7 +299,7 @@ pub fn fork(
     let selected = select(root, node, visit)?;
     let mut checkpoint = resumable(&selected)?;
     let workflow_path = root.join("workflow.dot");
-    let workflow = std::fs::read(&workflow_path)
+    let workflow = crate::regular_file::read(&workflow_path, crate::regular_file::FileKind::Input)
         .map_err(|_| HistoryError::NotARun { path: root.to_path_buf(), missing: "workflow.dot" })?;
 
     let run_id = uuid::Uuid::now_v7().to_string();

@@ -102,7 +102,7 @@ fn read_manifest(dir: &Path) -> Option<Manifest> {
     if !meta.is_file() || meta.len() > 1 << 20 {
         return None;
     }
-    serde_json::from_slice(&std::fs::read(path).ok()?).ok()
+    serde_json::from_slice(&crate::regular_file::read(path, crate::regular_file::FileKind::Record).ok()?).ok()
 }
 
 #[cfg(test)]

@@ -52,7 +52,7 @@ fn read_manifest(path: &Path) -> Option<Manifest> {
     if !meta.is_file() || meta.len() > MAX_MANIFEST_BYTES {
         return None;
     }
-    serde_json::from_slice(&std::fs::read(path).ok()?).ok()
+    serde_json::from_slice(&crate::regular_file::read(path, crate::regular_file::FileKind::Record).ok()?).ok()
 }
 
 /// The run `reference` names: an existing directory, else the run in `runs_dir` whose id (or

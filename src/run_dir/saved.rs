@@ -76,22 +76,31 @@ impl SavedRun {
         if !ended && checkpoint.next_node.is_none() {
             return Err(ResumeError::NoNextStage { path: root.to_path_buf() });
         }
-        let workflow_source = std::fs::read_to_string(root.join("workflow.dot"))
-            .map_err(|_| ResumeError::NotARun { path: root.to_path_buf(), missing: "workflow.dot" })?;
-        let recorded = std::fs::read_to_string(root.join("result.json"))
-            .ok()
-            .and_then(|text| serde_json::from_str::<RunResult>(&text).ok())
-            .map(|result| result.stages);
+        let workflow_source = crate::regular_file::read_to_string(
+            root.join("workflow.dot"),
+            crate::regular_file::FileKind::Input,
+        )
+        .map_err(|_| ResumeError::NotARun { path: root.to_path_buf(), missing: "workflow.dot" })?;
+        let recorded = crate::regular_file::read_to_string(
+            root.join("result.json"),
+            crate::regular_file::FileKind::Record,
+        )
+        .ok()
+        .and_then(|text| serde_json::from_str::<RunResult>(&text).ok())
+        .map(|result| result.stages);
         // A crashed run wrote no result.json: its stage records come from the stage directories.
         let stages = recorded.unwrap_or_else(|| stages_from_status_files(root, &checkpoint));
-        let last_event_seq = std::fs::read_to_string(root.join("events.jsonl"))
-            .ok()
-            .and_then(|text| {
-                text.lines().rev().find_map(|line| {
-                    serde_json::from_str::<serde_json::Value>(line).ok()?.get("seq")?.as_u64()
-                })
-            })
-            .unwrap_or(0);
+        let last_event_seq = crate::regular_file::read_to_string(
+            root.join("events.jsonl"),
+            crate::regular_file::FileKind::EventLog,
+        )
+        .ok()
+        .and_then(|text| {
+            text.lines()
+                .rev()
+                .find_map(|line| serde_json::from_str::<serde_json::Value>(line).ok()?.get("seq")?.as_u64())
+        })
+        .unwrap_or(0);
         let last_checkpoint_seq = std::fs::read_dir(root.join("checkpoints"))
             .into_iter()
             .flatten()
@@ -159,7 +168,12 @@ fn stages_from_status_files(root: &Path, checkpoint: &Checkpoint) -> Vec<StageRe
         for visit_dir in std::fs::read_dir(node_dir.path()).into_iter().flatten().flatten() {
             let name = visit_dir.file_name().to_string_lossy().into_owned();
             let Some(visit) = name.split('.').next().and_then(|v| v.parse::<u32>().ok()) else { continue };
-            let Ok(text) = std::fs::read_to_string(visit_dir.path().join("status.json")) else { continue };
+            let Ok(text) = crate::regular_file::read_to_string(
+                visit_dir.path().join("status.json"),
+                crate::regular_file::FileKind::Record,
+            ) else {
+                continue;
+            };
             let Ok(status) = serde_json::from_str::<StageStatusFile>(&text) else { continue };
             let record = StageRecord {
                 node_id: node_id.clone(),
@@ -211,7 +225,7 @@ fn refuse_links(root: &Path) -> Result<(), ResumeError> {
 
 fn read_json<T: serde::de::DeserializeOwned>(root: &Path, name: &'static str) -> Result<T, ResumeError> {
     let path = root.join(name);
-    let text = std::fs::read_to_string(&path)
+    let text = crate::regular_file::read_to_string(&path, crate::regular_file::FileKind::Record)
         .map_err(|_| ResumeError::NotARun { path: root.to_path_buf(), missing: name })?;
     serde_json::from_str(&text).map_err(|error| ResumeError::Corrupt { path, message: error.to_string() })
 }

@@ -57,7 +57,10 @@ pub fn kill_survivors(root: &Path) -> Vec<Survivor> {
     {
         let stage_dir = visit_dir.path();
         let path = stage_dir.join(PROCESS_FILE);
-        let Ok(text) = std::fs::read_to_string(&path) else { continue };
+        let Ok(text) = crate::regular_file::read_to_string(&path, crate::regular_file::FileKind::Record)
+        else {
+            continue;
+        };
         let Ok(process) = serde_json::from_str::<StageProcess>(&text) else {
             let _ = std::fs::remove_file(&path);
             continue;

@@ -187,7 +187,7 @@ fn read_json<T: serde::de::DeserializeOwned>(
     name: &'static str,
 ) -> Result<Option<T>, ViewError> {
     let path = root.join(name);
-    let text = match std::fs::read_to_string(&path) {
+    let text = match crate::regular_file::read_to_string(&path, crate::regular_file::FileKind::Record) {
         Ok(text) => text,
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(source) => return Err(ViewError::Io { path, source }),

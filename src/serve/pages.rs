@@ -96,7 +96,9 @@ pub fn waiting_gate(dir: &Path) -> Option<WaitingGate> {
 }
 
 fn load_workflow(dir: &Path, view: &RunView) -> Option<crate::CheckedWorkflow> {
-    let text = std::fs::read_to_string(dir.join("workflow.dot")).ok()?;
+    let text =
+        crate::regular_file::read_to_string(dir.join("workflow.dot"), crate::regular_file::FileKind::Input)
+            .ok()?;
     crate::Loader::new().load_source(SourceFile::new(&view.manifest.source_path, text)).ok()
 }
 
