@@ -46,6 +46,11 @@ fn large_values_are_offloaded_and_conditions_read_through_the_pointer() {
         "{pointer}"
     );
     assert!(checkpoint_text.len() < 10_000, "the checkpoint stays small: {} bytes", checkpoint_text.len());
+    // So does the stage's status.json: it holds the same pointer, not a second copy.
+    let status_text = read("run/stages/build/1/status.json");
+    let status: serde_json::Value = serde_json::from_str(&status_text).unwrap();
+    assert_eq!(status["context_updates"]["command.output"], pointer.as_str());
+    assert!(status_text.len() < 10_000, "status.json stays small: {} bytes", status_text.len());
 
     // The value is in the store, whole, and copied where agents in the work directory can read it.
     let stored: serde_json::Value =

@@ -1,4 +1,5 @@
-//! What command stages may do to the machine: how much they may write.
+//! What command stages may do: how much they may write, how long their processes live, which
+//! context keys they may set.
 
 mod common;
 
@@ -141,4 +142,38 @@ fn a_double_ctrl_c_leaves_no_stage_process_behind() {
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
     }
+}
+
+#[test]
+fn a_stage_cannot_overwrite_engine_keys() {
+    let workflow = r#"digraph keys {
+    goal="the real goal"
+    start [shape=Mdiamond]
+    exit [shape=Msquare]
+    forge [shape=parallelogram, script="echo '{\"outcome\": \"success\", \"context_updates\": {\"graph.goal\": \"forged\", \"internal.run_id\": \"forged\", \"current_node\": \"x\", \"mine\": \"kept\"}}' > \"$FABRO_STAGE_DIR/status.json\""]
+    start -> forge -> exit
+}
+"#;
+    let test = Test::new().workflow(workflow);
+    let dir = test.path("");
+    let ran = common::fabro_in(&dir, &["run", "workflow.dot", "--run-dir", "run", "-q"]);
+    assert_eq!(ran.status.code(), Some(0), "{}", String::from_utf8_lossy(&ran.stderr));
+    let checkpoint: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("run/checkpoint.json")).unwrap()).unwrap();
+    let context = &checkpoint["context"];
+    assert_eq!(context["graph.goal"], "the real goal");
+    assert_ne!(context["internal.run_id"], "forged");
+    assert_eq!(context["mine"], "kept");
+    let events = std::fs::read_to_string(dir.join("run/events.jsonl")).unwrap();
+    let refused: Vec<serde_json::Value> = events
+        .lines()
+        .map(|line| serde_json::from_str::<serde_json::Value>(line).unwrap())
+        .filter(|event| event["event"] == "context.update_refused")
+        .collect();
+    let keys: Vec<&str> = refused.iter().map(|event| event["key"].as_str().unwrap()).collect();
+    assert_eq!(keys, ["current_node", "graph.goal", "internal.run_id"]);
+    let status: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("run/stages/forge/1/status.json")).unwrap())
+            .unwrap();
+    assert!(status["context_updates"].get("graph.goal").is_none(), "{status}");
 }

@@ -17,6 +17,12 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
+/// Whether the engine alone sets `key` (`internal.*`, `graph.*`, `current_node`): a stage's
+/// `context_updates` may not change it.
+pub fn is_engine_owned(key: &str) -> bool {
+    key.starts_with("internal.") || key.starts_with("graph.") || key == "current_node"
+}
+
 #[derive(Clone, Default)]
 pub struct Context {
     /// Values shared with forks; never changed in place while shared. Each value sits behind its

@@ -405,7 +405,8 @@ impl Run<'_> {
     fn finish(mut self, last: NodeIndex, status: RunStatus, reason: Option<String>) -> RunReport {
         let last_id = self.main.scope.workflow.node_at(last).id.clone();
         if matches!(status, RunStatus::Succeeded | RunStatus::Failed) {
-            self.main.save_checkpoint(status, &last_id, None);
+            // Not saved: result.json and the manifest still record the end.
+            let _ = self.main.save_checkpoint(status, &last_id, None);
         }
         let result =
             self.write_result(status, if status == RunStatus::Paused { None } else { reason.clone() });
@@ -469,7 +470,12 @@ impl Run<'_> {
         let new_root = new_dir.root().display().to_string();
 
         let from_id = workflow.node_at(from).id.clone();
-        self.main.save_checkpoint(RunStatus::Restarted, &from_id, Some(&target_id));
+        self.main.save_checkpoint(RunStatus::Restarted, &from_id, Some(&target_id)).map_err(|error| {
+            RunDirError::Io {
+                path: self.main.scope.run_dir.root().join("checkpoint.json"),
+                source: std::io::Error::other(error),
+            }
+        })?;
         self.manifest.restarted_as = Some(new_root.clone());
         self.write_result(RunStatus::Restarted, None);
         self.main.scope.events.run_event("run.restarted", json!({"to": target_id, "run_dir": new_root}));

@@ -178,7 +178,7 @@ impl<'e> Walker<'e> {
         // Usage ceilings pause the run before an LLM stage.
         if let Some(reason) = self.usage_ceiling_reached(node) {
             self.uncount_visit(&node.id);
-            self.save_checkpoint(RunStatus::Paused, &node.id, Some(&node.id));
+            let _ = self.save_checkpoint(RunStatus::Paused, &node.id, Some(&node.id));
             if self.is_main() {
                 scope.events.stage_event("run.paused", &node.id, visit, json!({"reason": reason}));
             }
@@ -214,7 +214,7 @@ impl<'e> Walker<'e> {
             StageEnd::Done { outcome, attempts } => (outcome, attempts),
             StageEnd::Paused(reason) => {
                 self.uncount_visit(&node.id);
-                self.save_checkpoint(RunStatus::Paused, &node.id, Some(&node.id));
+                let _ = self.save_checkpoint(RunStatus::Paused, &node.id, Some(&node.id));
                 if self.is_main() {
                     scope.events.stage_event("run.paused", &node.id, visit, json!({"reason": reason}));
                 }
@@ -222,7 +222,7 @@ impl<'e> Walker<'e> {
             }
             StageEnd::Cancelled => {
                 self.uncount_visit(&node.id);
-                self.save_checkpoint(RunStatus::Interrupted, &node.id, Some(&node.id));
+                let _ = self.save_checkpoint(RunStatus::Interrupted, &node.id, Some(&node.id));
                 return Step::Finish(
                     RunStatus::Interrupted,
                     Some(format!("interrupted during stage `{}`", node.id)),
@@ -241,7 +241,11 @@ impl<'e> Walker<'e> {
             Step::Next(next) | Step::Restart(next) => Some(workflow.node_at(*next).id.as_str()),
             Step::Finish(..) => None,
         };
-        self.save_checkpoint(RunStatus::Running, &node.id, next_id);
+        if let Err(error) = self.save_checkpoint(RunStatus::Running, &node.id, next_id) {
+            if matches!(step, Step::Next(_) | Step::Restart(_)) {
+                return self.pause_undurable(node, visit, &error);
+            }
+        }
         if let Step::Next(next) = &step {
             let next_id = workflow.node_at(*next).id.as_str();
             if let Some(stop) = self.review_step(node, visit, &outcome, next_id).await {
@@ -277,12 +281,13 @@ impl<'e> Walker<'e> {
                 let mut notes = self.pending_notes();
                 notes.push(text);
                 self.context_set(OPERATOR_NOTES_KEY, json!(notes));
-                self.save_checkpoint(RunStatus::Running, &node.id, Some(next));
-                None
+                self.save_checkpoint(RunStatus::Running, &node.id, Some(next))
+                    .err()
+                    .map(|error| self.pause_undurable(node, visit, &error))
             }
             StepDecision::Stop => {
                 let reason = format!("step mode: stopped after `{}`; the run goes on at `{next}`", node.id);
-                self.save_checkpoint(RunStatus::Paused, &node.id, Some(next));
+                let _ = self.save_checkpoint(RunStatus::Paused, &node.id, Some(next));
                 self.scope.events.stage_event("run.paused", &node.id, visit, json!({"reason": reason}));
                 Some(Step::Finish(RunStatus::Paused, Some(reason)))
             }
@@ -589,8 +594,37 @@ impl<'e> Walker<'e> {
             Line::Branch(branch) => Some(branch.clone()),
             Line::Main => None,
         };
+        // Engine keys are the engine's: a stage whose content (a script's status.json, a model's
+        // answer) tries to set one is refused, with a warning. Fan-out and fan-in are the
+        // engine's own and pass their bookkeeping this way.
+        let mut recorded = outcome.clone();
+        let from_content = !matches!(node.handler_type(), HandlerType::Parallel | HandlerType::FanIn);
+        recorded.context_updates.retain(|key, _| {
+            let owned = from_content && crate::context::is_engine_owned(key);
+            if owned {
+                tracing::warn!(key, node = %node.id, "a stage may not set an engine key");
+                scope.events.stage_event(
+                    "context.update_refused",
+                    &node.id,
+                    visit,
+                    json!({"key": key, "reason": "engine key: internal.*, graph.* and current_node are set by the engine only"}),
+                );
+            }
+            !owned
+        });
+        self.state.context.apply(&recorded.context_updates);
+        self.offload_large_values(node, visit, recorded.context_updates.keys());
+        // status.json holds what the context holds: a large value's artifact pointer, not a
+        // second copy of the value.
+        for (key, value) in recorded.context_updates.iter_mut() {
+            if let Some(kept) = self.state.context.get(key) {
+                if kept != value {
+                    *value = kept.clone();
+                }
+            }
+        }
         let status_file = StageStatusFile {
-            outcome: outcome.clone(),
+            outcome: recorded,
             handler: node.handler_type().name().to_string(),
             fidelity: self.state.context.get_text("internal.fidelity"),
             branch: branch.clone(),
@@ -609,8 +643,6 @@ impl<'e> Walker<'e> {
             tracing::warn!(%error, "could not write status.json");
         }
         scope.timings().stage_files += files_clock.elapsed();
-        self.state.context.apply(&outcome.context_updates);
-        self.offload_large_values(node, visit, outcome.context_updates.keys());
         let context = &mut self.state.context;
         if node.handler_type() != HandlerType::Conditional {
             context.set("last_stage", node.id.clone());
@@ -740,9 +772,16 @@ impl<'e> Walker<'e> {
     }
 
     /// Saves the main line's checkpoint; branches are recorded by their parallel stage instead.
-    pub fn save_checkpoint(&mut self, status: RunStatus, current: &str, next: Option<&str>) {
+    /// Saves the main line's checkpoint. An error says why it could not be saved (the run's
+    /// state is then not durable); branches have no checkpoint of their own.
+    pub fn save_checkpoint(
+        &mut self,
+        status: RunStatus,
+        current: &str,
+        next: Option<&str>,
+    ) -> Result<(), String> {
         if !self.is_main() {
-            return;
+            return Ok(());
         }
         let scope = Arc::clone(&self.scope);
         let clock = Instant::now();
@@ -771,14 +810,30 @@ impl<'e> Walker<'e> {
             timings.checkpoint_count += 1;
         }
         match written {
-            Ok(()) => scope
-                .events
-                .run_event("checkpoint.saved", json!({"node_id": current, "status": status.as_str()})),
+            Ok(()) => {
+                scope
+                    .events
+                    .run_event("checkpoint.saved", json!({"node_id": current, "status": status.as_str()}));
+                Ok(())
+            }
             Err(error) => {
                 tracing::warn!(%error, "checkpoint not saved");
                 scope.events.run_event("checkpoint.failed", json!({"error": error.to_string()}));
+                Err(error.to_string())
             }
         }
+    }
+
+    /// Pauses the run after `node` because its checkpoint could not be saved: going on would run
+    /// stages whose effects no checkpoint records.
+    fn pause_undurable(&self, node: &Node, visit: u32, error: &str) -> Step {
+        let reason = format!(
+            "the checkpoint after `{}` could not be saved ({error}); the run pauses because its state is not \
+             durable. Free the space (or fix the error) and `fabro resume` continues from the last saved checkpoint",
+            node.id
+        );
+        self.scope.events.stage_event("run.paused", &node.id, visit, json!({"reason": reason}));
+        Step::Finish(RunStatus::Paused, Some(reason))
     }
 }
 
