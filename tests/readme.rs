@@ -89,3 +89,29 @@ fn readme_test_command_is_what_ci_runs() {
         .expect("README has a cargo test command");
     assert!(ci.lines().any(|line| line.trim() == command), "`{command}` is not a line of .ci/run");
 }
+
+#[test]
+fn the_architecture_section_names_every_module_and_only_modules_that_exist() {
+    let library = read("docs/library.md");
+    let start = library.find("## Architecture").expect("an Architecture section");
+    let block = &library[start..];
+    let block = &block[block.find("```").unwrap() + 3..];
+    let block = &block[..block.find("```").unwrap()];
+    let mut named = std::collections::BTreeSet::new();
+    for word in block.split(|c: char| c.is_whitespace() || c == ',') {
+        if word.starts_with("src/") || word.starts_with("grammar/") {
+            let path = word.trim_end_matches('/');
+            assert!(
+                std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path).exists(),
+                "docs/library.md names `{path}`, which does not exist"
+            );
+            named.insert(path.to_string());
+        }
+    }
+    for entry in
+        std::fs::read_dir(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src")).unwrap().flatten()
+    {
+        let path = format!("src/{}", entry.file_name().to_string_lossy());
+        assert!(named.contains(&path), "docs/library.md's architecture does not name `{path}`");
+    }
+}

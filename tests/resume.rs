@@ -341,3 +341,45 @@ fn the_first_stage_after_resume_degrades_full_fidelity_to_summary_high() {
     assert_eq!(dir.json("slow-1.json")["internal.fidelity"], "summary:high", "the first stage after resume");
     assert_eq!(dir.json("after.json")["internal.fidelity"], "full", "later stages are not degraded");
 }
+
+/// A run that pauses at two gates and is resumed twice shows the first gate's choice in later
+/// preambles, as the same run in one go does: the summaries rebuilt on the second resume read
+/// the directory where the gate's visit finished (`1.2`), not the one where it paused (`1`).
+#[test]
+fn preambles_after_two_resumes_keep_the_choices_of_earlier_gates() {
+    let workflow = r#"digraph two_gates {
+    start [shape=Mdiamond]
+    exit [shape=Msquare]
+    gate1 [shape=hexagon, label="First?"]
+    gate2 [shape=hexagon, label="Second?"]
+    write [shape=box, prompt="Write it up", fidelity="compact"]
+    start -> gate1
+    gate1 -> gate2 [label="[Y] Yes"]
+    gate1 -> exit [label="[N] No"]
+    gate2 -> write [label="[G] Go"]
+    gate2 -> exit [label="[S] Stop"]
+    write -> exit
+}
+"#;
+    let dir = Dir::new(&[
+        ("w.dot", workflow),
+        ("first.json", r#"{"gate1": ["Y"]}"#),
+        ("second.json", r#"{"gate2": ["G"]}"#),
+        ("both.json", r#"{"gate1": ["Y"], "gate2": ["G"]}"#),
+    ]);
+    let paused = dir.fabro(&["run", "w.dot", "--run-dir", "run", "--simulate", "-q"]);
+    assert_eq!(code(&paused), Some(3), "{}", stderr(&paused));
+    let again = dir.fabro(&["resume", "run", "--answers", "first.json", "-q"]);
+    assert_eq!(code(&again), Some(3), "paused at gate2: {}", stderr(&again));
+    let done = dir.fabro(&["resume", "run", "--answers", "second.json", "-q"]);
+    assert_eq!(code(&done), Some(0), "{}", stderr(&done));
+    let preamble = std::fs::read_to_string(dir.path("run/stages/write/1/preamble.md")).unwrap();
+
+    let straight =
+        dir.fabro(&["run", "w.dot", "--run-dir", "straight", "--simulate", "--answers", "both.json", "-q"]);
+    assert_eq!(code(&straight), Some(0), "{}", stderr(&straight));
+    let expected = std::fs::read_to_string(dir.path("straight/stages/write/1/preamble.md")).unwrap();
+    assert!(expected.contains("Choice: [Y] Yes"), "{expected}");
+    assert!(preamble.contains("Choice: [Y] Yes"), "{preamble}");
+    assert!(preamble.contains("Choice: [G] Go"), "{preamble}");
+}

@@ -448,7 +448,9 @@ fn summarize_journaled(parent: &mut Walker<'_>, stages: &[StageRecord]) {
     let scope = Arc::clone(&parent.scope);
     for record in stages {
         let script = scope.workflow.node(&record.node_id).and_then(|n| n.attributes.text("script"));
-        let dir = scope.run_dir.root().join("stages").join(&record.node_id).join(record.visit.to_string());
+        let dir =
+            crate::run_dir::layout::finished_visit_dir(scope.run_dir.root(), &record.node_id, record.visit)
+                .unwrap_or_default();
         parent
             .state
             .summaries

@@ -244,8 +244,13 @@ impl Engine {
             .iter()
             .map(|record| {
                 let script = workflow.node(&record.node_id).and_then(|n| n.attributes.text("script"));
-                let dir =
-                    saved.dir.root().join("stages").join(&record.node_id).join(record.visit.to_string());
+                // The directory the visit finished in: `<visit>.<n>` when it ran again.
+                let dir = crate::run_dir::layout::finished_visit_dir(
+                    saved.dir.root(),
+                    &record.node_id,
+                    record.visit,
+                )
+                .unwrap_or_default();
                 StageSummary::from_stage_dir(record, script, &dir)
             })
             .collect();

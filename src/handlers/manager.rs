@@ -204,23 +204,9 @@ impl Observation {
         let checkpoint = &self.checkpoint;
         let node = checkpoint.next_node.as_deref()?;
         let visit = checkpoint.node_visits.get(node).copied().unwrap_or(0) + 1;
-        let dir = latest_stage_dir(child_dir, node, visit)?;
+        let dir = crate::run_dir::layout::latest_visit_dir(child_dir, node, visit)?;
         Some((node.to_string(), visit, dir))
     }
-}
-
-/// `stages/<node>/<visit>` or, when the visit ran again after a pause, its latest `<visit>.<n>`.
-fn latest_stage_dir(run_dir: &Path, node: &str, visit: u32) -> Option<PathBuf> {
-    let base = run_dir.join("stages").join(node);
-    let mut found = Some(base.join(visit.to_string())).filter(|dir| dir.is_dir())?;
-    for n in 2.. {
-        let next = base.join(format!("{visit}.{n}"));
-        if !next.is_dir() {
-            break;
-        }
-        found = next;
-    }
-    Some(found)
 }
 
 /// Drives one child run and the cycles that watch it.
@@ -555,12 +541,8 @@ mod tests {
     }
 
     #[test]
-    fn the_latest_directory_of_a_visit_is_the_active_one() {
+    fn steering_files_are_never_overwritten() {
         let temp = tempfile::tempdir().unwrap();
-        assert_eq!(latest_stage_dir(temp.path(), "work", 1), None);
-        std::fs::create_dir_all(temp.path().join("stages/work/1")).unwrap();
-        std::fs::create_dir_all(temp.path().join("stages/work/1.2")).unwrap();
-        assert_eq!(latest_stage_dir(temp.path(), "work", 1), Some(temp.path().join("stages/work/1.2")));
         std::fs::write(temp.path().join("steering.md"), "x").unwrap();
         assert_eq!(free_name(temp.path(), "steering", "md"), temp.path().join("steering.2.md"));
     }

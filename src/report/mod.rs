@@ -8,40 +8,14 @@ pub mod junit;
 pub mod run_page;
 pub mod step_summary;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 pub use crate::run_dir::stage_output::read_tail;
 
 /// How much of a stage's output goes into a report.
 pub const OUTPUT_TAIL_BYTES: u64 = 4096;
 
-/// The directory of one visit of a stage: `stages/<node>/<visit>/`, or, when the visit ran again
-/// (after a resume), the latest `stages/<node>/<visit>.<n>/` that finished (has a status.json),
-/// else the latest one there is.
-pub fn visit_dir(run_dir: &Path, node_id: &str, visit: u32) -> Option<PathBuf> {
-    let node_dir = run_dir.join("stages").join(node_id);
-    let plain = visit.to_string();
-    let mut candidates: Vec<(u32, PathBuf)> = Vec::new();
-    for entry in std::fs::read_dir(&node_dir).ok()?.flatten() {
-        let name = entry.file_name();
-        let Some(name) = name.to_str() else { continue };
-        let suffix = if name == plain {
-            Some(1)
-        } else {
-            name.strip_prefix(&plain)
-                .and_then(|rest| rest.strip_prefix('.'))
-                .and_then(|n| n.parse::<u32>().ok())
-        };
-        if let Some(suffix) = suffix {
-            if entry.path().is_dir() {
-                candidates.push((suffix, entry.path()));
-            }
-        }
-    }
-    candidates.sort_by_key(|(suffix, _)| *suffix);
-    let finished = candidates.iter().rev().find(|(_, dir)| dir.join("status.json").is_file());
-    finished.or(candidates.last()).map(|(_, dir)| dir.clone())
-}
+pub use crate::run_dir::layout::finished_visit_dir as visit_dir;
 
 /// The output a report shows for one visit: the command's stdout.log, else the LLM's
 /// response.md, tail only.
@@ -88,23 +62,6 @@ mod tests {
         std::fs::write(&path, "€x").unwrap(); // € is three bytes
         assert_eq!(read_tail(&path, 2).as_deref(), Some("x"));
         assert_eq!(read_tail(&temp.path().join("missing"), 10), None);
-    }
-
-    #[test]
-    fn a_rerun_visit_reads_its_latest_finished_directory() {
-        let temp = tempfile::tempdir().unwrap();
-        let stages = temp.path().join("stages/gate");
-        std::fs::create_dir_all(stages.join("1")).unwrap();
-        std::fs::create_dir_all(stages.join("1.2")).unwrap();
-        std::fs::create_dir_all(stages.join("1.3")).unwrap();
-        std::fs::create_dir_all(stages.join("11")).unwrap();
-        std::fs::write(stages.join("1.2/status.json"), "{}").unwrap();
-        assert_eq!(visit_dir(temp.path(), "gate", 1), Some(stages.join("1.2")));
-        std::fs::remove_file(stages.join("1.2/status.json")).unwrap();
-        assert_eq!(visit_dir(temp.path(), "gate", 1), Some(stages.join("1.3")));
-        assert_eq!(visit_dir(temp.path(), "gate", 11), Some(stages.join("11")));
-        assert_eq!(visit_dir(temp.path(), "gate", 2), None);
-        assert_eq!(visit_dir(temp.path(), "other", 1), None);
     }
 
     #[test]

@@ -179,7 +179,7 @@ fn resumable(selected: &Selected) -> Result<Checkpoint, HistoryError> {
 /// Whether the stage directory `name` (`<visit>` or `<visit>.<n>`) of `node` belongs to the
 /// state `visits`; `None` when the name is not a stage directory's.
 fn visit_kept(visits: &BTreeMap<String, u32>, node: &str, name: &str) -> Option<bool> {
-    let visit = name.split('.').next()?.parse::<u32>().ok()?;
+    let (visit, _) = super::layout::parse_visit_dir_name(name)?;
     Some(visit <= visits.get(node).copied().unwrap_or(0))
 }
 
@@ -319,7 +319,7 @@ pub fn fork(
     // The stage directories of the visits that make up the state.
     let mut copied = Vec::new();
     for stage_node in checkpoint.node_visits.keys() {
-        let from = root.join("stages").join(stage_node);
+        let from = super::layout::node_dir(root, stage_node);
         let Ok(entries) = std::fs::read_dir(&from) else { continue };
         let mut names: Vec<String> =
             entries.flatten().filter_map(|e| e.file_name().into_string().ok()).collect();
@@ -332,7 +332,7 @@ pub fn fork(
             if !source.is_dir() {
                 continue;
             }
-            copy_dir_all(&source, &dir.root().join("stages").join(stage_node).join(&name))?;
+            copy_dir_all(&source, &super::layout::node_dir(dir.root(), stage_node).join(&name))?;
             copied.push(format!("stages/{stage_node}/{name}"));
         }
     }

@@ -18,6 +18,7 @@
 mod atomic;
 mod history;
 pub mod housekeeping;
+pub mod layout;
 pub(crate) mod lock;
 pub mod lookup;
 mod records;
@@ -61,7 +62,7 @@ impl RunDir {
         if root.read_dir().is_ok_and(|mut entries| entries.next().is_some()) {
             return Err(RunDirError::NotEmpty { path: root.to_path_buf() });
         }
-        std::fs::create_dir_all(root.join("stages")).map_err(|source| io(root, source))?;
+        std::fs::create_dir_all(layout::stages_dir(root)).map_err(|source| io(root, source))?;
         Ok(RunDir { root: root.to_path_buf() })
     }
 
@@ -72,8 +73,8 @@ impl RunDir {
     /// Creates `stages/<node>/<visit>/`. A directory left by an earlier attempt of the same
     /// visit is kept and the new one gets a suffix, so nothing is overwritten.
     pub fn stage_dir(&self, node_id: &str, visit: u32) -> Result<PathBuf, RunDirError> {
-        let node_dir = self.root.join("stages").join(node_id);
-        for path in [self.root.join("stages"), node_dir.clone()] {
+        let node_dir = layout::node_dir(&self.root, node_id);
+        for path in [layout::stages_dir(&self.root), node_dir.clone()] {
             if std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink()) {
                 let source = std::io::Error::other(
                     "is a symbolic link; fabro does not write through links in run directories",
@@ -81,11 +82,11 @@ impl RunDir {
                 return Err(io(&path, source));
             }
         }
-        let mut dir = node_dir.join(visit.to_string());
-        let mut extra = 1;
+        let mut run = 1;
+        let mut dir = node_dir.join(layout::visit_dir_name(visit, run));
         while dir.exists() {
-            extra += 1;
-            dir = node_dir.join(format!("{visit}.{extra}"));
+            run += 1;
+            dir = node_dir.join(layout::visit_dir_name(visit, run));
         }
         std::fs::create_dir_all(&dir).map_err(|source| io(&dir, source))?;
         Ok(dir)

@@ -163,11 +163,11 @@ impl SavedRun {
 /// stage that finished after the last checkpoint was saved runs again on resume.
 fn stages_from_status_files(root: &Path, checkpoint: &Checkpoint) -> Vec<StageRecord> {
     let mut found: Vec<(String, StageRecord)> = Vec::new();
-    for node_dir in std::fs::read_dir(root.join("stages")).into_iter().flatten().flatten() {
+    for node_dir in std::fs::read_dir(super::layout::stages_dir(root)).into_iter().flatten().flatten() {
         let node_id = node_dir.file_name().to_string_lossy().into_owned();
         for visit_dir in std::fs::read_dir(node_dir.path()).into_iter().flatten().flatten() {
             let name = visit_dir.file_name().to_string_lossy().into_owned();
-            let Some(visit) = name.split('.').next().and_then(|v| v.parse::<u32>().ok()) else { continue };
+            let Some((visit, _)) = super::layout::parse_visit_dir_name(&name) else { continue };
             let Ok(text) = crate::regular_file::read_to_string(
                 visit_dir.path().join("status.json"),
                 crate::regular_file::FileKind::Record,

@@ -51,7 +51,7 @@ pub fn clear(stage_dir: &Path) {
 /// Kills every process group that stages of the run in `root` left running, and forgets them.
 pub fn kill_survivors(root: &Path) -> Vec<Survivor> {
     let mut killed = Vec::new();
-    let Ok(nodes) = std::fs::read_dir(root.join("stages")) else { return killed };
+    let Ok(nodes) = std::fs::read_dir(super::layout::stages_dir(root)) else { return killed };
     for visit_dir in
         nodes.flatten().filter_map(|node| std::fs::read_dir(node.path()).ok()).flatten().flatten()
     {

@@ -1,0 +1,98 @@
+//! Where a run's stage files live, and how their directory names are made and read:
+//!
+//! ```text
+//! stages/<node>/<visit>/        the first run of a visit
+//! stages/<node>/<visit>.<n>/    the n-th run of the same visit (after a pause, a crash, a rewind)
+//! ```
+//!
+//! Every stage directory path is made here, so that no reader guesses `<visit>` where the visit
+//! ran again as `<visit>.<n>`.
+
+use std::path::{Path, PathBuf};
+
+/// `stages/` of the run in `root`.
+pub fn stages_dir(root: &Path) -> PathBuf {
+    root.join("stages")
+}
+
+/// `stages/<node>/`.
+pub fn node_dir(root: &Path, node_id: &str) -> PathBuf {
+    stages_dir(root).join(node_id)
+}
+
+/// The name of the `run`-th directory of `visit` (runs count from 1): `3`, `3.2`, `3.3`, ...
+pub fn visit_dir_name(visit: u32, run: u32) -> String {
+    if run <= 1 {
+        visit.to_string()
+    } else {
+        format!("{visit}.{run}")
+    }
+}
+
+/// The visit and run a directory name stands for: `3` is (3, 1), `3.2` is (3, 2).
+pub fn parse_visit_dir_name(name: &str) -> Option<(u32, u32)> {
+    let (visit, run) = match name.split_once('.') {
+        Some((visit, run)) => (visit, run.parse().ok().filter(|run| *run >= 2)?),
+        None => (name, 1),
+    };
+    Some((visit.parse().ok()?, run))
+}
+
+/// Every directory of `visit` of `node_id`, in the order they ran.
+fn visit_dirs(root: &Path, node_id: &str, visit: u32) -> Vec<PathBuf> {
+    let mut found: Vec<(u32, PathBuf)> = std::fs::read_dir(node_dir(root, node_id))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            let (seen, run) = parse_visit_dir_name(entry.file_name().to_str()?)?;
+            (seen == visit && entry.file_type().ok()?.is_dir()).then(|| (run, entry.path()))
+        })
+        .collect();
+    found.sort_by_key(|(run, _)| *run);
+    found.into_iter().map(|(_, dir)| dir).collect()
+}
+
+/// The directory of the latest run of `visit`: the one a running or resumed stage works in.
+pub fn latest_visit_dir(root: &Path, node_id: &str, visit: u32) -> Option<PathBuf> {
+    visit_dirs(root, node_id, visit).pop()
+}
+
+/// The directory where `visit` finished (the latest run with a `status.json`), else the latest.
+pub fn finished_visit_dir(root: &Path, node_id: &str, visit: u32) -> Option<PathBuf> {
+    let dirs = visit_dirs(root, node_id, visit);
+    dirs.iter().rev().find(|dir| dir.join("status.json").is_file()).or(dirs.last()).cloned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        assert_eq!(visit_dir_name(3, 1), "3");
+        assert_eq!(visit_dir_name(3, 2), "3.2");
+        assert_eq!(parse_visit_dir_name("3"), Some((3, 1)));
+        assert_eq!(parse_visit_dir_name("3.2"), Some((3, 2)));
+        for odd in ["", "x", "3.", "3.1", "3.x", ".2", "3.2.1"] {
+            assert_eq!(parse_visit_dir_name(odd), None, "{odd}");
+        }
+    }
+
+    #[test]
+    fn a_rerun_visit_is_found_in_its_latest_and_its_finished_directory() {
+        let temp = tempfile::tempdir().unwrap();
+        let stages = temp.path().join("stages/gate");
+        for name in ["1", "1.2", "1.3", "11"] {
+            std::fs::create_dir_all(stages.join(name)).unwrap();
+        }
+        std::fs::write(stages.join("1.2/status.json"), "{}").unwrap();
+        assert_eq!(finished_visit_dir(temp.path(), "gate", 1), Some(stages.join("1.2")));
+        assert_eq!(latest_visit_dir(temp.path(), "gate", 1), Some(stages.join("1.3")));
+        std::fs::remove_file(stages.join("1.2/status.json")).unwrap();
+        assert_eq!(finished_visit_dir(temp.path(), "gate", 1), Some(stages.join("1.3")));
+        assert_eq!(finished_visit_dir(temp.path(), "gate", 11), Some(stages.join("11")));
+        assert_eq!(finished_visit_dir(temp.path(), "gate", 2), None);
+        assert_eq!(latest_visit_dir(temp.path(), "other", 1), None);
+    }
+}
