@@ -90,8 +90,11 @@ impl Diagnostic {
 
 /// "did you mean `x`?" for the closest candidate within edit distance 2, if any.
 pub fn did_you_mean<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    let length = word.chars().count();
     candidates
         .into_iter()
+        // The edit distance is at least the difference in length: skip what cannot be near.
+        .filter(|candidate| candidate.chars().count().abs_diff(length) <= 2)
         .map(|candidate| (strsim::levenshtein(word, candidate), candidate))
         .filter(|(distance, candidate)| *distance <= 2 && *distance < candidate.len().max(word.len()))
         .min_by_key(|(distance, _)| *distance)

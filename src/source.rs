@@ -37,13 +37,17 @@ pub struct SourceFile {
     path: PathBuf,
     text: String,
     line_starts: Vec<usize>,
+    /// Whether the text is ASCII, where a column is a byte count: locations in long lines then
+    /// cost nothing.
+    ascii: bool,
 }
 
 impl SourceFile {
     pub fn new(path: impl Into<PathBuf>, text: impl Into<String>) -> Self {
         let text = text.into();
         let line_starts = std::iter::once(0).chain(text.match_indices('\n').map(|(i, _)| i + 1)).collect();
-        SourceFile { path: path.into(), text, line_starts }
+        let ascii = text.is_ascii();
+        SourceFile { path: path.into(), text, line_starts, ascii }
     }
 
     pub fn path(&self) -> &Path {
@@ -65,7 +69,8 @@ impl SourceFile {
             Err(i) => i - 1,
         };
         let line_start = self.line_starts[line_index];
-        let column = self.text[line_start..offset].chars().count() + 1;
+        let column =
+            if self.ascii { offset - line_start } else { self.text[line_start..offset].chars().count() } + 1;
         Location { line: line_index + 1, column }
     }
 

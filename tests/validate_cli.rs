@@ -907,3 +907,58 @@ fn hostile_inputs_never_panic_the_cli() {
         }
     }
 }
+
+/// `fabro validate` on `text` (written to `w.dot` in a temporary directory): exit code and the
+/// whole output.
+fn validate_text(text: &str) -> (Option<i32>, String) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("w.dot"), text).unwrap();
+    let output = common::fabro_in(dir.path(), &["validate", "w.dot"]);
+    let shown =
+        format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    (output.status.code(), shown)
+}
+
+#[test]
+fn a_long_chained_statement_is_reported_in_a_window_and_its_repeated_findings_are_counted() {
+    let chain: Vec<String> = (0..20_000).map(|i| format!("n{i}")).collect();
+    let text = format!(
+        "digraph c {{\n  start [shape=Mdiamond]\n  exit [shape=Msquare]\n  start -> {} -> exit\n}}\n",
+        chain.join(" -> ")
+    );
+    let (code, shown) = validate_text(&text);
+    assert_eq!(code, Some(0), "{}", &shown[shown.len().saturating_sub(500)..]);
+    assert!(shown.len() < 1_000_000, "output of {} bytes", shown.len());
+    assert!(
+        shown.ends_with("w.dot: valid (40000 warnings)\n"),
+        "{}",
+        &shown[shown.len().saturating_sub(300)..]
+    );
+    assert!(shown.contains("warning[edge_target_exists]: 19995 more like these"), "{shown}");
+    assert!(shown.contains("warning[prompt_on_llm_nodes]: 19995 more like these"), "{shown}");
+    // Each snippet shows a window of the 200 KB line, with the caret under the node it names.
+    for block in shown.split("\n\n").filter(|block| block.contains("node n3:")) {
+        let lines: Vec<&str> = block.lines().collect();
+        let source = lines.iter().find(|line| line.starts_with("4 | ")).expect("the source line");
+        let carets = lines.iter().find(|line| line.contains('^')).expect("the carets");
+        assert!(source.chars().count() < 120, "{source}");
+        let at = carets.chars().position(|c| c == '^').unwrap();
+        let named: String = source.chars().skip(at).take(2).collect();
+        assert_eq!(named, "n3", "{block}");
+    }
+    let deep = shown.split("\n\n").find(|block| block.contains("node n4:")).expect("n4's finding");
+    assert!(deep.lines().nth(2).unwrap().ends_with('…'), "{deep}");
+}
+
+#[test]
+fn a_node_with_thousands_of_attributes_loads_and_reports_briefly() {
+    let extra: Vec<String> = (0..16_384).map(|i| format!("custom_{i}=\"v\"")).collect();
+    let text = format!(
+        "digraph w {{\n  start [shape=Mdiamond]\n  exit [shape=Msquare]\n  x [shape=parallelogram, script=\"true\", {}]\n  start -> x -> exit\n}}\n",
+        extra.join(", ")
+    );
+    let (code, shown) = validate_text(&text);
+    assert_eq!(code, Some(0), "{}", &shown[..shown.len().min(2000)]);
+    assert!(shown.len() < 20_000, "output of {} bytes", shown.len());
+    assert!(shown.contains("…"), "the long line is cut: {shown}");
+}

@@ -10,7 +10,7 @@ use fabro::source::SourceFile;
 use fabro::{CheckedWorkflow, Loader};
 
 use super::exit;
-use super::render::{render_diagnostic, render_load_error, summary_line};
+use super::render::{render_diagnostics, render_load_error, summary_line};
 
 #[derive(clap::Args)]
 pub struct GraphArgs {
@@ -102,9 +102,7 @@ pub fn run(args: GraphArgs) -> u8 {
     };
     if checked.has_errors() {
         let source = checked.workflow.source().clone();
-        for diagnostic in &checked.diagnostics {
-            eprint!("{}", render_diagnostic(diagnostic, &source));
-        }
+        eprint!("{}", render_diagnostics(&checked.diagnostics, &source));
         eprintln!("{}", summary_line(source.path(), &checked.diagnostics));
         return exit::INVALID;
     }

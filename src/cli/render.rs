@@ -54,24 +54,77 @@ fn position(source: &SourceFile, span: Span) -> String {
     format!("{}:{}:{}", source.path().display(), location.line, location.column)
 }
 
+/// How many characters of a long source line a snippet shows, around the position.
+const WINDOW_CHARS: usize = 100;
+/// How many of them come before the position.
+const WINDOW_LEAD: usize = 40;
+
 /// The source line of `span` with carets under it (one caret for an empty span; multi-line spans
-/// are underlined to the end of their first line).
+/// are underlined to the end of their first line). Of a line longer than [`WINDOW_CHARS`] only a
+/// window around the position is shown, with `…` where it was cut, as rustc does.
 fn snippet(source: &SourceFile, span: Span) -> String {
     let start = source.location(span.start);
     let end = source.location(span.end);
-    let line = source.line_text(start.line).replace('\t', " ");
-    let width = if end.line == start.line { end.column.saturating_sub(start.column) } else { usize::MAX };
+    let line = source.line_text(start.line);
     let line_len = line.chars().count();
-    let carets = width.clamp(1, line_len.saturating_sub(start.column - 1).max(1));
+    let column = start.column - 1;
+    let (from, to) = if line_len <= WINDOW_CHARS {
+        (0, line_len)
+    } else {
+        let from = column.saturating_sub(WINDOW_LEAD).min(line_len - WINDOW_CHARS);
+        (from, from + WINDOW_CHARS)
+    };
+    let mut shown: String = line.chars().skip(from).take(to - from).collect::<String>().replace('\t', " ");
+    let mut caret_at = column - from;
+    if from > 0 {
+        shown.insert(0, '…');
+        caret_at += 1;
+    }
+    if to < line_len {
+        shown.push('…');
+    }
+    let width = if end.line == start.line { end.column.saturating_sub(start.column) } else { usize::MAX };
+    let carets = width.clamp(1, to.saturating_sub(column).max(1));
     let gutter = start.line.to_string().len();
     format!(
-        "{:gutter$} |\n{} | {line}\n{:gutter$} | {}{}\n",
+        "{:gutter$} |\n{} | {shown}\n{:gutter$} | {}{}\n",
         "",
         start.line,
         "",
-        " ".repeat(start.column - 1),
+        " ".repeat(caret_at),
         "^".repeat(carets),
     )
+}
+
+/// How many findings of one rule are shown in full; the rest are counted in one line.
+const SHOWN_PER_RULE: usize = 5;
+
+/// Renders `diagnostics` in order, the first [`SHOWN_PER_RULE`] of each rule in full, then one
+/// line per rule saying how many more there are (`--json` lists them all).
+pub fn render_diagnostics<'d>(
+    diagnostics: impl IntoIterator<Item = &'d Diagnostic>,
+    source: &SourceFile,
+) -> String {
+    let mut out = String::new();
+    let mut seen: std::collections::BTreeMap<(&str, &str), usize> = std::collections::BTreeMap::new();
+    for diagnostic in diagnostics {
+        let count = seen.entry((diagnostic.severity.as_str(), &diagnostic.rule)).or_default();
+        *count += 1;
+        if *count <= SHOWN_PER_RULE {
+            out.push_str(&render_diagnostic(diagnostic, source));
+        }
+    }
+    for ((severity, rule), count) in seen {
+        if count > SHOWN_PER_RULE {
+            let more = count - SHOWN_PER_RULE;
+            let _ = writeln!(
+                out,
+                "{severity}[{rule}]: {more} more like {} (`fabro validate --json` lists every finding)\n",
+                if SHOWN_PER_RULE == 1 { "this" } else { "these" }
+            );
+        }
+    }
+    out
 }
 
 pub fn summary_line(path: &Path, diagnostics: &[Diagnostic]) -> String {

@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::exit;
 use super::progress::{seconds, ProgressView, ViewOptions};
-use super::render::{render_diagnostic, render_load_error};
+use super::render::{render_diagnostics, render_load_error};
 
 #[derive(clap::Args)]
 pub struct RunArgs {
@@ -218,9 +218,7 @@ async fn run_async(args: RunArgs) -> u8 {
     };
     if args.launch.deny_warnings && !valid.warnings.is_empty() {
         if args.launch.quiet {
-            for warning in &valid.warnings {
-                eprint!("{}", render_diagnostic(warning, valid.workflow.source()));
-            }
+            eprint!("{}", render_diagnostics(&valid.warnings, valid.workflow.source()));
         }
         eprintln!(
             "error: --deny-warnings: {} has {} warning(s); the run did not start",
@@ -296,11 +294,8 @@ pub fn report_diagnostics(
     quiet: bool,
 ) -> Option<fabro::ValidWorkflow> {
     let source = checked.workflow.source().clone();
-    for diagnostic in &checked.diagnostics {
-        if diagnostic.severity == Severity::Error || !quiet {
-            eprint!("{}", render_diagnostic(diagnostic, &source));
-        }
-    }
+    let shown = checked.diagnostics.iter().filter(|d| d.severity == Severity::Error || !quiet);
+    eprint!("{}", render_diagnostics(shown, &source));
     match checked.into_valid() {
         Ok(valid) => Some(valid),
         Err(invalid) => {

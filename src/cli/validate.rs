@@ -6,7 +6,7 @@ use fabro::{LoadError, Loader};
 use serde_json::json;
 
 use super::exit;
-use super::render::{diagnostic_json, render_diagnostic, render_load_error, summary_line};
+use super::render::{diagnostic_json, render_diagnostics, render_load_error, summary_line};
 
 pub fn run(path: &Path, json_output: bool, deny_warnings: bool) -> u8 {
     let checked = match Loader::new().load_file(path) {
@@ -28,9 +28,7 @@ pub fn run(path: &Path, json_output: bool, deny_warnings: bool) -> u8 {
         let diagnostics: Vec<_> = checked.diagnostics.iter().map(|d| diagnostic_json(d, &source)).collect();
         println!("{}", json!({ "valid": valid, "diagnostics": diagnostics }));
     } else {
-        for diagnostic in &checked.diagnostics {
-            print!("{}", render_diagnostic(diagnostic, &source));
-        }
+        print!("{}", render_diagnostics(&checked.diagnostics, &source));
         println!("{}", summary_line(path, &checked.diagnostics));
         if deny_warnings && warnings > 0 && !checked.has_errors() {
             println!("error: --deny-warnings: {warnings} warning(s) count as errors");

@@ -553,20 +553,47 @@ pub struct Attr {
 /// in a large workflow do not each allocate their name.
 pub type AttrName = std::borrow::Cow<'static, str>;
 
-/// An ordered attribute map. Small (a handful of entries per node), so a vector with linear
-/// lookup beats hashing.
-#[derive(Debug, Clone, Default, PartialEq)]
+/// An ordered attribute map. Usually small (a handful of entries per node), where a vector with
+/// linear lookup beats hashing; past [`INDEXED_FROM`] entries a hash index keeps setting and
+/// looking up constant-time, so a node with thousands of attributes loads in linear time.
+#[derive(Debug, Clone, Default)]
 pub struct Attributes {
     entries: Vec<(AttrName, Attr)>,
+    /// Positions in `entries` by name, once there are [`INDEXED_FROM`] entries.
+    index: Option<rustc_hash::FxHashMap<AttrName, usize>>,
+}
+
+/// How many entries an attribute map holds before it keeps a hash index.
+const INDEXED_FROM: usize = 32;
+
+impl PartialEq for Attributes {
+    fn eq(&self, other: &Self) -> bool {
+        self.entries == other.entries
+    }
 }
 
 impl Attributes {
+    fn position(&self, key: &str) -> Option<usize> {
+        match &self.index {
+            Some(index) => index.get(key).copied(),
+            None => self.entries.iter().position(|(k, _)| k.as_ref() == key),
+        }
+    }
+
     /// Sets `key`, replacing an earlier value in place (keeping its position).
     pub fn set(&mut self, key: impl Into<AttrName>, attr: Attr) {
         let key = key.into();
-        match self.entries.iter_mut().find(|(k, _)| *k == key) {
-            Some(entry) => entry.1 = attr,
-            None => self.entries.push((key, attr)),
+        if let Some(at) = self.position(&key) {
+            self.entries[at].1 = attr;
+            return;
+        }
+        if let Some(index) = &mut self.index {
+            index.insert(key.clone(), self.entries.len());
+        }
+        self.entries.push((key, attr));
+        if self.index.is_none() && self.entries.len() >= INDEXED_FROM {
+            self.index =
+                Some(self.entries.iter().enumerate().map(|(at, (key, _))| (key.clone(), at)).collect());
         }
     }
 
@@ -587,7 +614,7 @@ impl Attributes {
     }
 
     pub fn get(&self, key: &str) -> Option<&Attr> {
-        self.entries.iter().find(|(k, _)| k.as_ref() == key).map(|(_, attr)| attr)
+        self.position(key).map(|at| &self.entries[at].1)
     }
 
     pub fn contains(&self, key: &str) -> bool {
@@ -649,6 +676,40 @@ impl Attributes {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn large_attribute_maps_keep_order_and_replace_in_place() {
+        let attr = |text: &str| Attr {
+            value: Value::Text(text.into()),
+            span: Span::default(),
+            key_span: Span::default(),
+            inherited: false,
+        };
+        let mut small = Attributes::default();
+        let mut large = Attributes::default();
+        for i in 0..100 {
+            large.set(format!("k{i}"), attr("first"));
+            if i < 3 {
+                small.set(format!("k{i}"), attr("first"));
+            }
+        }
+        large.set("k1", attr("second"));
+        large.set("k70", attr("second"));
+        assert_eq!(large.len(), 100);
+        assert_eq!(large.text("k1"), Some("second"));
+        assert_eq!(large.text("k70"), Some("second"));
+        assert_eq!(large.text("k99"), Some("first"));
+        assert_eq!(large.get("k100"), None);
+        let order: Vec<&str> = large.iter().map(|(key, _)| key).take(3).collect();
+        assert_eq!(order, ["k0", "k1", "k2"]);
+        // Equality looks at the entries only, indexed or not.
+        let mut copy = Attributes::default();
+        for (key, value) in large.iter() {
+            copy.set(key.to_string(), value.clone());
+        }
+        assert_eq!(copy, large);
+        assert_ne!(small, large);
+    }
 
     #[test]
     fn values_are_typed_by_their_attribute_not_their_spelling() {
