@@ -22,6 +22,7 @@ pub mod regular_file;
 pub mod render;
 pub mod report;
 pub mod run_dir;
+pub mod sandbox;
 pub mod serve;
 pub mod source;
 pub mod starter;

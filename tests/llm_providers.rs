@@ -507,6 +507,16 @@ fn a_config_file_configures_providers_and_prices() {
     assert_eq!(server.requests()[0].header("authorization"), Some("Bearer house-secret-key-123"));
     let status: Value = serde_json::from_str(&stage_file(&ran, "ask", "status.json")).unwrap();
     assert_eq!(status["cost_usd"], 2.5);
+    // fabro inspect shows the cost, per stage and in total.
+    let inspected = common::fabro_in(ran.dir.path(), &["inspect", "run"]);
+    let shown = String::from_utf8_lossy(&inspected.stdout).into_owned();
+    let row = |name: &str| {
+        shown.lines().find(|line| line.starts_with(&format!("{name} "))).unwrap_or_default().to_string()
+    };
+    assert!(row("ask").ends_with("$2.5000"), "{shown}");
+    assert!(row("total").ends_with("$2.5000"), "{shown}");
+    assert!(row("start").ends_with(" -"), "{shown}");
+    assert!(!shown.contains("n/a"), "{shown}");
 
     let ran = Test::new()
         .workflow(workflow)

@@ -177,3 +177,34 @@ fn a_stage_cannot_overwrite_engine_keys() {
             .unwrap();
     assert!(status["context_updates"].get("graph.goal").is_none(), "{status}");
 }
+
+#[test]
+fn auto_status_makes_a_command_without_a_status_file_succeed() {
+    let workflow = |attributes: &str, script: &str| {
+        format!(
+            "digraph auto {{\n  allow_lints=\"failure_path\"\n  start [shape=Mdiamond]\n  exit [shape=Msquare]\n  \
+             check [shape=parallelogram, {attributes} script=\"{script}\"]\n  start -> check -> exit\n}}\n"
+        )
+    };
+    let run = |text: String| {
+        let test = Test::new().workflow(&text);
+        let dir = test.path("");
+        let ran = common::fabro_in(&dir, &["run", "workflow.dot", "--run-dir", "run", "-q"]);
+        let status: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(dir.join("run/stages/check/1/status.json")).unwrap(),
+        )
+        .unwrap();
+        (ran.status.code(), status)
+    };
+    let (code, status) = run(workflow("auto_status=true,", "exit 1"));
+    assert_eq!(code, Some(0));
+    assert_eq!(status["outcome"], "success");
+    assert!(status["notes"].as_str().unwrap().contains("auto_status: no status.json"), "{status}");
+    // Without it, the exit code decides; with it, a status file still does.
+    assert_eq!(run(workflow("", "exit 1")).0, Some(1));
+    let reported =
+        r#"echo '{\"outcome\": \"fail\", \"failure_reason\": \"said so\"}' > $FABRO_STAGE_DIR/status.json"#;
+    let (code, status) = run(workflow("auto_status=true,", reported));
+    assert_eq!(code, Some(1));
+    assert_eq!(status["failure_reason"], "said so");
+}

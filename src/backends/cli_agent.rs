@@ -44,21 +44,20 @@ pub async fn run(
     prompt_file: Option<&Path>,
     timeout: Option<Duration>,
     secrets: &Secrets,
+    confinement: &crate::sandbox::Confinement,
 ) -> Result<CliRun, BackendError> {
-    let (mut command, shown) = match known_agent(agent, prompt) {
+    let (argv, shown) = match known_agent(agent, prompt) {
         Some(argv) => {
-            let mut command = tokio::process::Command::new(&argv[0]);
-            command.args(&argv[1..]);
-            (command, argv[0].clone())
+            let shown = argv[0].clone();
+            (argv, shown)
         }
-        None => {
-            let mut command = tokio::process::Command::new("sh");
-            command.arg("-c").arg(agent);
-            (command, agent.to_string())
-        }
+        None => (vec!["sh".to_string(), "-c".to_string(), agent.to_string()], agent.to_string()),
     };
+    let args: Vec<&std::ffi::OsStr> = argv[1..].iter().map(|arg| arg.as_ref()).collect();
+    // The prompt file lives in the stage directory: readable inside a sandbox.
+    let readable: Vec<&Path> = prompt_file.and_then(Path::parent).into_iter().collect();
+    let mut command = confinement.command(argv[0].as_ref(), &args, work_dir, &[], &readable);
     command
-        .current_dir(work_dir)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -151,13 +150,29 @@ mod tests {
     #[tokio::test]
     async fn custom_commands_get_the_prompt_and_their_output_is_the_answer() {
         let dir = tempfile::tempdir().unwrap();
-        let run = run("tr a-z A-Z; echo done >&2", "fix it", dir.path(), None, None, &Secrets::default())
-            .await
-            .unwrap();
+        let run = run(
+            "tr a-z A-Z; echo done >&2",
+            "fix it",
+            dir.path(),
+            None,
+            None,
+            &Secrets::default(),
+            &Default::default(),
+        )
+        .await
+        .unwrap();
         assert_eq!(run.stdout, "FIX IT");
         assert_eq!(run.stderr, "done\n");
-        let failed =
-            super::run("echo bad >&2; exit 4", "x", dir.path(), None, None, &Secrets::default()).await;
+        let failed = super::run(
+            "echo bad >&2; exit 4",
+            "x",
+            dir.path(),
+            None,
+            None,
+            &Secrets::default(),
+            &Default::default(),
+        )
+        .await;
         assert_eq!(
             failed,
             Err(BackendError::Terminal(
@@ -171,6 +186,7 @@ mod tests {
             None,
             Some(Duration::from_millis(200)),
             &Secrets::default(),
+            &Default::default(),
         )
         .await;
         assert!(matches!(slow, Err(BackendError::Retryable(m)) if m.contains("timed out")));

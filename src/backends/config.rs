@@ -96,6 +96,8 @@ struct FileConfig {
     providers: BTreeMap<String, FileProvider>,
     #[serde(default)]
     models: BTreeMap<String, ModelOverride>,
+    /// Where stages' programs run by default: `none` or `bwrap`.
+    sandbox: Option<String>,
 }
 
 #[derive(Debug, Default, serde::Deserialize)]
@@ -129,6 +131,17 @@ impl LlmConfig {
             _ => None,
         };
         Self::build(file.unwrap_or_default(), &env)
+    }
+
+    /// The config file's `sandbox`: the user's default sandbox for stages that name none.
+    pub fn user_sandbox() -> Result<Option<crate::sandbox::SandboxKind>, ConfigError> {
+        let env = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+        let Some(path) = config_path(&env).filter(|path| path.exists()) else { return Ok(None) };
+        let file = read_file(&path)?;
+        file.sandbox
+            .map(|text| crate::sandbox::SandboxKind::parse(&text))
+            .transpose()
+            .map_err(|message| ConfigError::Invalid { path, message: format!("sandbox: {message}") })
     }
 
     fn build(file: FileConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<LlmConfig, ConfigError> {

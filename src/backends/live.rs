@@ -120,6 +120,7 @@ impl LiveBackend {
             prompt_file.as_deref(),
             request.timeout,
             &self.secrets,
+            &stage.confinement,
         )
         .await?;
         transcript.record("cli_agent", json!({"agent": agent, "stdout": run.stdout, "stderr": run.stderr}));
@@ -188,12 +189,14 @@ impl LiveBackend {
                 };
                 let readable = vec![settings.offload_dir.clone()];
                 let _ = std::fs::create_dir_all(&settings.offload_dir);
-                let mut toolbox = Toolbox::new(stage.work_dir, readable).map_err(|error| {
-                    BackendError::Terminal(format!(
-                        "the work directory {} cannot be used: {error}",
-                        stage.work_dir.display()
-                    ))
-                })?;
+                let mut toolbox = Toolbox::new(stage.work_dir, readable)
+                    .map_err(|error| {
+                        BackendError::Terminal(format!(
+                            "the work directory {} cannot be used: {error}",
+                            stage.work_dir.display()
+                        ))
+                    })?
+                    .confined(stage.confinement.clone());
                 let run = agent_loop::run(provider.as_ref(), &settings, &mut toolbox, messages, &transcript)
                     .await?;
                 let mut text = run.text;

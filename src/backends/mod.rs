@@ -66,6 +66,8 @@ pub struct StageEnv<'a> {
     pub usage_left: Option<crate::engine::budget::UsageLeft>,
     /// How the agent loop trims what it sends (node attributes and graph defaults).
     pub context: crate::agent_context::ContextSettings,
+    /// Where the shell tool's commands and CLI agents run.
+    pub confinement: crate::sandbox::Confinement,
 }
 
 impl std::fmt::Debug for StageEnv<'_> {

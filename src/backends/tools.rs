@@ -97,6 +97,8 @@ pub struct Toolbox {
     /// Groups of shell commands that left processes running; killed when the toolbox (the
     /// stage) ends.
     background: Vec<ProcessGroup>,
+    /// Where shell commands run.
+    confinement: crate::sandbox::Confinement,
 }
 
 /// A tool's answer.
@@ -174,7 +176,19 @@ impl Toolbox {
     pub fn new(work_dir: &Path, readable: Vec<PathBuf>) -> std::io::Result<Toolbox> {
         let root = work_dir.canonicalize()?;
         let readable = readable.into_iter().filter_map(|dir| dir.canonicalize().ok()).collect();
-        Ok(Toolbox { root, readable, tracker: FileTracker::default(), background: Vec::new() })
+        Ok(Toolbox {
+            root,
+            readable,
+            tracker: FileTracker::default(),
+            background: Vec::new(),
+            confinement: crate::sandbox::Confinement::default(),
+        })
+    }
+
+    /// Shell commands run under `confinement`.
+    pub fn confined(mut self, confinement: crate::sandbox::Confinement) -> Toolbox {
+        self.confinement = confinement;
+        self
     }
 
     pub fn root(&self) -> &Path {
@@ -419,15 +433,15 @@ impl Toolbox {
         let timeout = count_arg(args, "timeout_ms")
             .map_or(SHELL_DEFAULT_TIMEOUT, |ms| Duration::from_millis(ms as u64))
             .min(SHELL_MAX_TIMEOUT);
-        let mut process = tokio::process::Command::new("sh");
-        process
-            .arg("-c")
-            .arg(command)
-            .current_dir(&self.root)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
+        let readable: Vec<&Path> = self.readable.iter().map(PathBuf::as_path).collect();
+        let mut process = self.confinement.command(
+            "sh".as_ref(),
+            &["-c".as_ref(), command.as_ref()],
+            &self.root,
+            &[],
+            &readable,
+        );
+        process.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
         lead_guarded_group(&mut process);
         for name in HIDDEN_ENV {
             process.env_remove(name);

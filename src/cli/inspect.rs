@@ -66,6 +66,7 @@ fn render_json(view: &RunView, all: bool) -> String {
                 "duration_ms": s.duration_ms,
                 "input_tokens": s.input_tokens,
                 "output_tokens": s.output_tokens,
+                "cost_usd": s.cost_usd,
             })
         })
         .collect();
@@ -159,20 +160,27 @@ fn render_text(view: &RunView, all: bool) -> String {
 fn stage_table(view: &RunView, stages: &[StageSummary]) -> String {
     let width = stages.iter().map(|s| s.node_id.chars().count()).max().unwrap_or(0).clamp(5, MAX_KEY_CHARS);
     let mut out = format!(
-        "{:<width$}  {:>6}  {:<16}  {:>9}  {:>9}  {:>10}  {:>5}\n",
+        "{:<width$}  {:>6}  {:<16}  {:>9}  {:>9}  {:>10}  {:>9}\n",
         "stage", "visits", "last outcome", "time", "tokens in", "tokens out", "cost"
     );
     let tokens = |n: u64| if n == 0 { "-".to_string() } else { n.to_string() };
+    // A stage without model calls has no cost; one whose model has no known price, `n/a`.
+    let cost = |cost: Option<f64>, used_tokens: bool| match cost {
+        Some(usd) => format!("${usd:.4}"),
+        None if used_tokens => "n/a".to_string(),
+        None => "-".to_string(),
+    };
+    let unpriced = stages.iter().any(|s| s.cost_usd.is_none() && s.input_tokens + s.output_tokens > 0);
     for s in stages {
         out.push_str(&format!(
-            "{:<width$}  {:>6}  {:<16}  {:>9}  {:>9}  {:>10}  {:>5}\n",
+            "{:<width$}  {:>6}  {:<16}  {:>9}  {:>9}  {:>10}  {:>9}\n",
             one_line(&s.node_id, MAX_KEY_CHARS),
             s.visits,
             s.status.map(|status| status.as_str()).unwrap_or("-"),
             seconds(s.duration_ms),
             tokens(s.input_tokens),
             tokens(s.output_tokens),
-            "n/a",
+            cost(s.cost_usd, s.input_tokens + s.output_tokens > 0),
         ));
     }
     let visits: u32 = stages.iter().map(|s| s.visits).sum();
@@ -183,16 +191,21 @@ fn stage_table(view: &RunView, stages: &[StageSummary]) -> String {
         _ => stage_ms,
     };
     out.push_str(&format!(
-        "{:<width$}  {:>6}  {:<16}  {:>9}  {:>9}  {:>10}  {:>5}\n",
+        "{:<width$}  {:>6}  {:<16}  {:>9}  {:>9}  {:>10}  {:>9}\n",
         "total",
         visits,
         "",
         seconds(total_ms),
         tokens(stages.iter().map(|s| s.input_tokens).sum()),
         tokens(stages.iter().map(|s| s.output_tokens).sum()),
-        "n/a",
+        cost(
+            stages.iter().filter_map(|s| s.cost_usd).reduce(|a, b| a + b),
+            stages.iter().any(|s| s.input_tokens + s.output_tokens > 0)
+        ),
     ));
-    out.push_str("(cost: n/a until providers have pricing)\n");
+    if unpriced {
+        out.push_str("(n/a: no price is known for the model; set input_per_mtok and output_per_mtok in the config file)\n");
+    }
     out
 }
 

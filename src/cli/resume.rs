@@ -104,6 +104,13 @@ async fn resume_async(mut args: ResumeArgs) -> u8 {
             return exit::INVALID;
         }
     }
+    let user_sandbox = match super::run::check_sandbox(&args.launch, &valid.workflow) {
+        Ok(user) => user,
+        Err(message) => {
+            eprintln!("error: {message}");
+            return exit::INVALID;
+        }
+    };
     let engine = match engine_for(&args.launch, &valid.workflow) {
         Ok(engine) => engine,
         Err(message) => {
@@ -124,6 +131,8 @@ async fn resume_async(mut args: ResumeArgs) -> u8 {
         parent: None,
         launch: args.launch.record(),
         max_output: args.launch.max_output,
+        sandbox: args.launch.sandbox,
+        user_sandbox,
     };
     let cancel = CancellationToken::new();
     watch_signals(cancel.clone());

@@ -102,6 +102,10 @@ pub struct LaunchArgs {
     /// from the config file.
     #[arg(long, value_name = "NAME")]
     pub provider: Option<String>,
+    /// Where command stages, the agent's shell tool and CLI agents run: none (default), or bwrap
+    /// (read-only system, home hidden, no network, no API keys). A stage's `sandbox` wins.
+    #[arg(long, value_name = "none|bwrap", value_parser = parse_sandbox)]
+    pub sandbox: Option<fabro::sandbox::SandboxKind>,
     /// Fail a command stage once its stdout and stderr pass this size (e.g. 200MB, 1GiB; default
     /// 1GiB); the node's max_output wins, the graph's default_max_output applies when unset.
     #[arg(long, value_name = "SIZE", value_parser = fabro::handlers::command::parse_size)]
@@ -144,6 +148,7 @@ impl LaunchArgs {
                 .map(|path| std::path::absolute(path).unwrap_or_else(|_| path.clone()).display().to_string()),
             model: non_empty(&self.model),
             provider: non_empty(&self.provider),
+            sandbox: self.sandbox.map(|kind| kind.as_str().to_string()),
         }
     }
 
@@ -179,6 +184,14 @@ impl LaunchArgs {
                 taken.push(format!("--provider {provider}"));
             }
         }
+        if self.sandbox.is_none() {
+            if let Some(kind) =
+                started.sandbox.as_deref().and_then(|text| fabro::sandbox::SandboxKind::parse(text).ok())
+            {
+                self.sandbox = Some(kind);
+                taken.push(format!("--sandbox {}", kind.as_str()));
+            }
+        }
         (!taken.is_empty()).then(|| taken.join(" "))
     }
 
@@ -195,6 +208,22 @@ impl LaunchArgs {
     pub fn limits(&self) -> fabro::engine::budget::UsageLimits {
         fabro::engine::budget::UsageLimits { max_tokens: self.max_tokens, max_cost: self.max_cost }
     }
+}
+
+fn parse_sandbox(text: &str) -> Result<fabro::sandbox::SandboxKind, String> {
+    fabro::sandbox::SandboxKind::parse(text)
+}
+
+/// Checks the sandbox settings of `workflow` and that the sandbox works on this machine; returns
+/// the config file's default sandbox.
+pub fn check_sandbox(
+    launch: &LaunchArgs,
+    workflow: &Workflow,
+) -> Result<Option<fabro::sandbox::SandboxKind>, String> {
+    let user = fabro::backends::config::LlmConfig::user_sandbox().map_err(|error| error.to_string())?;
+    fabro::sandbox::check_workflow(workflow, launch.sandbox, user)
+        .map_err(|error| format!("{error}; the run did not start"))?;
+    Ok(user)
 }
 
 pub fn run(args: RunArgs) -> u8 {
@@ -241,6 +270,13 @@ async fn run_async(args: RunArgs) -> u8 {
             return exit::INVALID;
         }
     };
+    let user_sandbox = match check_sandbox(&args.launch, &valid.workflow) {
+        Ok(user) => user,
+        Err(message) => {
+            eprintln!("error: {message}");
+            return exit::INVALID;
+        }
+    };
     let engine = match engine_for(&args.launch, &valid.workflow) {
         Ok(engine) => engine,
         Err(message) => {
@@ -260,6 +296,8 @@ async fn run_async(args: RunArgs) -> u8 {
         parent: None,
         launch: args.launch.record(),
         max_output: args.launch.max_output,
+        sandbox: args.launch.sandbox,
+        user_sandbox,
     };
     let cancel = CancellationToken::new();
     watch_signals(cancel.clone());

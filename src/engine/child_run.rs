@@ -92,6 +92,8 @@ impl<'a> ChildLauncher<'a> {
             parent: Some(link),
             launch: self.options.launch.clone(),
             max_output: self.options.max_output,
+            sandbox: self.options.sandbox,
+            user_sandbox: self.options.user_sandbox,
         };
         match slot {
             ChildSlot::Fresh(dir) => {

@@ -50,6 +50,10 @@ pub struct RunOptions {
     pub launch: crate::run_dir::LaunchRecord,
     /// `--max-output`: the most bytes a command stage may write to its logs.
     pub max_output: Option<u64>,
+    /// `--sandbox`: where stages' programs run, unless a stage says otherwise.
+    pub sandbox: Option<crate::sandbox::SandboxKind>,
+    /// The config file's `sandbox`: used when neither the stage, `--sandbox` nor the graph says.
+    pub user_sandbox: Option<crate::sandbox::SandboxKind>,
 }
 
 /// Why a run could not start.

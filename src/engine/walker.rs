@@ -200,6 +200,9 @@ impl<'e> Walker<'e> {
         if let Line::Branch(branch) = &self.line {
             fields["branch_id"] = json!(branch);
         }
+        if let Some(sandbox) = self.sandbox_of(node) {
+            fields["sandbox"] = json!(sandbox);
+        }
         scope.events.stage_event("stage.started", &node.id, visit, fields);
         // Watchers (`fabro logs -f`, `fabro serve`) see a stage start while it runs, not only at
         // the next checkpoint: one write, no fsync.
@@ -563,6 +566,12 @@ impl<'e> Walker<'e> {
                 .left(&self.state.stages)
                 .filter(|_| !scope.options.dry_run),
             max_output: scope.options.max_output,
+            confinement: crate::sandbox::Confinement::of(
+                node,
+                scope.workflow,
+                scope.options.sandbox,
+                scope.options.user_sandbox,
+            ),
         };
         match AssertUnwindSafe(handler.run(&stage)).catch_unwind().await {
             Ok(result) => result,
@@ -632,6 +641,7 @@ impl<'e> Walker<'e> {
             started_at,
             duration_ms,
             operator_notes: std::mem::take(&mut self.delivered_notes),
+            sandbox: self.sandbox_of(node).map(str::to_string),
         };
         let files_clock = Instant::now();
         // A branch's stages count once their branch is journaled, and the journal is made durable
@@ -822,6 +832,16 @@ impl<'e> Walker<'e> {
                 Err(error.to_string())
             }
         }
+    }
+
+    /// The sandbox `node`'s programs run in, for stages that run programs.
+    fn sandbox_of(&self, node: &Node) -> Option<&'static str> {
+        let options = self.scope.options;
+        crate::sandbox::runs_programs(node).then(|| {
+            crate::sandbox::Confinement::of(node, self.scope.workflow, options.sandbox, options.user_sandbox)
+                .kind
+                .as_str()
+        })
     }
 
     /// Pauses the run after `node` because its checkpoint could not be saved: going on would run

@@ -77,6 +77,7 @@ pub const REASONING_EFFORTS: &[&str] = &["low", "medium", "high"];
 pub const RETRY_POLICIES: &[&str] = &["none", "standard", "aggressive", "linear", "patient"];
 pub const JOIN_POLICIES: &[&str] = &["wait_all", "first_success", "k_of_n", "quorum"];
 pub const ERROR_POLICIES: &[&str] = &["continue", "fail_fast"];
+pub const SANDBOXES: &[&str] = &["none", "bwrap"];
 
 macro_rules! spec {
     ($name:literal, $ty:expr, $scopes:expr, $doc:literal) => {
@@ -118,6 +119,7 @@ pub static ATTRIBUTES: &[AttributeSpec] = &[
         "Lint warnings accepted for this workflow, e.g. failure_path (comma-separated rule ids)."
     ),
     spec!("default_max_output", ValueType::Count, GRAPH, "Default max_output of command stages, in bytes."),
+    spec!("default_sandbox", ValueType::OneOf(SANDBOXES), GRAPH, "Default sandbox of stages that run programs: none or bwrap."),
     spec!("default_max_in_turn_tool_pairs", ValueType::Count, GRAPH, "Default max_in_turn_tool_pairs of agent stages."),
     spec!(
         "default_max_in_turn_context_tokens",
@@ -206,7 +208,12 @@ pub static ATTRIBUTES: &[AttributeSpec] = &[
     spec!("llm_model", ValueType::Text, NODE, "Model id, e.g. claude-opus-4-6 or gpt-5.2."),
     spec!("llm_provider", ValueType::Text, NODE, "Provider key; inferred from the model when unset."),
     spec!("reasoning_effort", ValueType::OneOf(REASONING_EFFORTS), NODE, "Reasoning depth of the model."),
-    spec!("auto_status", ValueType::Boolean, NODE, "Treat a stage that reports no status as a success."),
+    spec!(
+        "auto_status",
+        ValueType::Boolean,
+        NODE,
+        "A command stage that writes no status.json succeeds whatever its exit code."
+    ),
     spec!(
         "allow_partial",
         ValueType::Boolean,
@@ -298,6 +305,25 @@ pub static ATTRIBUTES: &[AttributeSpec] = &[
         ValueType::Count,
         NODE,
         "Bytes of stdout and stderr a command stage may write; past them it fails (default 1 GiB)."
+    ),
+    spec!(
+        "sandbox",
+        ValueType::OneOf(SANDBOXES),
+        NODE,
+        "Where the stage's programs run: none, or bwrap (read-only system, no home, no network, no API keys)."
+    ),
+    spec!("sandbox_network", ValueType::Boolean, NODE, "The network is reachable inside the stage's sandbox."),
+    spec!(
+        "sandbox_paths",
+        ValueType::Text,
+        GRAPH_NODE,
+        "Extra paths shown inside the sandbox: ro:/opt/sdk, rw:/var/cache/cargo."
+    ),
+    spec!(
+        "sandbox_env",
+        ValueType::Text,
+        GRAPH_NODE,
+        "Environment variables let into the sandbox, comma-separated (e.g. for a CLI agent's API key)."
     ),
     spec!(
         "keep_background",

@@ -86,16 +86,20 @@ impl Handler for CommandHandler {
         let stdout_file = create_log(&stdout_path).await?;
         let stderr_file = create_log(&stderr_path).await?;
 
-        let mut command = tokio::process::Command::new("sh");
+        let run_dir = absolute(stage.run_dir);
+        let mut command = stage.confinement.command(
+            "sh".as_ref(),
+            &["-c".as_ref(), script.as_ref()],
+            stage.work_dir,
+            &[&stage_dir],
+            &[&run_dir],
+        );
         command
-            .arg("-c")
-            .arg(script)
-            .current_dir(stage.work_dir)
             .stdin(Stdio::null())
             .stdout(stdout_file)
             .stderr(stderr_file)
             .env("FABRO_RUN_ID", stage.run_id)
-            .env("FABRO_RUN_DIR", absolute(stage.run_dir))
+            .env("FABRO_RUN_DIR", &run_dir)
             .env("FABRO_STAGE_DIR", &stage_dir)
             .env("FABRO_NODE_ID", node_id)
             .env("FABRO_VISIT", stage.visit.to_string())
@@ -188,7 +192,8 @@ impl Handler for CommandHandler {
                 .with_notes(summary);
         record_output(&mut outcome, Some(status), &stdout_path, &stderr_path).await;
 
-        Ok(apply_status_file(outcome, status, &status_path).await)
+        let auto_status = stage.node.attributes.boolean("auto_status") == Some(true);
+        Ok(apply_status_file(outcome, status, &status_path, auto_status).await)
     }
 }
 
@@ -339,9 +344,23 @@ async fn read_tail_bytes(path: &Path, limit: u64) -> std::io::Result<(u64, Vec<u
 
 /// Lets `status.json`, when the script wrote one, decide the outcome. The handler's `command.*`
 /// values stay; the file's `context_updates` go on top. A file that cannot be read fails the stage.
-async fn apply_status_file(outcome: Outcome, status: ExitStatus, path: &Path) -> Outcome {
-    let text = match tokio::fs::read_to_string(path).await {
+/// The outcome `$FABRO_STAGE_DIR/status.json` reports, over the one the exit status gave. With
+/// `auto_status`, a stage that wrote no status file succeeds whatever its exit status.
+async fn apply_status_file(outcome: Outcome, status: ExitStatus, path: &Path, auto_status: bool) -> Outcome {
+    let text = match crate::regular_file::read_to_string(path, crate::regular_file::FileKind::Record) {
         Ok(text) => text,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound && auto_status => {
+            let notes = format!(
+                "{}; auto_status: no {STATUS_FILE} was written, so the stage succeeds",
+                outcome.notes.clone().unwrap_or_default()
+            );
+            return Outcome {
+                status: StageStatus::Success,
+                failure_reason: None,
+                notes: Some(notes),
+                ..outcome
+            };
+        }
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => return outcome,
         Err(error) => return replace_reason(outcome, format!("could not read {}: {error}", path.display())),
     };

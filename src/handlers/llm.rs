@@ -86,6 +86,7 @@ pub(crate) fn request_for<'a>(stage: &'a StageRun<'_>, prompt: &'a str) -> LlmRe
             backend: attributes.non_empty_text("backend"),
             cli_agent: attributes.non_empty_text("cli_agent"),
             usage_left: stage.usage_left,
+            confinement: stage.confinement.clone(),
             context: crate::agent_context::ContextSettings::from_attributes(
                 attributes,
                 stage.workflow.attributes(),

@@ -57,6 +57,8 @@ pub struct StageRun<'a> {
     pub usage_left: Option<crate::engine::budget::UsageLeft>,
     /// `--max-output`: the most bytes a command stage may write (node `max_output` wins).
     pub max_output: Option<u64>,
+    /// Where the stage's programs run (commands, the agent's shell tool, CLI agents).
+    pub confinement: crate::sandbox::Confinement,
 }
 
 /// Shared services handlers call out to.
@@ -247,6 +249,7 @@ pub(crate) mod test_support {
                 children: crate::engine::child_run::ChildLauncher::new(&self.engine, &self.options),
                 usage_left: None,
                 max_output: None,
+                confinement: crate::sandbox::Confinement::default(),
             }
         }
     }

@@ -101,6 +101,9 @@ pub struct LaunchRecord {
     pub model: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provider: Option<String>,
+    /// `--sandbox`: a resume runs the rest of the run in the same sandbox.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<String>,
 }
 
 impl LaunchRecord {
@@ -251,6 +254,9 @@ pub struct StageStatusFile {
     /// Notes from the operator (step mode) this stage received in its preamble.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub operator_notes: Vec<String>,
+    /// Where the stage's programs ran (`none`, `bwrap`), for stages that run programs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<String>,
 }
 
 #[cfg(test)]

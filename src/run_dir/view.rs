@@ -40,6 +40,8 @@ pub struct StageSummary {
     pub duration_ms: u64,
     pub input_tokens: u64,
     pub output_tokens: u64,
+    /// The estimated cost of its visits, when any of them had a price.
+    pub cost_usd: Option<f64>,
 }
 
 impl RunView {
@@ -103,6 +105,7 @@ impl RunView {
                         duration_ms: 0,
                         input_tokens: 0,
                         output_tokens: 0,
+                        cost_usd: None,
                     },
                 );
             }
@@ -128,6 +131,9 @@ impl RunView {
                 if let Some(usage) = &record.usage {
                     summary.input_tokens += usage.input_tokens;
                     summary.output_tokens += usage.output_tokens;
+                }
+                if let Some(cost) = record.cost_usd {
+                    summary.cost_usd = Some(summary.cost_usd.unwrap_or(0.0) + cost);
                 }
             }
         }

@@ -1,0 +1,331 @@
+//! Confining what stages run: command stages, the agent's `shell` tool and CLI agents.
+//!
+//! A [`Sandbox`] turns "run this program in this directory" into the command that runs it
+//! confined. Two exist: [`SandboxKind::None`] runs it as it is, [`SandboxKind::Bwrap`] runs it
+//! under bubblewrap (`bwrap`): the file system read-only except the work directory, the stage
+//! directory and a private `/tmp`; the user's home hidden (an empty directory in its place, the
+//! work directory shown again when it lies inside); no network unless the stage asks for it; an
+//! environment holding only basic variables, the ones the stage lets through and the `FABRO_*`
+//! stage variables, so API keys stay outside. A container or cluster runner would be a third
+//! implementation; handlers only ever ask a [`Confinement`] for a command.
+//!
+//! Which sandbox a stage uses: its `sandbox` attribute, else `fabro run --sandbox`, else the
+//! graph's `default_sandbox`, else the config file's `sandbox`, else none.
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+
+use crate::graph::{Node, Workflow};
+
+/// The sandboxes there are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SandboxKind {
+    /// Stages run with the user's whole account.
+    #[default]
+    None,
+    /// Stages run under bubblewrap.
+    Bwrap,
+}
+
+impl SandboxKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SandboxKind::None => "none",
+            SandboxKind::Bwrap => "bwrap",
+        }
+    }
+
+    /// `none` or `bwrap`.
+    pub fn parse(text: &str) -> Result<SandboxKind, String> {
+        match text.trim() {
+            "none" => Ok(SandboxKind::None),
+            "bwrap" => Ok(SandboxKind::Bwrap),
+            other => Err(format!("`{other}` is not a sandbox; use none or bwrap")),
+        }
+    }
+
+    fn implementation(self) -> &'static dyn Sandbox {
+        match self {
+            SandboxKind::None => &Unconfined,
+            SandboxKind::Bwrap => &Bubblewrap,
+        }
+    }
+}
+
+/// One extra directory or file shown inside the sandbox (`sandbox_paths`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bind {
+    pub writable: bool,
+    pub path: PathBuf,
+}
+
+/// `ro:/opt/sdk, rw:/var/cache/cargo`: absolute paths, each read-only (`ro:`) or writable (`rw:`).
+pub fn parse_paths(text: &str) -> Result<Vec<Bind>, String> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|item| !item.is_empty())
+        .map(|item| {
+            let (writable, path) = match item.split_once(':') {
+                Some(("ro", path)) => (false, path),
+                Some(("rw", path)) => (true, path),
+                _ => return Err(format!("`{item}` should be ro:/absolute/path or rw:/absolute/path")),
+            };
+            let path = PathBuf::from(path.trim());
+            if !path.is_absolute() {
+                return Err(format!("`{item}`: the path must be absolute"));
+            }
+            Ok(Bind { writable, path })
+        })
+        .collect()
+}
+
+/// How one stage's processes run: the sandbox and what it lets in.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Confinement {
+    pub kind: SandboxKind,
+    /// `sandbox_network=true`: the network is there as outside.
+    pub network: bool,
+    /// `sandbox_paths` of the node, then of the graph.
+    pub binds: Vec<Bind>,
+    /// `sandbox_env`: names of environment variables let through.
+    pub pass_env: Vec<String>,
+}
+
+/// Environment variables every confined process keeps.
+const BASIC_ENV: &[&str] = &["PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TERM", "TZ"];
+
+impl Confinement {
+    /// The confinement of `node`: its attributes, else `flag` (`--sandbox`), else the graph's
+    /// defaults, else `user_default` (the config file). Unparsable values were refused by
+    /// [`check_workflow`]; here they fall back to the next source.
+    pub fn of(
+        node: &Node,
+        workflow: &Workflow,
+        flag: Option<SandboxKind>,
+        user_default: Option<SandboxKind>,
+    ) -> Confinement {
+        let graph = workflow.attributes();
+        let kind = node
+            .attributes
+            .text("sandbox")
+            .and_then(|text| SandboxKind::parse(text).ok())
+            .or(flag)
+            .or_else(|| graph.text("default_sandbox").and_then(|text| SandboxKind::parse(text).ok()))
+            .or(user_default)
+            .unwrap_or_default();
+        let mut binds = Vec::new();
+        for attributes in [&node.attributes, graph] {
+            binds.extend(
+                attributes.text("sandbox_paths").and_then(|text| parse_paths(text).ok()).unwrap_or_default(),
+            );
+        }
+        let mut pass_env = Vec::new();
+        for attributes in [&node.attributes, graph] {
+            if let Some(names) = attributes.text("sandbox_env") {
+                pass_env
+                    .extend(names.split(',').map(str::trim).filter(|n| !n.is_empty()).map(str::to_string));
+            }
+        }
+        Confinement {
+            kind,
+            network: node.attributes.boolean("sandbox_network").unwrap_or(false),
+            binds,
+            pass_env,
+        }
+    }
+
+    /// The command that runs `program args` in `work_dir` under this confinement. `writable` are
+    /// the directories the stage writes besides the work directory (its stage directory),
+    /// `readable` those it reads (the run directory).
+    pub fn command(
+        &self,
+        program: &OsStr,
+        args: &[&OsStr],
+        work_dir: &Path,
+        writable: &[&Path],
+        readable: &[&Path],
+    ) -> tokio::process::Command {
+        let setup = Setup { work_dir, writable, readable, confinement: self };
+        self.kind.implementation().command(program, args, &setup)
+    }
+}
+
+/// What a [`Sandbox`] needs to build a command.
+pub struct Setup<'a> {
+    pub work_dir: &'a Path,
+    pub writable: &'a [&'a Path],
+    pub readable: &'a [&'a Path],
+    pub confinement: &'a Confinement,
+}
+
+/// A way of running a stage's program.
+pub trait Sandbox: Send + Sync {
+    fn name(&self) -> &'static str;
+    /// The command that runs `program args` in `setup.work_dir`.
+    fn command(&self, program: &OsStr, args: &[&OsStr], setup: &Setup<'_>) -> tokio::process::Command;
+}
+
+/// No confinement.
+struct Unconfined;
+
+impl Sandbox for Unconfined {
+    fn name(&self) -> &'static str {
+        "none"
+    }
+
+    fn command(&self, program: &OsStr, args: &[&OsStr], setup: &Setup<'_>) -> tokio::process::Command {
+        let mut command = tokio::process::Command::new(program);
+        command.args(args).current_dir(setup.work_dir);
+        command
+    }
+}
+
+/// bubblewrap.
+struct Bubblewrap;
+
+impl Sandbox for Bubblewrap {
+    fn name(&self) -> &'static str {
+        "bwrap"
+    }
+
+    fn command(&self, program: &OsStr, args: &[&OsStr], setup: &Setup<'_>) -> tokio::process::Command {
+        let confinement = setup.confinement;
+        let mut command = tokio::process::Command::new("bwrap");
+        command.args(["--die-with-parent", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]);
+        if !confinement.network {
+            command.arg("--unshare-net");
+        }
+        command.args(["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]);
+        // The home directory is hidden: an empty one stands in its place.
+        let home = std::env::var_os("HOME")
+            .map(PathBuf::from)
+            .filter(|home| home.is_dir() && home != Path::new("/"));
+        if let Some(home) = &home {
+            command.arg("--tmpfs").arg(home);
+        }
+        // What the stage reads and writes is shown again on top of /tmp and the home.
+        for path in setup.readable {
+            command.arg("--ro-bind-try").arg(path).arg(path);
+        }
+        for bind in &confinement.binds {
+            command.arg(if bind.writable { "--bind" } else { "--ro-bind" }).arg(&bind.path).arg(&bind.path);
+        }
+        for path in std::iter::once(&setup.work_dir).chain(setup.writable) {
+            command.arg("--bind").arg(path).arg(path);
+        }
+        command.arg("--chdir").arg(setup.work_dir).arg("--").arg(program).args(args);
+        command.current_dir(setup.work_dir).env_clear();
+        for name in BASIC_ENV.iter().copied().chain(confinement.pass_env.iter().map(String::as_str)) {
+            if let Some(value) = std::env::var_os(name) {
+                command.env(name, value);
+            }
+        }
+        command
+    }
+}
+
+/// Why stages cannot run in their sandbox on this machine.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SandboxError {
+    #[error(
+        "stage(s) {stages} run in the bwrap sandbox, but `bwrap` is not installed; install bubblewrap \
+         (Debian/Ubuntu: `apt-get install bubblewrap`) or run without the sandbox (`--sandbox none`, or \
+         sandbox=\"none\" on the stage)"
+    )]
+    Missing { stages: String },
+    #[error(
+        "stage(s) {stages} run in the bwrap sandbox, but bwrap cannot create its namespaces on this machine \
+         ({detail}); allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1) or run \
+         without the sandbox (`--sandbox none`)"
+    )]
+    Unusable { stages: String, detail: String },
+    #[error("stage `{node}`: {attribute}: {message}")]
+    Attribute { node: String, attribute: &'static str, message: String },
+}
+
+/// Checks, before a run starts, the sandbox settings of every stage that runs a program, and that
+/// bwrap works here when any of them uses it.
+pub fn check_workflow(
+    workflow: &Workflow,
+    flag: Option<SandboxKind>,
+    user_default: Option<SandboxKind>,
+) -> Result<(), SandboxError> {
+    let mut confined = Vec::new();
+    for node in workflow.nodes() {
+        for (owner, attributes) in [(node.id.as_str(), &node.attributes), ("(graph)", workflow.attributes())]
+        {
+            if let Some(text) = attributes.text("sandbox_paths") {
+                let binds = parse_paths(text).map_err(|message| SandboxError::Attribute {
+                    node: owner.to_string(),
+                    attribute: "sandbox_paths",
+                    message,
+                })?;
+                if let Some(missing) = binds.iter().find(|bind| !bind.path.exists()) {
+                    return Err(SandboxError::Attribute {
+                        node: owner.to_string(),
+                        attribute: "sandbox_paths",
+                        message: format!("{} does not exist", missing.path.display()),
+                    });
+                }
+            }
+        }
+        if runs_programs(node)
+            && Confinement::of(node, workflow, flag, user_default).kind == SandboxKind::Bwrap
+        {
+            confined.push(format!("`{}`", node.id));
+        }
+    }
+    if confined.is_empty() {
+        return Ok(());
+    }
+    let stages = confined.join(", ");
+    let probe = std::process::Command::new("bwrap")
+        .args(["--ro-bind", "/", "/", "--unshare-net", "--dev", "/dev", "--proc", "/proc", "true"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .output();
+    match probe {
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Err(SandboxError::Missing { stages }),
+        Err(error) => Err(SandboxError::Unusable { stages, detail: error.to_string() }),
+        Ok(output) if !output.status.success() => Err(SandboxError::Unusable {
+            stages,
+            detail: String::from_utf8_lossy(&output.stderr).trim().to_string(),
+        }),
+        Ok(_) => Ok(()),
+    }
+}
+
+/// Stages whose processes a sandbox confines: commands and LLM stages (their shell tool or CLI
+/// agent).
+pub fn runs_programs(node: &Node) -> bool {
+    use crate::graph::HandlerType;
+    matches!(node.handler_type(), HandlerType::Command | HandlerType::Agent | HandlerType::Prompt)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_are_read_only_or_writable_and_absolute() {
+        assert_eq!(
+            parse_paths("ro:/opt/sdk, rw:/var/cache/cargo").unwrap(),
+            [
+                Bind { writable: false, path: "/opt/sdk".into() },
+                Bind { writable: true, path: "/var/cache/cargo".into() }
+            ]
+        );
+        assert!(parse_paths("/opt/sdk").unwrap_err().contains("ro:/absolute/path"));
+        assert!(parse_paths("rw:relative").unwrap_err().contains("absolute"));
+        assert_eq!(parse_paths(" ").unwrap(), []);
+    }
+
+    #[test]
+    fn kinds_parse() {
+        assert_eq!(SandboxKind::parse("bwrap"), Ok(SandboxKind::Bwrap));
+        assert_eq!(SandboxKind::parse("none"), Ok(SandboxKind::None));
+        assert!(SandboxKind::parse("docker").unwrap_err().contains("none or bwrap"));
+        assert_eq!(SandboxKind::Bwrap.implementation().name(), "bwrap");
+    }
+}

@@ -1,0 +1,296 @@
+//! Sandboxed stages (`sandbox=bwrap`, `fabro run --sandbox bwrap`) through the binary: what a
+//! confined command stage and CLI agent can and cannot do. bubblewrap is installed by `.ci/run`;
+//! without it these tests fail, they never skip.
+
+mod common;
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+/// A temporary directory with `w.dot` and a work directory `work/` that lies outside the fake
+/// home `home/`, where a secret is planted.
+struct Setup {
+    dir: tempfile::TempDir,
+}
+
+const SECRET: &str = "ssh-secret-7f3a";
+const API_KEY: &str = "sk-ant-do-not-leak-91c2";
+
+impl Setup {
+    fn new(workflow: &str) -> Setup {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("w.dot"), workflow).unwrap();
+        std::fs::create_dir_all(dir.path().join("work")).unwrap();
+        std::fs::create_dir_all(dir.path().join("home/.ssh")).unwrap();
+        std::fs::write(dir.path().join("home/.ssh/id_ed25519"), SECRET).unwrap();
+        Setup { dir }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// `fabro run w.dot --workdir work --run-dir run ARGS` with the fake home and an API key in
+    /// the environment.
+    fn run(&self, args: &[&str]) -> Output {
+        let mut all = vec!["run", "w.dot", "--workdir", "work", "--run-dir", "run", "-q"];
+        all.extend_from_slice(args);
+        common::fabro_command(self.dir.path(), &all)
+            .env("HOME", self.path("home"))
+            .env("ANTHROPIC_API_KEY", API_KEY)
+            .output()
+            .unwrap()
+    }
+
+    fn stdout_of(&self, node: &str) -> String {
+        std::fs::read_to_string(self.path(&format!("run/stages/{node}/1/stdout.log"))).unwrap_or_default()
+    }
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn command_workflow(attributes: &str, script: &str) -> String {
+    format!(
+        "digraph sandboxed {{\n  allow_lints=\"failure_path\"\n  start [shape=Mdiamond]\n  exit [shape=Msquare]\n  \
+         probe [shape=parallelogram, {attributes} script=\"{}\"]\n  start -> probe -> exit\n}}\n",
+        script.replace('\\', "\\\\").replace('"', "\\\"")
+    )
+}
+
+#[test]
+fn a_confined_command_cannot_write_outside_its_work_directory_nor_read_the_home() {
+    let outside = tempfile::tempdir_in("/var/tmp").unwrap();
+    let script = format!(
+        "echo inside > made.txt; echo hacked > {outside}/planted 2>/dev/null && echo WROTE-OUTSIDE; \
+         touch /etc/fabro-sandbox-test 2>/dev/null && echo WROTE-ETC; \
+         cat \"$HOME/.ssh/id_ed25519\" 2>/dev/null || echo no-secret; env",
+        outside = outside.path().display()
+    );
+    let setup = Setup::new(&command_workflow("sandbox=\"bwrap\",", &script));
+    let ran = setup.run(&[]);
+    assert_eq!(ran.status.code(), Some(0), "{}", text(&ran.stderr));
+    let out = setup.stdout_of("probe");
+    assert_eq!(
+        std::fs::read_to_string(setup.path("work/made.txt")).unwrap(),
+        "inside\n",
+        "the work directory is writable"
+    );
+    assert!(!out.contains("WROTE-OUTSIDE") && !outside.path().join("planted").exists(), "{out}");
+    assert!(!out.contains("WROTE-ETC") && !Path::new("/etc/fabro-sandbox-test").exists(), "{out}");
+    assert!(out.contains("no-secret") && !out.contains(SECRET), "{out}");
+    assert!(!out.contains(API_KEY) && !out.contains("ANTHROPIC_API_KEY"), "API keys stay outside: {out}");
+    assert!(out.contains("FABRO_STAGE_DIR="), "the stage variables are there: {out}");
+    let status = std::fs::read_to_string(setup.path("run/stages/probe/1/status.json")).unwrap();
+    assert!(status.contains("\"sandbox\": \"bwrap\""), "{status}");
+    let events = std::fs::read_to_string(setup.path("run/events.jsonl")).unwrap();
+    assert!(
+        events.lines().any(|l| l.contains("\"stage.started\"") && l.contains("\"sandbox\":\"bwrap\"")),
+        "{events}"
+    );
+}
+
+#[test]
+fn without_the_sandbox_the_same_command_reaches_everything() {
+    let script = "cat \"$HOME/.ssh/id_ed25519\"; echo; env";
+    let setup = Setup::new(&command_workflow("", script));
+    let ran = setup.run(&[]);
+    assert_eq!(ran.status.code(), Some(0), "{}", text(&ran.stderr));
+    let out = setup.stdout_of("probe");
+    assert!(out.contains(SECRET) && out.contains(API_KEY), "the control case: {out}");
+    let status = std::fs::read_to_string(setup.path("run/stages/probe/1/status.json")).unwrap();
+    assert!(status.contains("\"sandbox\": \"none\""), "{status}");
+}
+
+#[test]
+fn the_network_is_off_unless_the_stage_asks_for_it() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let mut stream = stream;
+            let _ = std::io::Write::write_all(&mut stream, b"hello from the host\n");
+        }
+    });
+    let script = format!("bash -c 'exec 3<>/dev/tcp/127.0.0.1/{port} && head -1 <&3' || echo no-network");
+    for (attributes, expected) in [("", "no-network"), ("sandbox_network=true,", "hello from the host")] {
+        let setup = Setup::new(&command_workflow(attributes, &script));
+        let ran = setup.run(&["--sandbox", "bwrap"]);
+        assert_eq!(ran.status.code(), Some(0), "{}", text(&ran.stderr));
+        let out = setup.stdout_of("probe");
+        assert!(out.contains(expected), "{attributes}: {out}");
+    }
+}
+
+fn gone(pid: i32) -> bool {
+    for _ in 0..100 {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let zombie = stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'));
+        if stat.is_empty() || zombie {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    false
+}
+
+#[test]
+fn a_confined_background_child_survives_neither_timeout_nor_cancellation() {
+    let script = "sleep 30 & echo $! > child.pid; wait";
+    // Timeout.
+    let setup = Setup::new(&command_workflow("sandbox=\"bwrap\", timeout=\"500ms\",", script));
+    let ran = setup.run(&[]);
+    assert_eq!(ran.status.code(), Some(1), "{}", text(&ran.stderr));
+    let pid: i32 = std::fs::read_to_string(setup.path("work/child.pid")).unwrap().trim().parse().unwrap();
+    assert!(gone(pid), "the background sleep {pid} outlived the timeout");
+    // Cancellation.
+    let setup = Setup::new(&command_workflow("sandbox=\"bwrap\",", script));
+    let mut fabro = common::fabro_command(
+        setup.dir.path(),
+        &["run", "w.dot", "--workdir", "work", "--run-dir", "run", "-q"],
+    )
+    .env("HOME", setup.path("home"))
+    .spawn()
+    .unwrap();
+    common::wait_for_file(&setup.path("work/child.pid"), "the confined script");
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let pid: i32 = std::fs::read_to_string(setup.path("work/child.pid")).unwrap().trim().parse().unwrap();
+    // SAFETY: interrupting the fabro this test started.
+    unsafe { libc::kill(fabro.id() as i32, libc::SIGINT) };
+    let status = fabro.wait().unwrap();
+    assert_eq!(status.code(), Some(130));
+    assert!(gone(pid), "the background sleep {pid} outlived the cancellation");
+}
+
+#[test]
+fn a_build_and_test_workflow_passes_unchanged_in_the_sandbox() {
+    let workflow = r#"digraph build {
+    allow_lints="failure_path"
+    start [shape=Mdiamond]
+    exit [shape=Msquare]
+    write [shape=parallelogram, script="mkdir -p src && printf 'echo 2+2=$((2+2))\n' > src/calc.sh && printf '#!/bin/sh\nsh src/calc.sh > build.out\n' > build.sh && chmod +x build.sh"]
+    build [shape=parallelogram, script="./build.sh && mktemp > /dev/null && echo built"]
+    test [shape=parallelogram, script="grep -q '2+2=4' build.out && echo tests passed"]
+    start -> write -> build -> test -> exit
+}
+"#;
+    let setup = Setup::new(workflow);
+    let ran = setup.run(&["--sandbox", "bwrap"]);
+    assert_eq!(ran.status.code(), Some(0), "{}", text(&ran.stderr));
+    assert_eq!(setup.stdout_of("test"), "tests passed\n");
+    assert_eq!(std::fs::read_to_string(setup.path("work/build.out")).unwrap(), "2+2=4\n");
+    // The manifest keeps --sandbox for a resume.
+    let manifest = std::fs::read_to_string(setup.path("run/manifest.json")).unwrap();
+    assert!(manifest.contains("\"sandbox\": \"bwrap\""), "{manifest}");
+}
+
+#[test]
+fn a_confined_cli_agent_sees_neither_the_home_nor_api_keys_unless_let_through() {
+    let agent =
+        r#"cat $HOME/.ssh/id_ed25519 2>/dev/null || echo no-secret; env | grep -c ANTHROPIC_API_KEY || true"#;
+    for (extra, keys_seen) in [("", "0"), (", sandbox_env=\"ANTHROPIC_API_KEY\"", "1")] {
+        let workflow = format!(
+            "digraph cli {{\n  start [shape=Mdiamond]\n  exit [shape=Msquare]\n  code [shape=box, backend=\"cli\", \
+             sandbox=\"bwrap\", prompt=\"Look around\", cli_agent=\"{}\"{extra}]\n  start -> code -> exit\n}}\n",
+            agent.replace('"', "\\\"")
+        );
+        let setup = Setup::new(&workflow);
+        let ran = setup.run(&[]);
+        assert_eq!(ran.status.code(), Some(0), "{}", text(&ran.stderr));
+        let mut response = String::new();
+        std::fs::File::open(setup.path("run/stages/code/1/response.md"))
+            .unwrap()
+            .read_to_string(&mut response)
+            .unwrap();
+        assert!(response.contains("no-secret") && !response.contains(SECRET), "{response}");
+        assert_eq!(response.lines().last(), Some(keys_seen), "{extra}: {response}");
+    }
+}
+
+#[test]
+fn a_missing_bwrap_or_a_bad_sandbox_setting_stops_the_run_before_it_starts() {
+    let setup = Setup::new(&command_workflow("", "echo ran > ran.txt"));
+    let empty = tempfile::tempdir().unwrap();
+    let ran = common::fabro_command(
+        setup.dir.path(),
+        &["run", "w.dot", "--workdir", "work", "--run-dir", "run", "--sandbox", "bwrap"],
+    )
+    .env("PATH", empty.path())
+    .output()
+    .unwrap();
+    let err = text(&ran.stderr);
+    assert_eq!(ran.status.code(), Some(2), "{err}");
+    assert!(err.contains("`bwrap` is not installed") && err.contains("apt-get install bubblewrap"), "{err}");
+    assert!(err.contains("--sandbox none"), "{err}");
+    assert!(!setup.path("work/ran.txt").exists() && !setup.path("run").exists(), "nothing ran");
+
+    let setup = Setup::new(&command_workflow("sandbox=\"bwrap\", sandbox_paths=\"/opt/sdk\",", "true"));
+    let ran = setup.run(&[]);
+    let err = text(&ran.stderr);
+    assert_eq!(ran.status.code(), Some(2), "{err}");
+    assert!(err.contains("stage `probe`: sandbox_paths: `/opt/sdk` should be ro:/absolute/path"), "{err}");
+
+    let setup = Setup::new(&command_workflow("sandbox=\"docker\",", "true"));
+    let ran = setup.run(&[]);
+    assert_eq!(ran.status.code(), Some(2), "{}", text(&ran.stderr));
+}
+
+#[test]
+fn extra_paths_are_shown_read_only_or_writable() {
+    let shared = tempfile::tempdir_in("/var/tmp").unwrap();
+    std::fs::write(shared.path().join("sdk.txt"), "sdk v1").unwrap();
+    let cache = tempfile::tempdir_in("/var/tmp").unwrap();
+    let script = format!(
+        "cat {ro}/sdk.txt; echo; echo x > {ro}/new 2>/dev/null || echo ro-refused; echo cached > {rw}/entry && echo rw-ok",
+        ro = shared.path().display(),
+        rw = cache.path().display()
+    );
+    let attributes = format!(
+        "sandbox=\"bwrap\", sandbox_paths=\"ro:{}, rw:{}\",",
+        shared.path().display(),
+        cache.path().display()
+    );
+    // /var/tmp is visible read-only anyway; these paths must be exactly as asked.
+    let setup = Setup::new(&command_workflow(&attributes, &script));
+    let ran = setup.run(&[]);
+    assert_eq!(ran.status.code(), Some(0), "{}", text(&ran.stderr));
+    let out = setup.stdout_of("probe");
+    assert!(out.contains("sdk v1") && out.contains("ro-refused") && out.contains("rw-ok"), "{out}");
+    assert_eq!(std::fs::read_to_string(cache.path().join("entry")).unwrap(), "cached\n");
+}
+
+#[test]
+fn an_agents_shell_tool_runs_confined() {
+    use common::llm_server::{anthropic_text, anthropic_tools, LlmServer};
+    let command = "cat \"$HOME/.ssh/id_ed25519\" 2>/dev/null || echo no-secret; touch /etc/agent-was-here 2>/dev/null || echo read-only; env; echo ok > agent.txt";
+    let server = LlmServer::start(
+        vec![
+            anthropic_tools("Looking around.", &[("t1", "shell", serde_json::json!({"command": command}))]),
+            anthropic_text("Done.", 100, 10),
+        ],
+        vec![],
+    );
+    let workflow = "digraph agent {\n  start [shape=Mdiamond]\n  exit [shape=Msquare]\n  \
+                    look [shape=box, prompt=\"Look around\", llm_model=\"claude-sonnet-4-5\"]\n  start -> look -> exit\n}\n";
+    let setup = Setup::new(workflow);
+    let ran = common::fabro_command(
+        setup.dir.path(),
+        &["run", "w.dot", "--workdir", "work", "--run-dir", "run", "-q", "--sandbox", "bwrap"],
+    )
+    .env("HOME", setup.path("home"))
+    .env("ANTHROPIC_API_KEY", API_KEY)
+    .env("ANTHROPIC_BASE_URL", server.url(""))
+    .env("FABRO_LLM_MAX_RETRIES", "0")
+    .output()
+    .unwrap();
+    assert_eq!(ran.status.code(), Some(0), "{}", text(&ran.stderr));
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2);
+    let result = requests[1].json()["messages"][2]["content"][0]["content"].as_str().unwrap().to_string();
+    assert!(result.starts_with("exit code 0\nno-secret\nread-only\n"), "{result}");
+    assert!(!result.contains(SECRET) && !result.contains(API_KEY), "{result}");
+    assert_eq!(std::fs::read_to_string(setup.path("work/agent.txt")).unwrap(), "ok\n");
+    assert!(!Path::new("/etc/agent-was-here").exists());
+}
