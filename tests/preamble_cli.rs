@@ -264,3 +264,25 @@ fn hostile_context_keys_are_offloaded_safely() {
         );
     }
 }
+
+#[test]
+fn a_command_whose_last_line_is_very_long_shows_its_end() {
+    let workflow = r#"digraph long {
+    allow_lints="failure_path"
+    start [shape=Mdiamond]
+    exit [shape=Msquare]
+    build [shape=parallelogram, script="head -c 100000 /dev/zero | tr '\\0' x; echo END-OF-OUTPUT"]
+    review [shape=box, prompt="Review", fidelity="compact"]
+    start -> build -> review -> exit
+}
+"#;
+    let ran = Test::new()
+        .workflow(workflow)
+        .args(["run", "workflow.dot", "--run-dir", "run", "--simulate", "-q"])
+        .status(0)
+        .run();
+    let preamble = read(&ran, "run/stages/review/1/preamble.md");
+    let stdout = preamble.split("- Stdout:").nth(1).expect("a Stdout entry");
+    assert!(!stdout.trim_start().starts_with("(empty)"), "{preamble}");
+    assert!(stdout.contains("xxxxEND-OF-OUTPUT"), "{preamble}");
+}

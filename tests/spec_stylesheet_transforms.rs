@@ -515,7 +515,7 @@ fn custom_transforms_run_after_builtins_in_registration_order() {
     assert_eq!(reversed.workflow.node("review").unwrap().prompt(), Some("Review for speed [second] [first]"));
     let names: Vec<String> =
         fabro::graph::builtin_transforms().iter().map(|t| t.name().to_string()).collect();
-    assert_eq!(names, ["imports", "prompt_files", "goal_expansion", "stylesheet"]);
+    assert_eq!(names, ["imports", "prompt_files", "dialect_aliases", "goal_expansion", "stylesheet"]);
 }
 
 /// Transforms: prompt files are resolved relative to the workflow file, not the working directory

@@ -962,3 +962,32 @@ fn a_node_with_thousands_of_attributes_loads_and_reports_briefly() {
     assert!(shown.len() < 20_000, "output of {} bytes", shown.len());
     assert!(shown.contains("…"), "the long line is cut: {shown}");
 }
+
+#[test]
+fn fabros_model_provider_and_goal_spellings_are_read_with_a_dialect_warning() {
+    let workflow = r#"digraph fabro_style {
+    goal="Ship the parser"
+    start [shape=Mdiamond]
+    exit [shape=Msquare]
+    plan [shape=box, model="gpt-5.2", provider="openai", prompt="Plan how to {{ goal }}"]
+    start -> plan -> exit
+}
+"#;
+    let (code, shown) = validate_text(workflow);
+    assert_eq!(code, Some(0), "{shown}");
+    assert!(
+        shown
+            .contains("warning[dialect_alias] w.dot:5:22 node plan: `model` is Fabro's name for `llm_model`"),
+        "{shown}"
+    );
+    assert!(shown.contains("`provider` is Fabro's name for `llm_provider`"), "{shown}");
+    assert!(shown.contains("`{{ goal }}` is Fabro's spelling of the goal"), "{shown}");
+    assert!(!shown.contains("unknown attribute"), "{shown}");
+    // The run uses them: the prompt has the goal.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("w.dot"), workflow).unwrap();
+    let ran = common::fabro_in(dir.path(), &["run", "w.dot", "--run-dir", "run", "--simulate", "-q"]);
+    assert_eq!(ran.status.code(), Some(0), "{}", String::from_utf8_lossy(&ran.stderr));
+    let prompt = std::fs::read_to_string(dir.path().join("run/stages/plan/1/prompt.md")).unwrap();
+    assert!(prompt.contains("Plan how to Ship the parser"), "{prompt}");
+}

@@ -159,9 +159,17 @@ fn read_tail(path: &Path) -> Option<String> {
     let mut bytes = Vec::with_capacity((len - start) as usize);
     file.take(TAIL_READ_BYTES).read_to_end(&mut bytes).ok()?;
     let text = String::from_utf8_lossy(&bytes);
-    // Reading from the middle of the file: the first line is partial.
-    let text = if start > 0 { text.split_once('\n').map_or("", |(_, rest)| rest) } else { &text };
-    Some(tail_lines(text, TAIL_LINES).to_string())
+    if start == 0 {
+        return Some(tail_lines(&text, TAIL_LINES).to_string());
+    }
+    // Reading from the middle of the file: the first line is partial. It is dropped when whole
+    // lines follow it; when the window is all one long last line, its end is the tail.
+    match text.trim_end_matches('\n').split_once('\n') {
+        Some(_) => {
+            Some(tail_lines(text.split_once('\n').map_or("", |(_, rest)| rest), TAIL_LINES).to_string())
+        }
+        None => Some(format!("…{}", text.trim_start_matches('\u{FFFD}'))),
+    }
 }
 
 /// The first [`RESPONSE_EXCERPT_CHARS`] characters of a file, reading at most [`HEAD_READ_BYTES`].

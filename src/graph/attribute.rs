@@ -373,8 +373,15 @@ pub static ATTRIBUTES: &[AttributeSpec] = &[
 ];
 
 /// Other spellings accepted for an attribute, folded to the canonical name when the graph is built.
-pub const ALIASES: &[(&str, &str)] =
-    &[("tool_command", "script"), ("default_max_retry", "default_max_retries")];
+pub const ALIASES: &[(&str, &str)] = &[
+    ("tool_command", "script"),
+    ("default_max_retry", "default_max_retries"),
+    ("model", "llm_model"),
+    ("provider", "llm_provider"),
+];
+
+/// Aliases that are another tool's dialect (Fabro's), accepted with a `dialect_alias` warning.
+pub const DIALECT_ALIASES: &[&str] = &["model", "provider"];
 
 /// Graphviz display attributes: accepted anywhere, meaningless to fabro, never warned about.
 pub const DISPLAY_ATTRIBUTES: &[&str] = &[

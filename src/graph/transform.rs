@@ -22,6 +22,7 @@ pub fn builtin_transforms() -> Vec<Box<dyn Transform>> {
     vec![
         Box::new(super::import::ImportExpansion),
         Box::new(PromptFiles),
+        Box::new(DialectAliases),
         Box::new(GoalExpansion),
         Box::new(StylesheetApplication),
     ]
@@ -64,6 +65,57 @@ impl Transform for PromptFiles {
             }
         }
         diagnostics
+    }
+}
+
+/// Fabro's spellings: node attributes `model=` and `provider=` (already read as `llm_model` and
+/// `llm_provider` when the graph was built) and `{{ goal }}` in prompts (read as `$goal`), each
+/// with a `dialect_alias` warning so the file can be moved to fabro's names.
+pub struct DialectAliases;
+
+impl Transform for DialectAliases {
+    fn name(&self) -> &str {
+        "dialect_aliases"
+    }
+
+    fn apply(&self, workflow: &mut Workflow) -> Vec<Diagnostic> {
+        let source = workflow.source().clone();
+        let mut found = Vec::new();
+        for node in workflow.nodes_mut() {
+            for (key, attr) in node.attributes.iter() {
+                let written = source.text().get(attr.key_span.start..attr.key_span.end).unwrap_or("");
+                if !attr.inherited && written != key && super::attribute::DIALECT_ALIASES.contains(&written) {
+                    found.push(
+                        Diagnostic::warning(
+                            "dialect_alias",
+                            format!("`{written}` is Fabro's name for `{key}`; fabro reads it as `{key}`"),
+                        )
+                        .node(&node.id)
+                        .span(attr.key_span)
+                        .fix(format!("rename it to `{key}`")),
+                    );
+                }
+            }
+            let Some(attr) = node.attributes.get("prompt") else { continue };
+            let Some(prompt) = attr.value.as_text() else { continue };
+            let spelled = ["{{ goal }}", "{{goal}}"];
+            if spelled.iter().any(|goal| prompt.contains(goal)) {
+                let expanded =
+                    spelled.iter().fold(prompt.to_string(), |text, goal| text.replace(goal, "$goal"));
+                found.push(
+                    Diagnostic::warning(
+                        "dialect_alias",
+                        "`{{ goal }}` is Fabro's spelling of the goal; fabro reads it as `$goal`",
+                    )
+                    .node(&node.id)
+                    .span(attr.span)
+                    .fix("write `$goal`"),
+                );
+                let attr = Attr { value: Value::Text(expanded), ..attr.clone() };
+                node.attributes.set("prompt", attr);
+            }
+        }
+        found
     }
 }
 
