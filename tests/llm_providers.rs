@@ -527,3 +527,29 @@ fn a_config_file_configures_providers_and_prices() {
         .run();
     assert!(ran.stderr().contains("fabro.toml is invalid"), "{}", ran.stderr());
 }
+
+#[test]
+fn a_long_shell_result_is_offloaded_whole_and_its_middle_is_kept() {
+    let command = "head -c 30000 /dev/zero | tr '\\0' a; echo; echo MIDDLE-MARKER; head -c 30000 /dev/zero | tr '\\0' b";
+    let server = LlmServer::start(
+        vec![
+            anthropic_tools("Running it.", &[("t1", "shell", json!({"command": command}))]),
+            anthropic_text("Done.", 100, 10),
+        ],
+        vec![],
+    );
+    let workflow = r#"digraph long { start [shape=Mdiamond] exit [shape=Msquare]
+        run [shape=box, prompt="Run it", llm_model="claude-sonnet-4-5"] start -> run -> exit }"#;
+    let ran = anthropic(&server, workflow).args(["run", "workflow.dot", "--run-dir", "run"]).status(0).run();
+    let result =
+        server.requests()[1].json()["messages"][2]["content"][0]["content"].as_str().unwrap().to_string();
+    assert!(result.contains("too long to show here. It is stored at"), "{result}");
+    let stored =
+        result.split("It is stored at ").nth(1).unwrap().split(". Read parts").next().unwrap().to_string();
+    let whole = read(Path::new(&stored));
+    assert!(whole.contains("MIDDLE-MARKER") && whole.len() > 60_000, "{}", whole.len());
+    assert!(
+        stored.starts_with(run_dir(&ran).to_str().unwrap()) || stored.contains("/artifacts/"),
+        "{stored}"
+    );
+}

@@ -16,8 +16,8 @@ use tokio::io::AsyncReadExt;
 use super::chat::ToolDefinition;
 use crate::process_group::{lead_guarded_group, ProcessGroup};
 
-/// Most characters of shell output kept (head and tail).
-pub const SHELL_OUTPUT_CAP: usize = 30_000;
+/// Most bytes of each shell output stream kept; the rest is read and dropped.
+pub const SHELL_STREAM_CAP: usize = 16 << 20;
 /// Default and longest shell timeouts.
 pub const SHELL_DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
 pub const SHELL_MAX_TIMEOUT: Duration = Duration::from_secs(600);
@@ -453,21 +453,14 @@ impl Toolbox {
         let collect = async {
             let mut out = Vec::new();
             let mut err = Vec::new();
-            let read_out = async {
-                if let Some(pipe) = stdout.as_mut() {
-                    let _ = pipe.read_to_end(&mut out).await;
-                }
-            };
-            let read_err = async {
-                if let Some(pipe) = stderr.as_mut() {
-                    let _ = pipe.read_to_end(&mut err).await;
-                }
-            };
-            tokio::join!(read_out, read_err);
+            let (dropped_out, dropped_err) = tokio::join!(
+                read_bounded(stdout.as_mut(), &mut out),
+                read_bounded(stderr.as_mut(), &mut err)
+            );
             let status = child.wait().await;
-            (out, err, status)
+            (out, err, status, dropped_out + dropped_err)
         };
-        let (out, err, status) = match tokio::time::timeout(timeout, collect).await {
+        let (out, err, status, dropped) = match tokio::time::timeout(timeout, collect).await {
             Ok(done) => done,
             Err(_) => {
                 drop(group);
@@ -488,9 +481,24 @@ impl Toolbox {
             text.push_str("\n[stderr]\n");
             text.push_str(&err);
         }
-        let text = cap_middle(&text, SHELL_OUTPUT_CAP);
+        if dropped > 0 {
+            text.push_str(&format!(
+                "\n[{dropped} more bytes of output were not kept: each stream keeps its first {} MiB]",
+                SHELL_STREAM_CAP >> 20
+            ));
+        }
+        // The whole output goes back: a long one is offloaded to the artifact store by the
+        // agent loop, with a note on how to page it, instead of losing its middle here.
         Ok(format!("{code}\n{text}"))
     }
+}
+
+/// Reads `pipe` into `kept` up to [`SHELL_STREAM_CAP`] bytes, then reads on without keeping (so
+/// the command never blocks on a full pipe); returns how many bytes were not kept.
+async fn read_bounded(pipe: Option<&mut (impl tokio::io::AsyncRead + Unpin)>, kept: &mut Vec<u8>) -> u64 {
+    let Some(pipe) = pipe else { return 0 };
+    let _ = (&mut *pipe).take(SHELL_STREAM_CAP as u64).read_to_end(kept).await;
+    tokio::io::copy(pipe, &mut tokio::io::sink()).await.unwrap_or(0)
 }
 
 /// Files under `base`, skipping `.git` and not following links.
@@ -614,7 +622,14 @@ mod tests {
         let out = tools.run("shell", &json!({"command": "sleep 30", "timeout_ms": 200})).await;
         assert!(out.is_error && out.content.contains("timed out"), "{out:?}");
         assert!(started.elapsed() < Duration::from_secs(10));
+        // Long output comes back whole (the agent loop offloads it); past the stream cap it is
+        // read and dropped, never kept.
         let out = tools.run("shell", &json!({"command": "head -c 100000 /dev/zero | tr '\\0' a"})).await;
-        assert!(out.content.len() < SHELL_OUTPUT_CAP + 200 && out.content.contains("characters cut"));
+        assert_eq!(out.content.len(), "exit code 0\n".len() + 100_000);
+        let over = SHELL_STREAM_CAP + 1000;
+        let out = tools.run("shell", &json!({"command": format!("head -c {over} /dev/zero")})).await;
+        assert!(out
+            .content
+            .ends_with("[1000 more bytes of output were not kept: each stream keeps its first 16 MiB]"));
     }
 }
