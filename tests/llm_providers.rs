@@ -553,3 +553,53 @@ fn a_long_shell_result_is_offloaded_whole_and_its_middle_is_kept() {
         "{stored}"
     );
 }
+
+#[test]
+fn tool_hooks_run_around_every_agent_tool_call_and_a_failing_pre_hook_skips_it() {
+    let server = LlmServer::start(
+        vec![
+            anthropic_tools("Reading.", &[("t1", "read_file", json!({"path": "notes.txt"}))]),
+            anthropic_tools("Cleaning.", &[("t2", "shell", json!({"command": "rm notes.txt"}))]),
+            anthropic_tools("Listing.", &[("t3", "shell", json!({"command": "echo listed"}))]),
+            anthropic_text("Done.", 100, 10),
+        ],
+        vec![],
+    );
+    // The pre hook refuses shell calls that remove files; the post hook logs every call it sees.
+    let workflow = r#"digraph hooks {
+    tool_hooks.post="cat >> ../post.log; echo >> ../post.log"
+    start [shape=Mdiamond]
+    exit [shape=Msquare]
+    tidy [shape=box, prompt="Tidy up", llm_model="claude-sonnet-4-5",
+          tool_hooks.pre="if grep -q '\"rm ' ; then echo 'no deleting files' >&2; exit 3; fi; echo \"$FABRO_TOOL_NAME\" >> ../pre.log"]
+    start -> tidy -> exit
+}
+"#;
+    let ran = anthropic(&server, workflow)
+        .file("work/notes.txt", "keep me\n")
+        .args(["run", "workflow.dot", "--run-dir", "run", "--workdir", "work"])
+        .status(0)
+        .run();
+    let root = ran.dir.path();
+    assert_eq!(read(&root.join("work/notes.txt")), "keep me\n", "the refused rm never ran");
+    assert_eq!(read(&root.join("pre.log")), "read_file\nshell\n");
+    let requests = server.requests();
+    let refused = requests[2].json()["messages"][4]["content"][0].clone();
+    assert_eq!(refused["is_error"], true, "{refused}");
+    let text = refused["content"].as_str().unwrap();
+    assert!(
+        text.contains("tool_hooks.pre hook refused this `shell` call (exited 3): no deleting files"),
+        "{text}"
+    );
+    // The post hook saw the two calls that ran, with their results, on stdin.
+    let post: Vec<Value> =
+        read(&root.join("post.log")).lines().map(|line| serde_json::from_str(line).unwrap()).collect();
+    assert_eq!(post.len(), 2, "{post:?}");
+    assert_eq!(post[0]["tool"], "read_file");
+    assert!(post[0]["result"].as_str().unwrap().contains("keep me"));
+    assert_eq!(post[1]["arguments"]["command"], "echo listed");
+    // Both hooks are in the transcript.
+    let transcript = stage_file(&ran, "tidy", "transcript.jsonl");
+    let hooks = transcript.lines().filter(|line| line.contains("\"tool_hook\"")).count();
+    assert_eq!(hooks, 5, "three pre hooks, two post hooks: {transcript}");
+}

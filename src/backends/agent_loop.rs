@@ -133,7 +133,7 @@ pub async fn run(
                 "tool_call",
                 json!({"turn": run.turns, "id": call.id, "name": call.name, "arguments": call.arguments}),
             );
-            let output = toolbox.run(&call.name, &call.arguments).await;
+            let output = run_with_hooks(toolbox, transcript, run.turns, call).await;
             let mut content = transcript.secrets().redact(&output.content);
             let original_chars = content.chars().count();
             let mut offloaded = None;
@@ -263,6 +263,46 @@ fn offload(
     let path = settings.offload_dir.join(format!("{node}-{}-{turn}-{call}.txt", transcript.visit()));
     crate::run_dir::write_atomic_with(&path, content.as_bytes(), crate::run_dir::Durability::Unsynced)?;
     Ok(path)
+}
+
+/// Runs one tool call between the stage's hooks: a pre hook that fails skips the call, and the
+/// model is told why; both hooks go to the transcript.
+async fn run_with_hooks(
+    toolbox: &mut Toolbox,
+    transcript: &Transcript<'_>,
+    turn: u32,
+    call: &super::chat::ToolCall,
+) -> tools::ToolOutput {
+    let record = |hook: &tools::HookRun| {
+        transcript.record(
+            "tool_hook",
+            json!({"turn": turn, "id": call.id, "name": call.name, "phase": hook.phase.as_str(),
+                   "exit_code": hook.exit_code, "stdout": hook.stdout, "stderr": hook.stderr}),
+        );
+    };
+    if let Some(hook) = toolbox.run_hook(tools::HookPhase::Pre, &call.name, &call.arguments, None).await {
+        record(&hook);
+        if !hook.succeeded() {
+            let code =
+                hook.exit_code.map_or_else(|| "did not finish".to_string(), |code| format!("exited {code}"));
+            let said = [hook.stderr.trim(), hook.stdout.trim()].into_iter().find(|text| !text.is_empty());
+            return tools::ToolOutput {
+                content: format!(
+                    "The workflow's tool_hooks.pre hook refused this `{}` call ({code}){}; the call did not run.",
+                    call.name,
+                    said.map(|text| format!(": {text}")).unwrap_or_default()
+                ),
+                is_error: true,
+            };
+        }
+    }
+    let output = toolbox.run(&call.name, &call.arguments).await;
+    if let Some(hook) =
+        toolbox.run_hook(tools::HookPhase::Post, &call.name, &call.arguments, Some(&output)).await
+    {
+        record(&hook);
+    }
+    output
 }
 
 /// What the model sees instead of an offloaded result.

@@ -196,7 +196,8 @@ impl LiveBackend {
                             stage.work_dir.display()
                         ))
                     })?
-                    .confined(stage.confinement.clone());
+                    .confined(stage.confinement.clone())
+                    .with_hooks(stage.tool_hooks.clone());
                 let run = agent_loop::run(provider.as_ref(), &settings, &mut toolbox, messages, &transcript)
                     .await?;
                 let mut text = run.text;

@@ -68,6 +68,8 @@ pub struct StageEnv<'a> {
     pub context: crate::agent_context::ContextSettings,
     /// Where the shell tool's commands and CLI agents run.
     pub confinement: crate::sandbox::Confinement,
+    /// Commands run around every agent tool call.
+    pub tool_hooks: tools::ToolHooks,
 }
 
 impl std::fmt::Debug for StageEnv<'_> {

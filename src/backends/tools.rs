@@ -99,7 +99,51 @@ pub struct Toolbox {
     background: Vec<ProcessGroup>,
     /// Where shell commands run.
     confinement: crate::sandbox::Confinement,
+    /// `tool_hooks.pre` / `tool_hooks.post`: commands run around every tool call.
+    hooks: ToolHooks,
 }
+
+/// The commands a stage runs around each tool call (`tool_hooks.pre`, `tool_hooks.post`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ToolHooks {
+    pub pre: Option<String>,
+    pub post: Option<String>,
+}
+
+/// When a hook runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HookPhase {
+    Pre,
+    Post,
+}
+
+impl HookPhase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HookPhase::Pre => "pre",
+            HookPhase::Post => "post",
+        }
+    }
+}
+
+/// What a hook did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HookRun {
+    pub phase: HookPhase,
+    /// `None` when it timed out, was killed or could not start.
+    pub exit_code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl HookRun {
+    pub fn succeeded(&self) -> bool {
+        self.exit_code == Some(0)
+    }
+}
+
+/// How long a hook may take.
+pub const HOOK_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A tool's answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -182,6 +226,91 @@ impl Toolbox {
             tracker: FileTracker::default(),
             background: Vec::new(),
             confinement: crate::sandbox::Confinement::default(),
+            hooks: ToolHooks::default(),
+        })
+    }
+
+    /// Tool calls run between these hooks.
+    pub fn with_hooks(mut self, hooks: ToolHooks) -> Toolbox {
+        self.hooks = hooks;
+        self
+    }
+
+    /// Runs the `phase` hook, if the stage has one, for the call `name(arguments)`: `sh -c HOOK` in
+    /// the work directory (in the stage's sandbox), the call as JSON on stdin and in
+    /// `FABRO_TOOL_CALL` (with `result` after the call), `FABRO_TOOL_NAME` and `FABRO_HOOK_PHASE`
+    /// set. At most [`HOOK_TIMEOUT`].
+    pub async fn run_hook(
+        &self,
+        phase: HookPhase,
+        name: &str,
+        arguments: &Value,
+        result: Option<&ToolOutput>,
+    ) -> Option<HookRun> {
+        use tokio::io::AsyncWriteExt;
+        let hook = match phase {
+            HookPhase::Pre => self.hooks.pre.as_deref(),
+            HookPhase::Post => self.hooks.post.as_deref(),
+        }?;
+        let mut call = json!({"tool": name, "arguments": arguments, "phase": phase.as_str()});
+        if let Some(result) = result {
+            call["result"] = json!(result.content);
+            call["is_error"] = json!(result.is_error);
+        }
+        let call_text = call.to_string();
+        let readable: Vec<&Path> = self.readable.iter().map(PathBuf::as_path).collect();
+        let mut process = self.confinement.command(
+            "sh".as_ref(),
+            &["-c".as_ref(), hook.as_ref()],
+            &self.root,
+            &[],
+            &readable,
+        );
+        process
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .env("FABRO_TOOL_NAME", name)
+            .env("FABRO_HOOK_PHASE", phase.as_str())
+            .env("FABRO_TOOL_CALL", &call_text)
+            .kill_on_drop(true);
+        lead_guarded_group(&mut process);
+        for key in HIDDEN_ENV {
+            process.env_remove(key);
+        }
+        let failed =
+            |message: String| HookRun { phase, exit_code: None, stdout: String::new(), stderr: message };
+        let mut child = match process.spawn() {
+            Ok(child) => child,
+            Err(error) => return Some(failed(format!("cannot start the hook: {error}"))),
+        };
+        let _group = ProcessGroup::of(&child);
+        let mut stdin = child.stdin.take();
+        let mut stdout = child.stdout.take();
+        let mut stderr = child.stderr.take();
+        let work = async {
+            let feed = async {
+                if let Some(mut pipe) = stdin.take() {
+                    // A hook that does not read its input closes the pipe early: not an error.
+                    let _ = pipe.write_all(call_text.as_bytes()).await;
+                }
+            };
+            let (mut out, mut err) = (Vec::new(), Vec::new());
+            tokio::join!(
+                feed,
+                read_bounded(stdout.as_mut(), &mut out),
+                read_bounded(stderr.as_mut(), &mut err)
+            );
+            (child.wait().await, out, err)
+        };
+        Some(match tokio::time::timeout(HOOK_TIMEOUT, work).await {
+            Ok((status, out, err)) => HookRun {
+                phase,
+                exit_code: status.ok().and_then(|status| status.code()),
+                stdout: cap_middle(&String::from_utf8_lossy(&out), 4_000),
+                stderr: cap_middle(&String::from_utf8_lossy(&err), 4_000),
+            },
+            Err(_) => failed(format!("the hook timed out after {}s and was killed", HOOK_TIMEOUT.as_secs())),
         })
     }
 

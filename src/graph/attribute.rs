@@ -183,8 +183,8 @@ pub static ATTRIBUTES: &[AttributeSpec] = &[
     spec!("thread_id", ValueType::Text, NODE_EDGE, "Conversation thread to continue under full fidelity."),
     spec!("stack.child_dotfile", ValueType::Text, GRAPH_NODE, "Child workflow file run by a manager node."),
     spec!("stack.child_workdir", ValueType::Text, GRAPH_NODE, "Working directory of the child run."),
-    spec!("tool_hooks.pre", ValueType::Text, GRAPH_NODE, "Shell command run before each LLM tool call."),
-    spec!("tool_hooks.post", ValueType::Text, GRAPH_NODE, "Shell command run after each LLM tool call."),
+    spec!("tool_hooks.pre", ValueType::Text, GRAPH_NODE, "Command run before each agent tool call (the call as JSON on stdin); a non-zero exit skips the call."),
+    spec!("tool_hooks.post", ValueType::Text, GRAPH_NODE, "Command run after each agent tool call, with the call and its result as JSON on stdin."),
     // Node
     spec!(
         "shape",

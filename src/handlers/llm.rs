@@ -87,6 +87,16 @@ pub(crate) fn request_for<'a>(stage: &'a StageRun<'_>, prompt: &'a str) -> LlmRe
             cli_agent: attributes.non_empty_text("cli_agent"),
             usage_left: stage.usage_left,
             confinement: stage.confinement.clone(),
+            tool_hooks: {
+                let graph = stage.workflow.attributes();
+                let hook = |key: &str| {
+                    attributes.non_empty_text(key).or_else(|| graph.non_empty_text(key)).map(str::to_string)
+                };
+                crate::backends::tools::ToolHooks {
+                    pre: hook("tool_hooks.pre"),
+                    post: hook("tool_hooks.post"),
+                }
+            },
             context: crate::agent_context::ContextSettings::from_attributes(
                 attributes,
                 stage.workflow.attributes(),
