@@ -555,8 +555,8 @@ fn result_json_after_a_crash_lists_every_stage_visit() {
     assert_eq!(stages, expected);
 }
 
-#[test]
-fn a_run_killed_between_its_final_checkpoint_and_result_json_can_be_finished() {
+/// A run of the marked workflow that went through, in `<temp>/run`.
+fn finished_run() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("w.dot"),
@@ -565,6 +565,12 @@ fn a_run_killed_between_its_final_checkpoint_and_result_json_can_be_finished() {
     .unwrap();
     let ran = common::fabro_in(dir.path(), &["run", "w.dot", "--run-dir", "run", "-q"]);
     assert_eq!(ran.status.code(), Some(0), "{}", stderr(&ran));
+    dir
+}
+
+#[test]
+fn a_run_killed_between_its_final_checkpoint_and_result_json_can_be_finished() {
+    let dir = finished_run();
     // The state a SIGKILL leaves right after the final checkpoint: the manifest as it was while
     // running, no result.json.
     let run = dir.path().join("run");
@@ -581,14 +587,7 @@ fn a_run_killed_between_its_final_checkpoint_and_result_json_can_be_finished() {
 
 #[test]
 fn a_run_killed_after_its_manifest_said_succeeded_is_finished_by_resume() {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("w.dot"),
-        MARKED.replace(" then touch marker; sleep 30; fi", " then :; fi"),
-    )
-    .unwrap();
-    let ran = common::fabro_in(dir.path(), &["run", "w.dot", "--run-dir", "run", "-q"]);
-    assert_eq!(ran.status.code(), Some(0), "{}", stderr(&ran));
+    let dir = finished_run();
     // What a kill during the end-of-run records left with an earlier fabro, which wrote the
     // manifest first: manifest and checkpoint say succeeded; result.json and run.completed are
     // missing; run.lock is left behind.

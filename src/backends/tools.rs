@@ -258,26 +258,12 @@ impl Toolbox {
             call["is_error"] = json!(result.is_error);
         }
         let call_text = call.to_string();
-        let readable: Vec<&Path> = self.readable.iter().map(PathBuf::as_path).collect();
-        let mut process = self.confinement.command(
-            "sh".as_ref(),
-            &["-c".as_ref(), hook.as_ref()],
-            &self.root,
-            &[],
-            &readable,
-        );
+        let mut process = self.sh(hook);
         process
             .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
             .env("FABRO_TOOL_NAME", name)
             .env("FABRO_HOOK_PHASE", phase.as_str())
-            .env("FABRO_TOOL_CALL", &call_text)
-            .kill_on_drop(true);
-        lead_guarded_group(&mut process);
-        for key in HIDDEN_ENV {
-            process.env_remove(key);
-        }
+            .env("FABRO_TOOL_CALL", &call_text);
         let failed =
             |message: String| HookRun { phase, exit_code: None, stdout: String::new(), stderr: message };
         let mut child = match process.spawn() {
@@ -557,24 +543,32 @@ impl Toolbox {
         Ok(out)
     }
 
+    /// `sh -c SCRIPT` in the work directory, in the stage's sandbox, leading a guarded process
+    /// group, stdout and stderr piped, without the variables that hold API keys.
+    fn sh(&self, script: &str) -> tokio::process::Command {
+        let readable: Vec<&Path> = self.readable.iter().map(PathBuf::as_path).collect();
+        let mut process = self.confinement.command(
+            "sh".as_ref(),
+            &["-c".as_ref(), script.as_ref()],
+            &self.root,
+            &[],
+            &readable,
+        );
+        process.stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
+        lead_guarded_group(&mut process);
+        for name in HIDDEN_ENV {
+            process.env_remove(name);
+        }
+        process
+    }
+
     async fn shell(&mut self, args: &Value) -> Result<String, String> {
         let command = text_arg(args, "command")?;
         let timeout = count_arg(args, "timeout_ms")
             .map_or(SHELL_DEFAULT_TIMEOUT, |ms| Duration::from_millis(ms as u64))
             .min(SHELL_MAX_TIMEOUT);
-        let readable: Vec<&Path> = self.readable.iter().map(PathBuf::as_path).collect();
-        let mut process = self.confinement.command(
-            "sh".as_ref(),
-            &["-c".as_ref(), command.as_ref()],
-            &self.root,
-            &[],
-            &readable,
-        );
-        process.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
-        lead_guarded_group(&mut process);
-        for name in HIDDEN_ENV {
-            process.env_remove(name);
-        }
+        let mut process = self.sh(command);
+        process.stdin(Stdio::null());
         let mut child = process.spawn().map_err(|e| format!("cannot start sh: {e}"))?;
         let group = ProcessGroup::of(&child);
         let mut stdout = child.stdout.take();
