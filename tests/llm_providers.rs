@@ -603,3 +603,72 @@ fn tool_hooks_run_around_every_agent_tool_call_and_a_failing_pre_hook_skips_it()
     let hooks = transcript.lines().filter(|line| line.contains("\"tool_hook\"")).count();
     assert_eq!(hooks, 5, "three pre hooks, two post hooks: {transcript}");
 }
+
+#[test]
+fn reasoning_effort_becomes_anthropic_thinking_and_the_signed_thinking_goes_back_in_the_tool_loop() {
+    let thinking = json!({"type": "thinking", "thinking": "The file is greet.txt.", "signature": "sig-abc"});
+    let mut first = anthropic_tools("", &[("t1", "read_file", json!({"path": "greet.txt"}))]);
+    let mut answer: Value = serde_json::from_str(&first.body).unwrap();
+    answer["content"][0] = thinking.clone();
+    first.body = answer.to_string();
+    let workflow = r#"digraph think {
+        start [shape=Mdiamond]
+        exit [shape=Msquare]
+        fix [shape=box, prompt="Read greet.txt", llm_model="claude-sonnet-4-5", reasoning_effort="high"]
+        old [shape=tab, prompt="Say hi", llm_model="claude-3-5-haiku-latest", reasoning_effort="low"]
+        start -> fix -> old -> exit
+    }"#;
+    let server =
+        LlmServer::start(vec![first, anthropic_text("Read it.", 10, 5), anthropic_text("hi", 5, 1)], vec![]);
+    let ran = anthropic(&server, workflow)
+        .file("work/greet.txt", "hello\n")
+        .args(["run", "workflow.dot", "--run-dir", "run", "--workdir", "work"])
+        .status(0)
+        .run();
+    let requests = server.requests();
+    let body = requests[0].json();
+    assert_eq!(body["thinking"], json!({"type": "enabled", "budget_tokens": 16384}));
+    let max_tokens = body["max_tokens"].as_u64().unwrap();
+    assert!(max_tokens > 16384, "the budget comes on top of the answer: {max_tokens}");
+    // The second call returns the thinking block first in the assistant turn, unchanged.
+    let second = requests[1].json();
+    let assistant = &second["messages"][1];
+    assert_eq!(assistant["role"], "assistant");
+    assert_eq!(assistant["content"][0], thinking);
+    assert_eq!(assistant["content"][1]["type"], "tool_use");
+    let recorded = transcript(&ran, "fix");
+    let turn = recorded.iter().find(|e| e["type"] == "assistant").unwrap();
+    assert_eq!(turn["thinking"], "The file is greet.txt.");
+    // Claude 3.5 models have no extended thinking: nothing is sent, and the event says so.
+    let old = requests[2].json();
+    assert!(old.get("thinking").is_none(), "{old}");
+    let ignored = events_named(&ran, "llm.reasoning_effort_ignored");
+    assert_eq!(ignored.len(), 1, "{ignored:?}");
+    assert_eq!(ignored[0]["node_id"], "old");
+    assert_eq!(ignored[0]["model"], "claude-3-5-haiku-latest");
+}
+
+#[test]
+fn reasoning_effort_reaches_openai_compatible_servers_only_when_configured() {
+    let workflow = r#"digraph r { start [shape=Mdiamond] exit [shape=Msquare]
+        ask [shape=tab, prompt="Hi", llm_model="qwen3-32b", reasoning_effort="medium"] start -> ask -> exit }"#;
+    let server = LlmServer::start(vec![openai_text("plain", 1, 1)], vec![]);
+    let ran = compatible(&server, workflow).args(["run", "workflow.dot", "--run-dir", "run"]).status(0).run();
+    assert!(server.requests()[0].json().get("reasoning_effort").is_none());
+    assert_eq!(events_named(&ran, "llm.reasoning_effort_ignored")[0]["provider"], "openai_compatible");
+
+    let server = LlmServer::start(vec![openai_text("reasoned", 1, 1)], vec![]);
+    let config = format!(
+        "[providers.local]\nbase_url = \"{}\"\nmodels = [\"qwen3-32b\"]\nreasoning_effort = true\n",
+        server.url("/v1")
+    );
+    let ran = Test::new()
+        .workflow(workflow)
+        .file("fabro.toml", &config)
+        .env("FABRO_CONFIG", "fabro.toml")
+        .args(["run", "workflow.dot", "--run-dir", "run"])
+        .status(0)
+        .run();
+    assert_eq!(server.requests()[0].json()["reasoning_effort"], "medium");
+    assert!(events_named(&ran, "llm.reasoning_effort_ignored").is_empty());
+}

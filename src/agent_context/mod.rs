@@ -161,6 +161,7 @@ pub(crate) mod tests {
         for (i, (tool, arguments, result)) in turns.iter().enumerate() {
             let id = format!("c{i}");
             messages.push(ChatMessage::Assistant {
+                reasoning: Vec::new(),
                 content: String::new(),
                 tool_calls: vec![ToolCall {
                     id: id.clone(),

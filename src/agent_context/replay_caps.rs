@@ -150,12 +150,9 @@ mod tests {
     #[test]
     fn long_assistant_messages_before_the_latest_are_cut_but_summaries_never() {
         let mut messages = vec![
-            ChatMessage::Assistant { content: "a".repeat(3000), tool_calls: Vec::new() },
-            ChatMessage::Assistant {
-                content: format!("{SUMMARY_HEADER}\n{}", "s".repeat(3000)),
-                tool_calls: Vec::new(),
-            },
-            ChatMessage::Assistant { content: "b".repeat(3000), tool_calls: Vec::new() },
+            ChatMessage::assistant("a".repeat(3000), Vec::new()),
+            ChatMessage::assistant(format!("{SUMMARY_HEADER}\n{}", "s".repeat(3000)), Vec::new()),
+            ChatMessage::assistant("b".repeat(3000), Vec::new()),
         ];
         apply(&mut messages, &ContextSettings::default());
         let texts: Vec<usize> = messages

@@ -14,7 +14,7 @@ use serde_json::json;
 use super::chat::{ChatMessage, ChatProvider, ChatRequest, ToolResult};
 use super::compaction::{self, NotCompacted};
 use super::tools::{self, Toolbox};
-use super::transcript::Transcript;
+use super::transcript::{assistant_record, Transcript};
 use super::{BackendError, Usage};
 
 /// Tool results longer than this many characters go to the artifact store.
@@ -118,11 +118,7 @@ pub async fn run(
         let response = provider.chat(&request).await?;
         add_usage(&mut run.usage, &response.usage);
         run.model = response.model.clone().or_else(|| run.model.take());
-        transcript.record(
-            "assistant",
-            json!({"turn": run.turns, "text": response.text, "tool_calls": response.tool_calls,
-                   "usage": response.usage, "model": response.model, "stop_reason": response.stop_reason}),
-        );
+        transcript.record("assistant", assistant_record(run.turns, &response));
         run.text = response.text.clone();
         if response.tool_calls.is_empty() {
             break;
@@ -176,7 +172,11 @@ pub async fn run(
                 is_error: output.is_error,
             });
         }
-        messages.push(ChatMessage::Assistant { content: response.text, tool_calls: response.tool_calls });
+        messages.push(ChatMessage::Assistant {
+            content: response.text,
+            tool_calls: response.tool_calls,
+            reasoning: response.reasoning,
+        });
         messages.push(ChatMessage::ToolResults { results });
         manage_context(provider, settings, &system, &mut messages, toolbox, transcript, &mut run.usage).await;
     }

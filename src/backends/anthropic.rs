@@ -39,6 +39,10 @@ impl ChatProvider for Anthropic {
         &self.name
     }
 
+    fn applies_reasoning_effort(&self, model: &str) -> bool {
+        supports_thinking(model)
+    }
+
     async fn chat(&self, request: &ChatRequest<'_>) -> Result<ChatResponse, BackendError> {
         let body = request_body(request);
         let headers = [("x-api-key", self.api_key.clone()), ("anthropic-version", API_VERSION.to_string())];
@@ -53,13 +57,41 @@ impl ChatProvider for Anthropic {
     }
 }
 
-/// The JSON body of a Messages API call.
+/// The extended-thinking budget (tokens) for a stage's `reasoning_effort`. The API's minimum
+/// is 1,024; the budget comes on top of the answer's own `max_tokens`.
+pub fn thinking_budget(effort: &str) -> Option<u32> {
+    match effort {
+        "low" => Some(1_024),
+        "medium" => Some(4_096),
+        "high" => Some(16_384),
+        _ => None,
+    }
+}
+
+/// Whether a Claude model takes extended thinking: Claude 3.7 Sonnet and every Claude 4 model do;
+/// the Claude 3 and 3.5 models and older reject it.
+pub fn supports_thinking(model: &str) -> bool {
+    let model = model.to_ascii_lowercase();
+    let name = model.rsplit('/').next().unwrap_or(&model);
+    !["claude-3-5", "claude-3-opus", "claude-3-sonnet", "claude-3-haiku", "claude-2", "claude-instant"]
+        .iter()
+        .any(|old| name.starts_with(old))
+}
+
+/// The JSON body of a Messages API call. A `reasoning_effort` turns on extended thinking with
+/// the [`thinking_budget`] for models that have it.
 pub fn request_body(request: &ChatRequest<'_>) -> Value {
     let mut body = json!({
         "model": request.model,
         "max_tokens": request.max_output_tokens,
         "messages": messages(request.messages),
     });
+    let budget =
+        request.reasoning_effort.filter(|_| supports_thinking(request.model)).and_then(thinking_budget);
+    if let Some(budget) = budget {
+        body["thinking"] = json!({"type": "enabled", "budget_tokens": budget});
+        body["max_tokens"] = json!(request.max_output_tokens.saturating_add(budget));
+    }
     if !request.system.is_empty() {
         body["system"] = json!(request.system);
     }
@@ -80,8 +112,9 @@ fn messages(messages: &[ChatMessage]) -> Value {
     for message in messages {
         let (role, blocks) = match message {
             ChatMessage::User { content } => ("user", vec![text_block(content)]),
-            ChatMessage::Assistant { content, tool_calls } => {
-                let mut blocks = Vec::new();
+            ChatMessage::Assistant { content, tool_calls, reasoning } => {
+                // Thinking blocks come first, unchanged (their signatures are checked).
+                let mut blocks = reasoning.clone();
                 if !content.trim().is_empty() || tool_calls.is_empty() {
                     blocks.push(text_block(content));
                 }
@@ -136,7 +169,8 @@ pub fn parse_response(value: &Value) -> Result<ChatResponse, String> {
                 };
                 response.tool_calls.push(ToolCall { id: id.to_string(), name: name.to_string(), arguments });
             }
-            // Thinking and other blocks carry nothing fabro records.
+            Some("thinking" | "redacted_thinking") => response.reasoning.push(block.clone()),
+            // Other block types carry nothing fabro sends back or records.
             _ => {}
         }
     }
@@ -162,6 +196,7 @@ mod tests {
             ChatMessage::user("summary"),
             ChatMessage::user("do it"),
             ChatMessage::Assistant {
+                reasoning: Vec::new(),
                 content: String::new(),
                 tool_calls: vec![ToolCall {
                     id: "t1".into(),
@@ -212,5 +247,48 @@ mod tests {
         assert_eq!(response.tool_calls[0].name, "glob");
         assert_eq!(response.usage, Usage { input_tokens: 15, output_tokens: 3 });
         assert!(parse_response(&json!({"id": 1})).is_err());
+    }
+
+    #[test]
+    fn reasoning_effort_turns_on_thinking_for_models_that_have_it() {
+        let messages = vec![
+            ChatMessage::user("go"),
+            ChatMessage::Assistant {
+                content: String::new(),
+                tool_calls: vec![ToolCall { id: "t1".into(), name: "glob".into(), arguments: json!({}) }],
+                reasoning: vec![json!({"type": "redacted_thinking", "data": "opaque"})],
+            },
+        ];
+        let mut request = ChatRequest {
+            model: "claude-opus-4-6",
+            system: "",
+            messages: &messages,
+            tools: &[],
+            reasoning_effort: Some("medium"),
+            max_output_tokens: 8192,
+            timeout: std::time::Duration::from_secs(1),
+        };
+        let body = request_body(&request);
+        assert_eq!(body["thinking"]["budget_tokens"], 4096);
+        assert_eq!(body["max_tokens"], 8192 + 4096);
+        assert_eq!(body["messages"][1]["content"][0]["type"], "redacted_thinking");
+        assert_eq!(body["messages"][1]["content"][1]["type"], "tool_use");
+        request.model = "claude-3-5-sonnet-20241022";
+        assert!(request_body(&request).get("thinking").is_none());
+        assert_eq!(request_body(&request)["max_tokens"], 8192);
+        assert!(supports_thinking("claude-haiku-4-5") && supports_thinking("anthropic/claude-3-7-sonnet"));
+        assert!(!supports_thinking("claude-3-opus-20240229"));
+    }
+
+    #[test]
+    fn thinking_blocks_are_kept_for_the_next_turn() {
+        let value = json!({"content": [
+            {"type": "thinking", "thinking": "hmm", "signature": "s"},
+            {"type": "redacted_thinking", "data": "x"},
+            {"type": "text", "text": "done"}], "usage": {}});
+        let response = parse_response(&value).unwrap();
+        assert_eq!(response.reasoning.len(), 2);
+        assert_eq!(response.text, "done");
+        assert_eq!(response.thinking().as_deref(), Some("hmm\n\n[redacted thinking]"));
     }
 }

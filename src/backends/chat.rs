@@ -46,6 +46,11 @@ pub enum ChatMessage {
     Assistant {
         content: String,
         tool_calls: Vec<ToolCall>,
+        /// The provider's own reasoning blocks (Anthropic's signed `thinking` and
+        /// `redacted_thinking`), sent back unchanged: a tool loop with extended thinking must
+        /// return them with the turn they belong to. Opaque to everything else.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        reasoning: Vec<Value>,
     },
     /// The results of the previous assistant message's tool calls, in call order.
     ToolResults {
@@ -58,11 +63,16 @@ impl ChatMessage {
         ChatMessage::User { content: content.into() }
     }
 
+    /// An assistant turn without provider reasoning blocks.
+    pub fn assistant(content: impl Into<String>, tool_calls: Vec<ToolCall>) -> ChatMessage {
+        ChatMessage::Assistant { content: content.into(), tool_calls, reasoning: Vec::new() }
+    }
+
     /// Characters of text in the message, for token estimates.
     pub fn char_count(&self) -> usize {
         match self {
             ChatMessage::User { content } => content.len(),
-            ChatMessage::Assistant { content, tool_calls } => {
+            ChatMessage::Assistant { content, tool_calls, .. } => {
                 content.len()
                     + tool_calls.iter().map(|c| c.name.len() + c.arguments.to_string().len()).sum::<usize>()
             }
@@ -98,6 +108,20 @@ pub struct ChatResponse {
     pub model: Option<String>,
     /// Why the model stopped (`end_turn`, `tool_use`, `stop`, `length`, ...).
     pub stop_reason: Option<String>,
+    /// Provider reasoning blocks to send back with this turn (see [`ChatMessage::Assistant`]).
+    pub reasoning: Vec<Value>,
+}
+
+impl ChatResponse {
+    /// The readable text of the reasoning blocks, for the transcript (`None` without any).
+    pub fn thinking(&self) -> Option<String> {
+        let parts: Vec<&str> = self
+            .reasoning
+            .iter()
+            .map(|block| block["thinking"].as_str().unwrap_or("[redacted thinking]"))
+            .collect();
+        (!parts.is_empty()).then(|| parts.join("\n\n"))
+    }
 }
 
 /// A provider that can answer a [`ChatRequest`].
@@ -105,5 +129,8 @@ pub struct ChatResponse {
 pub trait ChatProvider: Send + Sync {
     /// The provider key (`anthropic`, `openai`, or a configured name).
     fn name(&self) -> &str;
+    /// Whether a request's `reasoning_effort` reaches `model` (a provider or model without a
+    /// reasoning setting ignores it, and the stage's transcript says so).
+    fn applies_reasoning_effort(&self, model: &str) -> bool;
     async fn chat(&self, request: &ChatRequest<'_>) -> Result<ChatResponse, BackendError>;
 }

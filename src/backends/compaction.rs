@@ -141,7 +141,7 @@ pub fn render_for_summary(messages: &[ChatMessage]) -> String {
     for message in messages {
         match message {
             ChatMessage::User { content } => out.push_str(&format!("USER:\n{content}\n\n")),
-            ChatMessage::Assistant { content, tool_calls } => {
+            ChatMessage::Assistant { content, tool_calls, .. } => {
                 if !content.trim().is_empty() {
                     out.push_str(&format!("ASSISTANT:\n{content}\n\n"));
                 }
@@ -173,6 +173,7 @@ mod tests {
         let mut messages = vec![ChatMessage::user("Fix the bug")];
         for i in 0..turns {
             messages.push(ChatMessage::Assistant {
+                reasoning: Vec::new(),
                 content: format!("turn {i}"),
                 tool_calls: vec![ToolCall {
                     id: format!("c{i}"),
@@ -198,6 +199,9 @@ mod tests {
     impl ChatProvider for Summarizer {
         fn name(&self) -> &str {
             "test"
+        }
+        fn applies_reasoning_effort(&self, _model: &str) -> bool {
+            false
         }
         async fn chat(&self, request: &ChatRequest<'_>) -> Result<ChatResponse, BackendError> {
             if let ChatMessage::User { content } = &request.messages[0] {

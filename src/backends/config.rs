@@ -39,6 +39,19 @@ pub struct ProviderSettings {
     pub api_key: Option<String>,
     /// Models routed to this provider by name (config file `models = [...]`).
     pub models: Vec<String>,
+    /// Config file `reasoning_effort = true|false`: whether an OpenAI-compatible server is sent
+    /// the stage's `reasoning_effort` (default: only Gemini's endpoint; OpenAI always is).
+    pub sends_reasoning_effort: Option<bool>,
+}
+
+impl ProviderSettings {
+    /// Whether an OpenAI-API provider named `name` is sent `reasoning_effort`.
+    pub fn takes_reasoning_effort(&self, name: &str) -> bool {
+        match self.kind {
+            ProviderKind::OpenAi => true,
+            _ => self.sends_reasoning_effort.unwrap_or(name == "gemini"),
+        }
+    }
 }
 
 /// Prices and context windows from the config file, by model name.
@@ -110,6 +123,8 @@ struct FileProvider {
     api_key_env: Option<String>,
     #[serde(default)]
     models: Vec<String>,
+    /// Whether the server is sent stages' `reasoning_effort` (OpenAI-compatible servers).
+    reasoning_effort: Option<bool>,
 }
 
 /// A stage's provider and model.
@@ -179,9 +194,16 @@ impl LlmConfig {
                 )));
             };
             let api_key = provider.api_key.or_else(|| provider.api_key_env.as_deref().and_then(env));
-            config
-                .providers
-                .insert(name, ProviderSettings { kind, base_url, api_key, models: provider.models });
+            config.providers.insert(
+                name,
+                ProviderSettings {
+                    kind,
+                    base_url,
+                    api_key,
+                    models: provider.models,
+                    sends_reasoning_effort: provider.reasoning_effort,
+                },
+            );
         }
         let mut from_env = |name: &str, kind, key: Option<String>, url: Option<String>| {
             if key.is_none() && url.is_none() {
@@ -192,6 +214,7 @@ impl LlmConfig {
                 base_url: String::new(),
                 api_key: None,
                 models: Vec::new(),
+                sends_reasoning_effort: None,
             });
             if let Some(url) = url {
                 entry.base_url = url;

@@ -17,7 +17,7 @@ use super::config::{ConfigError, LlmConfig, ProviderKind};
 use super::openai::{Dialect, OpenAi};
 use super::redaction::Secrets;
 use super::tools::Toolbox;
-use super::transcript::Transcript;
+use super::transcript::{assistant_record, Transcript};
 use super::{Backend, BackendError, LlmRequest, LlmResponse, Role, StageEnv};
 use crate::graph::Workflow;
 
@@ -50,7 +50,11 @@ impl LiveBackend {
                     name: name.clone(),
                     base_url: settings.base_url.clone(),
                     api_key: settings.api_key.clone(),
-                    dialect: if kind == ProviderKind::OpenAi { Dialect::OpenAi } else { Dialect::Compatible },
+                    dialect: if kind == ProviderKind::OpenAi {
+                        Dialect::OpenAi
+                    } else {
+                        Dialect::Compatible { reasoning_effort: settings.takes_reasoning_effort(name) }
+                    },
                     client: client.clone(),
                     retry: config.retry,
                     secrets: secrets.clone(),
@@ -160,9 +164,7 @@ impl LiveBackend {
             .iter()
             .map(|message| match message.role {
                 Role::User => ChatMessage::user(message.content.clone()),
-                Role::Assistant => {
-                    ChatMessage::Assistant { content: message.content.clone(), tool_calls: Vec::new() }
-                }
+                Role::Assistant => ChatMessage::assistant(message.content.clone(), Vec::new()),
             })
             .collect();
         messages.push(ChatMessage::user(request.prompt));
@@ -171,11 +173,18 @@ impl LiveBackend {
             json!({"provider": resolved.provider, "model": model, "agentic": request.agentic,
                    "history_messages": request.history.len(), "prompt_chars": request.prompt.len()}),
         );
+        let reasoning_effort = request.reasoning_effort;
+        if let Some(effort) = reasoning_effort.filter(|_| !provider.applies_reasoning_effort(model)) {
+            transcript.event(
+                "llm.reasoning_effort_ignored",
+                json!({"provider": resolved.provider, "model": model, "reasoning_effort": effort}),
+            );
+        }
         let mut response = match stage.filter(|_| request.agentic) {
             Some(stage) => {
                 let settings = AgentSettings {
                     model,
-                    reasoning_effort: request.reasoning_effort,
+                    reasoning_effort,
                     max_turns: stage.max_turns.unwrap_or(agent_loop::DEFAULT_MAX_TURNS).max(1),
                     context_window: window,
                     request_timeout,
@@ -222,16 +231,12 @@ impl LiveBackend {
                     system: "",
                     messages: &messages,
                     tools: &[],
-                    reasoning_effort: request.reasoning_effort,
+                    reasoning_effort,
                     max_output_tokens,
                     timeout: request_timeout,
                 };
                 let answer = provider.chat(&chat).await?;
-                transcript.record(
-                    "assistant",
-                    json!({"turn": 1, "text": answer.text, "usage": answer.usage, "model": answer.model,
-                           "stop_reason": answer.stop_reason}),
-                );
+                transcript.record("assistant", assistant_record(1, &answer));
                 LlmResponse {
                     text: answer.text,
                     model: answer.model.or_else(|| Some(model.to_string())),

@@ -15,8 +15,20 @@ pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
 pub enum Dialect {
     /// api.openai.com: `max_completion_tokens` and `reasoning_effort`.
     OpenAi,
-    /// Other servers: the widely supported `max_tokens`, no reasoning effort.
-    Compatible,
+    /// Other servers: the widely supported `max_tokens`, and `reasoning_effort` only for servers
+    /// known or configured to take it (Gemini's endpoint, vLLM, ollama and LM Studio for models
+    /// that reason; strict servers reject unknown fields).
+    Compatible { reasoning_effort: bool },
+}
+
+impl Dialect {
+    /// Whether requests carry the stage's `reasoning_effort`.
+    pub fn sends_reasoning_effort(self) -> bool {
+        match self {
+            Dialect::OpenAi => true,
+            Dialect::Compatible { reasoning_effort } => reasoning_effort,
+        }
+    }
 }
 
 /// A configured Chat Completions endpoint.
@@ -43,6 +55,10 @@ impl ChatProvider for OpenAi {
         &self.name
     }
 
+    fn applies_reasoning_effort(&self, _model: &str) -> bool {
+        self.dialect.sends_reasoning_effort()
+    }
+
     async fn chat(&self, request: &ChatRequest<'_>) -> Result<ChatResponse, BackendError> {
         let body = request_body(request, self.dialect);
         let headers: Vec<(&str, String)> =
@@ -67,7 +83,7 @@ pub fn request_body(request: &ChatRequest<'_>, dialect: Dialect) -> Value {
     for message in request.messages {
         match message {
             ChatMessage::User { content } => messages.push(json!({"role": "user", "content": content})),
-            ChatMessage::Assistant { content, tool_calls } => {
+            ChatMessage::Assistant { content, tool_calls, .. } => {
                 let mut entry = json!({"role": "assistant", "content": content});
                 if !tool_calls.is_empty() {
                     entry["tool_calls"] = tool_calls
@@ -91,13 +107,11 @@ pub fn request_body(request: &ChatRequest<'_>, dialect: Dialect) -> Value {
     }
     let mut body = json!({"model": request.model, "messages": messages});
     match dialect {
-        Dialect::OpenAi => {
-            body["max_completion_tokens"] = json!(request.max_output_tokens);
-            if let Some(effort) = request.reasoning_effort {
-                body["reasoning_effort"] = json!(effort);
-            }
-        }
-        Dialect::Compatible => body["max_tokens"] = json!(request.max_output_tokens),
+        Dialect::OpenAi => body["max_completion_tokens"] = json!(request.max_output_tokens),
+        Dialect::Compatible { .. } => body["max_tokens"] = json!(request.max_output_tokens),
+    }
+    if let Some(effort) = request.reasoning_effort.filter(|_| dialect.sends_reasoning_effort()) {
+        body["reasoning_effort"] = json!(effort);
     }
     if !request.tools.is_empty() {
         body["tools"] = request
@@ -158,6 +172,7 @@ mod tests {
         let messages = vec![
             ChatMessage::user("hi"),
             ChatMessage::Assistant {
+                reasoning: Vec::new(),
                 content: String::new(),
                 tool_calls: vec![ToolCall {
                     id: "c1".into(),
@@ -189,9 +204,12 @@ mod tests {
         assert_eq!(body["messages"][0]["role"], "system");
         assert_eq!(body["messages"][2]["tool_calls"][0]["function"]["arguments"], r#"{"command":"ls"}"#);
         assert_eq!(body["messages"][3]["role"], "tool");
-        let compatible = request_body(&request, Dialect::Compatible);
+        let compatible = request_body(&request, Dialect::Compatible { reasoning_effort: false });
         assert_eq!(compatible["max_tokens"], 50);
         assert!(compatible.get("reasoning_effort").is_none());
+        let gemini = request_body(&request, Dialect::Compatible { reasoning_effort: true });
+        assert_eq!(gemini["reasoning_effort"], "high");
+        assert!(gemini.get("max_completion_tokens").is_none());
     }
 
     #[test]

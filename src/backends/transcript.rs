@@ -7,8 +7,20 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 
+use super::chat::ChatResponse;
 use super::redaction::Secrets;
 use crate::engine::events::{now_rfc3339, EventLog};
+
+/// The transcript entry of one model answer: text, tool calls, the provider's thinking when it
+/// sent any, usage, model and stop reason.
+pub fn assistant_record(turn: u32, response: &ChatResponse) -> Value {
+    let mut entry = json!({"turn": turn, "text": response.text, "tool_calls": response.tool_calls,
+                           "usage": response.usage, "model": response.model, "stop_reason": response.stop_reason});
+    if let Some(thinking) = response.thinking() {
+        entry["thinking"] = json!(thinking);
+    }
+    entry
+}
 
 /// Records one stage's conversation.
 pub struct Transcript<'a> {

@@ -207,7 +207,7 @@ pub static ATTRIBUTES: &[AttributeSpec] = &[
     spec!("timeout", ValueType::Duration, NODE, "Longest a stage may run."),
     spec!("llm_model", ValueType::Text, NODE, "Model id, e.g. claude-opus-4-6 or gpt-5.2."),
     spec!("llm_provider", ValueType::Text, NODE, "Provider key; inferred from the model when unset."),
-    spec!("reasoning_effort", ValueType::OneOf(REASONING_EFFORTS), NODE, "Reasoning depth of the model."),
+    spec!("reasoning_effort", ValueType::OneOf(REASONING_EFFORTS), NODE, "Reasoning depth: Anthropic thinking budget, OpenAI reasoning_effort (docs/providers.md)."),
     spec!(
         "auto_status",
         ValueType::Boolean,
