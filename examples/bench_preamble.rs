@@ -27,6 +27,7 @@ fn stage(i: usize) -> StageSummary {
         handler: String::new(),
         status: StageStatus::Success,
         duration_ms: 1_000 + i as u64,
+        branch: None,
         failure_reason: None,
         notes: Some("notes about the stage ".repeat(5)),
         script: None,

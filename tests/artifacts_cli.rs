@@ -37,15 +37,15 @@ fn large_values_are_offloaded_and_conditions_read_through_the_pointer() {
         "the condition saw PASSED"
     );
 
-    // The checkpoint right after `build` (later stages overwrite command.output).
-    let checkpoint_text = read("run/checkpoints/000002-build.json");
-    let checkpoint: serde_json::Value = serde_json::from_str(&checkpoint_text).unwrap();
-    let pointer = checkpoint["context"]["command.output"].as_str().expect("a pointer string").to_string();
+    // The journal entry right after `build` (later stages overwrite command.output).
+    let (entry_text, entry) = common::journal_entry_after(&root.join("run"), "build");
+    let pointer = entry["set"]["command.output"].as_str().expect("a pointer string").to_string();
     assert!(
         pointer.starts_with("file://") && pointer.ends_with("/artifacts/values/command%2Eoutput.json"),
         "{pointer}"
     );
-    assert!(checkpoint_text.len() < 10_000, "the checkpoint stays small: {} bytes", checkpoint_text.len());
+    assert!(entry_text.len() < 10_000, "the journal entry stays small: {} bytes", entry_text.len());
+    assert!(read("run/checkpoint.json").len() < 10_000, "so does the snapshot");
     // So does the stage's status.json: it holds the same pointer, not a second copy.
     let status_text = read("run/stages/build/1/status.json");
     let status: serde_json::Value = serde_json::from_str(&status_text).unwrap();
@@ -81,10 +81,8 @@ fn small_values_stay_inline() {
         .args(["run", "workflow.dot", "--run-dir", "run", "-q"])
         .status(0)
         .run();
-    let after_build =
-        std::fs::read_to_string(ran.dir.path().join("run/checkpoints/000002-build.json")).unwrap();
-    let checkpoint: serde_json::Value = serde_json::from_str(&after_build).unwrap();
-    assert!(checkpoint["context"]["command.output"].as_str().unwrap().ends_with("tests PASSED\n"));
+    let (_, entry) = common::journal_entry_after(&ran.dir.path().join("run"), "build");
+    assert!(entry["set"]["command.output"].as_str().unwrap().ends_with("tests PASSED\n"));
     assert!(!ran.dir.path().join("run/artifacts").exists());
 }
 
@@ -130,11 +128,11 @@ fn fifty_megabytes_of_output_keep_checkpoints_small() {
         .status(0)
         .run();
     let root = ran.dir.path().join("run");
-    for entry in std::fs::read_dir(root.join("checkpoints")).unwrap() {
-        let path = entry.unwrap().path();
-        let size = std::fs::metadata(&path).unwrap().len();
-        assert!(size < 1_000_000, "{} is {size} bytes", path.display());
+    for (line, _) in common::journal_lines(&root) {
+        assert!(line.len() < 1_000_000, "a journal entry of {} bytes", line.len());
     }
+    let snapshot = std::fs::metadata(root.join("checkpoint.json")).unwrap().len();
+    assert!(snapshot < 1_000_000, "checkpoint.json is {snapshot} bytes");
     let stored = std::fs::metadata(root.join("artifacts/values/command%2Eoutput.json")).unwrap().len();
     assert!(stored >= 10_000_000, "the last output is stored whole: {stored} bytes");
 }

@@ -144,7 +144,12 @@ fn a_fork_continues_from_the_chosen_visit_and_leaves_the_original_alone() {
         json!({"run_dir": "runs/orig", "run_id": orig_id, "node": "work", "visit": 2})
     );
     let checkpoint = dir.json("runs/fork/checkpoint.json");
-    assert_eq!(checkpoint, dir.json("runs/fork/checkpoints/000001-work.json"));
+    // The fork's journal is one entry holding the whole state.
+    let journal = common::journal_lines(&dir.path("runs/fork"));
+    assert_eq!(journal.len(), 1);
+    assert_eq!(journal[0].1["reset"], true);
+    assert_eq!(journal[0].1["stages"].as_array().map(Vec::len), Some(3));
+    assert_eq!(checkpoint["journal_seq"], 1);
     assert_eq!(checkpoint["run_id"], fork_id);
     assert_eq!(checkpoint["context"]["internal.run_id"], fork_id);
     assert_eq!(checkpoint["status"], "interrupted");
@@ -200,15 +205,9 @@ fn rewind_moves_later_history_aside_and_the_run_continues_from_there() {
     let dir = finished_run();
     let run_id = dir.json("runs/orig/manifest.json")["run_id"].clone();
     let before = snapshot(&dir.path("runs/orig"));
-    let selected_name = std::fs::read_dir(dir.path("runs/orig/checkpoints"))
-        .unwrap()
-        .flatten()
-        .map(|e| e.file_name().into_string().unwrap())
-        .filter(|name| name.ends_with("-work.json"))
-        .min()
-        .expect("work checkpoint");
-    let selected = dir.json(&format!("runs/orig/checkpoints/{selected_name}"));
-    assert_eq!(selected["node_visits"]["work"], 1);
+    let journal_before = std::fs::read_to_string(dir.path("runs/orig/journal.jsonl")).unwrap();
+    let (selected_line, selected) = common::journal_entry_after(&dir.path("runs/orig"), "work");
+    assert_eq!(selected["visits"]["work"], 1);
 
     let output = dir.ok(&["rewind", "runs/orig", "--to", "work@1"], 0);
     assert!(stdout(&output).contains("fabro resume runs/orig"), "{}", stdout(&output));
@@ -245,18 +244,21 @@ fn rewind_moves_later_history_aside_and_the_run_continues_from_there() {
             || archive.join("stages/work/3/status.json").exists()
     );
     assert!(dir.path("runs/orig/stages/work/1").is_dir() && dir.path("runs/orig/stages/start/1").is_dir());
-    let remaining: Vec<String> = std::fs::read_dir(dir.path("runs/orig/checkpoints"))
-        .unwrap()
-        .flatten()
-        .map(|e| e.file_name().into_string().unwrap())
-        .collect();
-    assert!(remaining.iter().all(|name| *name <= selected_name), "{remaining:?}");
-    assert!(remaining.contains(&selected_name));
+    // The journal keeps its lines up to the selected entry, and says the run stopped there.
+    let journal = std::fs::read_to_string(dir.path("runs/orig/journal.jsonl")).unwrap();
+    let kept = &journal_before[..journal_before.find(&selected_line).unwrap() + selected_line.len()];
+    assert!(journal.starts_with(kept), "{journal}");
+    let last: Value = serde_json::from_str(journal[kept.len()..].trim()).unwrap();
+    assert_eq!(
+        (last["status"].as_str(), last["node"].as_str(), last["next"].as_str()),
+        (Some("interrupted"), Some("work"), Some("work"))
+    );
+    assert_eq!(std::fs::read_to_string(archive.join("journal.jsonl")).unwrap(), journal_before);
 
-    let mut checkpoint = dir.json("runs/orig/checkpoint.json");
+    let checkpoint = dir.json("runs/orig/checkpoint.json");
     assert_eq!(checkpoint["status"], "interrupted");
-    checkpoint["status"] = selected["status"].clone();
-    assert_eq!(checkpoint, selected, "checkpoint.json is the selected checkpoint");
+    assert_eq!(checkpoint["node_visits"]["work"], 1);
+    assert_eq!(checkpoint["completed_nodes"], json!(["start", "work"]));
     let manifest = dir.json("runs/orig/manifest.json");
     assert_eq!(manifest["status"], "interrupted");
     assert_eq!(manifest["finished_at"], Value::Null);

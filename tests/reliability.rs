@@ -200,19 +200,6 @@ fn comparable_context(checkpoint: &Value) -> BTreeMap<String, Value> {
     map
 }
 
-/// `(node, visit)` of every completed stage in a checkpoint's `completed_nodes`.
-fn completed_pairs(checkpoint: &Value) -> HashSet<String> {
-    let mut visits: BTreeMap<String, u32> = BTreeMap::new();
-    let mut pairs = HashSet::new();
-    for node in checkpoint["completed_nodes"].as_array().expect("completed_nodes") {
-        let node = node.as_str().unwrap().to_string();
-        let visit = visits.entry(node.clone()).or_insert(0);
-        *visit += 1;
-        pairs.insert(format!("{node} {visit}"));
-    }
-    pairs
-}
-
 /// Waits until no command a killed fabro left behind still runs with this run directory in its
 /// environment; a stage's processes die with fabro, within a second.
 fn wait_for_orphans(run_dir: &Path) {
@@ -319,7 +306,16 @@ struct CrashStats {
     stale_lock_at_end: bool,
 }
 
-fn crash_and_resume(reference: &Reference, rng: &mut XorShift, sync: &str, max_kills: usize) -> CrashStats {
+/// Runs the crash workflow to its end, killing fabro up to `max_kills` times at random instants
+/// and resuming it; `snapshot_every` (when not 0) makes snapshots frequent enough for kills to
+/// land inside their writes.
+fn crash_and_resume(
+    reference: &Reference,
+    rng: &mut XorShift,
+    sync: &str,
+    max_kills: usize,
+    snapshot_every: u64,
+) -> CrashStats {
     let dir = setup_crash_dir();
     let run_dir = dir.path().join("run");
     let mut stats = CrashStats::default();
@@ -330,11 +326,11 @@ fn crash_and_resume(reference: &Reference, rng: &mut XorShift, sync: &str, max_k
     loop {
         attempt += 1;
         assert!(attempt < 200, "no resume ever finished");
-        let resuming = run_dir.join("checkpoint.json").exists();
+        let resuming = !common::journal_lines(&run_dir).is_empty();
         if !resuming && run_dir.exists() {
-            // Killed before the first checkpoint (after `start`): no stage ran, nothing to resume.
+            // Killed before the first stage was journaled: nothing to resume, and `fabro run`
+            // with the same --run-dir takes the directory over (nothing is deleted by hand).
             stats.restarts_before_first_checkpoint += 1;
-            std::fs::remove_dir_all(&run_dir).unwrap();
         }
         let mut args: Vec<&str> =
             if resuming { vec!["resume", "run"] } else { vec!["run", "w.dot", "--run-dir", "run"] };
@@ -348,7 +344,11 @@ fn crash_and_resume(reference: &Reference, rng: &mut XorShift, sync: &str, max_k
             "-q",
         ]);
         let log_path = dir.path().join(format!("fabro-{attempt}.stderr"));
-        let mut child = common::fabro_command(dir.path(), &args)
+        let mut command = common::fabro_command(dir.path(), &args);
+        if snapshot_every > 0 {
+            command.env("FABRO_SNAPSHOT_EVERY", snapshot_every.to_string());
+        }
+        let mut child = command
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log_path).unwrap())
             .spawn()
@@ -356,8 +356,9 @@ fn crash_and_resume(reference: &Reference, rng: &mut XorShift, sync: &str, max_k
         let status = if stats.kills < max_kills {
             // A third of the kills come almost at once (start-up, first writes), the rest anywhere
             // in the time a whole run takes.
-            let delay_us = match rng.below(3) {
+            let delay_us = match rng.below(4) {
                 0 => rng.below(4_000),
+                3 => rng.below(50_000),
                 1 => rng.below(reference_ms * 1000 / 3),
                 _ => rng.below(reference_ms * 1000 * 2 / 3),
             };
@@ -379,17 +380,17 @@ fn crash_and_resume(reference: &Reference, rng: &mut XorShift, sync: &str, max_k
             stats.temp_files_seen += temps;
             stats.torn_snapshots += torn;
             let lines = log_lines(dir.path()).len();
-            let completed = if run_dir.join("checkpoint.json").exists() {
-                let checkpoint = read_json(&run_dir.join("checkpoint.json"));
+            if let Some((_, last)) = common::journal_lines(&run_dir).last() {
                 assert!(
-                    ["running", "succeeded"].contains(&checkpoint["status"].as_str().unwrap()),
-                    "a killed run's checkpoint: {}",
-                    checkpoint["status"]
+                    ["running", "succeeded"].contains(&last["status"].as_str().unwrap()),
+                    "a killed run's last journal entry: {}",
+                    last["status"]
                 );
-                completed_pairs(&checkpoint)
-            } else {
-                HashSet::new()
-            };
+            }
+            let completed: HashSet<String> = common::journaled_visits(&run_dir)
+                .into_iter()
+                .map(|(node, visit)| format!("{node} {visit}"))
+                .collect();
             at_kills.push((lines, completed));
             continue;
         }
@@ -468,13 +469,15 @@ fn sigkill_at_random_moments_then_resume_gives_the_reference_run() {
     let reference = reference_run();
     let mut rng = XorShift(0x9e37_79b9_7f4a_7c15);
     let (mut kills, mut runs, mut temps, mut extra, mut torn) = (0, 0, 0, 0, 0);
-    // At least 6 crashed runs and 60 kills, alternating checkpoint durability.
-    while runs < 6 || kills < 60 {
-        assert!(runs < 40, "too few kills landed ({kills} in {runs} runs)");
-        let sync = if runs % 2 == 0 { "never" } else { "stage" };
-        let stats = crash_and_resume(&reference, &mut rng, sync, 18);
+    // At least 6 crashed runs and 100 kills, going through the journal's sync modes, every
+    // other run with a snapshot every 3 entries.
+    while runs < 6 || kills < 100 {
+        assert!(runs < 60, "too few kills landed ({kills} in {runs} runs)");
+        let sync = ["never", "stage", "batch"][runs % 3];
+        let snapshot_every = if runs % 2 == 0 { 3 } else { 0 };
+        let stats = crash_and_resume(&reference, &mut rng, sync, 18, snapshot_every);
         eprintln!(
-            "crashed run {runs} (--checkpoint-sync {sync}): {} kills, {} extra executions, {} temp files seen, \
+            "crashed run {runs} (--checkpoint-sync {sync}, snapshot every {snapshot_every}): {} kills, {} extra executions, {} temp files seen, \
              {} JSON files checked, {} restarts before the first checkpoint",
             stats.kills,
             stats.extra_executions,
@@ -495,7 +498,7 @@ fn sigkill_at_random_moments_then_resume_gives_the_reference_run() {
         reference.elapsed,
         started.elapsed()
     );
-    assert!(kills >= 50);
+    assert!(kills >= 100);
 }
 
 /// Kills the run once a marker stage runs, then resumes it; returns the directory.
@@ -510,7 +513,8 @@ fn killed_at_marker_then_resumed(workflow: &str) -> tempfile::TempDir {
     // SAFETY: signalling our own child.
     unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
     assert_eq!(child.wait().unwrap().signal(), Some(libc::SIGKILL));
-    assert_eq!(read_json(&dir.path().join("run/checkpoint.json"))["status"], "running");
+    let (_, last) = common::journal_lines(&dir.path().join("run")).last().cloned().expect("a journal entry");
+    assert_eq!(last["status"], "running");
     assert!(dir.path().join("run/run.lock").exists(), "a SIGKILL leaves the lock behind");
     std::fs::write(dir.path().join("resumed"), "").unwrap();
     let resumed = common::fabro_in(dir.path(), &["resume", "run", "-q"]);
@@ -754,13 +758,14 @@ fn a_run_directory_missing_its_workflow_or_manifest_is_refused_untouched() {
 }
 
 #[test]
-fn a_checkpoint_naming_a_missing_node_is_refused_untouched() {
+fn a_journal_naming_a_missing_node_is_refused_untouched() {
     let dir = paused_run();
-    let checkpoint = dir.path().join("run/checkpoint.json");
-    let mut value = read_json(&checkpoint);
-    value["next_node"] = json!("nowhere");
-    std::fs::remove_file(&checkpoint).unwrap();
-    std::fs::write(&checkpoint, value.to_string()).unwrap();
+    let journal = dir.path().join("run/journal.jsonl");
+    let text = std::fs::read_to_string(&journal).unwrap();
+    let (kept, last) = text.trim_end().rsplit_once('\n').unwrap();
+    let mut value: Value = serde_json::from_str(last).unwrap();
+    value["next"] = json!("nowhere");
+    std::fs::write(&journal, format!("{kept}\n{value}\n")).unwrap();
     assert_resume_refused(dir.path(), None, "`nowhere`");
 }
 
@@ -815,8 +820,8 @@ fn a_symlink_deeper_in_the_run_directory_is_refused_before_resume_changes_anythi
 }
 
 #[test]
-fn a_checkpoints_symlink_out_of_the_run_directory_is_not_written_through() {
-    hostile_symlink("checkpoints");
+fn a_journal_symlink_out_of_the_run_directory_is_not_written_through() {
+    hostile_symlink("journal.jsonl");
 }
 
 #[test]
@@ -892,19 +897,14 @@ fn a_checkpoint_that_cannot_be_saved_pauses_the_run_until_space_is_freed() {
     let output = common::fabro_in(work.path(), &["run", "w.dot", "--run-dir", run.to_str().unwrap(), "-q"]);
     let err = stderr(&output);
     assert_eq!(output.status.code(), Some(3), "the run pauses:\n{err}");
-    assert!(
-        err.contains("the checkpoint after `fill` could not be saved")
-            && err.contains("No space left on device"),
-        "the reason:\n{err}"
-    );
-    assert_eq!(
-        std::fs::read_to_string(work.path().join("log")).unwrap(),
-        "before\nfill\n",
-        "`after` never ran"
-    );
-    // The last saved checkpoint is the one before `fill`.
-    let checkpoint = read_json(&run.join("checkpoint.json"));
-    assert_eq!(checkpoint["next_node"], "fill");
+    assert!(err.contains("No space left on device") && err.contains("fabro resume"), "the reason:\n{err}");
+    // The run pauses after the first stage whose records did not fit (`fill`, or `after` when
+    // the journal entry and status.json of `fill` still fitted): no later stage ran.
+    let log = std::fs::read_to_string(work.path().join("log")).unwrap();
+    assert!(log == "before\nfill\n" || log == "before\nfill\nafter\n", "{log}");
+    let last = common::journal_lines(&run).last().cloned().expect("a journal entry").1;
+    let waits_at = if log.ends_with("after\n") { &last["node"] } else { &last["next"] };
+    assert_eq!(waits_at, "after", "{last}");
 
     let freed = Instant::now();
     while filler.exists() {
@@ -913,8 +913,8 @@ fn a_checkpoint_that_cannot_be_saved_pauses_the_run_until_space_is_freed() {
     }
     let resumed = common::fabro_in(work.path(), &["resume", run.to_str().unwrap(), "-q"]);
     assert_eq!(resumed.status.code(), Some(0), "{}", stderr(&resumed));
-    // `fill`, whose end was never made durable, ran again; nothing else did.
-    assert_eq!(std::fs::read_to_string(work.path().join("log")).unwrap(), "before\nfill\nfill\nafter\n");
+    // Nothing ran twice.
+    assert_eq!(std::fs::read_to_string(work.path().join("log")).unwrap(), "before\nfill\nafter\n");
     let checkpoint = read_json(&run.join("checkpoint.json"));
     assert_eq!(checkpoint["status"], "succeeded");
     assert_eq!(checkpoint["completed_nodes"], json!(["start", "before", "fill", "after", "exit"]));

@@ -250,37 +250,38 @@ fn a_run_directory_is_driven_by_one_process_at_a_time() {
 }
 
 #[test]
-fn every_checkpoint_is_kept_and_numbering_continues_after_resume() {
+fn every_change_of_state_is_journaled_and_numbering_continues_after_resume() {
     let dir = Dir::new(&[("w.dot", GATED), ("answers.json", r#"{"gate": ["A"]}"#)]);
     assert_eq!(
         code(&dir.fabro(&["run", "w.dot", "--run-dir", "run", "-q", "--checkpoint-sync", "never"])),
         Some(3)
     );
     assert_eq!(code(&dir.fabro(&["resume", "run", "--answers", "answers.json", "-q"])), Some(0));
-    let mut names: Vec<String> = std::fs::read_dir(dir.path("run/checkpoints"))
-        .unwrap()
-        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+    let journal = common::journal_lines(&dir.path("run"));
+    let entries: Vec<(u64, &str, &str)> = journal
+        .iter()
+        .map(|(_, e)| {
+            (e["seq"].as_u64().unwrap(), e["node"].as_str().unwrap(), e["status"].as_str().unwrap())
+        })
         .collect();
-    names.sort();
     assert_eq!(
-        names,
+        entries,
         [
-            "000001-start.json",
-            "000002-plan.json",
-            "000003-gate.json",
-            "000004-gate.json",
-            "000005-ship.json",
-            "000006-exit.json"
+            (1, "start", "running"),
+            (2, "plan", "running"),
+            (3, "gate", "paused"),
+            (4, "gate", "running"),
+            (5, "ship", "running"),
+            (6, "exit", "succeeded")
         ]
     );
     let saved = dir.events().iter().filter(|e| e["event"] == "checkpoint.saved").count();
-    assert_eq!(saved, names.len(), "one file per saved checkpoint");
-    let latest = std::fs::read_to_string(dir.path("run/checkpoints/000006-exit.json")).unwrap();
-    assert_eq!(std::fs::read_to_string(dir.path("run/checkpoint.json")).unwrap(), latest);
-    let paused: Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.path("run/checkpoints/000003-gate.json")).unwrap())
-            .unwrap();
-    assert_eq!(paused["status"], "paused");
+    assert_eq!(saved, journal.len(), "one journal entry per saved checkpoint");
+    assert!(!dir.path("run/checkpoints").exists());
+    let snapshot = dir.json("run/checkpoint.json");
+    assert_eq!(snapshot["journal_seq"], 6);
+    assert_eq!(snapshot["status"], "succeeded");
+    assert_eq!(snapshot["completed_nodes"], json!(["start", "plan", "gate", "ship", "exit"]));
 }
 
 #[test]

@@ -142,7 +142,7 @@ pub fn run(args: GraphArgs) -> u8 {
 /// A run directory: its stored workflow (loaded under the original path, so `@prompt` files
 /// resolve as they did) and its progress.
 fn load_run_dir(root: &Path) -> Result<(CheckedWorkflow, Option<Overlay>), u8> {
-    for required in ["workflow.dot", "checkpoint.json"] {
+    for required in ["workflow.dot"] {
         if !root.join(required).is_file() {
             eprintln!(
                 "error: `{}` is a directory but not a fabro run directory (no {required}); pass a workflow file or a run directory",

@@ -290,6 +290,10 @@ fn describe(event: &Event) -> Option<String> {
     let field = |key: &str| text(event, key).unwrap_or("");
     Some(match event.event.as_str() {
         "stage.retrying" => format!("↻ {node}: retrying ({})", field("reason")),
+        "run.dir_reused" => format!(
+            "! {} held a run that never started (fabro was stopped before its first stage completed); its files were removed and the directory is reused",
+            field("run_dir")
+        ),
         "stage.survivor_killed" => format!(
             "! killed process group {} that {} left running when fabro was stopped",
             event.fields.get("pgid").map(|p| p.to_string()).unwrap_or_default(),

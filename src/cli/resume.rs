@@ -123,7 +123,7 @@ async fn resume_async(mut args: ResumeArgs) -> u8 {
         work_dir: PathBuf::from(&saved.manifest.work_dir),
         dry_run: args.launch.dry_run,
         context: Vec::new(),
-        checkpoint_sync: args.launch.checkpoint_sync.durability(),
+        checkpoint_sync: args.launch.checkpoint_sync.sync_mode(),
         limits: args.launch.limits(),
         // The run's manifest says whether it has a worktree.
         worktree: false,

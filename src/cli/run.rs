@@ -49,15 +49,21 @@ pub struct RunArgs {
 
 #[derive(Clone, Copy, clap::ValueEnum)]
 pub enum CheckpointSync {
+    /// Never fsync: survives a crash of fabro, not of the machine.
     Never,
+    /// fsync the journal after every stage.
     Stage,
+    /// fsync at most 50 ms after a stage: a crash of the machine loses at most the last 50 ms.
+    Batch,
 }
 
 impl CheckpointSync {
-    pub fn durability(self) -> fabro::run_dir::Durability {
+    pub fn sync_mode(self) -> fabro::run_dir::journal::SyncMode {
+        use fabro::run_dir::journal::SyncMode;
         match self {
-            CheckpointSync::Never => fabro::run_dir::Durability::Unsynced,
-            CheckpointSync::Stage => fabro::run_dir::Durability::Synced,
+            CheckpointSync::Never => SyncMode::Never,
+            CheckpointSync::Stage => SyncMode::Stage,
+            CheckpointSync::Batch => SyncMode::Batch,
         }
     }
 }
@@ -289,7 +295,7 @@ async fn run_async(args: RunArgs) -> u8 {
         work_dir,
         dry_run: args.launch.dry_run,
         context,
-        checkpoint_sync: args.launch.checkpoint_sync.durability(),
+        checkpoint_sync: args.launch.checkpoint_sync.sync_mode(),
         limits: args.launch.limits(),
         worktree: args.worktree,
         keep_worktrees: args.launch.keep_worktrees,

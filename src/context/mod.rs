@@ -31,6 +31,17 @@ pub struct Context {
     base: Arc<BTreeMap<String, Arc<Value>>>,
     /// What changed since `base`: `Some` for a value set, `None` for a key removed.
     changes: BTreeMap<String, Option<Value>>,
+    /// Keys set or removed since the run's journal last recorded this context
+    /// ([`Context::mark_journaled`]); a fork starts with none.
+    unjournaled: std::collections::BTreeSet<String>,
+}
+
+/// What a context changed since its last [`Context::mark_journaled`]: keys set (with their values)
+/// and keys removed.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Delta {
+    pub set: serde_json::Map<String, Value>,
+    pub removed: Vec<String>,
 }
 
 impl Context {
@@ -54,11 +65,19 @@ impl Context {
     }
 
     pub fn set(&mut self, key: impl Into<String>, value: impl Into<Value>) {
-        self.changes.insert(key.into(), Some(value.into()));
+        let key = key.into();
+        if !self.unjournaled.contains(&key) {
+            self.unjournaled.insert(key.clone());
+        }
+        self.changes.insert(key, Some(value.into()));
     }
 
     pub fn remove(&mut self, key: &str) -> Option<Value> {
         let previous = self.get(key).cloned();
+        // Removing what is not there changes nothing the journal needs to know.
+        if previous.is_some() && !self.unjournaled.contains(key) {
+            self.unjournaled.insert(key.to_string());
+        }
         if self.base.contains_key(key) {
             self.changes.insert(key.to_string(), None);
         } else {
@@ -80,7 +99,35 @@ impl Context {
     /// base first, which is cheap when no other fork still shares that base.
     pub fn fork(&mut self) -> Context {
         self.settle();
-        Context { base: Arc::clone(&self.base), changes: BTreeMap::new() }
+        Context { base: Arc::clone(&self.base), ..Context::default() }
+    }
+
+    /// The keys set and removed since [`Context::mark_journaled`] (or since the context was
+    /// created), with their values now: what the run's journal records after a stage.
+    pub fn delta(&self) -> Delta {
+        let mut delta = Delta::default();
+        for key in &self.unjournaled {
+            match self.get(key) {
+                Some(value) => {
+                    delta.set.insert(key.clone(), value.clone());
+                }
+                None => delta.removed.push(key.clone()),
+            }
+        }
+        delta
+    }
+
+    /// Everything is in the journal now: the next [`Context::delta`] starts empty.
+    pub fn mark_journaled(&mut self) {
+        self.unjournaled.clear();
+    }
+
+    /// Applies a journaled [`Delta`].
+    pub fn apply_delta(&mut self, delta: &Delta) {
+        self.apply(&delta.set);
+        for key in &delta.removed {
+            self.remove(key);
+        }
     }
 
     /// Everything set since this context was forked (or created), whose value differs from the
@@ -183,7 +230,7 @@ impl<'de> serde::Deserialize<'de> for Context {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let values = BTreeMap::<String, Value>::deserialize(deserializer)?;
         let values = values.into_iter().map(|(key, value)| (key, Arc::new(value))).collect();
-        Ok(Context { base: Arc::new(values), changes: BTreeMap::new() })
+        Ok(Context { base: Arc::new(values), ..Context::default() })
     }
 }
 

@@ -144,7 +144,9 @@ pub fn locate_child(
     }
     match SavedRun::open(&last) {
         Ok(saved) => Ok(ChildSlot::Unfinished(Box::new(saved))),
-        Err(ResumeError::NotARun { .. }) => Ok(ChildSlot::Fresh(candidate(n + 1))),
+        Err(ResumeError::NotARun { .. } | ResumeError::NotStarted { .. }) => {
+            Ok(ChildSlot::Fresh(candidate(n + 1)))
+        }
         Err(ResumeError::Finished { .. }) if attempt > 1 => Ok(ChildSlot::Fresh(candidate(n + 1))),
         Err(ResumeError::Finished { .. }) => {
             let text = crate::regular_file::read_to_string(

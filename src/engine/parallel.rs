@@ -234,8 +234,7 @@ async fn run_branches(parent: &mut Walker<'_>, index: NodeIndex, visit: u32) -> 
     for entry in journaled.values() {
         let mut visits = scope.visits();
         for record in &entry.stages {
-            let count = visits.entry(record.node_id.clone()).or_insert(0);
-            *count = (*count).max(record.visit);
+            visits.raise(&record.node_id, record.visit);
         }
     }
     let clock = Instant::now();
@@ -292,22 +291,16 @@ async fn run_branches(parent: &mut Walker<'_>, index: NodeIndex, visit: u32) -> 
         };
         let work_dir = worktree.as_ref().map_or_else(|| parent.work_dir.clone(), |w| w.path.clone());
         context.set("internal.work_dir", work_dir.display().to_string());
-        let walker = Walker {
-            scope: Arc::clone(&scope),
-            line: Line::Branch(plan.id.clone()),
-            state: LineState { context, summaries: parent.state.summaries.clone(), ..LineState::default() },
-            entered_by: Some(plan.edge),
-            degrade_full_fidelity: false,
+        let state = LineState { context, summaries: parent.state.summaries.clone(), ..LineState::default() };
+        let mut walker = Walker::new(
+            Arc::clone(&scope),
+            Line::Branch(plan.id.clone()),
+            state,
             work_dir,
-            worktree: None,
-            last_commit: None,
-            cancel: cancel_rest.child_token(),
-            preamble: None,
-            current_thread: None,
-            threads: parent.threads.clone(),
-            last_outcome: None,
-            delivered_notes: Vec::new(),
-        };
+            cancel_rest.child_token(),
+        );
+        walker.entered_by = Some(plan.edge);
+        walker.threads = parent.threads.clone();
         let walk: Pin<Box<dyn Future<Output = (String, BranchEnd, Walker<'_>)> + Send + '_>> =
             Box::pin(walk_branch(walker, plan.clone(), join, parent.cancel.clone(), worktree));
         branch_walks.push(walk);

@@ -4,7 +4,6 @@
 //! directory and the event log; the loop itself holds no I/O details.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -36,9 +35,10 @@ pub struct RunOptions {
     /// Run in a fresh git worktree on branch `fabro/run/<run_id>` (created from HEAD of the
     /// repository containing `work_dir`) and commit after every stage.
     pub worktree: bool,
-    /// Whether checkpoints are fsynced (`--checkpoint-sync stage`, the default) or only renamed
-    /// into place (`never`: survives a crash of fabro, not of the machine).
-    pub checkpoint_sync: crate::run_dir::Durability,
+    /// When journal entries are fsynced: after every stage (`--checkpoint-sync stage`, the
+    /// default), at most 50 ms later (`batch`), or never (survives a crash of fabro, not of the
+    /// machine).
+    pub checkpoint_sync: crate::run_dir::journal::SyncMode,
     /// Keep the git worktrees of parallel branches after their parallel stage (they are removed
     /// by default; their branches are always kept).
     pub keep_worktrees: bool,
@@ -136,7 +136,7 @@ impl Engine {
                 PathBuf::from(".fabro").join("runs").join(&run_id)
             }
         };
-        let run_dir = RunDir::create(&root)?;
+        let (run_dir, reused) = RunDir::create_or_reuse(&root)?;
         let lock = run_dir.lock()?;
         let worktree = match options.worktree {
             true => Some(RunWorktree::create(&options.work_dir, &run_id, &run_dir.root().join("worktree"))?),
@@ -171,6 +171,7 @@ impl Engine {
         };
         run_dir.write_json("manifest.json", &manifest)?;
         run_dir.write_text("workflow.dot", workflow.source().text())?;
+        let journal = run_dir.journal(0, None, options.checkpoint_sync)?;
         let scope = RunScope {
             engine: self,
             workflow,
@@ -181,13 +182,16 @@ impl Engine {
             events,
             visits: Mutex::default(),
             timings: Mutex::default(),
-            checkpoint_seq: AtomicU64::new(0),
+            journal: Mutex::new(journal),
         };
         let context = seed_context(workflow, options, &work_dir);
         let mut main = main_line(scope, LineState { context, ..LineState::default() }, work_dir, cancel);
         main.worktree = worktree;
         let run_id = main.scope.run_id.clone();
         main.context_set("internal.run_id", run_id);
+        if !reused.is_empty() {
+            main.scope.events.run_event("run.dir_reused", json!({"run_dir": root, "removed": reused}));
+        }
         main.scope.events.run_event(
             "run.started",
             json!({"workflow": workflow.name(), "goal": workflow.goal(), "run_dir": root}),
@@ -243,22 +247,23 @@ impl Engine {
         manifest.finished_at = None;
         saved.dir.write_json("manifest.json", &manifest)?;
         let checkpoint = saved.checkpoint;
-        let summaries = saved
-            .stages
-            .iter()
-            .map(|record| {
-                let script = workflow.node(&record.node_id).and_then(|n| n.attributes.text("script"));
-                // The directory the visit finished in: `<visit>.<n>` when it ran again.
-                let dir = crate::run_dir::layout::finished_visit_dir(
-                    saved.dir.root(),
-                    &record.node_id,
-                    record.visit,
-                )
-                .unwrap_or_default();
-                StageSummary::from_stage_dir(record, script, &dir)
-            })
-            .collect();
+        let mut summaries = saved.summaries;
+        for summary in &mut summaries {
+            summary.script =
+                workflow.node(&summary.node_id).and_then(|n| n.attributes.text("script")).map(str::to_string);
+        }
         let threads = load_threads(saved.dir.root());
+        let journal = saved.dir.journal(
+            saved.journal.last_seq,
+            saved.journal.torn.as_ref(),
+            options.checkpoint_sync,
+        )?;
+        if let Some(torn) = &saved.journal.torn {
+            events.run_event(
+                "journal.truncated",
+                json!({"offset": torn.offset, "bytes": torn.bytes, "entries": saved.journal.last_seq}),
+            );
+        }
         let scope = RunScope {
             engine: self,
             workflow,
@@ -267,16 +272,16 @@ impl Engine {
             run_dir: saved.dir,
             run_id: manifest.run_id.clone(),
             events,
-            visits: Mutex::new(checkpoint.node_visits),
+            visits: Mutex::new(super::walker::VisitCounts::new(checkpoint.node_visits)),
             timings: Mutex::default(),
-            checkpoint_seq: AtomicU64::new(saved.last_checkpoint_seq),
+            journal: Mutex::new(journal),
         };
         let state = LineState {
             context: checkpoint.context,
             completed: checkpoint.completed_nodes,
             outcomes: checkpoint.node_outcomes,
             retries: checkpoint.node_retries,
-            stages: saved.stages,
+            stages: summaries.iter().map(StageSummary::record).collect(),
             summaries,
         };
         let mut main = main_line(scope, state, work_dir, cancel);
@@ -284,6 +289,9 @@ impl Engine {
         main.last_commit = checkpoint.commit;
         main.threads = threads;
         main.degrade_full_fidelity = true;
+        main.journaled_stages = main.state.summaries.len();
+        // A run from before the journal starts one holding its whole state.
+        main.journal_from_scratch = saved.journal.last_seq == 0;
         main.scope
             .events
             .run_event(
@@ -309,22 +317,7 @@ fn main_line<'e>(
     work_dir: PathBuf,
     cancel: CancellationToken,
 ) -> Walker<'e> {
-    Walker {
-        scope: Arc::new(scope),
-        line: Line::Main,
-        state,
-        entered_by: None,
-        degrade_full_fidelity: false,
-        work_dir,
-        worktree: None,
-        last_commit: None,
-        cancel,
-        preamble: None,
-        current_thread: None,
-        threads: std::collections::HashMap::new(),
-        last_outcome: None,
-        delivered_notes: Vec::new(),
-    }
+    Walker::new(Arc::new(scope), Line::Main, state, work_dir, cancel)
 }
 
 /// Conversation threads persisted in a run directory (`threads/<encoded key>.jsonl`).
@@ -511,14 +504,16 @@ impl Run<'_> {
         };
         new_dir.write_json("manifest.json", &self.manifest)?;
         new_dir.write_text("workflow.dot", workflow.source().text())?;
+        scope.journal = Mutex::new(new_dir.journal(0, None, scope.options.checkpoint_sync)?);
         scope.artifacts = artifact_store(workflow, new_dir.root());
         scope.run_dir = new_dir;
-        scope.checkpoint_seq = AtomicU64::new(0);
         scope.visits = Mutex::default();
         scope.run_id = new_id;
         self._lock = new_lock;
         let context = std::mem::take(&mut self.main.state.context);
         self.main.state = LineState { context, ..LineState::default() };
+        self.main.journaled_stages = 0;
+        self.main.journal_from_scratch = true;
         let run_id = self.main.scope.run_id.clone();
         self.main.context_set("internal.run_id", run_id);
         self.started = Instant::now();

@@ -3,10 +3,9 @@
 //! picks the next node. What all lines of a run share (the run directory, the event log, the
 //! artifact store, visit counters) sits in a [`RunScope`] they borrow.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
@@ -27,6 +26,7 @@ use crate::fidelity::preamble::{PreambleInput, StageSummary};
 use crate::graph::{HandlerType, Node, Workflow};
 use crate::handlers::{Handler, HandlerError, StageRun};
 use crate::outcome::{Outcome, StageStatus};
+use crate::run_dir::journal::{self, Entry};
 use crate::run_dir::{CheckpointRef, Durability, RunDir, RunStatus, StageRecord, StageStatusFile};
 use crate::worktree::RunWorktree;
 
@@ -46,15 +46,82 @@ pub(super) struct RunScope<'e> {
     /// Where context values too large for checkpoints go.
     pub artifacts: ArtifactStore,
     /// Visits per node over all lines, so that every visit gets its own stage directory.
-    pub visits: Mutex<BTreeMap<String, u32>>,
+    pub visits: Mutex<VisitCounts>,
     pub timings: Mutex<RunTimings>,
-    /// Number of the last checkpoint written (`checkpoints/<seq>-<node>.json`).
-    pub checkpoint_seq: AtomicU64,
+    /// The run's journal (`journal.jsonl`), appended to by the main line.
+    pub journal: Mutex<journal::Writer>,
+}
+
+/// Visit counters per node, and which changed since the journal last recorded them.
+#[derive(Debug, Default)]
+pub(super) struct VisitCounts {
+    counts: BTreeMap<String, u32>,
+    unjournaled: BTreeSet<String>,
+}
+
+impl VisitCounts {
+    pub fn new(counts: BTreeMap<String, u32>) -> VisitCounts {
+        VisitCounts { counts, unjournaled: BTreeSet::new() }
+    }
+
+    /// Counts one more visit of `node`; returns its number.
+    pub fn count(&mut self, node: &str) -> u32 {
+        let count = self.counts.entry(node.to_string()).or_insert(0);
+        *count += 1;
+        let count = *count;
+        self.unjournaled.insert(node.to_string());
+        count
+    }
+
+    /// Takes back the last visit of `node` (it will run again as the same visit).
+    pub fn uncount(&mut self, node: &str) {
+        if let Some(count) = self.counts.get_mut(node) {
+            *count -= 1;
+            if *count == 0 {
+                self.counts.remove(node);
+            }
+            self.unjournaled.insert(node.to_string());
+        }
+    }
+
+    /// Makes `node`'s count at least `visit` (visits a journaled parallel branch made).
+    pub fn raise(&mut self, node: &str, visit: u32) {
+        let count = self.counts.entry(node.to_string()).or_insert(0);
+        if *count < visit {
+            *count = visit;
+            self.unjournaled.insert(node.to_string());
+        }
+    }
+
+    pub fn counts(&self) -> &BTreeMap<String, u32> {
+        &self.counts
+    }
+
+    /// The counters changed since [`VisitCounts::mark_journaled`] (0 for a node without visits).
+    pub fn changed(&self) -> BTreeMap<String, u32> {
+        self.unjournaled
+            .iter()
+            .map(|node| (node.clone(), self.counts.get(node).copied().unwrap_or(0)))
+            .collect()
+    }
+
+    pub fn mark_journaled(&mut self) {
+        self.unjournaled.clear();
+    }
+
+    /// Every counter is new to the journal (a journal started afresh).
+    pub fn mark_all_unjournaled(&mut self) {
+        self.unjournaled = self.counts.keys().cloned().collect();
+    }
 }
 
 impl RunScope<'_> {
-    pub fn visits(&self) -> MutexGuard<'_, BTreeMap<String, u32>> {
+    pub fn visits(&self) -> MutexGuard<'_, VisitCounts> {
         self.visits.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    pub fn journal(&self) -> MutexGuard<'_, journal::Writer> {
+        self.journal.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     pub fn timings(&self) -> MutexGuard<'_, RunTimings> {
@@ -111,6 +178,10 @@ pub(super) struct Walker<'e> {
     pub last_outcome: Option<Outcome>,
     /// Operator notes (step mode) the LLM stage about to run received; its status.json records them.
     pub delivered_notes: Vec<String>,
+    /// How many of `state.summaries` the journal holds (main line).
+    pub journaled_stages: usize,
+    /// The next journal entry holds the whole state (a journal started afresh).
+    pub journal_from_scratch: bool,
 }
 
 /// How one stage visit ended.
@@ -148,6 +219,34 @@ pub(super) enum Step {
 }
 
 impl<'e> Walker<'e> {
+    /// A line starting with `state` in `work_dir`, at its first stage.
+    pub fn new(
+        scope: Arc<RunScope<'e>>,
+        line: Line,
+        state: LineState,
+        work_dir: PathBuf,
+        cancel: CancellationToken,
+    ) -> Walker<'e> {
+        Walker {
+            scope,
+            line,
+            state,
+            entered_by: None,
+            degrade_full_fidelity: false,
+            work_dir,
+            worktree: None,
+            last_commit: None,
+            cancel,
+            preamble: None,
+            current_thread: None,
+            threads: HashMap::new(),
+            last_outcome: None,
+            delivered_notes: Vec::new(),
+            journaled_stages: 0,
+            journal_from_scratch: false,
+        }
+    }
+
     pub fn is_main(&self) -> bool {
         self.line == Line::Main
     }
@@ -166,12 +265,7 @@ impl<'e> Walker<'e> {
                 return step;
             }
         }
-        let visit = {
-            let mut visits = scope.visits();
-            let count = visits.entry(node.id.clone()).or_insert(0);
-            *count += 1;
-            *count
-        };
+        let visit = scope.visits().count(&node.id);
         if let Some(reason) = self.visit_limit_exceeded(node, visit) {
             return Step::Finish(RunStatus::Failed, Some(reason));
         }
@@ -233,7 +327,7 @@ impl<'e> Walker<'e> {
             }
         };
         let duration_ms = clock.elapsed().as_millis() as u64;
-        self.record(node, visit, &stage_dir, &outcome, attempts, started_at, duration_ms);
+        let recorded = self.record(node, visit, &stage_dir, &outcome, attempts, started_at, duration_ms);
         self.extend_thread(&stage_dir);
         self.commit_worktree(node, visit, outcome.status);
         if node.handler_type() == HandlerType::Exit {
@@ -244,8 +338,11 @@ impl<'e> Walker<'e> {
             Step::Next(next) | Step::Restart(next) => Some(workflow.node_at(*next).id.as_str()),
             Step::Finish(..) => None,
         };
-        if let Err(error) = self.save_checkpoint(RunStatus::Running, &node.id, next_id) {
-            if matches!(step, Step::Next(_) | Step::Restart(_)) {
+        // A stage whose files could not be written (or whose journal entry could not be) pauses
+        // the run: going on would run stages whose records are lost.
+        let saved = self.save_checkpoint(RunStatus::Running, &node.id, next_id);
+        if let Err(error) = saved.and(recorded) {
+            if matches!(step, Step::Next(_) | Step::Restart(_)) && self.is_main() {
                 return self.pause_undurable(node, visit, &error);
             }
         }
@@ -428,13 +525,7 @@ impl<'e> Walker<'e> {
     /// A stage that paused or was interrupted runs again on resume as the same visit (in a new,
     /// suffixed stage directory, so its partial files are kept).
     fn uncount_visit(&mut self, node_id: &str) {
-        let mut visits = self.scope.visits();
-        if let Some(count) = visits.get_mut(node_id) {
-            *count -= 1;
-            if *count == 0 {
-                visits.remove(node_id);
-            }
-        }
+        self.scope.visits().uncount(node_id);
     }
 
     /// Why an LLM stage may not start: the run's usage has reached `--max-tokens`/`--max-cost`.
@@ -586,7 +677,9 @@ impl<'e> Walker<'e> {
         }
     }
 
-    /// Writes status.json, applies the outcome to the context and records the visit.
+    /// Writes status.json, applies the outcome to the context and records the visit. An error
+    /// says status.json could not be written (a full disk, typically): the visit is recorded all
+    /// the same.
     #[allow(clippy::too_many_arguments)]
     fn record(
         &mut self,
@@ -597,7 +690,7 @@ impl<'e> Walker<'e> {
         attempts: u32,
         started_at: String,
         duration_ms: u64,
-    ) {
+    ) -> Result<(), String> {
         let scope = Arc::clone(&self.scope);
         let branch = match &self.line {
             Line::Branch(branch) => Some(branch.clone()),
@@ -644,12 +737,12 @@ impl<'e> Walker<'e> {
             sandbox: self.sandbox_of(node).map(str::to_string),
         };
         let files_clock = Instant::now();
-        // A branch's stages count once their branch is journaled, and the journal is made durable
-        // with the checkpoint after the parallel stage; syncing each of thousands of branch files
-        // would only cost time.
-        let durability = if self.is_main() { Durability::Synced } else { Durability::Unsynced };
+        // Renamed into place without an fsync: the stage counts once the run's journal holds it,
+        // and the journal's one fsync per stage is what makes it durable (a branch's stages are
+        // journaled with their parallel stage).
         let path = stage_dir.join("status.json");
-        if let Err(error) = crate::run_dir::write_json_file_with(&path, &status_file, durability) {
+        let written = crate::run_dir::write_json_file_with(&path, &status_file, Durability::Unsynced);
+        if let Err(error) = &written {
             tracing::warn!(%error, "could not write status.json");
         }
         scope.timings().stage_files += files_clock.elapsed();
@@ -693,6 +786,7 @@ impl<'e> Walker<'e> {
             fields["branch_id"] = json!(branch);
         }
         scope.events.stage_event(event, &node.id, visit, fields);
+        written.map_err(|error| error.to_string())
     }
 
     /// The edge to follow, the failure route, or the end of the line.
@@ -781,9 +875,12 @@ impl<'e> Walker<'e> {
         }
     }
 
-    /// Saves the main line's checkpoint; branches are recorded by their parallel stage instead.
-    /// Saves the main line's checkpoint. An error says why it could not be saved (the run's
-    /// state is then not durable); branches have no checkpoint of their own.
+    /// Records the main line's state in the run's journal: the stages completed since the last
+    /// entry, the context and counters that changed, where the run goes next. One append, made
+    /// durable as `--checkpoint-sync` says; `checkpoint.json` is rewritten as a snapshot every
+    /// [`journal::SNAPSHOT_EVERY`] entries (compact) and whole when the run stops going on. An
+    /// error says why the state could not be recorded (it is then not durable); branches are
+    /// recorded by their parallel stage.
     pub fn save_checkpoint(
         &mut self,
         status: RunStatus,
@@ -798,22 +895,23 @@ impl<'e> Walker<'e> {
         scope.events.flush();
         scope.timings().events += clock.elapsed();
         let clock = Instant::now();
-        let visits = scope.visits().clone();
-        let checkpoint = CheckpointRef {
-            run_id: &scope.run_id,
-            status,
-            current_node: current,
-            next_node: next,
-            completed_nodes: &self.state.completed,
-            node_outcomes: &self.state.outcomes,
-            node_visits: &visits,
-            node_retries: &self.state.retries,
-            context: &self.state.context,
-            timestamp: now_rfc3339(),
-            commit: self.last_commit.as_deref(),
+        let mut entry = self.journal_entry(status, current, next);
+        let appended = scope.journal().append(&mut entry);
+        let written = match appended {
+            Ok(seq) => {
+                self.journaled_stages = self.state.summaries.len();
+                self.journal_from_scratch = false;
+                self.state.context.mark_journaled();
+                scope.visits().mark_journaled();
+                let whole = status != RunStatus::Running;
+                if whole || seq % journal::snapshot_every() == 0 {
+                    self.write_snapshot(status, current, next, seq, whole)
+                } else {
+                    Ok(())
+                }
+            }
+            Err(error) => Err(format!("cannot append to {}: {error}", scope.journal().path().display())),
         };
-        let seq = scope.checkpoint_seq.fetch_add(1, Ordering::SeqCst) + 1;
-        let written = scope.run_dir.save_checkpoint(seq, current, &checkpoint, scope.options.checkpoint_sync);
         {
             let mut timings = scope.timings();
             timings.checkpoints += clock.elapsed();
@@ -828,10 +926,89 @@ impl<'e> Walker<'e> {
             }
             Err(error) => {
                 tracing::warn!(%error, "checkpoint not saved");
-                scope.events.run_event("checkpoint.failed", json!({"error": error.to_string()}));
-                Err(error.to_string())
+                scope.events.run_event("checkpoint.failed", json!({"error": error}));
+                Err(error)
             }
         }
+    }
+
+    /// The journal entry for the state now: what changed since the last one, or everything for
+    /// a journal started afresh.
+    fn journal_entry(&self, status: RunStatus, current: &str, next: Option<&str>) -> Entry {
+        let from_scratch = self.journal_from_scratch;
+        let visits = {
+            let mut visits = self.scope.visits();
+            if from_scratch {
+                visits.mark_all_unjournaled();
+            }
+            visits.changed()
+        };
+        let delta = if from_scratch {
+            crate::context::Delta {
+                set: self.state.context.iter().map(|(k, v)| (k.to_string(), v.clone())).collect(),
+                removed: Vec::new(),
+            }
+        } else {
+            self.state.context.delta()
+        };
+        let retries = match from_scratch {
+            true => self.state.retries.clone(),
+            false => self
+                .state
+                .retries
+                .get(current)
+                .map(|n| BTreeMap::from([(current.to_string(), *n)]))
+                .unwrap_or_default(),
+        };
+        let first_new = if from_scratch { 0 } else { self.journaled_stages };
+        Entry {
+            seq: 0,
+            ts: now_rfc3339(),
+            status,
+            node: current.to_string(),
+            next: next.map(str::to_string),
+            reset: from_scratch,
+            stages: self.state.summaries.get(first_new..).unwrap_or_default().to_vec(),
+            set: serde_json::Map::new(),
+            removed: Vec::new(),
+            visits,
+            retries,
+            commit: self.last_commit.clone(),
+        }
+        .with_delta(delta)
+    }
+
+    /// Writes `checkpoint.json`: the whole state, or (`whole` false, while the run goes on) the
+    /// state without its per-stage history, which the journal holds.
+    fn write_snapshot(
+        &self,
+        status: RunStatus,
+        current: &str,
+        next: Option<&str>,
+        seq: u64,
+        whole: bool,
+    ) -> Result<(), String> {
+        let scope = &self.scope;
+        let mode = scope.options.checkpoint_sync;
+        scope.journal().sync().map_err(|error| format!("cannot sync the journal: {error}"))?;
+        let visits = scope.visits().counts().clone();
+        let (empty_list, empty_statuses, empty_counts) = (Vec::new(), BTreeMap::new(), BTreeMap::new());
+        let checkpoint = CheckpointRef {
+            run_id: &scope.run_id,
+            status,
+            current_node: current,
+            next_node: next,
+            completed_nodes: if whole { &self.state.completed } else { &empty_list },
+            node_outcomes: if whole { &self.state.outcomes } else { &empty_statuses },
+            node_visits: if whole { &visits } else { &empty_counts },
+            node_retries: if whole { &self.state.retries } else { &empty_counts },
+            context: &self.state.context,
+            timestamp: now_rfc3339(),
+            commit: self.last_commit.as_deref(),
+            journal_seq: Some(seq),
+            partial: !whole,
+        };
+        scope.run_dir.write_snapshot(&checkpoint, mode.durability()).map_err(|error| error.to_string())
     }
 
     /// The sandbox `node`'s programs run in, for stages that run programs.

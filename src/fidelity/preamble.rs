@@ -55,28 +55,45 @@ const MAX_FILES: usize = 20;
 
 const INTERNAL_PREFIXES: [&str; 5] = ["internal.", "current", "graph.", "thread.", "response."];
 
-/// What the preamble knows about one completed stage visit; built once when the stage completes.
-#[derive(Debug, Clone, PartialEq)]
+/// What the preamble knows about one completed stage visit; built once when the stage completes
+/// and journaled with it (`journal.jsonl`), so a resumed run has it without reading stage files.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct StageSummary {
+    #[serde(rename = "node")]
     pub node_id: String,
     pub visit: u32,
     pub handler: String,
     pub status: StageStatus,
     pub duration_ms: u64,
+    /// The parallel branch the stage ran in, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branch: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure_reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub notes: Option<String>,
-    /// Command stages: the script and the last ~10 lines of each stream.
+    /// Command stages: the script (from the workflow, never journaled) and the last ~10 lines
+    /// of each stream.
+    #[serde(skip)]
     pub script: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stdout_tail: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stderr_tail: Option<String>,
     /// LLM stages: the model, tokens and the first ~500 characters of the response.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<Usage>,
     /// Estimated cost in US dollars, when the model's price is known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost_usd: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub response_excerpt: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub files_touched: Vec<String>,
     /// Human gates: the label of the chosen edge (or the freeform text).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub human_choice: Option<String>,
 }
 
@@ -89,6 +106,7 @@ impl StageSummary {
             handler: record.handler.clone(),
             status: record.status,
             duration_ms: record.duration_ms,
+            branch: record.branch.clone(),
             failure_reason: record.failure_reason.clone(),
             notes: None,
             script: None,
@@ -100,6 +118,21 @@ impl StageSummary {
             response_excerpt: None,
             files_touched: Vec::new(),
             human_choice: None,
+        }
+    }
+
+    /// The record `result.json` lists for this visit.
+    pub fn record(&self) -> StageRecord {
+        StageRecord {
+            node_id: self.node_id.clone(),
+            visit: self.visit,
+            status: self.status,
+            duration_ms: self.duration_ms,
+            handler: self.handler.clone(),
+            failure_reason: self.failure_reason.clone(),
+            usage: self.usage,
+            branch: self.branch.clone(),
+            cost_usd: self.cost_usd,
         }
     }
 
@@ -152,6 +185,18 @@ impl StageSummary {
 
 /// The last [`TAIL_LINES`] lines of a file, reading at most [`TAIL_READ_BYTES`] from its end.
 fn read_tail(path: &Path) -> Option<String> {
+    // No more than a preamble ever shows: the summary is journaled with the stage.
+    read_whole_tail(path).map(|tail| {
+        let tail = tail.trim_end();
+        match tail.char_indices().rev().nth(TAIL_CHARS.saturating_sub(1)) {
+            Some((index, _)) if index > 0 => tail[index..].to_string(),
+            _ => tail.to_string(),
+        }
+    })
+}
+
+/// The last lines of a log, reading at most [`TAIL_READ_BYTES`] from its end.
+fn read_whole_tail(path: &Path) -> Option<String> {
     let mut file = std::fs::File::open(path).ok()?;
     let len = file.metadata().ok()?.len();
     let start = len.saturating_sub(TAIL_READ_BYTES);
@@ -747,6 +792,7 @@ mod tests {
         StageSummary {
             node_id: node_id.into(),
             visit,
+            branch: None,
             handler: handler.into(),
             status,
             duration_ms: 1_500,

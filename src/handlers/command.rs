@@ -283,14 +283,26 @@ async fn write_context_snapshot(stage: &StageRun<'_>, path: &Path) -> Result<(),
         .map_err(|error| HandlerError::Terminal(format!("could not serialize the context: {error}")))?;
     // Atomic but not fsynced: a crash may lose it, never tear it (the stage reruns anyway).
     crate::run_dir::write_atomic_with(path, &json, crate::run_dir::Durability::Unsynced)
-        .map_err(|error| HandlerError::Terminal(format!("could not write {}: {error}", path.display())))
+        .map_err(|error| stage_file_error("write", path, &error))
+}
+
+/// A stage file that cannot be written: a full disk pauses the run (the stage runs again once
+/// space is freed), anything else fails the stage.
+fn stage_file_error(verb: &str, path: &Path, error: &std::io::Error) -> HandlerError {
+    let message = format!("could not {verb} {}: {error}", path.display());
+    match error.raw_os_error() {
+        Some(libc::ENOSPC | libc::EDQUOT) => HandlerError::Paused(format!(
+            "{message}; the run pauses: free some space and `fabro resume` runs the stage again"
+        )),
+        _ => HandlerError::Terminal(message),
+    }
 }
 
 /// Creates (truncating) a log file the command writes to directly.
 async fn create_log(path: &Path) -> Result<std::fs::File, HandlerError> {
     match tokio::fs::File::create(path).await {
         Ok(file) => Ok(file.into_std().await),
-        Err(error) => Err(HandlerError::Terminal(format!("could not create {}: {error}", path.display()))),
+        Err(error) => Err(stage_file_error("create", path, &error)),
     }
 }
 

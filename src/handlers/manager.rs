@@ -170,12 +170,8 @@ struct Observation {
 
 impl Observation {
     fn read(child_dir: &Path) -> Option<Observation> {
-        let text = crate::regular_file::read_to_string(
-            child_dir.join("checkpoint.json"),
-            crate::regular_file::FileKind::Record,
-        )
-        .ok()?;
-        serde_json::from_str(&text).ok().map(|checkpoint| Observation { checkpoint })
+        let checkpoint = crate::run_dir::journal::load_checkpoint(child_dir).ok()??;
+        Some(Observation { checkpoint })
     }
 
     /// The stage running now (or about to), else the last one completed.

@@ -74,21 +74,18 @@ impl Overlay {
     /// highlighted) of a run directory. Event lines that do not parse, such as a line cut short
     /// by a crash, are skipped.
     pub fn from_run_dir(root: &Path) -> Result<Overlay, OverlayError> {
-        let checkpoint_path = root.join("checkpoint.json");
-        let text = match crate::regular_file::read_to_string(
-            &checkpoint_path,
-            crate::regular_file::FileKind::Record,
-        ) {
-            Ok(text) => text,
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+        let checkpoint: Checkpoint = match crate::run_dir::journal::load_checkpoint(root) {
+            Ok(Some(checkpoint)) => checkpoint,
+            Ok(None) => {
                 return Err(OverlayError::NotARun { path: root.to_path_buf(), missing: "checkpoint.json" })
             }
-            Err(source) => return Err(OverlayError::Read { path: checkpoint_path, source }),
+            Err(error) => {
+                return Err(match error.corrupt_file() {
+                    Ok((path, message)) => OverlayError::Corrupt { path, message },
+                    Err((path, source)) => OverlayError::Read { path, source },
+                })
+            }
         };
-        let checkpoint: Checkpoint = serde_json::from_str(&text).map_err(|error| OverlayError::Corrupt {
-            path: checkpoint_path.clone(),
-            message: error.to_string(),
-        })?;
         let events_path = root.join("events.jsonl");
         let events = match crate::regular_file::read_to_string(
             &events_path,

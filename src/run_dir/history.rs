@@ -1,20 +1,23 @@
-//! Going back in a run's history (`fabro fork`, `fabro rewind`): every checkpoint is kept in
-//! `checkpoints/<seq>-<node>.json`, so the state right after any completed stage visit can be
-//! picked up again, either in a new run directory (fork) or in place (rewind).
+//! Going back in a run's history (`fabro fork`, `fabro rewind`): the journal holds every change
+//! of state, so the state right after any completed stage visit can be rebuilt and picked up
+//! again, either in a new run directory (fork) or in place (rewind). Runs made before the
+//! journal kept every checkpoint in `checkpoints/<seq>-<node>.json`; they are read too.
 //!
-//! The state "after `NODE@VISIT`" is the first checkpoint, in sequence order, whose
-//! `current_node` is NODE, whose `node_visits[NODE]` is VISIT and whose status is `running`,
-//! `succeeded` or `failed` (paused and interrupted checkpoints name a stage that did not
-//! complete). Without a visit, the last visit is meant.
+//! The state "after `NODE@VISIT`" is the first journal entry (or checkpoint), in order, whose
+//! node is NODE, after which NODE has VISIT visits, and whose status is `running`, `succeeded`
+//! or `failed` (paused and interrupted entries name a stage that did not complete). Without a
+//! visit, the last visit is meant.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 
+use super::journal::{Entry, Journal, State, SyncMode};
 use super::records::{Checkpoint, Manifest, RunResult, RunStatus, StageRecord};
 use super::{write_json_file, Durability, RunDir, RunDirError};
 use crate::engine::events::{now_rfc3339, EventLog};
+use crate::fidelity::preamble::StageSummary;
 
 /// Why a run's history cannot be used as asked.
 #[derive(Debug, thiserror::Error)]
@@ -62,35 +65,39 @@ pub fn parse_target(text: &str) -> Result<(String, Option<u32>), HistoryError> {
     }
 }
 
-/// One checkpoint chosen from the history.
+/// One point of the history, chosen.
 struct Selected {
-    seq: u64,
-    path: PathBuf,
     visit: u32,
+    /// The state at that point, as recorded (status not changed).
     checkpoint: Checkpoint,
+    /// The stage visits completed up to that point.
+    summaries: Vec<StageSummary>,
+    place: Place,
 }
 
-/// The checkpoint written right after visit `visit` (default: the last) of `node` completed:
-/// its path in `checkpoints/` and its contents, as written (status not changed).
-pub fn select_checkpoint(
-    root: &Path,
-    node: &str,
-    visit: Option<u32>,
-) -> Result<(PathBuf, Checkpoint), HistoryError> {
-    let selected = select(root, node, visit)?;
-    Ok((selected.path, selected.checkpoint))
+/// Where the chosen point is recorded.
+enum Place {
+    /// Entry `index` (0-based) of `journal.jsonl`, whose first `bytes` bytes hold the entries up
+    /// to it.
+    Journal { bytes: u64 },
+    /// `checkpoints/<seq>-<node>.json` of a run made before the journal.
+    Checkpoints { seq: u64 },
 }
 
 fn select(root: &Path, node: &str, visit: Option<u32>) -> Result<Selected, HistoryError> {
-    read_manifest(root)?;
+    let (manifest, _) = read_manifest(root)?;
+    if Journal::exists(root) {
+        return select_in_journal(root, &manifest.run_id, node, visit);
+    }
     let history = history_files(root)?;
     if history.is_empty() {
         return Err(HistoryError::NoHistory { path: root.to_path_buf() });
     }
     // The first completed checkpoint of each visit of `node`.
-    let mut visits: BTreeMap<u32, Selected> = BTreeMap::new();
+    let mut visits: BTreeMap<u32, (u64, Checkpoint)> = BTreeMap::new();
     let mut known: Vec<String> = Vec::new();
     for (seq, file_node, path) in history {
+        let path: PathBuf = path;
         if !known.contains(&file_node) {
             known.push(file_node.clone());
         }
@@ -104,8 +111,29 @@ fn select(root: &Path, node: &str, visit: Option<u32>) -> Result<Selected, Histo
             continue;
         }
         let Some(&count) = checkpoint.node_visits.get(node) else { continue };
-        visits.entry(count).or_insert(Selected { seq, path, visit: count, checkpoint });
+        visits.entry(count).or_insert((seq, checkpoint));
     }
+    let (seq, checkpoint) = choose(root, node, visit, visits, known)?;
+    let summaries = stages_within(root, &checkpoint)
+        .iter()
+        .map(|record| {
+            let dir =
+                super::layout::finished_visit_dir(root, &record.node_id, record.visit).unwrap_or_default();
+            StageSummary::from_stage_dir(record, None, &dir)
+        })
+        .collect();
+    let visit = checkpoint.node_visits.get(node).copied().unwrap_or(0);
+    Ok(Selected { visit, checkpoint, summaries, place: Place::Checkpoints { seq } })
+}
+
+/// The point after visit `visit` (default: the last) among the first points of each visit.
+fn choose<T>(
+    root: &Path,
+    node: &str,
+    visit: Option<u32>,
+    mut visits: BTreeMap<u32, T>,
+    known: Vec<String>,
+) -> Result<T, HistoryError> {
     if visits.is_empty() {
         return Err(HistoryError::UnknownNode { path: root.to_path_buf(), node: node.to_string(), known });
     }
@@ -119,6 +147,55 @@ fn select(root: &Path, node: &str, visit: Option<u32>) -> Result<Selected, Histo
         visit: wanted,
         existing,
     })
+}
+
+/// The point in the journal: the state is rebuilt by folding the entries up to it.
+fn select_in_journal(
+    root: &Path,
+    run_id: &str,
+    node: &str,
+    visit: Option<u32>,
+) -> Result<Selected, HistoryError> {
+    let journal = Journal::read(root).map_err(journal_error)?;
+    let mut known: Vec<String> = Vec::new();
+    let mut visits: BTreeMap<u32, usize> = BTreeMap::new();
+    let mut counts: BTreeMap<String, u32> = BTreeMap::new();
+    for (index, entry) in journal.entries.iter().enumerate() {
+        if entry.reset {
+            counts.clear();
+        }
+        for (name, count) in &entry.visits {
+            counts.insert(name.clone(), *count);
+        }
+        for stage in &entry.stages {
+            if !known.contains(&stage.node_id) {
+                known.push(stage.node_id.clone());
+            }
+        }
+        let completed = matches!(entry.status, RunStatus::Running | RunStatus::Succeeded | RunStatus::Failed);
+        if entry.node != node || !completed {
+            continue;
+        }
+        if let Some(&count) = counts.get(node).filter(|&&count| count > 0) {
+            visits.entry(count).or_insert(index);
+        }
+    }
+    let index = choose(root, node, visit, visits, known)?;
+    let mut state = super::journal::State::default();
+    for entry in &journal.entries[..=index] {
+        state.apply(entry, true);
+    }
+    let bytes = journal.ends[index];
+    let checkpoint = state.checkpoint(run_id);
+    let visit = checkpoint.node_visits.get(node).copied().unwrap_or(0);
+    Ok(Selected { visit, checkpoint, summaries: state.stages, place: Place::Journal { bytes } })
+}
+
+fn journal_error(error: super::journal::JournalError) -> HistoryError {
+    match error.corrupt_file() {
+        Ok((path, message)) => HistoryError::Corrupt { path, message },
+        Err((path, source)) => HistoryError::RunDir(RunDirError::Io { path, source }),
+    }
 }
 
 /// `checkpoints/<seq>-<node>.json` files, by sequence number.
@@ -184,18 +261,22 @@ fn visit_kept(visits: &BTreeMap<String, u32>, node: &str, name: &str) -> Option<
 }
 
 /// The stages `result.json` records that belong to the state `visits`.
-fn stages_within(root: &Path, visits: &BTreeMap<String, u32>) -> Option<Vec<StageRecord>> {
-    let text =
+/// A run made before the journal: the stages `result.json` records that belong to the state,
+/// else the ones its stage directories record.
+fn stages_within(root: &Path, checkpoint: &Checkpoint) -> Vec<StageRecord> {
+    let visits = &checkpoint.node_visits;
+    let recorded =
         crate::regular_file::read_to_string(root.join("result.json"), crate::regular_file::FileKind::Record)
-            .ok()?;
-    let result: RunResult = serde_json::from_str(&text).ok()?;
-    Some(
-        result
+            .ok()
+            .and_then(|text| serde_json::from_str::<RunResult>(&text).ok());
+    match recorded {
+        Some(result) => result
             .stages
             .into_iter()
             .filter(|stage| stage.visit <= visits.get(&stage.node_id).copied().unwrap_or(0))
             .collect(),
-    )
+        None => super::saved::stages_from_status_files(root, checkpoint),
+    }
 }
 
 fn resumable_result(
@@ -214,6 +295,16 @@ fn resumable_result(
         stages,
         run_dir: root.display().to_string(),
     }
+}
+
+/// Starts the journal of a new run directory with one entry holding `state`, and its snapshot.
+fn start_journal(dir: &RunDir, run_id: &str, state: &State) -> Result<(), HistoryError> {
+    let mut journal = dir.journal(0, None, SyncMode::Stage)?;
+    let seq = journal.append(&mut state.reset_entry()).map_err(|source| io(journal.path(), source))?;
+    let mut snapshot = state.checkpoint(run_id);
+    snapshot.journal_seq = Some(seq);
+    dir.write_snapshot(&snapshot, Durability::Synced)?;
+    Ok(())
 }
 
 fn last_event_seq(root: &Path) -> u64 {
@@ -342,10 +433,11 @@ pub fn fork(
     checkpoint.run_id = run_id.clone();
     checkpoint.context.set("internal.run_id", run_id.clone());
     repoint_artifacts(root, dir.root(), &mut checkpoint.context);
-    if let Some(stages) = stages_within(root, &checkpoint.node_visits) {
-        dir.write_json("result.json", &resumable_result(&run_id, dir.root(), &checkpoint, stages))?;
-    }
-    dir.save_checkpoint(1, node, &checkpoint, Durability::Synced)?;
+    let stages = selected.summaries.iter().map(StageSummary::record).collect();
+    dir.write_json("result.json", &resumable_result(&run_id, dir.root(), &checkpoint, stages))?;
+    // The fork's journal starts with one entry holding the whole state.
+    let state = State::from_checkpoint(&checkpoint, selected.summaries);
+    start_journal(&dir, &run_id, &state)?;
 
     // A run in worktree mode: the fork gets its own branch and worktree at the checkpoint's
     // commit, never the original's.
@@ -412,6 +504,7 @@ pub fn rewind(root: &Path, node: &str, visit: Option<u32>) -> Result<Rewound, Hi
     let _lock = dir.lock()?;
     let selected = select(root, node, visit)?;
     let checkpoint = resumable(&selected)?;
+    let selected_visit = selected.visit;
 
     let stamp = now_rfc3339().replace(':', "");
     let mut archive = format!("rewound/{stamp}");
@@ -431,12 +524,41 @@ pub fn rewind(root: &Path, node: &str, visit: Option<u32>) -> Result<Rewound, Hi
         Ok(())
     };
 
-    for (seq, _, path) in history_files(root)? {
-        if seq <= selected.seq {
-            continue;
+    match selected.place {
+        // The journal moves aside whole; the new one is its beginning, up to the point, and an
+        // entry saying the run stopped there.
+        Place::Journal { bytes } => {
+            move_into_archive(super::journal::FILE, &mut moved)?;
+            let archived = root.join(&archive).join(super::journal::FILE);
+            let kept = crate::regular_file::read(&archived, crate::regular_file::FileKind::EventLog)
+                .map_err(|source| io(&archived, source))?;
+            let kept = kept.get(..bytes as usize).unwrap_or(&kept);
+            let path = root.join(super::journal::FILE);
+            super::write_atomic(&path, kept).map_err(|source| io(&path, source))?;
+            let last_seq = selected.checkpoint.journal_seq.unwrap_or(0);
+            let mut journal = dir.journal(last_seq, None, SyncMode::Stage)?;
+            let mut stopped = Entry {
+                ts: now_rfc3339(),
+                status: checkpoint.status,
+                node: checkpoint.current_node.clone(),
+                next: checkpoint.next_node.clone(),
+                ..Entry::default()
+            };
+            let seq = journal.append(&mut stopped).map_err(|source| io(journal.path(), source))?;
+            let mut snapshot = checkpoint.clone();
+            snapshot.journal_seq = Some(seq);
+            dir.write_snapshot(&snapshot, Durability::Synced)?;
         }
-        let Some(name) = path.file_name().and_then(|n| n.to_str()) else { continue };
-        move_into_archive(&format!("checkpoints/{name}"), &mut moved)?;
+        Place::Checkpoints { seq: chosen } => {
+            for (seq, _, path) in history_files(root)? {
+                if seq <= chosen {
+                    continue;
+                }
+                let Some(name) = path.file_name().and_then(|n| n.to_str()) else { continue };
+                move_into_archive(&format!("checkpoints/{name}"), &mut moved)?;
+            }
+            dir.write_compact_json("checkpoint.json", &checkpoint)?;
+        }
     }
     // Stage directories and parallel-branch journals of visits after the target.
     for per_visit in ["stages", "parallel"] {
@@ -460,14 +582,11 @@ pub fn rewind(root: &Path, node: &str, visit: Option<u32>) -> Result<Rewound, Hi
             }
         }
     }
-    let stages = stages_within(root, &checkpoint.node_visits);
+    let stages = selected.summaries.iter().map(StageSummary::record).collect();
     if root.join("result.json").exists() {
         move_into_archive("result.json", &mut moved)?;
     }
-    if let Some(stages) = stages {
-        dir.write_json("result.json", &resumable_result(&manifest.run_id, root, &checkpoint, stages))?;
-    }
-    dir.write_compact_json("checkpoint.json", &checkpoint)?;
+    dir.write_json("result.json", &resumable_result(&manifest.run_id, root, &checkpoint, stages))?;
     if let Value::Object(map) = &mut manifest_value {
         map.insert("status".to_string(), json!(checkpoint.status));
         map.insert("finished_at".to_string(), Value::Null);
@@ -479,10 +598,10 @@ pub fn rewind(root: &Path, node: &str, visit: Option<u32>) -> Result<Rewound, Hi
         .map_err(|source| io(&root.join("events.jsonl"), source))?;
     events.run_event(
         "run.rewound",
-        json!({"to": node, "visit": selected.visit, "next_node": next_node, "archive": archive, "moved": moved}),
+        json!({"to": node, "visit": selected_visit, "next_node": next_node, "archive": archive, "moved": moved}),
     );
     events.flush();
-    Ok(Rewound { node: node.to_string(), visit: selected.visit, next_node, archive, moved })
+    Ok(Rewound { node: node.to_string(), visit: selected_visit, next_node, archive, moved })
 }
 
 #[cfg(test)]
@@ -514,33 +633,102 @@ mod tests {
                "node_retries": {}, "context": {}, "timestamp": "t"})
     }
 
-    #[test]
-    fn selection_takes_the_first_completed_checkpoint_of_the_visit() {
-        let temp = tempfile::tempdir().unwrap();
-        let run = RunDir::create(&temp.path().join("run")).unwrap();
+    fn sample_manifest(run: &RunDir) {
         let manifest = json!({"run_id": "r", "workflow": "w", "source_path": "w.dot", "source_sha256": "",
             "goal": "", "work_dir": ".", "started_at": "t", "finished_at": null, "status": "failed",
             "tool_version": "0"});
         run.write_json("manifest.json", &manifest).unwrap();
+    }
+
+    #[test]
+    fn selection_takes_the_first_completed_checkpoint_of_the_visit_from_an_old_run() {
+        let temp = tempfile::tempdir().unwrap();
+        let run = RunDir::create(&temp.path().join("run")).unwrap();
+        sample_manifest(&run);
         let saves = [
             checkpoint(RunStatus::Paused, "work", 0, Some("work")),
             checkpoint(RunStatus::Running, "work", 1, Some("work")),
             checkpoint(RunStatus::Running, "work", 2, None),
             checkpoint(RunStatus::Failed, "work", 2, None),
         ];
+        std::fs::create_dir(run.root().join("checkpoints")).unwrap();
         for (i, value) in saves.iter().enumerate() {
-            run.save_checkpoint(i as u64 + 1, "work", value, Durability::Unsynced).unwrap();
+            run.write_json(format!("checkpoints/{:06}-work.json", i + 1), value).unwrap();
         }
-        let (path, chosen) = select_checkpoint(run.root(), "work", None).unwrap();
-        assert!(path.ends_with("checkpoints/000003-work.json"));
-        assert_eq!(chosen.status, RunStatus::Running);
-        let (path, _) = select_checkpoint(run.root(), "work", Some(1)).unwrap();
-        assert!(path.ends_with("checkpoints/000002-work.json"));
-        let error = select_checkpoint(run.root(), "work", Some(5)).unwrap_err();
+        let chosen = select(run.root(), "work", None).unwrap();
+        assert!(matches!(chosen.place, Place::Checkpoints { seq: 3 }));
+        assert_eq!(chosen.checkpoint.status, RunStatus::Running);
+        let chosen = select(run.root(), "work", Some(1)).unwrap();
+        assert!(matches!(chosen.place, Place::Checkpoints { seq: 2 }));
+        let error = select(run.root(), "work", Some(5)).err().unwrap();
         assert!(error.to_string().contains("completed visits: 1, 2"), "{error}");
-        let error = select_checkpoint(run.root(), "nope", None).unwrap_err();
+        let error = select(run.root(), "nope", None).err().unwrap();
         assert!(matches!(error, HistoryError::UnknownNode { .. }), "{error}");
         let error = rewind(run.root(), "work", Some(2)).unwrap_err();
         assert!(matches!(error, HistoryError::NothingToContinue { .. }), "{error}");
+    }
+
+    #[test]
+    fn selection_folds_the_journal_up_to_the_first_completed_entry_of_the_visit() {
+        let temp = tempfile::tempdir().unwrap();
+        let run = RunDir::create(&temp.path().join("run")).unwrap();
+        sample_manifest(&run);
+        let mut journal = run.journal(0, None, SyncMode::Never).unwrap();
+        let stage = |visit| {
+            let record = StageRecord {
+                node_id: "work".into(),
+                visit,
+                status: crate::outcome::StageStatus::Success,
+                duration_ms: 1,
+                handler: "command".into(),
+                failure_reason: None,
+                usage: None,
+                branch: None,
+                cost_usd: None,
+            };
+            StageSummary::from_record(&record)
+        };
+        let entries = [
+            (RunStatus::Paused, 0, Some("work"), None),
+            (RunStatus::Running, 1, Some("work"), Some(1)),
+            (RunStatus::Running, 2, None, Some(2)),
+            (RunStatus::Failed, 2, None, None),
+        ];
+        for (status, visits, next, completed) in entries {
+            let mut entry = Entry {
+                status,
+                node: "work".into(),
+                next: next.map(str::to_string),
+                visits: BTreeMap::from([("work".to_string(), visits)]),
+                stages: completed.map(stage).into_iter().collect(),
+                ..Entry::default()
+            };
+            entry.set.insert("n".into(), json!(visits));
+            journal.append(&mut entry).unwrap();
+        }
+        let chosen = select(run.root(), "work", None).unwrap();
+        assert_eq!(chosen.visit, 2);
+        assert_eq!(chosen.checkpoint.journal_seq, Some(3));
+        assert_eq!(chosen.summaries.len(), 2);
+        let chosen = select(run.root(), "work", Some(1)).unwrap();
+        assert_eq!(chosen.checkpoint.context.get("n"), Some(&json!(1)));
+        assert_eq!(chosen.checkpoint.next_node.as_deref(), Some("work"));
+        let Place::Journal { bytes } = chosen.place else { panic!("not from the journal") };
+        let text = std::fs::read_to_string(run.root().join("journal.jsonl")).unwrap();
+        assert_eq!(text[..bytes as usize].lines().count(), 2);
+        let error = select(run.root(), "work", Some(5)).err().unwrap();
+        assert!(error.to_string().contains("completed visits: 1, 2"), "{error}");
+        let error = rewind(run.root(), "work", Some(2)).unwrap_err();
+        assert!(matches!(error, HistoryError::NothingToContinue { .. }), "{error}");
+        // Rewinding to the first visit keeps the journal's first two lines and says it stopped.
+        let rewound = rewind(run.root(), "work", Some(1)).unwrap();
+        assert_eq!(rewound.next_node, "work");
+        let kept = std::fs::read_to_string(run.root().join("journal.jsonl")).unwrap();
+        assert_eq!(kept.lines().count(), 3);
+        assert!(kept.starts_with(&text[..bytes as usize]));
+        let state = Journal::read(run.root()).unwrap().state(None);
+        assert_eq!(state.status, RunStatus::Interrupted);
+        assert_eq!(state.stages.len(), 1);
+        assert!(run.root().join(&rewound.archive).join("journal.jsonl").is_file());
     }
 }

@@ -3,8 +3,8 @@
 //! ```text
 //! <run_dir>/manifest.json      who, what, when; status
 //! <run_dir>/workflow.dot       the exact source that ran
-//! <run_dir>/checkpoint.json    state after the last completed stage (atomic)
-//! <run_dir>/checkpoints/<seq>-<node>.json   every checkpoint, for fork and rewind
+//! <run_dir>/journal.jsonl      one line per change of state (a stage, a pause, the end): the record
+//! <run_dir>/checkpoint.json    a snapshot of the state (every 100 entries and at the end; atomic)
 //! <run_dir>/run.lock           held by the process driving the run
 //! <run_dir>/result.json        the outcome, when the run ends
 //! <run_dir>/events.jsonl       one event per line
@@ -13,11 +13,13 @@
 //!
 //! Every JSON file is written atomically (temporary file, fsync, rename, fsync of the directory),
 //! and nothing is ever overwritten except `manifest.json` and `checkpoint.json`, which are
-//! replaced whole.
+//! replaced whole; `journal.jsonl` and `events.jsonl` are only appended to. Runs made before the
+//! journal kept every checkpoint in `checkpoints/`; they are still read.
 
 mod atomic;
 mod history;
 pub mod housekeeping;
+pub mod journal;
 pub mod layout;
 pub(crate) mod lock;
 pub mod lookup;
@@ -30,14 +32,14 @@ mod view;
 use std::path::{Path, PathBuf};
 
 pub use atomic::{link_atomic, write_atomic, write_atomic_with, Durability};
-pub use history::{fork, parse_target, rewind, select_checkpoint, ForkOrigin, Forked, HistoryError, Rewound};
+pub use history::{fork, parse_target, rewind, ForkOrigin, Forked, HistoryError, Rewound};
 pub use lock::is_held as lock_is_held;
 pub use lock::{RunLock, LOCK_FILE};
 pub use records::{
     Checkpoint, CheckpointRef, LaunchRecord, Manifest, RunResult, RunStatus, StageRecord, StageStatusFile,
     UsageTotals, WorktreeRecord,
 };
-pub use saved::{ResumeError, SavedRun};
+pub use saved::{JournalEnd, ResumeError, SavedRun};
 pub use view::{RunView, StageSummary, ViewError};
 
 #[derive(Debug, thiserror::Error)]
@@ -66,6 +68,28 @@ impl RunDir {
         Ok(RunDir { root: root.to_path_buf() })
     }
 
+    /// [`RunDir::create`], except that a directory holding a run that never started (fabro was
+    /// killed before its first stage was journaled) is cleared and reused; the names removed are
+    /// returned, for a notice. Anything else in the directory is refused as by `create`.
+    pub fn create_or_reuse(root: &Path) -> Result<(RunDir, Vec<String>), RunDirError> {
+        let removed = match never_started(root) {
+            Some(names) => {
+                for name in &names {
+                    let path = root.join(name);
+                    let removed = if path.is_dir() {
+                        std::fs::remove_dir_all(&path)
+                    } else {
+                        std::fs::remove_file(&path)
+                    };
+                    removed.map_err(|source| io(&path, source))?;
+                }
+                names
+            }
+            None => Vec::new(),
+        };
+        Ok((RunDir::create(root)?, removed))
+    }
+
     pub fn root(&self) -> &Path {
         &self.root
     }
@@ -92,23 +116,27 @@ impl RunDir {
         Ok(dir)
     }
 
-    /// Saves a checkpoint: `checkpoints/<seq>-<node>.json` is written once, and `checkpoint.json`
-    /// becomes another name for it, so keeping every checkpoint costs no second write.
-    pub fn save_checkpoint(
+    /// Replaces `checkpoint.json` (compact JSON) with a snapshot of the run's state.
+    pub fn write_snapshot(
         &self,
-        seq: u64,
-        node_id: &str,
         value: &impl serde::Serialize,
         durability: Durability,
     ) -> Result<(), RunDirError> {
-        let history = self.root.join("checkpoints");
-        std::fs::create_dir_all(&history).map_err(|source| io(&history, source))?;
-        let path = history.join(format!("{seq:06}-{node_id}.json"));
+        let path = self.root.join("checkpoint.json");
         let mut bytes = serde_json::to_vec(value).map_err(|e| io(&path, std::io::Error::other(e)))?;
         bytes.push(b'\n');
-        write_atomic_with(&path, &bytes, durability).map_err(|source| io(&path, source))?;
-        let current = self.root.join("checkpoint.json");
-        link_atomic(&path, &current, durability).map_err(|source| io(&current, source))
+        write_atomic_with(&path, &bytes, durability).map_err(|source| io(&path, source))
+    }
+
+    /// Opens the run's journal for appending after entry `last_seq` (see [`journal::Writer`]).
+    pub fn journal(
+        &self,
+        last_seq: u64,
+        torn: Option<&journal::Torn>,
+        mode: journal::SyncMode,
+    ) -> Result<journal::Writer, RunDirError> {
+        journal::Writer::open(&self.root, last_seq, torn, mode)
+            .map_err(|source| io(&self.root.join(journal::FILE), source))
     }
 
     /// Takes the run's lock, so that only one process drives the run at a time.
@@ -176,6 +204,36 @@ pub fn keep_out_of_git(fabro_dir: &Path) {
     }
 }
 
+/// What fabro writes into a run directory before its first stage is journaled.
+const START_FILES: [&str; 6] =
+    ["manifest.json", "workflow.dot", "events.jsonl", LOCK_FILE, journal::FILE, "stages"];
+
+/// The entries of `root` when it holds a run that never started: only the files fabro writes
+/// when a run starts (and temporary files of atomic writes), no journaled stage, no snapshot or
+/// result, no worktree, no symbolic link, and no process driving it. `None` otherwise.
+pub fn never_started(root: &Path) -> Option<Vec<String>> {
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(root).ok()? {
+        let entry = entry.ok()?;
+        let name = entry.file_name().into_string().ok()?;
+        // Temporary files of fabro's atomic writes of the start files: `.<file>.<pid>.tmp`.
+        let temp = name.strip_prefix('.').and_then(|rest| rest.strip_suffix(".tmp")).is_some_and(|rest| {
+            START_FILES.iter().any(|file| rest.strip_prefix(file).is_some_and(|pid| pid.starts_with('.')))
+        });
+        if entry.file_type().ok()?.is_symlink() || !(START_FILES.contains(&name.as_str()) || temp) {
+            return None;
+        }
+        names.push(name);
+    }
+    let journaled = journal::Journal::exists(root)
+        && journal::Journal::read(root).map_or(true, |journal| !journal.entries.is_empty());
+    if names.is_empty() || journaled || lock::is_held(root) {
+        return None;
+    }
+    names.sort();
+    Some(names)
+}
+
 fn io(path: &Path, source: std::io::Error) -> RunDirError {
     RunDirError::Io { path: path.to_path_buf(), source }
 }
@@ -185,15 +243,39 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_checkpoint_is_kept_and_checkpoint_json_is_the_latest() {
+    fn only_a_run_that_never_started_is_reused() {
+        let temp = tempfile::tempdir().unwrap();
+        let root = temp.path().join("run");
+        // What a kill in the first milliseconds leaves.
+        std::fs::create_dir_all(root.join("stages/start/1")).unwrap();
+        std::fs::write(root.join("events.jsonl"), "{\"event\":\"run.started\"}\n").unwrap();
+        std::fs::write(root.join("run.lock"), "1").unwrap();
+        std::fs::write(root.join(journal::FILE), "{\"seq\":1,").unwrap();
+        let (run, removed) = RunDir::create_or_reuse(&root).unwrap();
+        assert_eq!(removed, ["events.jsonl", "journal.jsonl", "run.lock", "stages"]);
+        assert!(run.root().join("stages").is_dir());
+        assert!(!run.root().join("events.jsonl").exists());
+        // A journaled stage, a foreign file or a live lock: refused.
+        std::fs::write(root.join("notes.txt"), "mine").unwrap();
+        assert!(matches!(RunDir::create_or_reuse(&root), Err(RunDirError::NotEmpty { .. })));
+        std::fs::remove_file(root.join("notes.txt")).unwrap();
+        let mut journal = run.journal(0, None, journal::SyncMode::Never).unwrap();
+        journal.append(&mut journal::Entry::default()).unwrap();
+        assert!(matches!(RunDir::create_or_reuse(&root), Err(RunDirError::NotEmpty { .. })));
+        std::fs::remove_file(root.join(journal::FILE)).unwrap();
+        let _held = run.lock().unwrap();
+        assert!(matches!(RunDir::create_or_reuse(&root), Err(RunDirError::NotEmpty { .. })));
+    }
+
+    #[test]
+    fn a_snapshot_replaces_checkpoint_json_whole() {
         let temp = tempfile::tempdir().unwrap();
         let run = RunDir::create(&temp.path().join("run")).unwrap();
-        run.save_checkpoint(1, "plan", &serde_json::json!({"n": 1}), Durability::Synced).unwrap();
-        run.save_checkpoint(2, "build", &serde_json::json!({"n": 2}), Durability::Unsynced).unwrap();
+        run.write_snapshot(&serde_json::json!({"n": 1}), Durability::Synced).unwrap();
+        run.write_snapshot(&serde_json::json!({"n": 2}), Durability::Unsynced).unwrap();
         let read = |p: &str| std::fs::read_to_string(run.root().join(p)).unwrap();
-        assert_eq!(read("checkpoints/000001-plan.json"), "{\"n\":1}\n");
-        assert_eq!(read("checkpoints/000002-build.json"), "{\"n\":2}\n");
         assert_eq!(read("checkpoint.json"), "{\"n\":2}\n");
+        assert!(!run.root().join("checkpoints").exists());
     }
 
     #[test]

@@ -5,9 +5,10 @@ use std::collections::BTreeMap;
 use crate::context::Context;
 use crate::outcome::{Outcome, StageStatus};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RunStatus {
+    #[default]
     Running,
     Paused,
     Succeeded,
@@ -124,7 +125,10 @@ pub struct WorktreeRecord {
     pub branch: String,
 }
 
-/// `checkpoint.json`: everything needed to continue after the last completed stage.
+/// `checkpoint.json`: the state of a run. With a journal (`journal_seq` set) it is a snapshot:
+/// the state after that journal entry; `partial` snapshots (written every
+/// [`super::journal::SNAPSHOT_EVERY`] entries while the run goes on) hold no per-stage history,
+/// which the journal has. Runs made before the journal rewrote it whole after every stage.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Checkpoint {
     pub run_id: String,
@@ -133,15 +137,25 @@ pub struct Checkpoint {
     pub current_node: String,
     /// Where the run goes next; `None` when it has ended.
     pub next_node: Option<String>,
+    #[serde(default)]
     pub completed_nodes: Vec<String>,
+    #[serde(default)]
     pub node_outcomes: BTreeMap<String, StageStatus>,
+    #[serde(default)]
     pub node_visits: BTreeMap<String, u32>,
+    #[serde(default)]
     pub node_retries: BTreeMap<String, u32>,
     pub context: Context,
     pub timestamp: String,
     /// The worktree commit made right after the last completed stage (worktree mode).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub commit: Option<String>,
+    /// The journal entry this snapshot is the state after.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub journal_seq: Option<u64>,
+    /// Without the per-stage history (completed nodes, outcomes, counters): read the journal.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub partial: bool,
 }
 
 /// The same record as [`Checkpoint`], borrowing the engine's state so that saving it after every
@@ -160,6 +174,10 @@ pub struct CheckpointRef<'a> {
     pub timestamp: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub commit: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub journal_seq: Option<u64>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub partial: bool,
 }
 
 /// One visit of one stage, as `result.json` lists it.
@@ -283,11 +301,15 @@ mod tests {
             context: &context,
             timestamp: "2026-11-21T00:00:00Z".into(),
             commit: Some("abc123"),
+            journal_seq: Some(7),
+            partial: false,
         };
         let read: Checkpoint = serde_json::from_str(&serde_json::to_string(&view).unwrap()).unwrap();
         assert_eq!(read.completed_nodes, completed);
         assert_eq!(read.next_node.as_deref(), Some("exit"));
         assert_eq!(read.node_outcomes, outcomes);
         assert_eq!(read.context, context);
+        assert_eq!(read.journal_seq, Some(7));
+        assert!(!read.partial);
     }
 }

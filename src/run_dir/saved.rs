@@ -2,8 +2,10 @@
 
 use std::path::{Path, PathBuf};
 
+use super::journal::Journal;
 use super::records::{Checkpoint, Manifest, RunResult, RunStatus, StageRecord, StageStatusFile};
 use super::RunDir;
+use crate::fidelity::preamble::StageSummary;
 
 /// Why a directory cannot be resumed.
 #[derive(Debug, thiserror::Error)]
@@ -16,6 +18,8 @@ pub enum ResumeError {
     Finished { path: PathBuf, status: RunStatus },
     #[error("the checkpoint in `{}` names no stage to continue from", path.display())]
     NoNextStage { path: PathBuf },
+    #[error("the run in `{}` stopped before its first stage completed; there is nothing to resume: start it again with `fabro run` (the same --run-dir is reused)", path.display())]
+    NotStarted { path: PathBuf },
     #[error("`{}` is a symbolic link; fabro does not follow links in run directories (it could write outside the run)", path.display())]
     Link { path: PathBuf },
     #[error(transparent)]
@@ -38,15 +42,25 @@ pub struct SavedRun {
     /// The run's lock, taken before anything was read: what is read is what the resume drives.
     pub lock: super::RunLock,
     pub manifest: Manifest,
+    /// The state to continue from: the journal folded over the latest snapshot, or for a run
+    /// made before the journal, `checkpoint.json`.
     pub checkpoint: Checkpoint,
-    /// The stages recorded so far (from result.json when the run ended paused or interrupted).
-    pub stages: Vec<StageRecord>,
+    /// The stage visits completed so far, in order, with what preambles say about them.
+    pub summaries: Vec<StageSummary>,
     /// The exact source that ran.
     pub workflow_source: String,
     /// The last event sequence number, so new events continue the log.
     pub last_event_seq: u64,
-    /// The number of the last checkpoint in `checkpoints/`, so new ones continue the series.
-    pub last_checkpoint_seq: u64,
+    /// Where the journal ends (entry 0: the run has none yet).
+    pub journal: JournalEnd,
+}
+
+/// Where a run's journal ends, for the writer that continues it.
+#[derive(Debug, Clone, Default)]
+pub struct JournalEnd {
+    pub last_seq: u64,
+    /// A last line cut short by a crash, cut off before the next append.
+    pub torn: Option<super::journal::Torn>,
 }
 
 impl SavedRun {
@@ -55,12 +69,28 @@ impl SavedRun {
     pub fn open(root: &Path) -> Result<SavedRun, ResumeError> {
         refuse_links(root)?;
         if !std::fs::symlink_metadata(root.join("manifest.json")).is_ok_and(|meta| meta.is_file()) {
+            if super::never_started(root).is_some() {
+                return Err(ResumeError::NotStarted { path: root.to_path_buf() });
+            }
             return Err(ResumeError::NotARun { path: root.to_path_buf(), missing: "manifest.json" });
         }
         let dir = RunDir { root: root.to_path_buf() };
         let lock = dir.lock()?;
         let manifest: Manifest = read_json(root, "manifest.json")?;
-        let checkpoint: Checkpoint = read_json(root, "checkpoint.json")?;
+        let (checkpoint, summaries, journal) = if Journal::exists(root) {
+            let journal = Journal::read(root).map_err(corrupt)?;
+            if journal.entries.is_empty() {
+                return Err(ResumeError::NotStarted { path: root.to_path_buf() });
+            }
+            let snapshot = super::journal::read_snapshot(root).map_err(corrupt)?;
+            let state = journal.state(snapshot.as_ref());
+            let end = JournalEnd { last_seq: journal.last_seq(), torn: journal.torn.clone() };
+            (state.checkpoint(&manifest.run_id), state.stages, end)
+        } else {
+            let checkpoint: Checkpoint = read_json(root, "checkpoint.json")?;
+            let summaries = legacy_summaries(root, &checkpoint);
+            (checkpoint, summaries, JournalEnd::default())
+        };
         let ended =
             matches!(checkpoint.status, RunStatus::Succeeded | RunStatus::Failed | RunStatus::Restarted);
         // The end of a run is recorded in the order result.json, the closing event, the
@@ -81,15 +111,6 @@ impl SavedRun {
             crate::regular_file::FileKind::Input,
         )
         .map_err(|_| ResumeError::NotARun { path: root.to_path_buf(), missing: "workflow.dot" })?;
-        let recorded = crate::regular_file::read_to_string(
-            root.join("result.json"),
-            crate::regular_file::FileKind::Record,
-        )
-        .ok()
-        .and_then(|text| serde_json::from_str::<RunResult>(&text).ok())
-        .map(|result| result.stages);
-        // A crashed run wrote no result.json: its stage records come from the stage directories.
-        let stages = recorded.unwrap_or_else(|| stages_from_status_files(root, &checkpoint));
         let last_event_seq = crate::regular_file::read_to_string(
             root.join("events.jsonl"),
             crate::regular_file::FileKind::EventLog,
@@ -101,24 +122,36 @@ impl SavedRun {
                 .find_map(|line| serde_json::from_str::<serde_json::Value>(line).ok()?.get("seq")?.as_u64())
         })
         .unwrap_or(0);
-        let last_checkpoint_seq = std::fs::read_dir(root.join("checkpoints"))
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter_map(|entry| entry.file_name().to_str()?.split('-').next()?.parse::<u64>().ok())
-            .max()
-            .unwrap_or(0);
-        Ok(SavedRun {
-            dir,
-            lock,
-            manifest,
-            checkpoint,
-            stages,
-            workflow_source,
-            last_event_seq,
-            last_checkpoint_seq,
-        })
+        Ok(SavedRun { dir, lock, manifest, checkpoint, summaries, workflow_source, last_event_seq, journal })
     }
+}
+
+fn corrupt(error: super::journal::JournalError) -> ResumeError {
+    match error.corrupt_file() {
+        Ok((path, message)) => ResumeError::Corrupt { path, message },
+        Err((path, source)) => ResumeError::RunDir(super::RunDirError::Io { path, source }),
+    }
+}
+
+/// A run made before the journal: its stage records come from result.json when the run
+/// stopped cleanly, else from its stage directories; the preambles' summaries from the stage
+/// directories.
+fn legacy_summaries(root: &Path, checkpoint: &Checkpoint) -> Vec<StageSummary> {
+    let recorded =
+        crate::regular_file::read_to_string(root.join("result.json"), crate::regular_file::FileKind::Record)
+            .ok()
+            .and_then(|text| serde_json::from_str::<RunResult>(&text).ok())
+            .map(|result| result.stages);
+    let stages = recorded.unwrap_or_else(|| stages_from_status_files(root, checkpoint));
+    stages
+        .iter()
+        .map(|record| {
+            // The directory the visit finished in: `<visit>.<n>` when it ran again.
+            let dir =
+                super::layout::finished_visit_dir(root, &record.node_id, record.visit).unwrap_or_default();
+            StageSummary::from_stage_dir(record, None, &dir)
+        })
+        .collect()
 }
 
 impl SavedRun {
@@ -161,7 +194,7 @@ impl SavedRun {
 /// The stage visits of a run, rebuilt from `stages/<node>/<visit>/status.json` in the order they
 /// started. Per node, only as many visits as the checkpoint counts as completed are kept: a
 /// stage that finished after the last checkpoint was saved runs again on resume.
-fn stages_from_status_files(root: &Path, checkpoint: &Checkpoint) -> Vec<StageRecord> {
+pub(super) fn stages_from_status_files(root: &Path, checkpoint: &Checkpoint) -> Vec<StageRecord> {
     let mut found: Vec<(String, StageRecord)> = Vec::new();
     for node_dir in std::fs::read_dir(super::layout::stages_dir(root)).into_iter().flatten().flatten() {
         let node_id = node_dir.file_name().to_string_lossy().into_owned();

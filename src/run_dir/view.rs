@@ -52,7 +52,11 @@ impl RunView {
         }
         let manifest = read_json::<Manifest>(root, "manifest.json")?
             .ok_or_else(|| ViewError::NotARun { path: root.to_path_buf(), missing: "manifest.json" })?;
-        let checkpoint = read_json::<Checkpoint>(root, "checkpoint.json")?;
+        let checkpoint =
+            super::journal::load_checkpoint(root).map_err(|error| match error.corrupt_file() {
+                Ok((path, message)) => ViewError::Corrupt { path, message },
+                Err((path, source)) => ViewError::Io { path, source },
+            })?;
         let result = read_json::<RunResult>(root, "result.json")?;
         Ok(RunView { root: root.to_path_buf(), manifest, checkpoint, result })
     }
@@ -298,6 +302,8 @@ mod tests {
             context: Context::new(),
             timestamp: String::new(),
             commit: None,
+            journal_seq: None,
+            partial: false,
         };
         write_json_file(&temp.path().join("checkpoint.json"), &checkpoint).unwrap();
         std::fs::create_dir_all(temp.path().join("artifacts/sub")).unwrap();

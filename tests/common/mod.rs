@@ -244,3 +244,31 @@ impl Drop for HeldLock {
         let _ = std::fs::remove_file(&self.1);
     }
 }
+
+/// The complete lines of a run's `journal.jsonl`, parsed, with their text.
+pub fn journal_lines(run_dir: &Path) -> Vec<(String, serde_json::Value)> {
+    let text = std::fs::read_to_string(run_dir.join("journal.jsonl")).unwrap_or_default();
+    text.split_inclusive('\n')
+        .filter(|line| line.ends_with('\n'))
+        .filter_map(|line| Some((line.to_string(), serde_json::from_str(line).ok()?)))
+        .collect()
+}
+
+/// The journal entry recorded right after `node` completed (its first), with its text.
+pub fn journal_entry_after(run_dir: &Path, node: &str) -> (String, serde_json::Value) {
+    journal_lines(run_dir)
+        .into_iter()
+        .find(|(_, entry)| entry["node"] == node && entry["status"] == "running")
+        .unwrap_or_else(|| panic!("no journal entry after `{node}` in {}", run_dir.display()))
+}
+
+/// The (node, visit) of every stage visit the journal of `run_dir` records as completed.
+pub fn journaled_visits(run_dir: &Path) -> Vec<(String, u64)> {
+    journal_lines(run_dir)
+        .iter()
+        .flat_map(|(_, entry)| entry["stages"].as_array().cloned().unwrap_or_default())
+        .map(|stage| {
+            (stage["node"].as_str().unwrap_or_default().to_string(), stage["visit"].as_u64().unwrap_or(0))
+        })
+        .collect()
+}
