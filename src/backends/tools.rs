@@ -247,7 +247,6 @@ impl Toolbox {
         arguments: &Value,
         result: Option<&ToolOutput>,
     ) -> Option<HookRun> {
-        use tokio::io::AsyncWriteExt;
         let hook = match phase {
             HookPhase::Pre => self.hooks.pre.as_deref(),
             HookPhase::Post => self.hooks.post.as_deref(),
@@ -260,43 +259,23 @@ impl Toolbox {
         let call_text = call.to_string();
         let mut process = self.sh(hook);
         process
-            .stdin(Stdio::piped())
             .env("FABRO_TOOL_NAME", name)
             .env("FABRO_HOOK_PHASE", phase.as_str())
             .env("FABRO_TOOL_CALL", &call_text);
         let failed =
             |message: String| HookRun { phase, exit_code: None, stdout: String::new(), stderr: message };
-        let mut child = match process.spawn() {
-            Ok(child) => child,
-            Err(error) => return Some(failed(format!("cannot start the hook: {error}"))),
-        };
-        let _group = ProcessGroup::of(&child);
-        let mut stdin = child.stdin.take();
-        let mut stdout = child.stdout.take();
-        let mut stderr = child.stderr.take();
-        let work = async {
-            let feed = async {
-                if let Some(mut pipe) = stdin.take() {
-                    // A hook that does not read its input closes the pipe early: not an error.
-                    let _ = pipe.write_all(call_text.as_bytes()).await;
-                }
-            };
-            let (mut out, mut err) = (Vec::new(), Vec::new());
-            tokio::join!(
-                feed,
-                read_bounded(stdout.as_mut(), &mut out),
-                read_bounded(stderr.as_mut(), &mut err)
-            );
-            (child.wait().await, out, err)
-        };
-        Some(match tokio::time::timeout(HOOK_TIMEOUT, work).await {
-            Ok((status, out, err)) => HookRun {
+        // What the hook leaves running ends with it (the group is dropped here).
+        Some(match run_collected(process, Some(&call_text), HOOK_TIMEOUT).await {
+            Ok(ran) => HookRun {
                 phase,
-                exit_code: status.ok().and_then(|status| status.code()),
-                stdout: cap_middle(&String::from_utf8_lossy(&out), 4_000),
-                stderr: cap_middle(&String::from_utf8_lossy(&err), 4_000),
+                exit_code: ran.status.ok().and_then(|status| status.code()),
+                stdout: cap_middle(&String::from_utf8_lossy(&ran.out), 4_000),
+                stderr: cap_middle(&String::from_utf8_lossy(&ran.err), 4_000),
             },
-            Err(_) => failed(format!("the hook timed out after {}s and was killed", HOOK_TIMEOUT.as_secs())),
+            Err(Unfinished::NotStarted(error)) => failed(format!("cannot start the hook: {error}")),
+            Err(Unfinished::TimedOut) => {
+                failed(format!("the hook timed out after {}s and was killed", HOOK_TIMEOUT.as_secs()))
+            }
         })
     }
 
@@ -567,32 +546,17 @@ impl Toolbox {
         let timeout = count_arg(args, "timeout_ms")
             .map_or(SHELL_DEFAULT_TIMEOUT, |ms| Duration::from_millis(ms as u64))
             .min(SHELL_MAX_TIMEOUT);
-        let mut process = self.sh(command);
-        process.stdin(Stdio::null());
-        let mut child = process.spawn().map_err(|e| format!("cannot start sh: {e}"))?;
-        let group = ProcessGroup::of(&child);
-        let mut stdout = child.stdout.take();
-        let mut stderr = child.stderr.take();
-        let collect = async {
-            let mut out = Vec::new();
-            let mut err = Vec::new();
-            let (dropped_out, dropped_err) = tokio::join!(
-                read_bounded(stdout.as_mut(), &mut out),
-                read_bounded(stderr.as_mut(), &mut err)
-            );
-            let status = child.wait().await;
-            (out, err, status, dropped_out + dropped_err)
-        };
-        let (out, err, status, dropped) = match tokio::time::timeout(timeout, collect).await {
-            Ok(done) => done,
-            Err(_) => {
-                drop(group);
-                return Err(format!("the command timed out after {}s and was killed", timeout.as_secs_f64()));
+        let ran = match run_collected(self.sh(command), None, timeout).await {
+            Ok(ran) => ran,
+            Err(Unfinished::NotStarted(error)) => return Err(format!("cannot start sh: {error}")),
+            Err(Unfinished::TimedOut) => {
+                return Err(format!("the command timed out after {}s and was killed", timeout.as_secs_f64()))
             }
         };
         // What the command left running in the background lives until the stage ends.
-        self.background.push(group);
-        let code = match status {
+        self.background.push(ran.group);
+        let (out, err, dropped) = (ran.out, ran.err, ran.dropped);
+        let code = match ran.status {
             Ok(status) => {
                 status.code().map_or_else(|| "killed by a signal".to_string(), |c| format!("exit code {c}"))
             }
@@ -613,6 +577,59 @@ impl Toolbox {
         // The whole output goes back: a long one is offloaded to the artifact store by the
         // agent loop, with a note on how to page it, instead of losing its middle here.
         Ok(format!("{code}\n{text}"))
+    }
+}
+
+/// A `sh` process that ran to its end: its exit, what it printed, and its process group (whatever
+/// it left running; killed when dropped).
+struct Collected {
+    status: std::io::Result<std::process::ExitStatus>,
+    out: Vec<u8>,
+    err: Vec<u8>,
+    /// Bytes of output past [`SHELL_STREAM_CAP`] that were read and dropped.
+    dropped: u64,
+    group: ProcessGroup,
+}
+
+/// Why a process did not run to its end.
+enum Unfinished {
+    NotStarted(std::io::Error),
+    /// Past its time limit: killed with its group.
+    TimedOut,
+}
+
+/// Starts `process` (stdout and stderr piped, as [`Toolbox::sh`] sets them), writes `input` to
+/// its stdin (or gives it none), and collects both streams and its exit within `timeout`.
+async fn run_collected(
+    mut process: tokio::process::Command,
+    input: Option<&str>,
+    timeout: Duration,
+) -> Result<Collected, Unfinished> {
+    use tokio::io::AsyncWriteExt;
+    process.stdin(if input.is_some() { Stdio::piped() } else { Stdio::null() });
+    let mut child = process.spawn().map_err(Unfinished::NotStarted)?;
+    let group = ProcessGroup::of(&child);
+    let (mut stdin, mut stdout, mut stderr) = (child.stdin.take(), child.stdout.take(), child.stderr.take());
+    let work = async {
+        let feed = async {
+            if let (Some(pipe), Some(input)) = (stdin.as_mut(), input) {
+                // A process that does not read its input closes the pipe early: not an error.
+                let _ = pipe.write_all(input.as_bytes()).await;
+            }
+            drop(stdin.take());
+        };
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let ((), dropped_out, dropped_err) = tokio::join!(
+            feed,
+            read_bounded(stdout.as_mut(), &mut out),
+            read_bounded(stderr.as_mut(), &mut err)
+        );
+        (child.wait().await, out, err, dropped_out + dropped_err)
+    };
+    match tokio::time::timeout(timeout, work).await {
+        Ok((status, out, err, dropped)) => Ok(Collected { status, out, err, dropped, group }),
+        // Dropping the group kills it.
+        Err(_) => Err(Unfinished::TimedOut),
     }
 }
 

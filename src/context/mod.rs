@@ -122,14 +122,6 @@ impl Context {
         self.unjournaled.clear();
     }
 
-    /// Applies a journaled [`Delta`].
-    pub fn apply_delta(&mut self, delta: &Delta) {
-        self.apply(&delta.set);
-        for key in &delta.removed {
-            self.remove(key);
-        }
-    }
-
     /// Everything set since this context was forked (or created), whose value differs from the
     /// value at that point, in key order. Removed keys are not listed.
     pub fn changes(&self) -> impl Iterator<Item = (&str, &Value)> {
@@ -172,7 +164,12 @@ impl Context {
 
     /// The whole context as one JSON object (what `FABRO_CONTEXT` points scripts at).
     pub fn to_json(&self) -> Value {
-        Value::Object(self.iter().map(|(key, value)| (key.to_string(), value.clone())).collect())
+        Value::Object(self.to_map())
+    }
+
+    /// Every key and value, copied.
+    pub fn to_map(&self) -> serde_json::Map<String, Value> {
+        self.iter().map(|(key, value)| (key.to_string(), value.clone())).collect()
     }
 }
 

@@ -45,6 +45,22 @@ impl Drop for EventLog {
 
 impl EventLog {
     /// Opens (appending) `events.jsonl` in `run_dir`; `next_seq` continues an existing log.
+    /// The sequence number of the last event in `run_dir/events.jsonl` (0 for none), so that a
+    /// log opened again continues it; a torn last line is skipped.
+    pub fn last_seq_in(run_dir: &Path) -> u64 {
+        crate::regular_file::read_to_string(
+            run_dir.join("events.jsonl"),
+            crate::regular_file::FileKind::EventLog,
+        )
+        .ok()
+        .and_then(|text| {
+            text.lines()
+                .rev()
+                .find_map(|line| serde_json::from_str::<serde_json::Value>(line).ok()?.get("seq")?.as_u64())
+        })
+        .unwrap_or(0)
+    }
+
     pub fn open(run_dir: &Path, run_id: &str, next_seq: u64) -> std::io::Result<EventLog> {
         let file =
             std::fs::OpenOptions::new().create(true).append(true).open(run_dir.join("events.jsonl"))?;

@@ -943,13 +943,9 @@ impl<'e> Walker<'e> {
             }
             visits.changed()
         };
-        let delta = if from_scratch {
-            crate::context::Delta {
-                set: self.state.context.iter().map(|(k, v)| (k.to_string(), v.clone())).collect(),
-                removed: Vec::new(),
-            }
-        } else {
-            self.state.context.delta()
+        let delta = match from_scratch {
+            true => crate::context::Delta { set: self.state.context.to_map(), removed: Vec::new() },
+            false => self.state.context.delta(),
         };
         let retries = match from_scratch {
             true => self.state.retries.clone(),
@@ -969,13 +965,12 @@ impl<'e> Walker<'e> {
             next: next.map(str::to_string),
             reset: from_scratch,
             stages: self.state.summaries.get(first_new..).unwrap_or_default().to_vec(),
-            set: serde_json::Map::new(),
-            removed: Vec::new(),
+            set: delta.set,
+            removed: delta.removed,
             visits,
             retries,
             commit: self.last_commit.clone(),
         }
-        .with_delta(delta)
     }
 
     /// Writes `checkpoint.json`: the whole state, or (`whole` false, while the run goes on) the
@@ -991,7 +986,8 @@ impl<'e> Walker<'e> {
         let scope = &self.scope;
         let mode = scope.options.checkpoint_sync;
         scope.journal().sync().map_err(|error| format!("cannot sync the journal: {error}"))?;
-        let visits = scope.visits().counts().clone();
+        // A compact snapshot copies no per-node map.
+        let visits = if whole { scope.visits().counts().clone() } else { BTreeMap::new() };
         let (empty_list, empty_statuses, empty_counts) = (Vec::new(), BTreeMap::new(), BTreeMap::new());
         let checkpoint = CheckpointRef {
             run_id: &scope.run_id,
@@ -1000,7 +996,7 @@ impl<'e> Walker<'e> {
             next_node: next,
             completed_nodes: if whole { &self.state.completed } else { &empty_list },
             node_outcomes: if whole { &self.state.outcomes } else { &empty_statuses },
-            node_visits: if whole { &visits } else { &empty_counts },
+            node_visits: &visits,
             node_retries: if whole { &self.state.retries } else { &empty_counts },
             context: &self.state.context,
             timestamp: now_rfc3339(),

@@ -186,13 +186,7 @@ impl StageSummary {
 /// The last [`TAIL_LINES`] lines of a file, reading at most [`TAIL_READ_BYTES`] from its end.
 fn read_tail(path: &Path) -> Option<String> {
     // No more than a preamble ever shows: the summary is journaled with the stage.
-    read_whole_tail(path).map(|tail| {
-        let tail = tail.trim_end();
-        match tail.char_indices().rev().nth(TAIL_CHARS.saturating_sub(1)) {
-            Some((index, _)) if index > 0 => tail[index..].to_string(),
-            _ => tail.to_string(),
-        }
-    })
+    read_whole_tail(path).map(|tail| last_chars(tail.trim_end(), TAIL_CHARS).to_string())
 }
 
 /// The last lines of a log, reading at most [`TAIL_READ_BYTES`] from its end.
@@ -695,8 +689,12 @@ fn fmt_duration(ms: u64) -> String {
 /// The stream's tail, at most `lines` lines and [`TAIL_CHARS`] characters; "" when absent.
 fn stream_tail(tail: &Option<String>, lines: usize) -> &str {
     let text = tail.as_deref().unwrap_or("").trim_end();
-    let text = tail_lines(text, lines);
-    match text.char_indices().rev().nth(TAIL_CHARS.saturating_sub(1)) {
+    last_chars(tail_lines(text, lines), TAIL_CHARS)
+}
+
+/// The last `n` characters of `text`.
+fn last_chars(text: &str, n: usize) -> &str {
+    match text.char_indices().rev().nth(n.saturating_sub(1)) {
         Some((index, _)) if index > 0 => &text[index..],
         _ => text,
     }

@@ -354,10 +354,10 @@ async fn read_tail_bytes(path: &Path, limit: u64) -> std::io::Result<(u64, Vec<u
     Ok((skipped, bytes))
 }
 
-/// Lets `status.json`, when the script wrote one, decide the outcome. The handler's `command.*`
-/// values stay; the file's `context_updates` go on top. A file that cannot be read fails the stage.
-/// The outcome `$FABRO_STAGE_DIR/status.json` reports, over the one the exit status gave. With
-/// `auto_status`, a stage that wrote no status file succeeds whatever its exit status.
+/// Lets `status.json`, when the script wrote one, decide the outcome over the one the exit status
+/// gave. The handler's `command.*` values stay; the file's `context_updates` go on top. A file
+/// that cannot be read fails the stage. With `auto_status`, a stage that wrote no status file
+/// succeeds whatever its exit status.
 async fn apply_status_file(outcome: Outcome, status: ExitStatus, path: &Path, auto_status: bool) -> Outcome {
     let text = match crate::regular_file::read_to_string(path, crate::regular_file::FileKind::Record) {
         Ok(text) => text,

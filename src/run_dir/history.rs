@@ -97,7 +97,6 @@ fn select(root: &Path, node: &str, visit: Option<u32>) -> Result<Selected, Histo
     let mut visits: BTreeMap<u32, (u64, Checkpoint)> = BTreeMap::new();
     let mut known: Vec<String> = Vec::new();
     for (seq, file_node, path) in history {
-        let path: PathBuf = path;
         if !known.contains(&file_node) {
             known.push(file_node.clone());
         }
@@ -114,14 +113,7 @@ fn select(root: &Path, node: &str, visit: Option<u32>) -> Result<Selected, Histo
         visits.entry(count).or_insert((seq, checkpoint));
     }
     let (seq, checkpoint) = choose(root, node, visit, visits, known)?;
-    let summaries = stages_within(root, &checkpoint)
-        .iter()
-        .map(|record| {
-            let dir =
-                super::layout::finished_visit_dir(root, &record.node_id, record.visit).unwrap_or_default();
-            StageSummary::from_stage_dir(record, None, &dir)
-        })
-        .collect();
+    let summaries = super::saved::legacy_summaries(root, &checkpoint);
     let visit = checkpoint.node_visits.get(node).copied().unwrap_or(0);
     Ok(Selected { visit, checkpoint, summaries, place: Place::Checkpoints { seq } })
 }
@@ -260,25 +252,6 @@ fn visit_kept(visits: &BTreeMap<String, u32>, node: &str, name: &str) -> Option<
     Some(visit <= visits.get(node).copied().unwrap_or(0))
 }
 
-/// The stages `result.json` records that belong to the state `visits`.
-/// A run made before the journal: the stages `result.json` records that belong to the state,
-/// else the ones its stage directories record.
-fn stages_within(root: &Path, checkpoint: &Checkpoint) -> Vec<StageRecord> {
-    let visits = &checkpoint.node_visits;
-    let recorded =
-        crate::regular_file::read_to_string(root.join("result.json"), crate::regular_file::FileKind::Record)
-            .ok()
-            .and_then(|text| serde_json::from_str::<RunResult>(&text).ok());
-    match recorded {
-        Some(result) => result
-            .stages
-            .into_iter()
-            .filter(|stage| stage.visit <= visits.get(&stage.node_id).copied().unwrap_or(0))
-            .collect(),
-        None => super::saved::stages_from_status_files(root, checkpoint),
-    }
-}
-
 fn resumable_result(
     run_id: &str,
     root: &Path,
@@ -305,15 +278,6 @@ fn start_journal(dir: &RunDir, run_id: &str, state: &State) -> Result<(), Histor
     snapshot.journal_seq = Some(seq);
     dir.write_snapshot(&snapshot, Durability::Synced)?;
     Ok(())
-}
-
-fn last_event_seq(root: &Path) -> u64 {
-    crate::regular_file::read_to_string(root.join("events.jsonl"), crate::regular_file::FileKind::EventLog)
-        .ok()
-        .and_then(|text| {
-            text.lines().rev().find_map(|line| serde_json::from_str::<Value>(line).ok()?.get("seq")?.as_u64())
-        })
-        .unwrap_or(0)
 }
 
 fn io(path: &Path, source: std::io::Error) -> HistoryError {
@@ -594,7 +558,7 @@ pub fn rewind(root: &Path, node: &str, visit: Option<u32>) -> Result<Rewound, Hi
     write_json_file(&root.join("manifest.json"), &manifest_value)?;
 
     let next_node = checkpoint.next_node.clone().unwrap_or_default();
-    let events = EventLog::open(root, &manifest.run_id, last_event_seq(root))
+    let events = EventLog::open(root, &manifest.run_id, EventLog::last_seq_in(root))
         .map_err(|source| io(&root.join("events.jsonl"), source))?;
     events.run_event(
         "run.rewound",

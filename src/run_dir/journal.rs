@@ -22,7 +22,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::records::{Checkpoint, RunStatus};
-use crate::context::{Context, Delta};
+use crate::context::Context;
 use crate::fidelity::preamble::StageSummary;
 use crate::outcome::StageStatus;
 
@@ -103,20 +103,6 @@ pub struct Entry {
     /// The worktree commit after the stage (worktree mode).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub commit: Option<String>,
-}
-
-impl Entry {
-    /// The context change this entry records.
-    pub fn delta(&self) -> Delta {
-        Delta { set: self.set.clone(), removed: self.removed.clone() }
-    }
-
-    /// Sets the context change.
-    pub fn with_delta(mut self, delta: Delta) -> Entry {
-        self.set = delta.set;
-        self.removed = delta.removed;
-        self
-    }
 }
 
 /// The state of a run's main line, folded from its journal.
@@ -225,7 +211,7 @@ impl State {
             next: self.next_node.clone(),
             reset: true,
             stages: self.stages.clone(),
-            set: self.context.iter().map(|(key, value)| (key.to_string(), value.clone())).collect(),
+            set: self.context.to_map(),
             removed: Vec::new(),
             visits: self.visits.clone(),
             retries: self.retries.clone(),
@@ -347,20 +333,24 @@ impl Journal {
 /// Reads the state of the run in `root`: from its journal and snapshot, or, for a run made
 /// before the journal, from `checkpoint.json` alone. `None` when neither exists yet.
 pub fn load_checkpoint(root: &Path) -> Result<Option<Checkpoint>, JournalError> {
-    let snapshot = read_snapshot(root)?;
     if !Journal::exists(root) {
-        return Ok(snapshot);
+        return read_snapshot(root);
     }
+    Ok(read_state(root)?.map(|(state, _)| {
+        let run_id = state.context.get_text("internal.run_id").unwrap_or_default();
+        state.checkpoint(&run_id)
+    }))
+}
+
+/// The journal of the run in `root` and the state it folds to over the snapshot; `None` while
+/// it has no entry (the run has not finished its first stage).
+pub fn read_state(root: &Path) -> Result<Option<(State, Journal)>, JournalError> {
     let journal = Journal::read(root)?;
     if journal.entries.is_empty() {
         return Ok(None);
     }
-    let run_id = snapshot.as_ref().map(|s| s.run_id.clone()).unwrap_or_default();
-    let mut checkpoint = journal.state(snapshot.as_ref()).checkpoint(&run_id);
-    if checkpoint.run_id.is_empty() {
-        checkpoint.run_id = checkpoint.context.get_text("internal.run_id").unwrap_or_default();
-    }
-    Ok(Some(checkpoint))
+    let snapshot = read_snapshot(root)?;
+    Ok(Some((journal.state(snapshot.as_ref()), journal)))
 }
 
 /// `checkpoint.json`, when present.
@@ -431,12 +421,13 @@ impl Writer {
         Ok(entry.seq)
     }
 
-    /// Makes everything appended durable now (before a snapshot, at the end of a run).
+    /// Makes everything appended durable now (before a snapshot): only `batch` mode has entries
+    /// waiting (`stage` synced each one, `never` syncs none).
     pub fn sync(&self) -> std::io::Result<()> {
-        if self.mode == SyncMode::Never {
-            return Ok(());
+        match self.mode {
+            SyncMode::Batch => self.file.sync_data(),
+            SyncMode::Stage | SyncMode::Never => Ok(()),
         }
-        self.file.sync_data()
     }
 }
 

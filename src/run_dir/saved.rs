@@ -78,12 +78,9 @@ impl SavedRun {
         let lock = dir.lock()?;
         let manifest: Manifest = read_json(root, "manifest.json")?;
         let (checkpoint, summaries, journal) = if Journal::exists(root) {
-            let journal = Journal::read(root).map_err(corrupt)?;
-            if journal.entries.is_empty() {
+            let Some((state, journal)) = super::journal::read_state(root).map_err(corrupt)? else {
                 return Err(ResumeError::NotStarted { path: root.to_path_buf() });
-            }
-            let snapshot = super::journal::read_snapshot(root).map_err(corrupt)?;
-            let state = journal.state(snapshot.as_ref());
+            };
             let end = JournalEnd { last_seq: journal.last_seq(), torn: journal.torn.clone() };
             (state.checkpoint(&manifest.run_id), state.stages, end)
         } else {
@@ -111,17 +108,7 @@ impl SavedRun {
             crate::regular_file::FileKind::Input,
         )
         .map_err(|_| ResumeError::NotARun { path: root.to_path_buf(), missing: "workflow.dot" })?;
-        let last_event_seq = crate::regular_file::read_to_string(
-            root.join("events.jsonl"),
-            crate::regular_file::FileKind::EventLog,
-        )
-        .ok()
-        .and_then(|text| {
-            text.lines()
-                .rev()
-                .find_map(|line| serde_json::from_str::<serde_json::Value>(line).ok()?.get("seq")?.as_u64())
-        })
-        .unwrap_or(0);
+        let last_event_seq = crate::engine::events::EventLog::last_seq_in(root);
         Ok(SavedRun { dir, lock, manifest, checkpoint, summaries, workflow_source, last_event_seq, journal })
     }
 }
@@ -136,12 +123,20 @@ fn corrupt(error: super::journal::JournalError) -> ResumeError {
 /// A run made before the journal: its stage records come from result.json when the run
 /// stopped cleanly, else from its stage directories; the preambles' summaries from the stage
 /// directories.
-fn legacy_summaries(root: &Path, checkpoint: &Checkpoint) -> Vec<StageSummary> {
+pub(super) fn legacy_summaries(root: &Path, checkpoint: &Checkpoint) -> Vec<StageSummary> {
+    let visits = &checkpoint.node_visits;
+    // Of result.json's visits, those the checkpoint counts (a fork or rewind picks an earlier one).
     let recorded =
         crate::regular_file::read_to_string(root.join("result.json"), crate::regular_file::FileKind::Record)
             .ok()
             .and_then(|text| serde_json::from_str::<RunResult>(&text).ok())
-            .map(|result| result.stages);
+            .map(|result| {
+                result
+                    .stages
+                    .into_iter()
+                    .filter(|stage| stage.visit <= visits.get(&stage.node_id).copied().unwrap_or(0))
+                    .collect::<Vec<_>>()
+            });
     let stages = recorded.unwrap_or_else(|| stages_from_status_files(root, checkpoint));
     stages
         .iter()
@@ -194,7 +189,7 @@ impl SavedRun {
 /// The stage visits of a run, rebuilt from `stages/<node>/<visit>/status.json` in the order they
 /// started. Per node, only as many visits as the checkpoint counts as completed are kept: a
 /// stage that finished after the last checkpoint was saved runs again on resume.
-pub(super) fn stages_from_status_files(root: &Path, checkpoint: &Checkpoint) -> Vec<StageRecord> {
+fn stages_from_status_files(root: &Path, checkpoint: &Checkpoint) -> Vec<StageRecord> {
     let mut found: Vec<(String, StageRecord)> = Vec::new();
     for node_dir in std::fs::read_dir(super::layout::stages_dir(root)).into_iter().flatten().flatten() {
         let node_id = node_dir.file_name().to_string_lossy().into_owned();
@@ -236,8 +231,6 @@ pub(super) fn stages_from_status_files(root: &Path, checkpoint: &Checkpoint) -> 
         .collect()
 }
 
-/// Refuses a run directory that is, or directly holds, a symbolic link: everything fabro writes
-/// when it continues a run must stay inside the run directory.
 /// Refuses a run directory with a symbolic link anywhere in what fabro writes (everything but
 /// the git worktree, whose files are the project's), before anything is changed.
 fn refuse_links(root: &Path) -> Result<(), ResumeError> {
