@@ -356,14 +356,10 @@ pub fn read_state(root: &Path) -> Result<Option<(State, Journal)>, JournalError>
 /// `checkpoint.json`, when present.
 pub fn read_snapshot(root: &Path) -> Result<Option<Checkpoint>, JournalError> {
     let path = root.join("checkpoint.json");
-    let text = match crate::regular_file::read_to_string(&path, crate::regular_file::FileKind::Record) {
-        Ok(text) => text,
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(source) => return Err(JournalError::Io { path, source }),
-    };
-    serde_json::from_str(&text)
-        .map(Some)
-        .map_err(|error| JournalError::Snapshot { path, message: error.to_string() })
+    super::read_record(&path).map_err(|error| match error {
+        super::RecordError::Io(source) => JournalError::Io { path, source },
+        super::RecordError::Corrupt(message) => JournalError::Snapshot { path, message },
+    })
 }
 
 /// Appends entries to a run's journal.

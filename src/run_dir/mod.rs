@@ -234,6 +234,24 @@ pub fn never_started(root: &Path) -> Option<Vec<String>> {
     Some(names)
 }
 
+/// Why a run record could not be read.
+pub(crate) enum RecordError {
+    Io(std::io::Error),
+    /// Not the JSON the record should be: what is wrong.
+    Corrupt(String),
+}
+
+/// Reads and parses the JSON record at `path` (a regular file of at most the record size);
+/// `Ok(None)` when it does not exist.
+pub(crate) fn read_record<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Option<T>, RecordError> {
+    let text = match crate::regular_file::read_to_string(path, crate::regular_file::FileKind::Record) {
+        Ok(text) => text,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(error) => return Err(RecordError::Io(error)),
+    };
+    serde_json::from_str(&text).map(Some).map_err(|error| RecordError::Corrupt(error.to_string()))
+}
+
 fn io(path: &Path, source: std::io::Error) -> RunDirError {
     RunDirError::Io { path: path.to_path_buf(), source }
 }

@@ -197,14 +197,10 @@ fn read_json<T: serde::de::DeserializeOwned>(
     name: &'static str,
 ) -> Result<Option<T>, ViewError> {
     let path = root.join(name);
-    let text = match crate::regular_file::read_to_string(&path, crate::regular_file::FileKind::Record) {
-        Ok(text) => text,
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(source) => return Err(ViewError::Io { path, source }),
-    };
-    serde_json::from_str(&text)
-        .map(Some)
-        .map_err(|error| ViewError::Corrupt { path, message: error.to_string() })
+    super::read_record(&path).map_err(|error| match error {
+        super::RecordError::Io(source) => ViewError::Io { path, source },
+        super::RecordError::Corrupt(message) => ViewError::Corrupt { path, message },
+    })
 }
 
 #[cfg(test)]
