@@ -278,19 +278,26 @@ impl<'e> Walker<'e> {
             }
             return Step::Finish(RunStatus::Paused, Some(reason));
         }
-        let files_clock = Instant::now();
-        let stage_dir = scope.run_dir.stage_dir(&node.id, visit);
-        scope.timings().stage_files += files_clock.elapsed();
-        let stage_dir = match stage_dir {
-            Ok(dir) => dir,
-            Err(error) => return Step::Finish(RunStatus::Failed, Some(error.to_string())),
+        let keeps_files = self.keeps_stage_files(node);
+        let stage_dir = if keeps_files {
+            let files_clock = Instant::now();
+            let created = scope.run_dir.stage_dir(&node.id, visit);
+            scope.timings().stage_files += files_clock.elapsed();
+            match created {
+                Ok(dir) => dir,
+                Err(error) => return Step::Finish(RunStatus::Failed, Some(error.to_string())),
+            }
+        } else {
+            crate::run_dir::layout::node_dir(scope.run_dir.root(), &node.id).join(visit.to_string())
         };
         self.context_set("current_node", node.id.clone());
         self.context_set("internal.node_visit_count", visit);
         self.prepare_llm_stage(node);
-        let relative_dir = stage_dir.strip_prefix(scope.run_dir.root()).unwrap_or(&stage_dir);
-        let mut fields =
-            json!({"handler": node.handler_type().name(), "stage_dir": relative_dir.display().to_string()});
+        let mut fields = json!({"handler": node.handler_type().name()});
+        if keeps_files {
+            let relative_dir = stage_dir.strip_prefix(scope.run_dir.root()).unwrap_or(&stage_dir);
+            fields["stage_dir"] = json!(relative_dir.display().to_string());
+        }
         if let Line::Branch(branch) = &self.line {
             fields["branch_id"] = json!(branch);
         }
@@ -327,8 +334,11 @@ impl<'e> Walker<'e> {
             }
         };
         let duration_ms = clock.elapsed().as_millis() as u64;
-        let recorded = self.record(node, visit, &stage_dir, &outcome, attempts, started_at, duration_ms);
-        self.extend_thread(&stage_dir);
+        let stage_files = keeps_files.then_some(stage_dir.as_path());
+        let recorded = self.record(node, visit, stage_files, &outcome, attempts, started_at, duration_ms);
+        if keeps_files {
+            self.extend_thread(&stage_dir);
+        }
         self.commit_worktree(node, visit, outcome.status);
         if node.handler_type() == HandlerType::Exit {
             return Step::Finish(RunStatus::Succeeded, None);
@@ -557,6 +567,13 @@ impl<'e> Walker<'e> {
         })
     }
 
+    /// Whether the node's stage gets a directory and a `status.json`: parallel stages and every
+    /// handler but the routing ones (and a node without a handler, whose failure is worth a record).
+    fn keeps_stage_files(&self, node: &Node) -> bool {
+        node.handler_type() == HandlerType::Parallel
+            || self.scope.engine.handlers.for_node(node).is_none_or(|handler| handler.keeps_stage_files())
+    }
+
     /// Runs the node's handler, retrying failed attempts as the node's retry settings allow.
     async fn run_stage(&mut self, node: &Node, visit: u32, stage_dir: &Path) -> StageEnd {
         let scope = Arc::clone(&self.scope);
@@ -677,15 +694,15 @@ impl<'e> Walker<'e> {
         }
     }
 
-    /// Writes status.json, applies the outcome to the context and records the visit. An error
-    /// says status.json could not be written (a full disk, typically): the visit is recorded all
-    /// the same.
+    /// Writes status.json into `stage_dir` (a stage that keeps files), applies the outcome to the
+    /// context and records the visit. An error says status.json could not be written (a full
+    /// disk, typically): the visit is recorded all the same.
     #[allow(clippy::too_many_arguments)]
     fn record(
         &mut self,
         node: &Node,
         visit: u32,
-        stage_dir: &Path,
+        stage_dir: Option<&Path>,
         outcome: &Outcome,
         attempts: u32,
         started_at: String,
@@ -736,12 +753,18 @@ impl<'e> Walker<'e> {
             operator_notes: std::mem::take(&mut self.delivered_notes),
             sandbox: self.sandbox_of(node).map(str::to_string),
         };
+        let status_file = serde_json::to_value(&status_file).unwrap_or_default();
         let files_clock = Instant::now();
         // Renamed into place without an fsync: the stage counts once the run's journal holds it,
         // and the journal's one fsync per stage is what makes it durable (a branch's stages are
         // journaled with their parallel stage).
-        let path = stage_dir.join("status.json");
-        let written = crate::run_dir::write_json_file_with(&path, &status_file, Durability::Unsynced);
+        let written = match stage_dir {
+            Some(dir) => {
+                let path = dir.join("status.json");
+                crate::run_dir::write_json_file_with(&path, &status_file, Durability::Unsynced)
+            }
+            None => Ok(()),
+        };
         if let Err(error) = &written {
             tracing::warn!(%error, "could not write status.json");
         }
@@ -777,7 +800,7 @@ impl<'e> Walker<'e> {
         });
         if let Some(record) = self.state.stages.last() {
             let script = node.attributes.text("script");
-            self.state.summaries.push(StageSummary::from_stage_dir(record, script, stage_dir));
+            self.state.summaries.push(StageSummary::from_stage_files(record, script, &status_file, stage_dir));
         }
         let event = if outcome.status == StageStatus::Fail { "stage.failed" } else { "stage.completed" };
         let mut fields = json!({"status": outcome.status, "duration_ms": duration_ms, "attempts": attempts,

@@ -140,13 +140,24 @@ impl StageSummary {
     /// last lines of `stdout.log`/`stderr.log` (reading at most 64 KiB from their ends) and the
     /// start of `response.md`. Never fails: a missing or unreadable file leaves its fields empty.
     pub fn from_stage_dir(record: &StageRecord, script: Option<&str>, stage_dir: &Path) -> StageSummary {
-        let mut summary = StageSummary::from_record(record);
-        summary.script = script.map(str::to_string);
         let status =
             crate::regular_file::read(stage_dir.join("status.json"), crate::regular_file::FileKind::Record)
                 .ok()
                 .and_then(|bytes| serde_json::from_slice::<Value>(&bytes).ok())
                 .unwrap_or(Value::Null);
+        StageSummary::from_stage_files(record, script, &status, Some(stage_dir))
+    }
+
+    /// The summary of a stage whose `status.json` is `status` (`null` when there is none); the
+    /// stage's logs and response are read from `stage_dir` when it has one.
+    pub fn from_stage_files(
+        record: &StageRecord,
+        script: Option<&str>,
+        status: &Value,
+        stage_dir: Option<&Path>,
+    ) -> StageSummary {
+        let mut summary = StageSummary::from_record(record);
+        summary.script = script.map(str::to_string);
         let text = |value: &Value| value.as_str().filter(|s| !s.trim().is_empty()).map(str::to_string);
         summary.notes = text(&status["notes"]);
         summary.model = text(&status["model"]);
@@ -172,9 +183,11 @@ impl StageSummary {
         }
         .or_else(|| text(&updates["human.gate.label"]))
         .or_else(|| if summary.handler == "human" { text(&status["preferred_label"]) } else { None });
-        summary.stdout_tail = read_tail(&stage_dir.join("stdout.log"));
-        summary.stderr_tail = read_tail(&stage_dir.join("stderr.log"));
-        summary.response_excerpt = read_head(&stage_dir.join("response.md"));
+        if let Some(dir) = stage_dir {
+            summary.stdout_tail = read_tail(&dir.join("stdout.log"));
+            summary.stderr_tail = read_tail(&dir.join("stderr.log"));
+            summary.response_excerpt = read_head(&dir.join("response.md"));
+        }
         summary
     }
 

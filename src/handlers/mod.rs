@@ -35,7 +35,8 @@ pub struct StageRun<'a> {
     pub run_dir: &'a Path,
     /// Where commands run and agents edit files.
     pub work_dir: &'a Path,
-    /// `stages/<node_id>/<visit>/`, already created; everything the stage writes goes here.
+    /// `stages/<node_id>/<visit>/`, already created unless the handler keeps no stage files;
+    /// everything the stage writes goes here.
     pub stage_dir: &'a Path,
     /// 1 for the first visit of this node in the run.
     pub visit: u32,
@@ -88,6 +89,13 @@ pub enum HandlerError {
 #[async_trait::async_trait]
 pub trait Handler: Send + Sync {
     async fn run(&self, stage: &StageRun<'_>) -> Result<Outcome, HandlerError>;
+
+    /// Whether the stage keeps files of its own (`stages/<node>/<visit>/` with its
+    /// `status.json`). Handlers that only route (start, exit, conditional) say no: their visit
+    /// lives in the run's journal alone, so a loop of thousands of them leaves no directories.
+    fn keeps_stage_files(&self) -> bool {
+        true
+    }
 }
 
 /// Handlers by canonical type name (`agent`, `command`, ...) plus custom types.

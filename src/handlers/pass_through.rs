@@ -13,6 +13,10 @@ impl Handler for PassThrough {
     async fn run(&self, _stage: &StageRun<'_>) -> Result<Outcome, HandlerError> {
         Ok(Outcome::success())
     }
+
+    fn keeps_stage_files(&self) -> bool {
+        false
+    }
 }
 
 pub struct Conditional;
@@ -34,6 +38,10 @@ impl Handler for Conditional {
             }),
             ..Outcome::new(status)
         })
+    }
+
+    fn keeps_stage_files(&self) -> bool {
+        false
     }
 }
 

@@ -214,7 +214,14 @@ fn visit_page(root: &Path, record: &StageRecord, events: &[Value]) -> VisitPage 
         output_tokens: record.usage.as_ref().map(|u| u.output_tokens),
         cost_usd: record.cost_usd,
         failure_reason: record.failure_reason.clone(),
-        notes: status["notes"].as_str().map(str::to_string),
+        // A routing stage keeps no status.json: its notes are in its completion event.
+        notes: status["notes"].as_str().map(str::to_string).or_else(|| {
+            events
+                .iter()
+                .filter(here)
+                .find(|event| matches!(event["event"].as_str(), Some("stage.completed" | "stage.failed")))
+                .and_then(|event| event["notes"].as_str().map(str::to_string))
+        }),
         preamble: read("preamble.md"),
         prompt: read("prompt.md"),
         response: read("response.md"),

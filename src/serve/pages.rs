@@ -271,11 +271,15 @@ source.onmessage = (message) => {
 pub fn stage(dir: &Path, id: &str, node: &str, visit: u32) -> Option<String> {
     let report = RunPage::read(dir).ok()?;
     let page_visit = report.visits.iter().find(|v| v.node_id == node && v.visit == visit)?;
-    let visit_dir = crate::report::visit_dir(dir, node, visit)?;
-    // Never follow a link out of the run directory.
-    let inside = std::fs::canonicalize(&visit_dir).ok()?.starts_with(std::fs::canonicalize(dir).ok()?);
-    if !inside {
-        return None;
+    // A routing stage (start, exit, conditional) has no directory: its page shows its record.
+    let visit_dir = crate::report::visit_dir(dir, node, visit);
+    if let Some(visit_dir) = &visit_dir {
+        // Never follow a link out of the run directory.
+        let inside =
+            std::fs::canonicalize(visit_dir).ok()?.starts_with(std::fs::canonicalize(dir).ok()?);
+        if !inside {
+            return None;
+        }
     }
     let mut body = format!(
         "<p><a href=\"/runs/{}\">run</a></p>\n<h1><code>{}</code> (visit {visit}): <span class=\"{}\">{}</span></h1>\n",
@@ -285,8 +289,10 @@ pub fn stage(dir: &Path, id: &str, node: &str, visit: u32) -> Option<String> {
         escape(&page_visit.status)
     );
     body.push_str(&visit_html(page_visit));
-    let transcript =
-        crate::report::read_tail(&visit_dir.join("transcript.jsonl"), 256 * 1024).unwrap_or_default();
+    let read = |name: &str| {
+        visit_dir.as_ref().and_then(|d| crate::report::read_tail(&d.join(name), 256 * 1024)).unwrap_or_default()
+    };
+    let transcript = read("transcript.jsonl");
     if !transcript.is_empty() {
         body.push_str("<h2>Transcript</h2>\n<ol id=\"transcript\">\n");
         for entry in
@@ -302,7 +308,9 @@ pub fn stage(dir: &Path, id: &str, node: &str, visit: u32) -> Option<String> {
         }
         body.push_str("</ol>\n");
     }
-    let status = crate::report::read_tail(&visit_dir.join("status.json"), 256 * 1024).unwrap_or_default();
-    let _ = writeln!(body, "<h2>status.json</h2>\n<pre id=\"status-json\">{}</pre>", escape(&status));
+    if visit_dir.is_some() {
+        let status = read("status.json");
+        let _ = writeln!(body, "<h2>status.json</h2>\n<pre id=\"status-json\">{}</pre>", escape(&status));
+    }
     Some(page(node, &body))
 }
