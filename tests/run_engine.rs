@@ -193,7 +193,11 @@ fn execute_a_linear_3_node_pipeline_end_to_end() {
     // directory of their own.
     for node in ["start", "exit"] {
         assert!(!ran.stage(node, 1).exists(), "{node}");
-        assert!(result["stages"].as_array().unwrap().iter().any(|s| s["node_id"] == node && s["handler"] == node));
+        assert!(result["stages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["node_id"] == node && s["handler"] == node));
     }
 
     // manifest.json describes the run and how it ended.

@@ -64,12 +64,18 @@ impl Context {
         })
     }
 
+    /// Sets `key`; setting the value it already has changes nothing (and leaves nothing for the
+    /// journal to record).
     pub fn set(&mut self, key: impl Into<String>, value: impl Into<Value>) {
         let key = key.into();
+        let value = value.into();
+        if self.get(&key) == Some(&value) {
+            return;
+        }
         if !self.unjournaled.contains(&key) {
             self.unjournaled.insert(key.clone());
         }
-        self.changes.insert(key, Some(value.into()));
+        self.changes.insert(key, Some(value));
     }
 
     pub fn remove(&mut self, key: &str) -> Option<Value> {

@@ -6,7 +6,7 @@ use std::io::Write;
 use std::path::Path;
 use std::sync::Mutex;
 
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 
 /// One event, as written.
 #[derive(Debug, Clone, PartialEq)]
@@ -48,17 +48,29 @@ impl EventLog {
     /// The sequence number of the last event in `run_dir/events.jsonl` (0 for none), so that a
     /// log opened again continues it; a torn last line is skipped.
     pub fn last_seq_in(run_dir: &Path) -> u64 {
-        crate::regular_file::read_to_string(
-            run_dir.join("events.jsonl"),
-            crate::regular_file::FileKind::EventLog,
-        )
-        .ok()
-        .and_then(|text| {
+        /// Enough of the log's end for its last events; a longer last event reads it all.
+        const TAIL: u64 = 64 * 1024;
+        let path = run_dir.join("events.jsonl");
+        let last_seq = |text: &str| {
             text.lines()
                 .rev()
                 .find_map(|line| serde_json::from_str::<serde_json::Value>(line).ok()?.get("seq")?.as_u64())
-        })
-        .unwrap_or(0)
+        };
+        let len = std::fs::symlink_metadata(&path).ok().filter(|meta| meta.is_file()).map(|meta| meta.len());
+        let tail = len.and_then(|len| {
+            let tail = crate::run_dir::stage_output::read_tail(&path, TAIL)?;
+            // A window that starts inside the log starts mid-line.
+            Some(if len > TAIL { tail.split_once('\n').map(|(_, rest)| rest.to_string())? } else { tail })
+        });
+        tail.as_deref()
+            .and_then(last_seq)
+            .or_else(|| {
+                let text =
+                    crate::regular_file::read_to_string(&path, crate::regular_file::FileKind::EventLog)
+                        .ok()?;
+                last_seq(&text)
+            })
+            .unwrap_or(0)
     }
 
     pub fn open(run_dir: &Path, run_id: &str, next_seq: u64) -> std::io::Result<EventLog> {
@@ -111,20 +123,7 @@ impl EventLog {
             fields,
         };
         if let Some(file) = state.file.as_mut() {
-            let mut line =
-                json!({"seq": record.seq, "ts": record.ts, "run_id": self.run_id, "event": record.event});
-            if let Some(object) = line.as_object_mut() {
-                if let Some(node_id) = &record.node_id {
-                    object.insert("node_id".into(), node_id.clone().into());
-                }
-                if let Some(visit) = record.visit {
-                    object.insert("visit".into(), visit.into());
-                }
-                for (key, value) in &record.fields {
-                    object.insert(key.clone(), value.clone());
-                }
-            }
-            if let Err(error) = writeln!(file, "{line}") {
+            if let Err(error) = write_line(file, &self.run_id, &record) {
                 tracing::warn!(%error, "could not append to events.jsonl");
             }
         }
@@ -160,7 +159,79 @@ impl EventLog {
     }
 }
 
+/// One line of `events.jsonl`: the event's fields and its `seq`, `ts`, `run_id`, `event`,
+/// `node_id` and `visit`, keys in order (a field of the same name wins), written without copying
+/// the fields.
+fn write_line(out: &mut impl Write, run_id: &str, record: &Event) -> std::io::Result<()> {
+    #[derive(serde::Serialize)]
+    #[serde(untagged)]
+    enum Field<'a> {
+        Text(&'a str),
+        Number(u64),
+        Value(&'a Value),
+    }
+    let mut line: std::collections::BTreeMap<&str, Field<'_>> = std::collections::BTreeMap::new();
+    line.insert("seq", Field::Number(record.seq));
+    line.insert("ts", Field::Text(&record.ts));
+    line.insert("run_id", Field::Text(run_id));
+    line.insert("event", Field::Text(&record.event));
+    if let Some(node_id) = &record.node_id {
+        line.insert("node_id", Field::Text(node_id));
+    }
+    if let Some(visit) = record.visit {
+        line.insert("visit", Field::Number(u64::from(visit)));
+    }
+    for (key, value) in &record.fields {
+        line.insert(key, Field::Value(value));
+    }
+    serde_json::to_writer(&mut *out, &line)?;
+    out.write_all(b"\n")
+}
+
 /// The current time as RFC 3339 with milliseconds, UTC.
 pub fn now_rfc3339() -> String {
     humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn log_in(dir: &Path, events: usize, fields: Value) -> EventLog {
+        let log = EventLog::open(dir, "r1", 0).unwrap();
+        for _ in 0..events {
+            log.run_event("tick", fields.clone());
+        }
+        log.flush();
+        log
+    }
+
+    #[test]
+    fn lines_hold_the_fields_in_key_order_and_a_field_wins_over_a_fixed_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = log_in(dir.path(), 0, Value::Null);
+        log.stage_event("stage.started", "plan", 2, serde_json::json!({"b": [1], "a": "x", "ts": "mine"}));
+        log.flush();
+        let text = std::fs::read_to_string(dir.path().join("events.jsonl")).unwrap();
+        let expected = r#"{"a":"x","b":[1],"event":"stage.started","node_id":"plan","run_id":"r1","seq":1,"ts":"mine","visit":2}"#;
+        assert_eq!(text, format!("{expected}\n"));
+    }
+
+    #[test]
+    fn the_last_seq_is_read_from_the_end_of_a_long_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let _log = log_in(dir.path(), 2_000, serde_json::json!({"pad": "x".repeat(100)}));
+        assert!(std::fs::metadata(dir.path().join("events.jsonl")).unwrap().len() > 64 * 1024);
+        assert_eq!(EventLog::last_seq_in(dir.path()), 2_000);
+        // A torn last line is skipped.
+        let mut file =
+            std::fs::OpenOptions::new().append(true).open(dir.path().join("events.jsonl")).unwrap();
+        file.write_all(br#"{"seq":2001,"ts":"#).unwrap();
+        assert_eq!(EventLog::last_seq_in(dir.path()), 2_000);
+        // A last event longer than the window read from the end: the whole log is read.
+        let dir = tempfile::tempdir().unwrap();
+        let _log = log_in(dir.path(), 3, serde_json::json!({"pad": "x".repeat(100_000)}));
+        assert_eq!(EventLog::last_seq_in(dir.path()), 3);
+        assert_eq!(EventLog::last_seq_in(&dir.path().join("none")), 0);
+    }
 }

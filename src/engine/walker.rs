@@ -306,8 +306,10 @@ impl<'e> Walker<'e> {
         }
         scope.events.stage_event("stage.started", &node.id, visit, fields);
         // Watchers (`fabro logs -f`, `fabro serve`) see a stage start while it runs, not only at
-        // the next checkpoint: one write, no fsync.
-        scope.events.flush();
+        // the next checkpoint: one write, no fsync. A routing stage ends at once.
+        if keeps_files {
+            scope.events.flush();
+        }
         let started_at = now_rfc3339();
         let clock = Instant::now();
         let end = match node.handler_type() {
@@ -753,7 +755,6 @@ impl<'e> Walker<'e> {
             operator_notes: std::mem::take(&mut self.delivered_notes),
             sandbox: self.sandbox_of(node).map(str::to_string),
         };
-        let status_file = serde_json::to_value(&status_file).unwrap_or_default();
         let files_clock = Instant::now();
         // Renamed into place without an fsync: the stage counts once the run's journal holds it,
         // and the journal's one fsync per stage is what makes it durable (a branch's stages are
@@ -800,7 +801,8 @@ impl<'e> Walker<'e> {
         });
         if let Some(record) = self.state.stages.last() {
             let script = node.attributes.text("script");
-            self.state.summaries.push(StageSummary::from_stage_files(record, script, &status_file, stage_dir));
+            let summary = StageSummary::from_outcome(record, script, &status_file.outcome, stage_dir);
+            self.state.summaries.push(summary);
         }
         let event = if outcome.status == StageStatus::Fail { "stage.failed" } else { "stage.completed" };
         let mut fields = json!({"status": outcome.status, "duration_ms": duration_ms, "attempts": attempts,

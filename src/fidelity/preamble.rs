@@ -27,7 +27,7 @@ use super::FidelityMode;
 use crate::backends::Usage;
 use crate::context::artifacts::Pointer;
 use crate::context::Context;
-use crate::outcome::StageStatus;
+use crate::outcome::{Outcome, StageStatus};
 use crate::run_dir::StageRecord;
 
 /// Lines of stdout/stderr kept for a command stage.
@@ -140,49 +140,59 @@ impl StageSummary {
     /// last lines of `stdout.log`/`stderr.log` (reading at most 64 KiB from their ends) and the
     /// start of `response.md`. Never fails: a missing or unreadable file leaves its fields empty.
     pub fn from_stage_dir(record: &StageRecord, script: Option<&str>, stage_dir: &Path) -> StageSummary {
+        /// What a summary takes from `status.json`.
+        #[derive(serde::Deserialize)]
+        struct Status {
+            #[serde(flatten)]
+            outcome: Outcome,
+            #[serde(default)]
+            handler: String,
+        }
         let status =
             crate::regular_file::read(stage_dir.join("status.json"), crate::regular_file::FileKind::Record)
                 .ok()
-                .and_then(|bytes| serde_json::from_slice::<Value>(&bytes).ok())
-                .unwrap_or(Value::Null);
-        StageSummary::from_stage_files(record, script, &status, Some(stage_dir))
+                .and_then(|bytes| serde_json::from_slice::<Status>(&bytes).ok());
+        let Some(status) = status else {
+            let mut summary = StageSummary::from_record(record);
+            summary.script = script.map(str::to_string);
+            return summary;
+        };
+        let mut summary = StageSummary::from_outcome(record, script, &status.outcome, Some(stage_dir));
+        if summary.handler.is_empty() && !status.handler.trim().is_empty() {
+            summary.handler = status.handler;
+        }
+        summary
     }
 
-    /// The summary of a stage whose `status.json` is `status` (`null` when there is none); the
-    /// stage's logs and response are read from `stage_dir` when it has one.
-    pub fn from_stage_files(
+    /// The summary of a stage that ended with `outcome`; its logs and response are read from
+    /// `stage_dir` when it has one (routing stages have none).
+    pub fn from_outcome(
         record: &StageRecord,
         script: Option<&str>,
-        status: &Value,
+        outcome: &Outcome,
         stage_dir: Option<&Path>,
     ) -> StageSummary {
+        let text = |value: &Option<String>| value.as_ref().filter(|s| !s.trim().is_empty()).cloned();
+        let update = |key: &str| {
+            outcome.context_updates.get(key).and_then(Value::as_str).filter(|s| !s.trim().is_empty())
+        };
         let mut summary = StageSummary::from_record(record);
         summary.script = script.map(str::to_string);
-        let text = |value: &Value| value.as_str().filter(|s| !s.trim().is_empty()).map(str::to_string);
-        summary.notes = text(&status["notes"]);
-        summary.model = text(&status["model"]);
-        if summary.usage.is_none() {
-            summary.usage = serde_json::from_value(status["usage"].clone()).ok();
-        }
-        if summary.cost_usd.is_none() {
-            summary.cost_usd = status["cost_usd"].as_f64();
-        }
-        if summary.handler.is_empty() {
-            summary.handler = text(&status["handler"]).unwrap_or_default();
-        }
+        summary.notes = text(&outcome.notes);
+        summary.model = text(&outcome.model);
+        summary.usage = summary.usage.or(outcome.usage);
+        summary.cost_usd = summary.cost_usd.or(outcome.cost_usd);
         if summary.failure_reason.is_none() {
-            summary.failure_reason = text(&status["failure_reason"]);
+            summary.failure_reason = text(&outcome.failure_reason);
         }
-        if let Some(files) = status["files_touched"].as_array() {
-            summary.files_touched = files.iter().filter_map(|f| f.as_str().map(str::to_string)).collect();
-        }
-        let updates = &status["context_updates"];
-        summary.human_choice = match updates["human.gate.selected"].as_str() {
-            Some("freeform") => text(&updates["human.gate.text"]),
+        summary.files_touched.clone_from(&outcome.files_touched);
+        summary.human_choice = match update("human.gate.selected") {
+            Some("freeform") => update("human.gate.text"),
             _ => None,
         }
-        .or_else(|| text(&updates["human.gate.label"]))
-        .or_else(|| if summary.handler == "human" { text(&status["preferred_label"]) } else { None });
+        .or_else(|| update("human.gate.label"))
+        .map(str::to_string)
+        .or_else(|| if summary.handler == "human" { text(&outcome.preferred_label) } else { None });
         if let Some(dir) = stage_dir {
             summary.stdout_tail = read_tail(&dir.join("stdout.log"));
             summary.stderr_tail = read_tail(&dir.join("stderr.log"));

@@ -155,6 +155,13 @@ impl State {
         self.stages.extend(entry.stages.iter().cloned());
     }
 
+    /// [`State::apply`] for an entry read only to be folded in: its stages are moved, not copied.
+    fn apply_owned(&mut self, mut entry: Entry, with_context: bool) {
+        let stages = std::mem::take(&mut entry.stages);
+        self.apply(&entry, with_context);
+        self.stages.extend(stages);
+    }
+
     /// The completed nodes, in order.
     pub fn completed_nodes(&self) -> Vec<String> {
         self.stages.iter().map(|stage| stage.node_id.clone()).collect()
@@ -251,6 +258,15 @@ impl JournalError {
     }
 }
 
+/// Where a run's journal ends, for the writer that continues it.
+#[derive(Debug, Clone, Default)]
+pub struct JournalEnd {
+    /// The last whole entry's seq (0 for none).
+    pub last_seq: u64,
+    /// A last line cut short by a crash, cut off before the next append.
+    pub torn: Option<Torn>,
+}
+
 /// A journal as read: its entries and the torn last line, if any.
 #[derive(Debug, Default)]
 pub struct Journal {
@@ -269,10 +285,22 @@ impl Journal {
     /// Reads `journal.jsonl`. The last line may be torn (no newline, or not JSON): it is
     /// reported, not read. Any other bad line is corruption.
     pub fn read(root: &Path) -> Result<Journal, JournalError> {
+        let mut journal = Journal::default();
+        let end = Journal::scan(root, |entry, end| {
+            journal.entries.push(entry);
+            journal.ends.push(end);
+        })?;
+        journal.torn = end.torn;
+        Ok(journal)
+    }
+
+    /// Reads `journal.jsonl` line by line, handing each entry and the offset after its line to
+    /// `each` (nothing is kept), and says where the journal ends. Errors as [`Journal::read`].
+    pub fn scan(root: &Path, mut each: impl FnMut(Entry, u64)) -> Result<JournalEnd, JournalError> {
         let path = root.join(FILE);
         let bytes = crate::regular_file::read(&path, crate::regular_file::FileKind::EventLog)
             .map_err(|source| JournalError::Io { path: path.clone(), source })?;
-        let mut journal = Journal::default();
+        let mut journal_end = JournalEnd::default();
         let mut offset = 0usize;
         let mut line_number = 0;
         while offset < bytes.len() {
@@ -282,7 +310,10 @@ impl Journal {
             let parsed = serde_json::from_slice::<Entry>(line);
             match (parsed, end) {
                 (Ok(entry), Some(end)) => {
-                    let expected = journal.entries.last().map_or(entry.seq.max(1), |last| last.seq + 1);
+                    let expected = match journal_end.last_seq {
+                        0 => entry.seq.max(1),
+                        last => last + 1,
+                    };
                     if entry.seq != expected && !entry.reset {
                         return Err(JournalError::Corrupt {
                             path,
@@ -290,13 +321,14 @@ impl Journal {
                             message: format!("entry {} follows entry {}", entry.seq, expected - 1),
                         });
                     }
-                    journal.entries.push(entry);
+                    journal_end.last_seq = entry.seq;
                     offset = end + 1;
-                    journal.ends.push(offset as u64);
+                    each(entry, offset as u64);
                 }
                 // The last line, unfinished: a crash during the append.
                 (_, None) => {
-                    journal.torn = Some(Torn { offset: offset as u64, bytes: (bytes.len() - offset) as u64 });
+                    journal_end.torn =
+                        Some(Torn { offset: offset as u64, bytes: (bytes.len() - offset) as u64 });
                     break;
                 }
                 (Err(error), Some(_)) => {
@@ -304,7 +336,7 @@ impl Journal {
                 }
             }
         }
-        Ok(journal)
+        Ok(journal_end)
     }
 
     /// The state after the last entry; `snapshot`, when given, supplies the context up to its
@@ -342,15 +374,32 @@ pub fn load_checkpoint(root: &Path) -> Result<Option<Checkpoint>, JournalError> 
     }))
 }
 
-/// The journal of the run in `root` and the state it folds to over the snapshot; `None` while
-/// it has no entry (the run has not finished its first stage).
-pub fn read_state(root: &Path) -> Result<Option<(State, Journal)>, JournalError> {
-    let journal = Journal::read(root)?;
-    if journal.entries.is_empty() {
-        return Ok(None);
-    }
+/// The state the journal of the run in `root` folds to over the snapshot, and where the journal
+/// ends; `None` while it has no entry (the run has not finished its first stage). The journal is
+/// folded as it is read: no entry is kept.
+pub fn read_state(root: &Path) -> Result<Option<(State, JournalEnd)>, JournalError> {
+    // The snapshot first: it is written after the entries it covers, so the journal read next
+    // holds them all.
     let snapshot = read_snapshot(root)?;
-    Ok(Some((journal.state(snapshot.as_ref()), journal)))
+    let fold = |snapshot: Option<&Checkpoint>| {
+        let covered = snapshot.and_then(|s| s.journal_seq);
+        let mut state = State::default();
+        let end = Journal::scan(root, |entry, _| {
+            let seq = entry.seq;
+            state.apply_owned(entry, covered.is_none_or(|covered| seq > covered));
+            if let (Some(snapshot), true) = (snapshot, covered == Some(seq)) {
+                state.context = snapshot.context.clone();
+            }
+        })?;
+        Ok::<_, JournalError>((state, end))
+    };
+    let (mut state, mut end) = fold(snapshot.as_ref())?;
+    if snapshot.as_ref().and_then(|s| s.journal_seq).is_some_and(|covered| covered > end.last_seq) {
+        // A snapshot ahead of its journal (never written so, but a copied directory may be):
+        // the journal alone.
+        (state, end) = fold(None)?;
+    }
+    Ok((end.last_seq > 0).then_some((state, end)))
 }
 
 /// `checkpoint.json`, when present.

@@ -33,13 +33,14 @@ use std::path::{Path, PathBuf};
 
 pub use atomic::{link_atomic, write_atomic, write_atomic_with, Durability};
 pub use history::{fork, parse_target, rewind, ForkOrigin, Forked, HistoryError, Rewound};
+pub use journal::JournalEnd;
 pub use lock::is_held as lock_is_held;
 pub use lock::{RunLock, LOCK_FILE};
 pub use records::{
     Checkpoint, CheckpointRef, LaunchRecord, Manifest, RunResult, RunStatus, StageRecord, StageStatusFile,
     UsageTotals, WorktreeRecord,
 };
-pub use saved::{JournalEnd, ResumeError, SavedRun};
+pub use saved::{ResumeError, SavedRun};
 pub use view::{RunView, StageSummary, ViewError};
 
 #[derive(Debug, thiserror::Error)]

@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::journal::Journal;
+use super::journal::{Journal, JournalEnd};
 use super::records::{Checkpoint, Manifest, RunResult, RunStatus, StageRecord, StageStatusFile};
 use super::RunDir;
 use crate::fidelity::preamble::StageSummary;
@@ -55,14 +55,6 @@ pub struct SavedRun {
     pub journal: JournalEnd,
 }
 
-/// Where a run's journal ends, for the writer that continues it.
-#[derive(Debug, Clone, Default)]
-pub struct JournalEnd {
-    pub last_seq: u64,
-    /// A last line cut short by a crash, cut off before the next append.
-    pub torn: Option<super::journal::Torn>,
-}
-
 impl SavedRun {
     /// Takes the run's lock and reads its directory; refuses ones that are not runs, are
     /// corrupt, are driven by another process, or have ended.
@@ -78,10 +70,9 @@ impl SavedRun {
         let lock = dir.lock()?;
         let manifest: Manifest = read_json(root, "manifest.json")?;
         let (checkpoint, summaries, journal) = if Journal::exists(root) {
-            let Some((state, journal)) = super::journal::read_state(root).map_err(corrupt)? else {
+            let Some((state, end)) = super::journal::read_state(root).map_err(corrupt)? else {
                 return Err(ResumeError::NotStarted { path: root.to_path_buf() });
             };
-            let end = JournalEnd { last_seq: journal.last_seq(), torn: journal.torn.clone() };
             (state.checkpoint(&manifest.run_id), state.stages, end)
         } else {
             let checkpoint: Checkpoint = read_json(root, "checkpoint.json")?;

@@ -275,8 +275,7 @@ pub fn stage(dir: &Path, id: &str, node: &str, visit: u32) -> Option<String> {
     let visit_dir = crate::report::visit_dir(dir, node, visit);
     if let Some(visit_dir) = &visit_dir {
         // Never follow a link out of the run directory.
-        let inside =
-            std::fs::canonicalize(visit_dir).ok()?.starts_with(std::fs::canonicalize(dir).ok()?);
+        let inside = std::fs::canonicalize(visit_dir).ok()?.starts_with(std::fs::canonicalize(dir).ok()?);
         if !inside {
             return None;
         }
@@ -290,7 +289,10 @@ pub fn stage(dir: &Path, id: &str, node: &str, visit: u32) -> Option<String> {
     );
     body.push_str(&visit_html(page_visit));
     let read = |name: &str| {
-        visit_dir.as_ref().and_then(|d| crate::report::read_tail(&d.join(name), 256 * 1024)).unwrap_or_default()
+        visit_dir
+            .as_ref()
+            .and_then(|d| crate::report::read_tail(&d.join(name), 256 * 1024))
+            .unwrap_or_default()
     };
     let transcript = read("transcript.jsonl");
     if !transcript.is_empty() {
