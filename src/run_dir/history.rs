@@ -86,16 +86,93 @@ enum Place {
 
 fn select(root: &Path, node: &str, visit: Option<u32>) -> Result<Selected, HistoryError> {
     let (manifest, _) = read_manifest(root)?;
-    if Journal::exists(root) {
-        return select_in_journal(root, &manifest.run_id, node, visit);
-    }
-    let history = history_files(root)?;
-    if history.is_empty() {
+    let journal = match Journal::exists(root) {
+        true => Some(Journal::read(root).map_err(journal_error)?),
+        false => None,
+    };
+    // A run made before the journal has its history in checkpoints/; one continued since has
+    // it there up to its journal's first entry (which holds the whole state it went on from).
+    let continued = journal.as_ref().is_none_or(|journal| journal.entries.first().is_some_and(|e| e.reset));
+    let legacy = match continued && (journal.is_none() || root.join("checkpoints").is_dir()) {
+        true => history_files(root)?,
+        false => Vec::new(),
+    };
+    if journal.is_none() && legacy.is_empty() {
         return Err(HistoryError::NoHistory { path: root.to_path_buf() });
     }
-    // The first completed checkpoint of each visit of `node`.
-    let mut visits: BTreeMap<u32, (u64, Checkpoint)> = BTreeMap::new();
+    // Stages in the order they ran; a visit with a point in both (the state the journal went on
+    // from) is taken from the journal.
     let mut known: Vec<String> = Vec::new();
+    let older = legacy_points(legacy, node, &mut known)?;
+    let mut points =
+        journal.as_ref().map(|journal| journal_points(journal, node, &mut known)).unwrap_or_default();
+    for (count, point) in older {
+        points.entry(count).or_insert(point);
+    }
+    match (choose(root, node, visit, points, known)?, journal) {
+        (Point::Journal(_), None) => Err(HistoryError::NoHistory { path: root.to_path_buf() }),
+        (Point::Journal(index), Some(journal)) => {
+            let mut state = super::journal::State::default();
+            for entry in &journal.entries[..=index] {
+                state.apply(entry, true);
+            }
+            let bytes = journal.ends[index];
+            let checkpoint = state.checkpoint(&manifest.run_id);
+            let visit = checkpoint.node_visits.get(node).copied().unwrap_or(0);
+            Ok(Selected { visit, checkpoint, summaries: state.stages, place: Place::Journal { bytes } })
+        }
+        (Point::Checkpoint(seq, checkpoint), _) => {
+            let summaries = super::saved::legacy_summaries(root, &checkpoint);
+            let visit = checkpoint.node_visits.get(node).copied().unwrap_or(0);
+            Ok(Selected { visit, checkpoint: *checkpoint, summaries, place: Place::Checkpoints { seq } })
+        }
+    }
+}
+
+/// Where the state after a visit is recorded, before it is chosen.
+enum Point {
+    /// The index of its journal entry.
+    Journal(usize),
+    /// `checkpoints/<seq>-<node>.json` and what it holds.
+    Checkpoint(u64, Box<Checkpoint>),
+}
+
+/// The first completed journal entry of each visit of `node`; `known` gains every stage the
+/// journal completed.
+fn journal_points(journal: &Journal, node: &str, known: &mut Vec<String>) -> BTreeMap<u32, Point> {
+    let mut points = BTreeMap::new();
+    let mut counts: BTreeMap<String, u32> = BTreeMap::new();
+    for (index, entry) in journal.entries.iter().enumerate() {
+        if entry.reset {
+            counts.clear();
+        }
+        for (name, count) in &entry.visits {
+            counts.insert(name.clone(), *count);
+        }
+        for stage in &entry.stages {
+            if !known.contains(&stage.node_id) {
+                known.push(stage.node_id.clone());
+            }
+        }
+        let completed = matches!(entry.status, RunStatus::Running | RunStatus::Succeeded | RunStatus::Failed);
+        if entry.node != node || !completed {
+            continue;
+        }
+        if let Some(&count) = counts.get(node).filter(|&&count| count > 0) {
+            points.entry(count).or_insert(Point::Journal(index));
+        }
+    }
+    points
+}
+
+/// The first completed checkpoint of each visit of `node` among `history` (checkpoints/);
+/// `known` gains every stage with a checkpoint.
+fn legacy_points(
+    history: Vec<(u64, String, PathBuf)>,
+    node: &str,
+    known: &mut Vec<String>,
+) -> Result<BTreeMap<u32, Point>, HistoryError> {
+    let mut points = BTreeMap::new();
     for (seq, file_node, path) in history {
         if !known.contains(&file_node) {
             known.push(file_node.clone());
@@ -110,12 +187,9 @@ fn select(root: &Path, node: &str, visit: Option<u32>) -> Result<Selected, Histo
             continue;
         }
         let Some(&count) = checkpoint.node_visits.get(node) else { continue };
-        visits.entry(count).or_insert((seq, checkpoint));
+        points.entry(count).or_insert(Point::Checkpoint(seq, Box::new(checkpoint)));
     }
-    let (seq, checkpoint) = choose(root, node, visit, visits, known)?;
-    let summaries = super::saved::legacy_summaries(root, &checkpoint);
-    let visit = checkpoint.node_visits.get(node).copied().unwrap_or(0);
-    Ok(Selected { visit, checkpoint, summaries, place: Place::Checkpoints { seq } })
+    Ok(points)
 }
 
 /// The point after visit `visit` (default: the last) among the first points of each visit.
@@ -139,48 +213,6 @@ fn choose<T>(
         visit: wanted,
         existing,
     })
-}
-
-/// The point in the journal: the state is rebuilt by folding the entries up to it.
-fn select_in_journal(
-    root: &Path,
-    run_id: &str,
-    node: &str,
-    visit: Option<u32>,
-) -> Result<Selected, HistoryError> {
-    let journal = Journal::read(root).map_err(journal_error)?;
-    let mut known: Vec<String> = Vec::new();
-    let mut visits: BTreeMap<u32, usize> = BTreeMap::new();
-    let mut counts: BTreeMap<String, u32> = BTreeMap::new();
-    for (index, entry) in journal.entries.iter().enumerate() {
-        if entry.reset {
-            counts.clear();
-        }
-        for (name, count) in &entry.visits {
-            counts.insert(name.clone(), *count);
-        }
-        for stage in &entry.stages {
-            if !known.contains(&stage.node_id) {
-                known.push(stage.node_id.clone());
-            }
-        }
-        let completed = matches!(entry.status, RunStatus::Running | RunStatus::Succeeded | RunStatus::Failed);
-        if entry.node != node || !completed {
-            continue;
-        }
-        if let Some(&count) = counts.get(node).filter(|&&count| count > 0) {
-            visits.entry(count).or_insert(index);
-        }
-    }
-    let index = choose(root, node, visit, visits, known)?;
-    let mut state = super::journal::State::default();
-    for entry in &journal.entries[..=index] {
-        state.apply(entry, true);
-    }
-    let bytes = journal.ends[index];
-    let checkpoint = state.checkpoint(run_id);
-    let visit = checkpoint.node_visits.get(node).copied().unwrap_or(0);
-    Ok(Selected { visit, checkpoint, summaries: state.stages, place: Place::Journal { bytes } })
 }
 
 fn journal_error(error: super::journal::JournalError) -> HistoryError {
@@ -514,6 +546,11 @@ pub fn rewind(root: &Path, node: &str, visit: Option<u32>) -> Result<Rewound, Hi
             dir.write_snapshot(&snapshot, Durability::Synced)?;
         }
         Place::Checkpoints { seq: chosen } => {
+            // A run continued from an older run directory becomes one again: all of its journal
+            // comes after the point.
+            if Journal::exists(root) {
+                move_into_archive(super::journal::FILE, &mut moved)?;
+            }
             for (seq, _, path) in history_files(root)? {
                 if seq <= chosen {
                     continue;
