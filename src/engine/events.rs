@@ -163,29 +163,57 @@ impl EventLog {
 /// `node_id` and `visit`, keys in order (a field of the same name wins), written without copying
 /// the fields.
 fn write_line(out: &mut impl Write, run_id: &str, record: &Event) -> std::io::Result<()> {
-    #[derive(serde::Serialize)]
-    #[serde(untagged)]
-    enum Field<'a> {
-        Text(&'a str),
-        Number(u64),
-        Value(&'a Value),
-    }
-    let mut line: std::collections::BTreeMap<&str, Field<'_>> = std::collections::BTreeMap::new();
-    line.insert("seq", Field::Number(record.seq));
-    line.insert("ts", Field::Text(&record.ts));
-    line.insert("run_id", Field::Text(run_id));
-    line.insert("event", Field::Text(&record.event));
-    if let Some(node_id) = &record.node_id {
-        line.insert("node_id", Field::Text(node_id));
-    }
-    if let Some(visit) = record.visit {
-        line.insert("visit", Field::Number(u64::from(visit)));
-    }
-    for (key, value) in &record.fields {
-        line.insert(key, Field::Value(value));
-    }
-    serde_json::to_writer(&mut *out, &line)?;
+    serde_json::to_writer(&mut *out, &Line { run_id, record })?;
     out.write_all(b"\n")
+}
+
+/// An event as its line: the fixed keys merged in order with the (sorted) fields.
+struct Line<'a> {
+    run_id: &'a str,
+    record: &'a Event,
+}
+
+impl serde::Serialize for Line<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        #[derive(serde::Serialize)]
+        #[serde(untagged)]
+        enum Field<'a> {
+            Text(&'a str),
+            Number(u64),
+            Value(&'a Value),
+        }
+        let record = self.record;
+        // In key order.
+        let fixed = [
+            ("event", Some(Field::Text(&record.event))),
+            ("node_id", record.node_id.as_deref().map(Field::Text)),
+            ("run_id", Some(Field::Text(self.run_id))),
+            ("seq", Some(Field::Number(record.seq))),
+            ("ts", Some(Field::Text(&record.ts))),
+            ("visit", record.visit.map(|visit| Field::Number(u64::from(visit)))),
+        ];
+        let mut fixed = fixed.into_iter().filter_map(|(key, value)| Some((key, value?))).peekable();
+        let mut fields =
+            record.fields.iter().map(|(key, value)| (key.as_str(), Field::Value(value))).peekable();
+        let mut map = serializer.serialize_map(None)?;
+        loop {
+            let next = match (fixed.peek(), fields.peek()) {
+                (Some((a, _)), Some((b, _))) if a < b => fixed.next(),
+                (Some((a, _)), Some((b, _))) if a == b => {
+                    fixed.next();
+                    fields.next()
+                }
+                (_, Some(_)) => fields.next(),
+                (Some(_), None) => fixed.next(),
+                (None, None) => break,
+            };
+            if let Some((key, value)) = next {
+                map.serialize_entry(key, &value)?;
+            }
+        }
+        map.end()
+    }
 }
 
 /// The current time as RFC 3339 with milliseconds, UTC.

@@ -1042,12 +1042,13 @@ impl<'e> Walker<'e> {
         })
     }
 
-    /// Pauses the run after `node` because its checkpoint could not be saved: going on would run
-    /// stages whose effects no checkpoint records.
+    /// Pauses the run after `node` because its journal entry or stage record could not be saved:
+    /// going on would run stages whose effects nothing records.
     fn pause_undurable(&self, node: &Node, visit: u32, error: &str) -> Step {
         let reason = format!(
-            "the checkpoint after `{}` could not be saved ({error}); the run pauses because its state is not \
-             durable. Free the space (or fix the error) and `fabro resume` continues from the last saved checkpoint",
+            "the records of `{}` could not be saved ({error}); the run pauses because going on would run \
+             stages nothing records. Free the space (or fix the error) and `fabro resume` continues after the \
+             last stage the journal holds",
             node.id
         );
         self.scope.events.stage_event("run.paused", &node.id, visit, json!({"reason": reason}));
