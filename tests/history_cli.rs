@@ -117,15 +117,6 @@ fn finished_run() -> Dir {
     dir
 }
 
-fn stage_pairs(result: &Value) -> Vec<(String, u64)> {
-    result["stages"]
-        .as_array()
-        .expect("stages")
-        .iter()
-        .map(|s| (s["node_id"].as_str().unwrap().to_string(), s["visit"].as_u64().unwrap()))
-        .collect()
-}
-
 #[test]
 fn a_fork_continues_from_the_chosen_visit_and_leaves_the_original_alone() {
     let dir = finished_run();
@@ -174,7 +165,7 @@ fn a_fork_continues_from_the_chosen_visit_and_leaves_the_original_alone() {
     assert_eq!(result["status"], "succeeded");
     assert_eq!(result["run_id"], fork_id);
     assert_eq!(result["completed_nodes"], json!(["start", "work", "work", "work", "done", "exit"]));
-    let stages = stage_pairs(&result);
+    let stages = common::stage_pairs(&result);
     assert_eq!(
         stages.iter().filter(|(n, _)| n == "work").map(|(_, v)| *v).collect::<Vec<_>>(),
         vec![1, 2, 3]
@@ -234,7 +225,10 @@ fn rewind_moves_later_history_aside_and_the_run_continues_from_there() {
     );
     let result = dir.json("runs/orig/result.json");
     assert_eq!(result["status"], "interrupted");
-    assert_eq!(stage_pairs(&result), [("start", 1), ("work", 1)].map(|(n, v)| (n.to_string(), v)).to_vec());
+    assert_eq!(
+        common::stage_pairs(&result),
+        [("start", 1), ("work", 1)].map(|(n, v)| (n.to_string(), v)).to_vec()
+    );
     for gone in ["stages/work/2", "stages/work/3", "stages/done/1"] {
         assert!(!dir.path("runs/orig").join(gone).exists(), "{gone} should have moved");
         assert!(archive.join(gone).exists(), "{gone} should be in {}", archive.display());
@@ -276,7 +270,7 @@ fn rewind_moves_later_history_aside_and_the_run_continues_from_there() {
     let result = dir.json("runs/orig/result.json");
     assert_eq!(result["status"], "succeeded");
     assert_eq!(
-        stage_pairs(&result),
+        common::stage_pairs(&result),
         [("start", 1), ("work", 1), ("work", 2), ("work", 3), ("done", 1), ("exit", 1)]
             .map(|(n, v)| (n.to_string(), v))
             .to_vec()

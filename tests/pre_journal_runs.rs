@@ -74,15 +74,6 @@ fn copy_tree(from: &Path, to: &Path, work_dir: &str) {
     }
 }
 
-fn stage_pairs(result: &Value) -> Vec<(String, u64)> {
-    result["stages"]
-        .as_array()
-        .expect("stages")
-        .iter()
-        .map(|s| (s["node_id"].as_str().unwrap().to_string(), s["visit"].as_u64().unwrap()))
-        .collect()
-}
-
 fn pairs(list: &[(&str, u64)]) -> Vec<(String, u64)> {
     list.iter().map(|(node, visit)| (node.to_string(), *visit)).collect()
 }
@@ -105,7 +96,7 @@ fn a_paused_run_from_before_the_journal_resumes_and_goes_on_in_a_journal() {
     assert_eq!(result["run_id"], run_id);
     let mut expected = BEFORE_RESUME.to_vec();
     expected.extend([("gate", 2), ("ship", 1), ("exit", 1)]);
-    assert_eq!(stage_pairs(&result), pairs(&expected));
+    assert_eq!(common::stage_pairs(&result), pairs(&expected));
 
     // The run goes on in a journal whose first entry holds the whole state (the old stages and
     // the first new one); the old checkpoints are left as they were.
@@ -145,7 +136,7 @@ fn a_run_from_before_the_journal_forks_and_rewinds_before_and_after_it_goes_on()
     assert_eq!(legacy.log(), "plan\nplan\nship\n");
     let mut expected = BEFORE_RESUME[..2].to_vec();
     expected.extend([("check", 1), ("gate", 1), ("ship", 1), ("exit", 1)]);
-    assert_eq!(stage_pairs(&legacy.json("fork/result.json")), pairs(&expected));
+    assert_eq!(common::stage_pairs(&legacy.json("fork/result.json")), pairs(&expected));
 
     // Continued, then rewound to a stage the old binary ran: the journal keeps its first entry
     // (the old run's whole state) cut to that stage, and the run goes on from there.
@@ -165,7 +156,7 @@ fn a_run_from_before_the_journal_forks_and_rewinds_before_and_after_it_goes_on()
     assert_eq!(legacy.log(), "plan\nplan\nship\nship\n");
     let mut expected = BEFORE_RESUME.to_vec();
     expected.extend([("gate", 2), ("ship", 1), ("exit", 1)]);
-    assert_eq!(stage_pairs(&legacy.json("run/result.json")), pairs(&expected));
+    assert_eq!(common::stage_pairs(&legacy.json("run/result.json")), pairs(&expected));
 
     // And to a stage it ran after it went on.
     legacy.fabro(&["rewind", "run", "--to", "ship@1"], 0);

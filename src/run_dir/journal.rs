@@ -342,18 +342,12 @@ impl Journal {
     /// The state after the last entry; `snapshot`, when given, supplies the context up to its
     /// `journal_seq` (entries after it are folded in whole).
     pub fn state(&self, snapshot: Option<&Checkpoint>) -> State {
-        let covered = snapshot.and_then(|s| s.journal_seq).filter(|&seq| seq <= self.last_seq());
-        let mut state = State::default();
+        let snapshot = snapshot.filter(|s| s.journal_seq.is_some_and(|seq| seq <= self.last_seq()));
+        let mut fold = Fold::over(snapshot);
         for entry in &self.entries {
-            let in_snapshot = covered.is_some_and(|seq| entry.seq <= seq);
-            state.apply(entry, !in_snapshot);
-            if let (Some(seq), Some(snapshot)) = (covered, snapshot) {
-                if entry.seq == seq {
-                    state.context = snapshot.context.clone();
-                }
-            }
+            fold.add(entry.clone());
         }
-        state
+        fold.state
     }
 
     /// The sequence number of the last entry (0 for none).
@@ -382,16 +376,9 @@ pub fn read_state(root: &Path) -> Result<Option<(State, JournalEnd)>, JournalErr
     // holds them all.
     let snapshot = read_snapshot(root)?;
     let fold = |snapshot: Option<&Checkpoint>| {
-        let covered = snapshot.and_then(|s| s.journal_seq);
-        let mut state = State::default();
-        let end = Journal::scan(root, |entry, _| {
-            let seq = entry.seq;
-            state.apply_owned(entry, covered.is_none_or(|covered| seq > covered));
-            if let (Some(snapshot), true) = (snapshot, covered == Some(seq)) {
-                state.context = snapshot.context.clone();
-            }
-        })?;
-        Ok::<_, JournalError>((state, end))
+        let mut fold = Fold::over(snapshot);
+        let end = Journal::scan(root, |entry, _| fold.add(entry))?;
+        Ok::<_, JournalError>((fold.state, end))
     };
     let (mut state, mut end) = fold(snapshot.as_ref())?;
     if snapshot.as_ref().and_then(|s| s.journal_seq).is_some_and(|covered| covered > end.last_seq) {
@@ -400,6 +387,28 @@ pub fn read_state(root: &Path) -> Result<Option<(State, JournalEnd)>, JournalErr
         (state, end) = fold(None)?;
     }
     Ok((end.last_seq > 0).then_some((state, end)))
+}
+
+/// Entries folded into a state, in order; a snapshot supplies the context up to its
+/// `journal_seq` (the entries it covers are folded without theirs).
+struct Fold<'a> {
+    state: State,
+    snapshot: Option<&'a Checkpoint>,
+}
+
+impl<'a> Fold<'a> {
+    fn over(snapshot: Option<&'a Checkpoint>) -> Fold<'a> {
+        Fold { state: State::default(), snapshot }
+    }
+
+    fn add(&mut self, entry: Entry) {
+        let seq = entry.seq;
+        let covered = self.snapshot.and_then(|snapshot| snapshot.journal_seq);
+        self.state.apply_owned(entry, covered.is_none_or(|covered| seq > covered));
+        if let (Some(snapshot), true) = (self.snapshot, covered == Some(seq)) {
+            self.state.context = snapshot.context.clone();
+        }
+    }
 }
 
 /// `checkpoint.json`, when present.

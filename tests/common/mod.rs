@@ -272,3 +272,13 @@ pub fn journaled_visits(run_dir: &Path) -> Vec<(String, u64)> {
         })
         .collect()
 }
+
+/// The `(node, visit)` of every stage `result.json` lists, in order.
+pub fn stage_pairs(result: &serde_json::Value) -> Vec<(String, u64)> {
+    result["stages"]
+        .as_array()
+        .expect("stages")
+        .iter()
+        .map(|s| (s["node_id"].as_str().unwrap().to_string(), s["visit"].as_u64().unwrap()))
+        .collect()
+}
