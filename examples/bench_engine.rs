@@ -139,7 +139,7 @@ async fn run(dot: &str, dir: &Path, samples: &WriteSamples) -> Measured {
     let options = options(dir);
     let ended = Arc::new(Mutex::new(0usize));
     let (at, taken) = (samples.at.clone(), samples.taken.clone());
-    let observe = move |event: &fabro::engine::events::Event| {
+    let observe = move |event: &fabro::events::Event| {
         if event.event != "stage.completed" {
             return;
         }
@@ -175,7 +175,7 @@ async fn pause_and_resume(dot: &str, dir: &Path) -> (usize, Resumed) {
     let clock = Instant::now();
     let first_stage: Arc<Mutex<Option<Duration>>> = Arc::default();
     let seen = first_stage.clone();
-    let observe = move |event: &fabro::engine::events::Event| {
+    let observe = move |event: &fabro::events::Event| {
         if event.event == "stage.started" {
             if let Ok(mut seen) = seen.lock() {
                 seen.get_or_insert_with(|| clock.elapsed());

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fabro::backends::simulated::SimulatedBackend;
-use fabro::engine::events::Event;
+use fabro::events::Event;
 use fabro::engine::{Engine, RunOptions, RunReport};
 use fabro::handlers::{builtin_handlers, Services};
 use fabro::interview::NoAnswers;

@@ -11,6 +11,7 @@ pub mod condition;
 pub mod context;
 pub mod diagnostic;
 pub mod engine;
+pub mod events;
 pub mod fidelity;
 pub mod graph;
 pub mod handlers;
@@ -27,6 +28,7 @@ pub mod serve;
 pub mod source;
 pub mod starter;
 pub mod syntax;
+pub mod usage;
 pub mod validate;
 pub mod worktree;
 

@@ -1064,7 +1064,7 @@ mod library {
 
     use fabro::backends::simulated::SimulatedBackend;
     use fabro::backends::{Backend, BackendError, LlmRequest, LlmResponse};
-    use fabro::engine::events::Event;
+    use fabro::events::Event;
     use fabro::engine::{Engine, RunOptions};
     use fabro::handlers::{builtin_handlers, Handler, HandlerError, HandlerRegistry, Services, StageRun};
     use fabro::interview::NoAnswers;

@@ -35,7 +35,7 @@ pub struct AgentSettings<'a> {
     /// Where offloaded tool results go (`<run_dir>/artifacts/tool_output`).
     pub offload_dir: PathBuf,
     /// What the stage may still use under the run's ceilings, and the model's price to count cost.
-    pub usage_left: Option<crate::engine::budget::UsageLeft>,
+    pub usage_left: Option<crate::usage::UsageLeft>,
     pub price: Option<super::models::Price>,
     /// The context layers: what each call sends is a trimmed view of the conversation.
     pub context: &'a crate::agent_context::ContextSettings,

@@ -22,7 +22,7 @@ pub mod transcript;
 use std::path::Path;
 use std::time::Duration;
 
-use crate::engine::events::EventLog;
+use crate::events::EventLog;
 
 /// One model call.
 #[derive(Debug, Clone)]
@@ -63,7 +63,7 @@ pub struct StageEnv<'a> {
     /// Node `cli_agent`.
     pub cli_agent: Option<&'a str>,
     /// What the stage may still use under the run's ceilings.
-    pub usage_left: Option<crate::engine::budget::UsageLeft>,
+    pub usage_left: Option<crate::usage::UsageLeft>,
     /// How the agent loop trims what it sends (node attributes and graph defaults).
     pub context: crate::agent_context::ContextSettings,
     /// Where the shell tool's commands and CLI agents run.

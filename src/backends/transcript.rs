@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 
 use super::chat::ChatResponse;
 use super::redaction::Secrets;
-use crate::engine::events::{now_rfc3339, EventLog};
+use crate::events::{now_rfc3339, EventLog};
 
 /// The transcript entry of one model answer: text, tool calls, the provider's thinking when it
 /// sent any, usage, model and stop reason.

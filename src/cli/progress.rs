@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use fabro::engine::events::Event;
+use fabro::events::Event;
 use fabro::run_dir::stage_output::{tail_lines, LogFollower, OUTPUT_LOGS};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 

@@ -211,8 +211,8 @@ impl LaunchArgs {
     }
 
     /// `--max-tokens` and `--max-cost`.
-    pub fn limits(&self) -> fabro::engine::budget::UsageLimits {
-        fabro::engine::budget::UsageLimits { max_tokens: self.max_tokens, max_cost: self.max_cost }
+    pub fn limits(&self) -> fabro::usage::UsageLimits {
+        fabro::usage::UsageLimits { max_tokens: self.max_tokens, max_cost: self.max_cost }
     }
 }
 

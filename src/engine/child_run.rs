@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use super::events::Event;
+use crate::events::Event;
 use super::{Engine, RunOptions, RunReport, StartError};
 use crate::graph::{HandlerType, Node};
 use crate::run_dir::{ResumeError, RunResult, SavedRun};

@@ -1,10 +1,8 @@
-//! The scheduler and its rules: edge selection, retries, goal gates, visits; the event log; and
-//! child runs for manager stages.
+//! The scheduler and its rules: edge selection, retries, goal gates, visits; and child runs for
+//! manager stages.
 
-pub mod budget;
 pub mod child_run;
 pub mod edge_selection;
-pub mod events;
 pub mod parallel;
 pub mod retry;
 mod scheduler;

@@ -11,7 +11,7 @@ use petgraph::graph::NodeIndex;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
-use super::events::{now_rfc3339, EventLog};
+use crate::events::{now_rfc3339, EventLog};
 use super::walker::{Line, LineState, RunScope, Step, Walker};
 use crate::context::artifacts::ArtifactStore;
 use crate::context::Context;
@@ -45,7 +45,7 @@ pub struct RunOptions {
     /// Set when this run is the child of a manager stage (see [`super::child_run`]).
     pub parent: Option<super::child_run::ParentLink>,
     /// `--max-tokens`/`--max-cost`; the graph's `max_tokens`/`max_cost` apply when unset.
-    pub limits: super::budget::UsageLimits,
+    pub limits: crate::usage::UsageLimits,
     /// How LLM stages are answered, recorded in the manifest for `fabro resume`.
     pub launch: crate::run_dir::LaunchRecord,
     /// `--max-output`: the most bytes a command stage may write to its logs.
@@ -119,7 +119,7 @@ impl Engine {
         &self,
         valid: &ValidWorkflow,
         options: &RunOptions,
-        observe: impl Fn(&super::events::Event) + Send + Sync + 'static,
+        observe: impl Fn(&crate::events::Event) + Send + Sync + 'static,
         cancel: CancellationToken,
     ) -> Result<RunReport, StartError> {
         let workflow = &valid.workflow;
@@ -208,7 +208,7 @@ impl Engine {
         valid: &ValidWorkflow,
         saved: SavedRun,
         options: &RunOptions,
-        observe: impl Fn(&super::events::Event) + Send + Sync + 'static,
+        observe: impl Fn(&crate::events::Event) + Send + Sync + 'static,
         cancel: CancellationToken,
     ) -> Result<RunReport, StartError> {
         let workflow = &valid.workflow;

@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 use super::edge_selection::select_edge;
-use super::events::{now_rfc3339, EventLog};
+use crate::events::{now_rfc3339, EventLog};
 use super::retry::RetryPolicy;
 use super::scheduler::{Engine, RunOptions, RunTimings};
 use super::step::{StageReview, StepDecision, OPERATOR_NOTES_KEY};
@@ -546,7 +546,7 @@ impl<'e> Walker<'e> {
         if !node.handler_type().is_llm() || scope.options.dry_run {
             return None;
         }
-        super::budget::UsageLimits::resolve(scope.options.limits, scope.workflow).reached(&self.state.stages)
+        crate::usage::UsageLimits::resolve(scope.options.limits, scope.workflow).reached(&self.state.stages)
     }
 
     /// `max_visits` on the node, graph `max_node_visits`, and the dry-run cap.
@@ -672,7 +672,7 @@ impl<'e> Walker<'e> {
                 .map(|key| (key, self.threads.get(key).map_or(&[][..], Vec::as_slice))),
             children: super::child_run::ChildLauncher::new(scope.engine, scope.options),
             // The ceilings' remainder bounds a stage that makes several model calls.
-            usage_left: super::budget::UsageLimits::resolve(scope.options.limits, scope.workflow)
+            usage_left: crate::usage::UsageLimits::resolve(scope.options.limits, scope.workflow)
                 .left(&self.state.stages)
                 .filter(|_| !scope.options.dry_run),
             max_output: scope.options.max_output,

@@ -231,7 +231,7 @@ mod tests {
     use std::sync::{Arc, Mutex};
 
     use super::*;
-    use crate::engine::events::{Event, EventLog};
+    use crate::events::{Event, EventLog};
     use crate::handlers::test_support::{FixedAnswer, Fixture};
     use crate::interview::answers::AnswersFile;
     use crate::interview::{AutoApprove, FirstAvailable, Interviewer, NoAnswers};

@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backends::Backend;
 use crate::context::Context;
-use crate::engine::events::EventLog;
+use crate::events::EventLog;
 use crate::graph::{Node, Workflow};
 use crate::interview::Interviewer;
 use crate::outcome::Outcome;
@@ -55,7 +55,7 @@ pub struct StageRun<'a> {
     /// Runs child workflows through the engine running this stage (manager stages).
     pub children: crate::engine::child_run::ChildLauncher<'a>,
     /// What the stage may still use under `--max-tokens`/`--max-cost` (none without ceilings).
-    pub usage_left: Option<crate::engine::budget::UsageLeft>,
+    pub usage_left: Option<crate::usage::UsageLeft>,
     /// `--max-output`: the most bytes a command stage may write (node `max_output` wins).
     pub max_output: Option<u64>,
     /// Where the stage's programs run (commands, the agent's shell tool, CLI agents).
@@ -162,7 +162,7 @@ pub(crate) mod test_support {
     use super::{Services, StageRun};
     use crate::backends::simulated::SimulatedBackend;
     use crate::context::Context;
-    use crate::engine::events::EventLog;
+    use crate::events::EventLog;
     use crate::graph::Workflow;
     use crate::interview::{Answer, Interviewer, Question};
     use crate::source::SourceFile;

@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 use super::journal::{Entry, Journal, State, SyncMode};
 use super::records::{Checkpoint, Manifest, RunResult, RunStatus, StageRecord};
 use super::{write_json_file, Durability, RunDir, RunDirError};
-use crate::engine::events::{now_rfc3339, EventLog};
+use crate::events::{now_rfc3339, EventLog};
 use crate::fidelity::preamble::StageSummary;
 
 /// Why a run's history cannot be used as asked.

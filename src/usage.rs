@@ -1,6 +1,7 @@
 //! Usage ceilings: `--max-tokens`/`--max-cost` (or the graph's `max_tokens`/`max_cost`) pause a
-//! run before its next LLM stage once the run's LLM stages have used that much. A paused run
-//! resumes with a raised limit.
+//! run before its next LLM stage once the run's LLM stages have used that much (the engine checks
+//! them), and bound what a stage's model calls may still use (handlers and backends read that). A
+//! paused run resumes with a raised limit.
 
 use crate::graph::Workflow;
 use crate::run_dir::{StageRecord, UsageTotals};
