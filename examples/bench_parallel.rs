@@ -13,8 +13,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fabro::backends::simulated::SimulatedBackend;
-use fabro::events::Event;
 use fabro::engine::{Engine, RunOptions, RunReport};
+use fabro::events::Event;
 use fabro::handlers::{builtin_handlers, Services};
 use fabro::interview::NoAnswers;
 use fabro::source::SourceFile;

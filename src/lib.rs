@@ -16,6 +16,7 @@ pub mod fidelity;
 pub mod graph;
 pub mod handlers;
 pub mod interview;
+pub mod join;
 pub mod load;
 pub mod outcome;
 pub mod process_group;

@@ -1064,8 +1064,8 @@ mod library {
 
     use fabro::backends::simulated::SimulatedBackend;
     use fabro::backends::{Backend, BackendError, LlmRequest, LlmResponse};
-    use fabro::events::Event;
     use fabro::engine::{Engine, RunOptions};
+    use fabro::events::Event;
     use fabro::handlers::{builtin_handlers, Handler, HandlerError, HandlerRegistry, Services, StageRun};
     use fabro::interview::NoAnswers;
     use fabro::outcome::Outcome;

@@ -15,6 +15,7 @@
 
 mod eval;
 mod parser;
+mod scope;
 #[cfg(test)]
 mod tests;
 
@@ -23,6 +24,8 @@ use std::fmt;
 use regex::Regex;
 
 use crate::outcome::StageStatus;
+
+pub use scope::Scope;
 
 /// A parsed edge condition: the AST plus the text it came from.
 #[derive(Debug, Clone)]

@@ -16,8 +16,8 @@ use std::sync::{Arc, Mutex};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::events::Event;
 use super::{Engine, RunOptions, RunReport, StartError};
+use crate::events::Event;
 use crate::graph::{HandlerType, Node};
 use crate::run_dir::{ResumeError, RunResult, SavedRun};
 use crate::ValidWorkflow;

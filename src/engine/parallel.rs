@@ -21,83 +21,13 @@ use tokio_util::sync::CancellationToken;
 
 use super::walker::{Line, LineState, StageEnd, Step, Walker};
 use crate::graph::{HandlerType, Node, Workflow};
+use crate::join::{BranchResult, BranchStatus};
 use crate::outcome::{Outcome, StageStatus};
 use crate::run_dir::{Durability, RunStatus, StageRecord};
 use crate::worktree::branch::{BranchBase, BranchWorktree, BASE_SHA_KEY};
 
 /// Branches running at once when the node sets no `max_parallel`.
 pub const DEFAULT_MAX_PARALLEL: usize = 4;
-
-/// How a branch ended, as `parallel.results` reports it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum BranchStatus {
-    Success,
-    PartialSuccess,
-    Retry,
-    Fail,
-    /// Stopped (or never started) because the join policy no longer needed it.
-    Cancelled,
-}
-
-impl BranchStatus {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            BranchStatus::Success => "success",
-            BranchStatus::PartialSuccess => "partial_success",
-            BranchStatus::Retry => "retry",
-            BranchStatus::Fail => "fail",
-            BranchStatus::Cancelled => "cancelled",
-        }
-    }
-
-    /// Success or partial success: what join policies count.
-    pub fn is_successful(self) -> bool {
-        matches!(self, BranchStatus::Success | BranchStatus::PartialSuccess)
-    }
-
-    /// Best first: success, partial success, retry, fail, cancelled.
-    pub fn rank(self) -> u8 {
-        self as u8
-    }
-
-    fn of(status: StageStatus) -> BranchStatus {
-        match status {
-            StageStatus::Success | StageStatus::Skipped => BranchStatus::Success,
-            StageStatus::PartialSuccess => BranchStatus::PartialSuccess,
-            StageStatus::Retry => BranchStatus::Retry,
-            StageStatus::Fail => BranchStatus::Fail,
-        }
-    }
-}
-
-/// One entry of `parallel.results`.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct BranchResult {
-    pub branch_id: String,
-    pub status: BranchStatus,
-    pub notes: Option<String>,
-    pub failure_reason: Option<String>,
-    pub duration_ms: u64,
-    /// The branch's `last_response` context value, if an LLM stage set it.
-    pub last_response: Option<String>,
-    /// Everything the branch changed relative to the fork, minus engine bookkeeping
-    /// (`internal.*`, `current_node`).
-    pub context_updates: Map<String, Value>,
-    /// The branch's commit, when it worked in its own git worktree.
-    pub head_sha: Option<String>,
-}
-
-impl BranchResult {
-    /// The numeric `score` the branch set in its context, if any.
-    pub fn score(&self) -> Option<f64> {
-        self.context_updates.get("score").and_then(|score| match score {
-            Value::Number(n) => n.as_f64(),
-            Value::String(text) => text.trim().parse().ok(),
-            _ => None,
-        })
-    }
-}
 
 /// When a parallel stage is done (`join_policy`).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -406,9 +336,9 @@ fn merge_without_fan_in(
     git_base: Option<&BranchBase>,
     outcome: Outcome,
 ) -> Outcome {
-    let ranked = crate::handlers::fan_in::rank(results);
+    let ranked = crate::join::rank(results);
     let Some(best) = ranked.first() else { return outcome };
-    let merged = crate::handlers::fan_in::consolidate(results, best);
+    let merged = crate::join::consolidate(results, best);
     let mut outcome = outcome;
     for (key, value) in merged.context_updates {
         outcome.context_updates.insert(key, value);

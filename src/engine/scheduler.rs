@@ -11,10 +11,10 @@ use petgraph::graph::NodeIndex;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
-use crate::events::{now_rfc3339, EventLog};
 use super::walker::{Line, LineState, RunScope, Step, Walker};
 use crate::context::artifacts::ArtifactStore;
 use crate::context::Context;
+use crate::events::{now_rfc3339, EventLog};
 use crate::fidelity::preamble::StageSummary;
 use crate::graph::{HandlerType, Workflow};
 use crate::handlers::{HandlerRegistry, Services};

@@ -15,13 +15,13 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 use super::edge_selection::select_edge;
-use crate::events::{now_rfc3339, EventLog};
 use super::retry::RetryPolicy;
 use super::scheduler::{Engine, RunOptions, RunTimings};
 use super::step::{StageReview, StepDecision, OPERATOR_NOTES_KEY};
 use crate::backends::Message;
 use crate::context::artifacts::ArtifactStore;
 use crate::context::Context;
+use crate::events::{now_rfc3339, EventLog};
 use crate::fidelity::preamble::{PreambleInput, StageSummary};
 use crate::graph::{HandlerType, Node, Workflow};
 use crate::handlers::{Handler, HandlerError, StageRun};

@@ -14,7 +14,7 @@ use serde_json::{Map, Value};
 use super::{Handler, HandlerError, StageRun};
 use crate::backends::LlmResponse;
 use crate::context::artifacts::ArtifactStore;
-use crate::engine::parallel::BranchResult;
+use crate::join::{consolidate, rank, BranchResult};
 use crate::outcome::{Outcome, StageStatus};
 
 /// Characters of each context value shown to the model when it picks the best branch.
@@ -113,59 +113,6 @@ fn branch_results(stage: &StageRun<'_>) -> Result<Vec<BranchResult>, HandlerErro
     serde_json::from_value(resolved.unwrap_or_else(|| value.clone())).map_err(|error| {
         HandlerError::Terminal(format!("`parallel.results` is not a list of branch results: {error}"))
     })
-}
-
-/// Branches best first: by status, then score (higher first, none last), then declaration order.
-pub fn rank(results: &[BranchResult]) -> Vec<&BranchResult> {
-    let mut ranked: Vec<(usize, &BranchResult)> = results.iter().enumerate().collect();
-    ranked.sort_by(|(a_index, a), (b_index, b)| {
-        let score = |r: &BranchResult| r.score().filter(|s| s.is_finite());
-        a.status
-            .rank()
-            .cmp(&b.status.rank())
-            .then_with(|| match (score(a), score(b)) {
-                (Some(x), Some(y)) => y.total_cmp(&x),
-                (Some(_), None) => std::cmp::Ordering::Less,
-                (None, Some(_)) => std::cmp::Ordering::Greater,
-                (None, None) => std::cmp::Ordering::Equal,
-            })
-            .then(a_index.cmp(b_index))
-    });
-    ranked.into_iter().map(|(_, result)| result).collect()
-}
-
-/// The fan-in outcome for `best`: its context updates plus `parallel.fan_in.*`; a failure when no
-/// branch succeeded.
-pub fn consolidate(results: &[BranchResult], best: &BranchResult) -> Outcome {
-    let successes = results.iter().filter(|r| r.status.is_successful()).count();
-    let mut outcome = if successes == 0 {
-        let reasons: Vec<String> = results
-            .iter()
-            .map(|r| {
-                format!(
-                    "`{}` {}: {}",
-                    r.branch_id,
-                    r.status.as_str(),
-                    r.failure_reason.as_deref().unwrap_or("no reason given")
-                )
-            })
-            .collect();
-        Outcome::fail(format!("every branch failed: {}", reasons.join("; ")))
-    } else {
-        let mut outcome = Outcome::success();
-        outcome.context_updates = best.context_updates.clone();
-        outcome.with_notes(format!(
-            "best branch `{}` ({}) of {} ({successes} succeeded)",
-            best.branch_id,
-            best.status.as_str(),
-            results.len()
-        ))
-    };
-    outcome = outcome
-        .with_update("parallel.fan_in.best_id", best.branch_id.clone())
-        .with_update("parallel.fan_in.best_outcome", best.status.as_str())
-        .with_update("parallel.fan_in.best_head_sha", best.head_sha.clone().map_or(Value::Null, Value::from));
-    outcome
 }
 
 /// Asks the model to pick the best branch; its answer must end with `best: <id>`.
