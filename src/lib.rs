@@ -5,7 +5,9 @@
 //! phases in order.
 
 pub mod agent_context;
+pub mod atomic_file;
 pub mod backends;
+pub mod child_run;
 pub mod child_workflow;
 pub mod condition;
 pub mod context;
@@ -27,6 +29,7 @@ pub mod run_dir;
 pub mod sandbox;
 pub mod serve;
 pub mod source;
+pub mod stage;
 pub mod starter;
 pub mod syntax;
 pub mod usage;

@@ -105,7 +105,7 @@ pub struct Outcome {
     pub model: Option<String>,
     /// Tokens an LLM stage used.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub usage: Option<crate::backends::Usage>,
+    pub usage: Option<crate::usage::Usage>,
     /// Estimated cost of an LLM stage in US dollars (when the model's price is known).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost_usd: Option<f64>,

@@ -120,6 +120,13 @@ impl SourceFile {
     }
 }
 
+/// The SHA-256 of `bytes` in lower-case hex (a workflow source as the manifest records it, a long
+/// context key's file name).
+pub fn sha256_hex(bytes: impl AsRef<[u8]>) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes.as_ref()).iter().map(|b| format!("{b:02x}")).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

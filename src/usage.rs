@@ -6,6 +6,13 @@
 use crate::graph::Workflow;
 use crate::run_dir::{StageRecord, UsageTotals};
 
+/// Tokens a model call (or a stage, or a run) used.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Usage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+}
+
 /// The ceilings of a run; `None` means no ceiling.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct UsageLimits {
@@ -90,8 +97,8 @@ impl UsageLeft {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backends::Usage;
     use crate::outcome::StageStatus;
+    use crate::usage::Usage;
 
     fn stage(tokens: u64, cost: Option<f64>) -> StageRecord {
         StageRecord {

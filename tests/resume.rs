@@ -312,7 +312,7 @@ fn resume_can_continue_with_a_changed_workflow_unless_it_drops_a_needed_node() {
     assert_eq!(std::fs::read_to_string(dir.path("run/workflow.1.dot")).unwrap(), GATED);
     let manifest = dir.json("run/manifest.json");
     assert_eq!(manifest["source_path"], "changed.dot");
-    assert_eq!(manifest["source_sha256"], fabro::engine::sha256_hex(&changed));
+    assert_eq!(manifest["source_sha256"], fabro::source::sha256_hex(&changed));
 }
 
 #[test]

@@ -261,7 +261,11 @@ fn offload(
         call_id.chars().filter(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '-').take(40).collect();
     let node = crate::context::artifacts::encode_key(transcript.node_id());
     let path = settings.offload_dir.join(format!("{node}-{}-{turn}-{call}.txt", transcript.visit()));
-    crate::run_dir::write_atomic_with(&path, content.as_bytes(), crate::run_dir::Durability::Unsynced)?;
+    crate::atomic_file::write_atomic_with(
+        &path,
+        content.as_bytes(),
+        crate::atomic_file::Durability::Unsynced,
+    )?;
     Ok(path)
 }
 

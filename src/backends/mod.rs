@@ -23,6 +23,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::events::EventLog;
+pub use crate::usage::Usage;
 
 /// One model call.
 #[derive(Debug, Clone)]
@@ -97,12 +98,6 @@ pub enum Role {
 pub struct Message {
     pub role: Role,
     pub content: String,
-}
-
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Usage {
-    pub input_tokens: u64,
-    pub output_tokens: u64,
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]

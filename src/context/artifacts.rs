@@ -23,7 +23,7 @@ use std::path::{Component, Path, PathBuf};
 use serde_json::Value;
 
 use super::Context;
-use crate::run_dir::{write_atomic_with, Durability};
+use crate::atomic_file::{write_atomic_with, Durability};
 
 /// The default offload threshold: values whose compact JSON is longer than this many bytes are
 /// stored as files.
@@ -180,11 +180,6 @@ fn push_escaped(out: &mut String, byte: u8) {
     out.push(char::from(HEX[usize::from(byte & 0x0f)]));
 }
 
-fn sha256_hex(bytes: &[u8]) -> String {
-    use sha2::Digest;
-    sha2::Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
-}
-
 /// The file name stem for `key` (without `.json`): every byte outside `a-z0-9_-` becomes `%XX`
 /// (upper-case hex, so upper-case letters and `.` are escaped too), the empty key is `%`, a key
 /// that would be a reserved Windows device name (`con`, `nul`, `com1`, ...) has its first byte
@@ -216,7 +211,7 @@ pub fn encode_key(key: &str) -> String {
         }
         cut += step;
     }
-    format!("{}{HASH_SEPARATOR}{}", &out[..cut], sha256_hex(key.as_bytes()))
+    format!("{}{HASH_SEPARATOR}{}", &out[..cut], crate::source::sha256_hex(key))
 }
 
 /// The key an encoded name stands for, when the name is exactly what [`encode_key`] produces

@@ -1,7 +1,7 @@
-//! The scheduler and its rules: edge selection, retries, goal gates, visits; and child runs for
-//! manager stages.
+//! The scheduler and its rules: edge selection, retries, goal gates, visits; and the engine's side
+//! of child runs for manager stages.
 
-pub mod child_run;
+mod child_launcher;
 pub mod edge_selection;
 pub mod parallel;
 pub mod retry;
@@ -9,4 +9,5 @@ mod scheduler;
 pub mod step;
 mod walker;
 
-pub use scheduler::{sha256_hex, Engine, RunOptions, RunReport, RunTimings, StartError};
+pub use child_launcher::ChildLauncher;
+pub use scheduler::{Engine, RunOptions, RunReport, RunTimings, StartError};

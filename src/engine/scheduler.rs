@@ -17,8 +17,8 @@ use crate::context::Context;
 use crate::events::{now_rfc3339, EventLog};
 use crate::fidelity::preamble::StageSummary;
 use crate::graph::{HandlerType, Workflow};
-use crate::handlers::{HandlerRegistry, Services};
 use crate::run_dir::{Manifest, RunDir, RunDirError, RunResult, RunStatus, SavedRun};
+use crate::stage::{HandlerRegistry, Services};
 use crate::worktree::RunWorktree;
 use crate::ValidWorkflow;
 
@@ -43,7 +43,7 @@ pub struct RunOptions {
     /// by default; their branches are always kept).
     pub keep_worktrees: bool,
     /// Set when this run is the child of a manager stage (see [`super::child_run`]).
-    pub parent: Option<super::child_run::ParentLink>,
+    pub parent: Option<crate::child_run::ParentLink>,
     /// `--max-tokens`/`--max-cost`; the graph's `max_tokens`/`max_cost` apply when unset.
     pub limits: crate::usage::UsageLimits,
     /// How LLM stages are answered, recorded in the manifest for `fabro resume`.
@@ -153,7 +153,7 @@ impl Engine {
                 .unwrap_or_else(|_| workflow.source().path().to_path_buf())
                 .display()
                 .to_string(),
-            source_sha256: sha256_hex(workflow.source().text()),
+            source_sha256: crate::source::sha256_hex(workflow.source().text()),
             goal: workflow.goal().to_string(),
             work_dir: work_dir.display().to_string(),
             started_at: now_rfc3339(),
@@ -368,12 +368,6 @@ fn seed_context(workflow: &Workflow, options: &RunOptions, work_dir: &std::path:
         context.set(key.clone(), value.clone());
     }
     context
-}
-
-/// The SHA-256 of a workflow source, as the manifest records it.
-pub fn sha256_hex(text: &str) -> String {
-    use sha2::Digest;
-    sha2::Sha256::digest(text.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// A run in progress: its main line (which owns the shared scope) and what only the run as a

@@ -24,10 +24,10 @@ use crate::context::Context;
 use crate::events::{now_rfc3339, EventLog};
 use crate::fidelity::preamble::{PreambleInput, StageSummary};
 use crate::graph::{HandlerType, Node, Workflow};
-use crate::handlers::{Handler, HandlerError, StageRun};
 use crate::outcome::{Outcome, StageStatus};
 use crate::run_dir::journal::{self, Entry};
 use crate::run_dir::{CheckpointRef, Durability, RunDir, RunStatus, StageRecord, StageStatusFile};
+use crate::stage::{Handler, HandlerError, StageRun};
 use crate::worktree::RunWorktree;
 
 /// Default cap on how often any one node may run (graph `max_node_visits` overrides it).
@@ -670,7 +670,7 @@ impl<'e> Walker<'e> {
                 .current_thread
                 .as_deref()
                 .map(|key| (key, self.threads.get(key).map_or(&[][..], Vec::as_slice))),
-            children: super::child_run::ChildLauncher::new(scope.engine, scope.options),
+            children: &super::ChildLauncher::new(scope.engine, scope.options),
             // The ceilings' remainder bounds a stage that makes several model calls.
             usage_left: crate::usage::UsageLimits::resolve(scope.options.limits, scope.workflow)
                 .left(&self.state.stages)

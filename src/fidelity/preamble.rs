@@ -24,11 +24,11 @@ use std::path::Path;
 use serde_json::Value;
 
 use super::FidelityMode;
-use crate::backends::Usage;
 use crate::context::artifacts::Pointer;
 use crate::context::Context;
 use crate::outcome::{Outcome, StageStatus};
 use crate::run_dir::StageRecord;
+use crate::usage::Usage;
 
 /// Lines of stdout/stderr kept for a command stage.
 pub const TAIL_LINES: usize = 10;

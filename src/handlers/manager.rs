@@ -17,13 +17,14 @@ use std::time::Duration;
 use serde_json::{json, Map, Value};
 
 use super::{Handler, HandlerError, StageRun};
+use crate::child_run::{
+    locate_child, ChildEnd, ChildRunError, ChildRunRequest, ChildSlot, ParentLink, SteeringInbox,
+};
 use crate::child_workflow::{self, ChildWorkflowError};
 use crate::condition::Condition;
 use crate::condition::Scope;
 use crate::context::artifacts::ArtifactStore;
 use crate::context::Context;
-use crate::engine::child_run::{locate_child, ChildRunRequest, ChildSlot, ParentLink, SteeringInbox};
-use crate::engine::RunReport;
 use crate::graph::Node;
 use crate::outcome::{Outcome, StageStatus};
 use crate::run_dir::{Checkpoint, RunResult, RunStatus};
@@ -48,13 +49,7 @@ impl Handler for ManagerHandler {
         let (report, stopped_by) = match slot {
             ChildSlot::Finished(result) => {
                 // The child ended before this process stopped, but the stage was not recorded.
-                let report = RunReport {
-                    result: *result,
-                    pause_reason: None,
-                    timings: Default::default(),
-                    worktree_hint: None,
-                };
-                (report, None)
+                (ChildEnd { result: *result, pause_reason: None }, None)
             }
             slot => {
                 if let Some(preamble) = stage.preamble {
@@ -225,7 +220,7 @@ impl<'s, 'a> Supervisor<'s, 'a> {
         workflow: &ValidWorkflow,
         slot: ChildSlot,
         resumed: bool,
-    ) -> Result<(RunReport, Option<StoppedBy>), HandlerError> {
+    ) -> Result<(ChildEnd, Option<StoppedBy>), HandlerError> {
         let stage = self.stage;
         let child_dir = match &slot {
             ChildSlot::Fresh(dir) => dir.clone(),
@@ -356,7 +351,7 @@ fn stage_goal<'s>(stage: &'s StageRun<'_>) -> &'s str {
     }
 }
 
-fn started(report: Result<RunReport, crate::engine::StartError>) -> Result<RunReport, HandlerError> {
+fn started(report: Result<ChildEnd, ChildRunError>) -> Result<ChildEnd, HandlerError> {
     report.map_err(|e| HandlerError::Terminal(format!("the child run could not start: {e}")))
 }
 
@@ -396,7 +391,7 @@ fn stop_condition_holds(condition: &Condition, context: &Context, child_dir: &Pa
 fn conclude(
     stage: &StageRun<'_>,
     settings: &Settings,
-    report: &RunReport,
+    report: &ChildEnd,
     stopped_by: Option<StoppedBy>,
 ) -> Result<Outcome, HandlerError> {
     let result = &report.result;

@@ -16,7 +16,6 @@
 //! replaced whole; `journal.jsonl` and `events.jsonl` are only appended to. Runs made before the
 //! journal kept every checkpoint in `checkpoints/`; they are still read.
 
-mod atomic;
 mod history;
 pub mod housekeeping;
 pub mod journal;
@@ -31,7 +30,7 @@ mod view;
 
 use std::path::{Path, PathBuf};
 
-pub use atomic::{link_atomic, write_atomic, write_atomic_with, Durability};
+pub use crate::atomic_file::{link_atomic, write_atomic, write_atomic_with, Durability};
 pub use history::{fork, parse_target, rewind, ForkOrigin, Forked, HistoryError, Rewound};
 pub use journal::JournalEnd;
 pub use lock::is_held as lock_is_held;

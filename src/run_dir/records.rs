@@ -194,7 +194,7 @@ pub struct StageRecord {
     pub failure_reason: Option<String>,
     /// Tokens an LLM stage used.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub usage: Option<crate::backends::Usage>,
+    pub usage: Option<crate::usage::Usage>,
     /// The parallel branch the stage ran in, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub branch: Option<String>,

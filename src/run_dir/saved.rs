@@ -172,7 +172,7 @@ impl SavedRun {
         self.dir.write_text("workflow.dot", source)?;
         self.workflow_source = source.to_string();
         self.manifest.source_path = path.display().to_string();
-        self.manifest.source_sha256 = crate::engine::sha256_hex(source);
+        self.manifest.source_sha256 = crate::source::sha256_hex(source);
         Ok(())
     }
 }

@@ -206,9 +206,9 @@ fn read_json<T: serde::de::DeserializeOwned>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backends::Usage;
     use crate::context::Context;
     use crate::run_dir::{write_json_file, StageRecord};
+    use crate::usage::Usage;
 
     fn manifest(status: RunStatus) -> Manifest {
         Manifest::sample("r1", "2026-11-21T00:00:00Z", status)

@@ -1,5 +1,5 @@
-//! Child runs: how a stage (a manager) runs another workflow through the same engine, with the
-//! same handlers and services, in a run directory of its own under the parent's:
+//! Child runs: how a stage (a manager) runs another workflow through the engine running it, with
+//! the same handlers and services, in a run directory of its own under the parent's:
 //!
 //! ```text
 //! <parent run dir>/children/<node_id>/<visit>/      a complete run directory
@@ -7,8 +7,10 @@
 //!                                                   past its first stage, or a retried attempt
 //! ```
 //!
-//! The scheduler knows nothing about managers: it hands every stage a [`ChildLauncher`] and, in
-//! a child run, asks the run's [`ParentLink`] what the parent adds to each stage's preamble.
+//! This is the contract between the two: a stage asks a [`ChildRunner`] (which the engine
+//! implements) to run a [`ChildRunRequest`]; in a child run, the engine asks the run's
+//! [`ParentLink`] what the parent adds to each stage's preamble. The scheduler knows nothing
+//! about managers, and managers nothing about the scheduler.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -16,19 +18,35 @@ use std::sync::{Arc, Mutex};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use super::{Engine, RunOptions, RunReport, StartError};
 use crate::events::Event;
-use crate::graph::{HandlerType, Node};
+use crate::graph::{HandlerType, Node, Workflow};
 use crate::run_dir::{ResumeError, RunResult, SavedRun};
 use crate::ValidWorkflow;
 
 /// What a stage may ask of the engine that runs it: run a child workflow with the same handlers,
-/// services and run options (dry run, checkpoint durability). Cheap to copy.
-#[derive(Clone, Copy)]
-pub struct ChildLauncher<'a> {
-    engine: &'a Engine,
-    options: &'a RunOptions,
+/// services and run options (dry run, checkpoint durability).
+#[async_trait::async_trait]
+pub trait ChildRunner: Send + Sync {
+    /// The first node of `workflow` (in declaration order) that no handler of this engine runs.
+    fn first_unhandled<'w>(&self, workflow: &'w Workflow) -> Option<&'w Node>;
+
+    /// Runs (or continues) the child to its end, pause or interruption; a
+    /// [`ChildSlot::Finished`] slot gives its recorded result.
+    async fn run(&self, request: ChildRunRequest<'_>) -> Result<ChildEnd, ChildRunError>;
 }
+
+/// How a child run stopped.
+#[derive(Debug)]
+pub struct ChildEnd {
+    pub result: RunResult,
+    /// Why it paused, when it did.
+    pub pause_reason: Option<String>,
+}
+
+/// Why a child run could not start (its run directory, its lock, its worktree).
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub struct ChildRunError(pub Box<dyn std::error::Error + Send + Sync>);
 
 /// Where a child run of one stage visit stands, from its directory.
 #[derive(Debug)]
@@ -65,53 +83,6 @@ pub struct ChildRunRequest<'r> {
     pub observe: Box<dyn Fn(&Event) + Send + Sync>,
     /// Cancelling it stops the child (as SIGINT stops a run: checkpoint saved, resumable).
     pub cancel: CancellationToken,
-}
-
-impl<'a> ChildLauncher<'a> {
-    pub(crate) fn new(engine: &'a Engine, options: &'a RunOptions) -> Self {
-        ChildLauncher { engine, options }
-    }
-
-    /// The first node of `workflow` (in declaration order) that no handler of this engine runs.
-    pub fn first_unhandled<'w>(&self, workflow: &'w crate::graph::Workflow) -> Option<&'w Node> {
-        self.engine.handlers.first_unhandled(workflow)
-    }
-
-    /// Runs (or continues) the child to its end, pause or interruption.
-    pub async fn run(&self, request: ChildRunRequest<'_>) -> Result<RunReport, StartError> {
-        let ChildRunRequest { workflow, slot, work_dir, context, link, observe, cancel } = request;
-        let mut options = RunOptions {
-            run_dir: None,
-            work_dir,
-            dry_run: self.options.dry_run,
-            context,
-            worktree: false,
-            checkpoint_sync: self.options.checkpoint_sync,
-            keep_worktrees: self.options.keep_worktrees,
-            limits: self.options.limits,
-            parent: Some(link),
-            launch: self.options.launch.clone(),
-            max_output: self.options.max_output,
-            sandbox: self.options.sandbox,
-            user_sandbox: self.options.user_sandbox,
-        };
-        match slot {
-            ChildSlot::Fresh(dir) => {
-                options.run_dir = Some(dir);
-                self.engine.run(workflow, &options, observe, cancel).await
-            }
-            ChildSlot::Unfinished(saved) => {
-                options.run_dir = Some(saved.dir.root().to_path_buf());
-                self.engine.resume(workflow, *saved, &options, observe, cancel).await
-            }
-            ChildSlot::Finished(result) => Ok(RunReport {
-                result: *result,
-                pause_reason: None,
-                timings: Default::default(),
-                worktree_hint: None,
-            }),
-        }
-    }
 }
 
 /// Finds the child run of visit `visit`, attempt `attempt`, of node `node_id` under

@@ -1,4 +1,5 @@
-//! Crash-safe file replacement.
+//! Crash-safe file replacement, for every file fabro writes whole (run records, artifacts, tool
+//! output kept beside a transcript).
 
 use std::io::Write;
 use std::path::Path;

@@ -1,0 +1,127 @@
+//! The stage contract: what the engine hands a handler for one visit of one stage
+//! ([`StageRun`]), what a handler answers ([`Outcome`] or a [`HandlerError`]), the shared
+//! [`Services`], and the [`HandlerRegistry`] that maps node types to handlers. The engine
+//! resolves a node's handler by its explicit `type`, then its shape, then the default agent
+//! handler; library users may register their own by type name.
+//!
+//! A handler reports how the stage went as an [`Outcome`]; it must never panic (the engine turns
+//! a panic into a failed stage anyway) and must stop promptly when the run is cancelled.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::backends::Backend;
+use crate::context::Context;
+use crate::events::EventLog;
+use crate::graph::{Node, Workflow};
+use crate::interview::Interviewer;
+use crate::outcome::Outcome;
+
+/// Everything a handler may read while it runs one visit of one stage.
+pub struct StageRun<'a> {
+    pub node: &'a Node,
+    pub workflow: &'a Workflow,
+    pub context: &'a Context,
+    pub run_id: &'a str,
+    pub run_dir: &'a Path,
+    /// Where commands run and agents edit files.
+    pub work_dir: &'a Path,
+    /// `stages/<node_id>/<visit>/`, already created unless the handler keeps no stage files;
+    /// everything the stage writes goes here.
+    pub stage_dir: &'a Path,
+    /// 1 for the first visit of this node in the run.
+    pub visit: u32,
+    /// 1 for the first attempt of this visit; retries count up.
+    pub attempt: u32,
+    pub services: &'a Services,
+    pub events: &'a EventLog,
+    /// Cancelled on SIGINT/SIGTERM or when the run is stopped; long work must watch it.
+    pub cancel: &'a CancellationToken,
+    /// `--dry-run`: simulate every side effect (commands, waits, LLM calls).
+    pub dry_run: bool,
+    /// For LLM stages: the run so far as the stage's fidelity shows it (none under `full`).
+    pub preamble: Option<&'a str>,
+    /// For LLM stages under `full`: the thread key and its earlier messages.
+    pub thread: Option<(&'a str, &'a [crate::backends::Message])>,
+    /// Runs child workflows through the engine running this stage (manager stages).
+    pub children: &'a dyn crate::child_run::ChildRunner,
+    /// What the stage may still use under `--max-tokens`/`--max-cost` (none without ceilings).
+    pub usage_left: Option<crate::usage::UsageLeft>,
+    /// `--max-output`: the most bytes a command stage may write (node `max_output` wins).
+    pub max_output: Option<u64>,
+    /// Where the stage's programs run (commands, the agent's shell tool, CLI agents).
+    pub confinement: crate::sandbox::Confinement,
+}
+
+/// Shared services handlers call out to.
+pub struct Services {
+    pub backend: Arc<dyn Backend>,
+    pub interviewer: Arc<dyn Interviewer>,
+}
+
+/// Why a handler could not produce an outcome.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HandlerError {
+    /// Worth trying again (rate limit, network): counts against `max_retries`.
+    #[error("{0}")]
+    Retryable(String),
+    /// Trying again will not help: the stage fails at once.
+    #[error("{0}")]
+    Terminal(String),
+    /// The stage needs input that is not available now (a human gate without an answer): the
+    /// run pauses and can be resumed.
+    #[error("{0}")]
+    Paused(String),
+    /// The run was cancelled while the stage ran.
+    #[error("cancelled")]
+    Cancelled,
+}
+
+#[async_trait::async_trait]
+pub trait Handler: Send + Sync {
+    async fn run(&self, stage: &StageRun<'_>) -> Result<Outcome, HandlerError>;
+
+    /// Whether the stage keeps files of its own (`stages/<node>/<visit>/` with its
+    /// `status.json`). Handlers that only route (start, exit, conditional) say no: their visit
+    /// lives in the run's journal alone, so a loop of thousands of them leaves no directories.
+    fn keeps_stage_files(&self) -> bool {
+        true
+    }
+}
+
+/// Handlers by canonical type name (`agent`, `command`, ...) plus custom types.
+#[derive(Default, Clone)]
+pub struct HandlerRegistry {
+    handlers: HashMap<String, Arc<dyn Handler>>,
+}
+
+impl HandlerRegistry {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Registers (or replaces) the handler for a type name.
+    pub fn register(&mut self, type_name: impl Into<String>, handler: Arc<dyn Handler>) {
+        self.handlers.insert(type_name.into(), handler);
+    }
+
+    /// The handler for a node: its resolved type's handler, if one is registered.
+    pub fn for_node(&self, node: &Node) -> Option<&Arc<dyn Handler>> {
+        self.handlers.get(node.handler_type().name())
+    }
+
+    pub fn type_names(&self) -> impl Iterator<Item = &str> {
+        self.handlers.keys().map(String::as_str)
+    }
+
+    /// The first node (in declaration order) whose type has no handler, if any. Parallel stages
+    /// need none: the engine runs their branches itself.
+    pub fn first_unhandled<'w>(&self, workflow: &'w Workflow) -> Option<&'w Node> {
+        workflow.nodes().find(|node| {
+            node.handler_type() != crate::graph::HandlerType::Parallel && self.for_node(node).is_none()
+        })
+    }
+}
