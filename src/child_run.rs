@@ -40,7 +40,7 @@ pub trait ChildRunner: Send + Sync {
 pub struct ChildEnd {
     pub result: RunResult,
     /// Why it paused, when it did.
-    pub pause_reason: Option<String>,
+    pub pause: Option<crate::outcome::Pause>,
 }
 
 /// Why a child run could not start (its run directory, its lock, its worktree).

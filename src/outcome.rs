@@ -3,6 +3,38 @@
 use std::fmt;
 use std::str::FromStr;
 
+/// What a paused run waits for, so that the right resume can be suggested.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PauseKind {
+    /// A human gate waits for an answer.
+    Answer,
+    /// A `--max-tokens`/`--max-cost` ceiling was reached.
+    Ceiling,
+    /// Step mode stopped after a stage.
+    Step,
+    /// A record or stage file could not be written (a full disk): free space, then resume.
+    Storage,
+}
+
+/// Why a run (or a stage) paused: what it waits for, and the sentence that says so.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pause {
+    pub kind: PauseKind,
+    pub reason: String,
+}
+
+impl Pause {
+    pub fn new(kind: PauseKind, reason: impl Into<String>) -> Pause {
+        Pause { kind, reason: reason.into() }
+    }
+}
+
+impl fmt::Display for Pause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.reason)
+    }
+}
+
 /// How a stage ended. Conditions compare against it as `outcome=...`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]

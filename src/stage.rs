@@ -74,7 +74,7 @@ pub enum HandlerError {
     /// The stage needs input that is not available now (a human gate without an answer): the
     /// run pauses and can be resumed.
     #[error("{0}")]
-    Paused(String),
+    Paused(crate::outcome::Pause),
     /// The run was cancelled while the stage ran.
     #[error("cancelled")]
     Cancelled,

@@ -898,6 +898,8 @@ fn a_checkpoint_that_cannot_be_saved_pauses_the_run_until_space_is_freed() {
     let err = stderr(&output);
     assert_eq!(output.status.code(), Some(3), "the run pauses:\n{err}");
     assert!(err.contains("No space left on device") && err.contains("fabro resume"), "the reason:\n{err}");
+    assert!(err.contains("free some space, then resume with: fabro resume"), "the hint:\n{err}");
+    assert!(!err.contains("--answers"), "a full disk is not a gate waiting for an answer:\n{err}");
     // The run pauses after the first stage whose records did not fit (`fill`, or `after` when
     // the journal entry and status.json of `fill` still fitted): no later stage ran.
     let log = std::fs::read_to_string(work.path().join("log")).unwrap();

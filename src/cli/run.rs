@@ -15,6 +15,7 @@ use fabro::handlers::{builtin_handlers, Services};
 use fabro::interview::answers::AnswersFile;
 use fabro::interview::console::Console;
 use fabro::interview::{AutoApprove, FirstAvailable, Gate, Interviewer, NoAnswers};
+use fabro::outcome::PauseKind;
 use fabro::run_dir::{LaunchRecord, RunResult, RunStatus};
 use fabro::{Loader, Severity};
 use tokio_util::sync::CancellationToken;
@@ -403,7 +404,7 @@ pub fn conclude(
         }
     }
     let chart = fabro::report::context_chart::write_for_run(std::path::Path::new(&result.run_dir));
-    write_reports(result, launch, workflow_name);
+    write_reports(result, report.pause.as_ref().map(|pause| pause.kind), launch, workflow_name);
     eprint!("{}", summary(result));
     if let Some(chart) = chart {
         eprintln!("context usage: {}", chart.display());
@@ -411,17 +412,18 @@ pub fn conclude(
     if let Some(hint) = &report.worktree_hint {
         eprintln!("{hint}");
     }
-    if let Some(reason) = &report.pause_reason {
-        eprintln!("paused: {reason}");
-        if reason.starts_with("step mode:") {
-            eprintln!("resume with: fabro resume {} [--step]", result.run_dir);
-        } else if reason.contains("ceiling reached") {
-            eprintln!(
-                "resume with: fabro resume {} --max-tokens N / --max-cost USD (a higher limit)",
-                result.run_dir
-            );
-        } else {
-            eprintln!("resume with: fabro resume {} --answers FILE (or --auto-approve)", result.run_dir);
+    if let Some(pause) = &report.pause {
+        eprintln!("paused: {}", pause.reason);
+        let dir = &result.run_dir;
+        match pause.kind {
+            PauseKind::Step => eprintln!("resume with: fabro resume {dir} [--step]"),
+            PauseKind::Ceiling => {
+                eprintln!("resume with: fabro resume {dir} --max-tokens N / --max-cost USD (a higher limit)")
+            }
+            PauseKind::Answer => {
+                eprintln!("resume with: fabro resume {dir} --answers FILE (or --auto-approve)")
+            }
+            PauseKind::Storage => eprintln!("free some space, then resume with: fabro resume {dir}"),
         }
     }
     match result.status {
@@ -437,7 +439,7 @@ pub fn conclude(
 
 /// `--junit FILE` (replaced atomically) and the Markdown summary appended to the file named by
 /// `GITHUB_STEP_SUMMARY`. Problems are warnings on stderr.
-fn write_reports(result: &RunResult, launch: &LaunchArgs, workflow_name: &str) {
+fn write_reports(result: &RunResult, pause: Option<PauseKind>, launch: &LaunchArgs, workflow_name: &str) {
     let run_dir = std::path::Path::new(&result.run_dir);
     if let Some(path) = &launch.output {
         let written = super::report::render(run_dir, super::report::ReportFormat::of(path))
@@ -465,7 +467,7 @@ fn write_reports(result: &RunResult, launch: &LaunchArgs, workflow_name: &str) {
         Ok(cwd) => fabro::report::relative_display(run_dir, &cwd),
         Err(_) => result.run_dir.clone(),
     };
-    let mut markdown = fabro::report::step_summary::render(result, workflow_name, &shown);
+    let mut markdown = fabro::report::step_summary::render(result, pause, workflow_name, &shown);
     // Earlier steps may have written to the same file: keep the heading on a line of its own.
     if std::fs::metadata(&summary_path).is_ok_and(|meta| meta.len() > 0) {
         markdown.insert(0, '\n');

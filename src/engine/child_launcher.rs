@@ -51,10 +51,9 @@ impl ChildRunner for ChildLauncher<'_> {
                 options.run_dir = Some(saved.dir.root().to_path_buf());
                 self.engine.resume(workflow, *saved, &options, observe, cancel).await
             }
-            ChildSlot::Finished(result) => return Ok(ChildEnd { result: *result, pause_reason: None }),
+            ChildSlot::Finished(result) => return Ok(ChildEnd { result: *result, pause: None }),
         };
-        let RunReport { result, pause_reason, .. } =
-            report.map_err(|error| ChildRunError(Box::new(error)))?;
-        Ok(ChildEnd { result, pause_reason })
+        let RunReport { result, pause, .. } = report.map_err(|error| ChildRunError(Box::new(error)))?;
+        Ok(ChildEnd { result, pause })
     }
 }

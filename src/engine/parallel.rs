@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 use super::walker::{Line, LineState, StageEnd, Step, Walker};
 use crate::graph::{HandlerType, Node, Workflow};
 use crate::join::{BranchResult, BranchStatus};
-use crate::outcome::{Outcome, StageStatus};
+use crate::outcome::{Outcome, Pause, StageStatus};
 use crate::run_dir::{Durability, RunStatus, StageRecord};
 use crate::worktree::branch::{BranchBase, BranchWorktree, BASE_SHA_KEY};
 
@@ -131,7 +131,7 @@ struct BranchJournal {
 /// How a branch's walk ended.
 enum BranchEnd {
     Finished(Box<BranchJournal>),
-    Paused(String),
+    Paused(Pause),
     /// The run itself was cancelled (SIGINT).
     Interrupted,
 }
@@ -453,7 +453,7 @@ async fn walk_branch(
                     node.id
                 )))
             }
-            Step::Finish(RunStatus::Paused, reason) => break Err(BranchStop::Paused(reason.unwrap_or_default())),
+            Step::Pause(pause) => break Err(BranchStop::Paused(pause)),
             Step::Finish(RunStatus::Interrupted, _) => break Err(BranchStop::Cancelled),
             Step::Finish(_, reason) => {
                 break Err(BranchStop::Failed(reason.unwrap_or_else(|| "the branch stopped".to_string())))
@@ -570,7 +570,7 @@ fn free_path(path: PathBuf) -> PathBuf {
 
 enum BranchStop {
     Failed(String),
-    Paused(String),
+    Paused(Pause),
     Cancelled,
 }
 

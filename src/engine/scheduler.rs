@@ -75,8 +75,8 @@ pub enum StartError {
 #[derive(Debug, Clone)]
 pub struct RunReport {
     pub result: RunResult,
-    /// Why the run paused (a human gate without an answer), when it did.
-    pub pause_reason: Option<String>,
+    /// Why the run paused (a human gate without an answer, a ceiling, ...), when it did.
+    pub pause: Option<crate::outcome::Pause>,
     pub timings: RunTimings,
     /// In worktree mode: the branch and how to merge it.
     pub worktree_hint: Option<String>,
@@ -391,6 +391,11 @@ impl Run<'_> {
                     Err(error) => return self.finish(current, RunStatus::Failed, Some(error.to_string())),
                 },
                 Step::Finish(status, reason) => return self.finish(current, status, reason),
+                Step::Pause(pause) => {
+                    let mut report = self.finish(current, RunStatus::Paused, None);
+                    report.pause = Some(pause);
+                    return report;
+                }
             }
         }
     }
@@ -418,10 +423,9 @@ impl Run<'_> {
         }
         events.flush();
         self.write_manifest(status);
-        let pause_reason = if status == RunStatus::Paused { reason } else { None };
         let worktree_hint = self.main.worktree.as_ref().map(RunWorktree::merge_hint);
         let timings = *self.main.scope.timings();
-        RunReport { result, pause_reason, timings, worktree_hint }
+        RunReport { result, pause: None, timings, worktree_hint }
     }
 
     /// Writes result.json: how this run directory's run ended.

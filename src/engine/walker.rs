@@ -24,7 +24,7 @@ use crate::context::Context;
 use crate::events::{now_rfc3339, EventLog};
 use crate::fidelity::preamble::{PreambleInput, StageSummary};
 use crate::graph::{HandlerType, Node, Workflow};
-use crate::outcome::{Outcome, StageStatus};
+use crate::outcome::{Outcome, Pause, PauseKind, StageStatus};
 use crate::run_dir::journal::{self, Entry};
 use crate::run_dir::{CheckpointRef, Durability, RunDir, RunStatus, StageRecord, StageStatusFile};
 use crate::stage::{Handler, HandlerError, StageRun};
@@ -206,7 +206,7 @@ fn check_context_keys(outcome: Outcome) -> Result<Outcome, HandlerError> {
 #[allow(clippy::large_enum_variant)]
 pub(super) enum StageEnd {
     Done { outcome: Outcome, attempts: u32 },
-    Paused(String),
+    Paused(Pause),
     Cancelled,
 }
 
@@ -215,7 +215,10 @@ pub(super) enum Step {
     Next(NodeIndex),
     /// Follow a `loop_restart` edge: continue at the node in a fresh run directory.
     Restart(NodeIndex),
+    /// The line ends (succeeded, failed or interrupted), with the failure's reason.
     Finish(RunStatus, Option<String>),
+    /// The line pauses.
+    Pause(Pause),
 }
 
 impl<'e> Walker<'e> {
@@ -276,7 +279,7 @@ impl<'e> Walker<'e> {
             if self.is_main() {
                 scope.events.stage_event("run.paused", &node.id, visit, json!({"reason": reason}));
             }
-            return Step::Finish(RunStatus::Paused, Some(reason));
+            return Step::Pause(Pause::new(PauseKind::Ceiling, reason));
         }
         let keeps_files = self.keeps_stage_files(node);
         let stage_dir = if keeps_files {
@@ -318,13 +321,13 @@ impl<'e> Walker<'e> {
         };
         let (outcome, attempts) = match end {
             StageEnd::Done { outcome, attempts } => (outcome, attempts),
-            StageEnd::Paused(reason) => {
+            StageEnd::Paused(pause) => {
                 self.uncount_visit(&node.id);
                 let _ = self.save_checkpoint(RunStatus::Paused, &node.id, Some(&node.id));
                 if self.is_main() {
-                    scope.events.stage_event("run.paused", &node.id, visit, json!({"reason": reason}));
+                    scope.events.stage_event("run.paused", &node.id, visit, json!({"reason": pause.reason}));
                 }
-                return Step::Finish(RunStatus::Paused, Some(reason));
+                return Step::Pause(pause);
             }
             StageEnd::Cancelled => {
                 self.uncount_visit(&node.id);
@@ -348,7 +351,7 @@ impl<'e> Walker<'e> {
         let step = self.next_step(index, &outcome);
         let next_id = match &step {
             Step::Next(next) | Step::Restart(next) => Some(workflow.node_at(*next).id.as_str()),
-            Step::Finish(..) => None,
+            Step::Finish(..) | Step::Pause(_) => None,
         };
         // A stage whose files could not be written (or whose journal entry could not be) pauses
         // the run: going on would run stages whose records are lost.
@@ -401,7 +404,7 @@ impl<'e> Walker<'e> {
                 let reason = format!("step mode: stopped after `{}`; the run goes on at `{next}`", node.id);
                 let _ = self.save_checkpoint(RunStatus::Paused, &node.id, Some(next));
                 self.scope.events.stage_event("run.paused", &node.id, visit, json!({"reason": reason}));
-                Some(Step::Finish(RunStatus::Paused, Some(reason)))
+                Some(Step::Pause(Pause::new(PauseKind::Step, reason)))
             }
         }
     }
@@ -1052,7 +1055,7 @@ impl<'e> Walker<'e> {
             node.id
         );
         self.scope.events.stage_event("run.paused", &node.id, visit, json!({"reason": reason}));
-        Step::Finish(RunStatus::Paused, Some(reason))
+        Step::Pause(Pause::new(PauseKind::Storage, reason))
     }
 }
 

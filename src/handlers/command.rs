@@ -22,7 +22,7 @@ use tokio::io::{AsyncReadExt, AsyncSeekExt};
 
 use super::{Handler, HandlerError, StageRun};
 use crate::graph::attribute::format_duration;
-use crate::outcome::{Outcome, StageStatus};
+use crate::outcome::{Outcome, Pause, PauseKind, StageStatus};
 use crate::process_group::{lead_guarded_group, ProcessGroup};
 
 /// Runs command stages.
@@ -291,8 +291,9 @@ async fn write_context_snapshot(stage: &StageRun<'_>, path: &Path) -> Result<(),
 fn stage_file_error(verb: &str, path: &Path, error: &std::io::Error) -> HandlerError {
     let message = format!("could not {verb} {}: {error}", path.display());
     match error.raw_os_error() {
-        Some(libc::ENOSPC | libc::EDQUOT) => HandlerError::Paused(format!(
-            "{message}; the run pauses: free some space and `fabro resume` runs the stage again"
+        Some(libc::ENOSPC | libc::EDQUOT) => HandlerError::Paused(Pause::new(
+            PauseKind::Storage,
+            format!("{message}; the run pauses: free some space and `fabro resume` runs the stage again"),
         )),
         _ => HandlerError::Terminal(message),
     }

@@ -26,7 +26,7 @@ use super::{Handler, HandlerError, StageRun};
 use crate::graph::attribute::format_duration;
 use crate::graph::{Choice, EdgeRef};
 use crate::interview::{choice_for, list_choices, takes_freeform, Answer, Question};
-use crate::outcome::Outcome;
+use crate::outcome::{Outcome, Pause, PauseKind};
 
 /// Runs human gates.
 #[derive(Debug, Clone, Copy, Default)]
@@ -93,18 +93,24 @@ impl Handler for HumanHandler {
             Answer::Freeform(text) => Ok(freeform(stage, &options, text)),
             // Interviewers that ask a person ask again; recorded answers are checked before the
             // run starts. An answer that still names no choice routes nowhere.
-            Answer::Unrecognized(text) => Err(HandlerError::Paused(format!(
-                "human gate `{gate}` got the answer `{text}`, which names none of its choices ({}); \
-                 the checkpoint is saved. Resume with an answer that names a choice, or set \
-                 human.freeform=true on the gate to accept free text",
-                list_choices(&choices)
+            Answer::Unrecognized(text) => Err(HandlerError::Paused(Pause::new(
+                PauseKind::Answer,
+                format!(
+                    "human gate `{gate}` got the answer `{text}`, which names none of its choices ({}); \
+                     the checkpoint is saved. Resume with an answer that names a choice, or set \
+                     human.freeform=true on the gate to accept free text",
+                    list_choices(&choices)
+                ),
             ))),
             Answer::Timeout => Ok(timed_out(stage, &options, &choices, timeout)),
             // The CLI prints how to resume; the reason says what the gate needs.
-            Answer::Unavailable => Err(HandlerError::Paused(format!(
-                "human gate `{gate}` is waiting for an answer: {} (answers file: {{\"{gate}\": [\"{}\"]}})",
-                list_choices(&choices),
-                options[0].choice.key
+            Answer::Unavailable => Err(HandlerError::Paused(Pause::new(
+                PauseKind::Answer,
+                format!(
+                    "human gate `{gate}` is waiting for an answer: {} (answers file: {{\"{gate}\": [\"{}\"]}})",
+                    list_choices(&choices),
+                    options[0].choice.key
+                ),
             ))),
         }
     }
@@ -320,7 +326,9 @@ mod tests {
     async fn an_answer_naming_no_choice_routes_nowhere() {
         let (fixture, events) = fixture(Answer::Unrecognized("Request change".into()));
         let error = run(&fixture).await.unwrap_err();
-        let HandlerError::Paused(message) = &error else { panic!("{error:?}") };
+        let HandlerError::Paused(pause) = &error else { panic!("{error:?}") };
+        assert_eq!(pause.kind, PauseKind::Answer);
+        let message = &pause.reason;
         assert!(message.contains("`Request change`, which names none of its choices"), "{message}");
         assert!(message.contains("[A] Approve, [R] Request changes, [S] Skip"), "{message}");
         assert_eq!(names(&events), ["interview.started"]);
@@ -425,11 +433,11 @@ mod tests {
         let error = run(&fixture).await.unwrap_err();
         assert_eq!(
             error,
-            HandlerError::Paused(
+            HandlerError::Paused(Pause::new(
+                PauseKind::Answer,
                 "human gate `gate` is waiting for an answer: [A] Approve, [R] Request changes, [S] Skip \
                  (answers file: {\"gate\": [\"A\"]})"
-                    .into()
-            )
+            ))
         );
         assert_eq!(names(&events), ["interview.started"]);
 

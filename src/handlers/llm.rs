@@ -17,7 +17,7 @@ use crate::backends::simulated::SimulatedBackend;
 use crate::backends::{Backend, BackendError, LlmRequest, LlmResponse, StageEnv};
 use crate::context::Context;
 use crate::graph::HandlerType;
-use crate::outcome::{Outcome, StageStatus};
+use crate::outcome::{Outcome, Pause, PauseKind, StageStatus};
 
 /// How many characters of the response go into the `last_response` context key.
 pub const LAST_RESPONSE_CHARS: usize = 200;
@@ -121,7 +121,7 @@ pub(crate) async fn complete(
     let response = response.map_err(|err| match err {
         BackendError::Retryable(message) => HandlerError::Retryable(message),
         BackendError::Terminal(message) => HandlerError::Terminal(message),
-        BackendError::Paused(message) => HandlerError::Paused(message),
+        BackendError::Paused(message) => HandlerError::Paused(Pause::new(PauseKind::Ceiling, message)),
     })?;
     Ok((response, backend.name().to_string()))
 }

@@ -26,7 +26,7 @@ use crate::condition::Scope;
 use crate::context::artifacts::ArtifactStore;
 use crate::context::Context;
 use crate::graph::Node;
-use crate::outcome::{Outcome, StageStatus};
+use crate::outcome::{Outcome, Pause, PauseKind, StageStatus};
 use crate::run_dir::{Checkpoint, RunResult, RunStatus};
 use crate::source::SourceFile;
 use crate::ValidWorkflow;
@@ -49,7 +49,7 @@ impl Handler for ManagerHandler {
         let (report, stopped_by) = match slot {
             ChildSlot::Finished(result) => {
                 // The child ended before this process stopped, but the stage was not recorded.
-                (ChildEnd { result: *result, pause_reason: None }, None)
+                (ChildEnd { result: *result, pause: None }, None)
             }
             slot => {
                 if let Some(preamble) = stage.preamble {
@@ -406,9 +406,13 @@ fn conclude(
     let name = stage.node.id.as_str();
     let mut outcome = match (result.status, stopped_by) {
         (RunStatus::Paused, None) => {
-            let reason = report.pause_reason.as_deref().unwrap_or("waiting for input");
-            return Err(HandlerError::Paused(format!(
-                "the child run of `{name}` paused: {reason} (resume this run to continue it)"
+            let (kind, reason) = match &report.pause {
+                Some(pause) => (pause.kind, pause.reason.as_str()),
+                None => (PauseKind::Answer, "waiting for input"),
+            };
+            return Err(HandlerError::Paused(Pause::new(
+                kind,
+                format!("the child run of `{name}` paused: {reason} (resume this run to continue it)"),
             )));
         }
         (RunStatus::Interrupted, None) if stage.cancel.is_cancelled() => return Err(HandlerError::Cancelled),

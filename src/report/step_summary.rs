@@ -3,12 +3,18 @@
 
 use std::fmt::Write as _;
 
-use crate::outcome::StageStatus;
+use crate::outcome::{PauseKind, StageStatus};
 use crate::run_dir::{RunResult, RunStatus};
 
 /// The Markdown summary of `result`. `run_dir_display` is how to show the run directory (a
-/// relative path: the summary is read on another machine, so it has no links).
-pub fn render(result: &RunResult, workflow_name: &str, run_dir_display: &str) -> String {
+/// relative path: the summary is read on another machine, so it has no links); `pause` is what a
+/// paused run waits for, which says how to resume it.
+pub fn render(
+    result: &RunResult,
+    pause: Option<PauseKind>,
+    workflow_name: &str,
+    run_dir_display: &str,
+) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -61,11 +67,25 @@ pub fn render(result: &RunResult, workflow_name: &str, run_dir_display: &str) ->
     );
     let _ = writeln!(out, "**Run directory:** `{}`", code_text(run_dir_display));
     if matches!(result.status, RunStatus::Paused | RunStatus::Interrupted) {
-        let _ = writeln!(
-            out,
-            "\nResume with `fabro resume {} --answers FILE` (or `--auto-approve`).",
-            code_text(run_dir_display)
-        );
+        let dir = code_text(run_dir_display);
+        let line = match (result.status, pause) {
+            (RunStatus::Paused, Some(PauseKind::Ceiling)) => {
+                format!(
+                    "Resume with `fabro resume {dir} --max-tokens N` or `--max-cost USD` (a higher limit)."
+                )
+            }
+            (RunStatus::Paused, Some(PauseKind::Step)) => {
+                format!("Resume with `fabro resume {dir}` (add `--step` to keep stepping).")
+            }
+            (RunStatus::Paused, Some(PauseKind::Storage)) => {
+                format!("Free some space, then resume with `fabro resume {dir}`.")
+            }
+            (RunStatus::Paused, _) => {
+                format!("Resume with `fabro resume {dir} --answers FILE` (or `--auto-approve`).")
+            }
+            _ => format!("Resume with `fabro resume {dir}`."),
+        };
+        let _ = writeln!(out, "\n{line}");
     }
     out.push('\n');
     out
@@ -131,6 +151,42 @@ mod tests {
     fn fences_outgrow_the_backticks_inside() {
         assert_eq!(fenced("plain\n"), "```text\nplain\n```\n");
         assert_eq!(fenced("has ``` inside"), "````text\nhas ``` inside\n````\n");
+    }
+
+    #[test]
+    fn a_stopped_run_says_how_to_resume_it() {
+        let result = |status| RunResult {
+            run_id: "r".into(),
+            status,
+            failure_reason: None,
+            completed_nodes: vec![],
+            duration_ms: 1,
+            stages: vec![],
+            run_dir: "run".into(),
+            usage: None,
+        };
+        let line = |status, pause| {
+            let text = render(&result(status), pause, "w", "run");
+            text.lines().find(|line| line.contains("resume")).unwrap_or_default().to_string()
+        };
+        assert_eq!(
+            line(RunStatus::Paused, Some(PauseKind::Answer)),
+            "Resume with `fabro resume run --answers FILE` (or `--auto-approve`)."
+        );
+        assert_eq!(
+            line(RunStatus::Paused, Some(PauseKind::Ceiling)),
+            "Resume with `fabro resume run --max-tokens N` or `--max-cost USD` (a higher limit)."
+        );
+        assert_eq!(
+            line(RunStatus::Paused, Some(PauseKind::Step)),
+            "Resume with `fabro resume run` (add `--step` to keep stepping)."
+        );
+        assert_eq!(
+            line(RunStatus::Paused, Some(PauseKind::Storage)),
+            "Free some space, then resume with `fabro resume run`."
+        );
+        assert_eq!(line(RunStatus::Interrupted, None), "Resume with `fabro resume run`.");
+        assert_eq!(line(RunStatus::Succeeded, None), "");
     }
 
     #[test]
