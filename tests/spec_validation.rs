@@ -480,6 +480,20 @@ fn rule_attribute_type() {
     );
     assert_eq!(checked.diagnostics[2].edge, edge("plan", "exit"));
     assert_eq!(position(&checked, &checked.diagnostics[0]), Some((3, 34)));
+
+    // A stage's backend is checked when the file is validated, not when the run reaches it.
+    let checked = load(
+        r#"digraph G {
+    start [shape=Mdiamond]
+    plan [prompt="Plan", backend="clu"]
+    exit [shape=Msquare]
+    start -> plan -> exit
+}"#,
+    );
+    let finding = only(&checked, "attribute_type");
+    assert_eq!(finding.message, "`backend` is `clu`, expected one of api, cli");
+    assert_eq!(finding.fix.as_deref(), Some("write one of api, cli"));
+    assert_eq!(position(&checked, finding), Some((3, 34)));
 }
 
 /// Fabro rule `unknown_attribute`: a misspelling within edit distance 2 gets a "did you mean", an

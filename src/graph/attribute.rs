@@ -78,6 +78,8 @@ pub const RETRY_POLICIES: &[&str] = &["none", "standard", "aggressive", "linear"
 pub const JOIN_POLICIES: &[&str] = &["wait_all", "first_success", "k_of_n", "quorum"];
 pub const ERROR_POLICIES: &[&str] = &["continue", "fail_fast"];
 pub const SANDBOXES: &[&str] = &["none", "bwrap"];
+/// The values of a stage's `backend`.
+pub const BACKENDS: &[&str] = &["api", "cli"];
 
 macro_rules! spec {
     ($name:literal, $ty:expr, $scopes:expr, $doc:literal) => {
@@ -286,7 +288,7 @@ pub static ATTRIBUTES: &[AttributeSpec] = &[
         "Message the steer action sends to the child's next LLM stage; `$goal` is the parent's goal, `{{context.KEY}}` reads the child's context."
     ),
     spec!("import", ValueType::Text, NODE, "Workflow file whose graph replaces this node."),
-    spec!("backend", ValueType::Text, NODE, "LLM backend of the stage, e.g. cli."),
+    spec!("backend", ValueType::OneOf(BACKENDS), NODE, "LLM backend of the stage: api (the configured provider, the default) or cli (an installed coding agent, see cli_agent)."),
     spec!(
         "cli_agent",
         ValueType::Text,
