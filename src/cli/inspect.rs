@@ -19,8 +19,6 @@ pub struct InspectArgs {
     pub all: bool,
 }
 
-/// Context keys the engine manages; hidden unless `--all`.
-const HIDDEN_PREFIXES: [&str; 4] = ["internal.", "graph.", "thread.", "current"];
 /// Longest context key or stage id printed in full in a table column.
 const MAX_KEY_CHARS: usize = 60;
 /// Longest context value printed in full.
@@ -48,7 +46,7 @@ fn shown_context(view: &RunView, all: bool) -> Vec<(&str, &Value)> {
     let mut entries: Vec<(&str, &Value)> = checkpoint
         .context
         .iter()
-        .filter(|(key, _)| all || !HIDDEN_PREFIXES.iter().any(|prefix| key.starts_with(prefix)))
+        .filter(|(key, _)| all || !fabro::context::is_bookkeeping(key))
         .collect();
     entries.sort_by(|a, b| a.0.cmp(b.0));
     entries

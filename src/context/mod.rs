@@ -23,6 +23,13 @@ pub fn is_engine_owned(key: &str) -> bool {
     key.starts_with("internal.") || key.starts_with("graph.") || key == "current_node"
 }
 
+/// Whether `key` is the engine's bookkeeping of a run (its own keys, plus conversation threads
+/// `thread.*`), which reports and `fabro inspect` leave out and a child run never hands back to
+/// its parent.
+pub fn is_bookkeeping(key: &str) -> bool {
+    ["internal.", "graph.", "thread.", "current"].iter().any(|prefix| key.starts_with(prefix))
+}
+
 #[derive(Clone, Default)]
 pub struct Context {
     /// Values shared with forks; never changed in place while shared. Each value sits behind its

@@ -53,8 +53,6 @@ const SCRIPT_CHARS: usize = 500;
 /// Files listed per stage before `(+N more)`.
 const MAX_FILES: usize = 20;
 
-const INTERNAL_PREFIXES: [&str; 5] = ["internal.", "current", "graph.", "thread.", "response."];
-
 /// What the preamble knows about one completed stage visit; built once when the stage completes
 /// and journaled with it (`journal.jsonl`), so a resumed run has it without reading stage files.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -306,9 +304,10 @@ pub fn estimate_tokens(text: &str) -> usize {
     text.chars().count().div_ceil(4)
 }
 
-/// Whether a context key is engine bookkeeping that preambles leave out.
+/// Whether preambles leave a context key out: engine bookkeeping, and `response.*` (the previous
+/// stage's answer, which the preamble shows as such).
 pub fn is_internal_key(key: &str) -> bool {
-    INTERNAL_PREFIXES.iter().any(|prefix| key.starts_with(prefix))
+    crate::context::is_bookkeeping(key) || key.starts_with("response.")
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -34,9 +34,6 @@ use crate::ValidWorkflow;
 /// `manager.poll_interval` when the node sets none.
 pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(45);
 
-/// Context keys of the child that never come back to the parent: they describe the child run.
-const UNMERGED_PREFIXES: [&str; 4] = ["internal.", "graph.", "thread.", "current"];
-
 /// Runs manager stages.
 pub struct ManagerHandler;
 
@@ -461,7 +458,7 @@ fn merged_changes(parent: &Context, child: &Context, child_dir: &Path) -> Map<St
     let store = ArtifactStore::new(child_dir, crate::context::artifacts::DEFAULT_THRESHOLD);
     child
         .iter()
-        .filter(|(key, _)| !UNMERGED_PREFIXES.iter().any(|prefix| key.starts_with(prefix)))
+        .filter(|(key, _)| !crate::context::is_bookkeeping(key))
         .filter(|(key, value)| parent.get(key) != Some(*value))
         .map(|(key, value)| {
             let value = match store.resolve(value) {

@@ -90,9 +90,6 @@ impl VisitPage {
     }
 }
 
-/// Context keys the engine manages, left out of the report.
-const ENGINE_KEYS: [&str; 4] = ["internal.", "graph.", "thread.", "current"];
-
 impl RunPage {
     /// Reads the run in `root`; a visit's missing files leave its fields empty.
     pub fn read(root: &Path) -> Result<RunPage, ViewError> {
@@ -118,7 +115,7 @@ impl RunPage {
                 checkpoint
                     .context
                     .iter()
-                    .filter(|(key, _)| !ENGINE_KEYS.iter().any(|prefix| key.starts_with(prefix)))
+                    .filter(|(key, _)| !crate::context::is_bookkeeping(key))
                     .map(|(key, value)| (key.to_string(), shorten(&value_text(value), CONTEXT_VALUE_CHARS)))
                     .collect()
             })
