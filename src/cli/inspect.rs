@@ -43,11 +43,8 @@ pub fn run(args: InspectArgs) -> u8 {
 
 fn shown_context(view: &RunView, all: bool) -> Vec<(&str, &Value)> {
     let Some(checkpoint) = &view.checkpoint else { return Vec::new() };
-    let mut entries: Vec<(&str, &Value)> = checkpoint
-        .context
-        .iter()
-        .filter(|(key, _)| all || !fabro::context::is_bookkeeping(key))
-        .collect();
+    let mut entries: Vec<(&str, &Value)> =
+        checkpoint.context.iter().filter(|(key, _)| all || !fabro::context::is_bookkeeping(key)).collect();
     entries.sort_by(|a, b| a.0.cmp(b.0));
     entries
 }
