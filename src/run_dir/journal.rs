@@ -8,7 +8,7 @@
 //! (compact: no per-stage history) and whole when the run pauses, is interrupted or ends. The
 //! state of a run is the snapshot's context plus the journal's entries after it; the history
 //! (completed stages, counters) is the journal's. A torn last line, left by a crash in the
-//! middle of an append, is not part of the state: [`read`] reports it and the writer that
+//! middle of an append, is not part of the state: [`Journal::read`] reports it and the writer that
 //! continues the run cuts it off first.
 
 use std::collections::BTreeMap;
