@@ -96,11 +96,7 @@ pub fn locate_child(
     visit: u32,
     attempt: u32,
 ) -> Result<ChildSlot, ChildSlotError> {
-    let base = parent_run_dir.join("children").join(node_id);
-    let candidate = |n: u32| match n {
-        1 => base.join(visit.to_string()),
-        n => base.join(format!("{visit}-{n}")),
-    };
+    let candidate = |n: u32| crate::run_dir::layout::child_run_dir(parent_run_dir, node_id, visit, n);
     let mut n = 1;
     while candidate(n + 1).exists() {
         n += 1;

@@ -147,6 +147,17 @@ pub struct Outcome {
     /// Estimated tokens the context layers kept out of an agent stage's model calls, per layer.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub context_tokens_saved: crate::agent_context::Savings,
+    /// What an LLM stage sent and what came back, for its conversation thread under `full`
+    /// fidelity; kept in memory only (the stage's `prompt.md` and `response.md` record it).
+    #[serde(skip)]
+    pub exchange: Option<Exchange>,
+}
+
+/// One prompt of an LLM stage, exactly as sent (with its preamble), and the answer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Exchange {
+    pub prompt: String,
+    pub response: String,
 }
 
 /// Reads a status in any accepted spelling (`failed`, `succeeded`, ...).
@@ -169,6 +180,7 @@ impl Outcome {
             cost_usd: None,
             files_touched: Vec::new(),
             context_tokens_saved: Default::default(),
+            exchange: None,
         }
     }
 

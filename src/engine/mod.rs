@@ -1,10 +1,14 @@
 //! The scheduler and its rules: edge selection, retries, goal gates, visits; and the engine's side
 //! of child runs for manager stages.
 
+mod checkpoint;
 mod child_launcher;
+mod conversation;
 pub mod edge_selection;
+mod line_worktree;
 pub mod parallel;
 pub mod retry;
+mod run_scope;
 mod scheduler;
 pub mod step;
 mod walker;

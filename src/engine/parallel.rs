@@ -19,7 +19,7 @@ use petgraph::graph::NodeIndex;
 use serde_json::{json, Map, Value};
 use tokio_util::sync::CancellationToken;
 
-use super::walker::{Line, LineState, StageEnd, Step, Walker};
+use super::walker::{StageEnd, Step, Walker};
 use crate::graph::{HandlerType, Node, Workflow};
 use crate::join::{BranchResult, BranchStatus};
 use crate::outcome::{Outcome, Pause, StageStatus};
@@ -159,7 +159,7 @@ async fn run_branches(parent: &mut Walker<'_>, index: NodeIndex, visit: u32) -> 
         return StageEnd::Done { outcome: Outcome::fail(reason), attempts: 1 };
     };
     let plans = branch_plans(workflow, index);
-    let journal_dir = scope.run_dir.root().join("parallel").join(&node.id).join(visit.to_string());
+    let journal_dir = crate::run_dir::layout::parallel_journal_dir(scope.run_dir.root(), &node.id, visit);
     let mut journaled = read_journal(&journal_dir, &plans);
     for entry in journaled.values() {
         let mut visits = scope.visits();
@@ -199,15 +199,12 @@ async fn run_branches(parent: &mut Walker<'_>, index: NodeIndex, visit: u32) -> 
         context.set("parallel.branch_id", plan.id.clone());
         let worktree = match &git_base {
             Some(git_base) => {
-                let path = free_path(
-                    scope
-                        .run_dir
-                        .root()
-                        .join("worktrees")
-                        .join(&node.id)
-                        .join(visit.to_string())
-                        .join(&plan.id),
-                );
+                let path = free_path(crate::run_dir::layout::branch_worktree_dir(
+                    scope.run_dir.root(),
+                    &node.id,
+                    visit,
+                    &plan.id,
+                ));
                 match git_base.add_worktree(&scope.run_id, &plan.id, &path) {
                     Ok(worktree) => Some(worktree),
                     Err(error) => {
@@ -219,18 +216,9 @@ async fn run_branches(parent: &mut Walker<'_>, index: NodeIndex, visit: u32) -> 
             }
             None => None,
         };
-        let work_dir = worktree.as_ref().map_or_else(|| parent.work_dir.clone(), |w| w.path.clone());
+        let work_dir = worktree.as_ref().map_or_else(|| parent.worktree.work_dir.clone(), |w| w.path.clone());
         context.set("internal.work_dir", work_dir.display().to_string());
-        let state = LineState { context, summaries: parent.state.summaries.clone(), ..LineState::default() };
-        let mut walker = Walker::new(
-            Arc::clone(&scope),
-            Line::Branch(plan.id.clone()),
-            state,
-            work_dir,
-            cancel_rest.child_token(),
-        );
-        walker.entered_by = Some(plan.edge);
-        walker.threads = parent.threads.clone();
+        let walker = parent.branch(&plan.id, plan.edge, context, work_dir, cancel_rest.child_token());
         let walk: Pin<Box<dyn Future<Output = (String, BranchEnd, Walker<'_>)> + Send + '_>> =
             Box::pin(walk_branch(walker, plan.clone(), join, parent.cancel.clone(), worktree));
         branch_walks.push(walk);
@@ -345,7 +333,7 @@ fn merge_without_fan_in(
     }
     if let (Some(base), Some(head)) = (git_base, &best.head_sha) {
         if let Err(error) = crate::worktree::branch::merge_into_work_dir(
-            &parent.work_dir,
+            &parent.worktree.work_dir,
             &base.commit,
             head,
             &best.branch_id,
@@ -547,7 +535,8 @@ fn branch_base(parent: &Walker<'_>, node: &Node, visit: u32) -> Result<Option<Br
         shared("--dry-run touches no git repository");
         return Ok(None);
     }
-    match crate::worktree::branch::prepare(&parent.work_dir, &format!("parallel stage {}", node.id)) {
+    match crate::worktree::branch::prepare(&parent.worktree.work_dir, &format!("parallel stage {}", node.id))
+    {
         Ok(Ok(base)) => Ok(Some(base)),
         Ok(Err(no_git)) => {
             shared(no_git.reason());

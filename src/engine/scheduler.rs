@@ -11,7 +11,10 @@ use petgraph::graph::NodeIndex;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
-use super::walker::{Line, LineState, RunScope, Step, Walker};
+use super::conversation::Conversation;
+use super::line_worktree::LineWorktree;
+use super::run_scope::{RunScope, VisitCounts};
+use super::walker::{LineState, Step, Walker};
 use crate::context::artifacts::ArtifactStore;
 use crate::context::Context;
 use crate::events::{now_rfc3339, EventLog};
@@ -139,12 +142,16 @@ impl Engine {
         let (run_dir, reused) = RunDir::create_or_reuse(&root)?;
         let lock = run_dir.lock()?;
         let worktree = match options.worktree {
-            true => Some(RunWorktree::create(&options.work_dir, &run_id, &run_dir.root().join("worktree"))?),
+            true => Some(RunWorktree::create(
+                &options.work_dir,
+                &run_id,
+                &crate::run_dir::layout::run_worktree_dir(run_dir.root()),
+            )?),
             false => None,
         };
-        let work_dir = worktree.as_ref().map_or_else(|| options.work_dir.clone(), |w| w.path().to_path_buf());
-        let mut events = EventLog::open(run_dir.root(), &run_id, 0).map_err(StartError::Events)?;
-        events.observe(observe);
+        let worktree = LineWorktree::new(options.work_dir.clone(), worktree, None);
+        let work_dir = &worktree.work_dir;
+        let events = open_events(run_dir.root(), &run_id, 0, observe)?;
         let manifest = Manifest {
             run_id: run_id.clone(),
             workflow: workflow.name().to_string(),
@@ -163,7 +170,7 @@ impl Engine {
             restarted_from: None,
             restarted_as: None,
             forked_from: None,
-            worktree: worktree.as_ref().map(|w| crate::run_dir::WorktreeRecord {
+            worktree: worktree.worktree.as_ref().map(|w| crate::run_dir::WorktreeRecord {
                 path: w.path().display().to_string(),
                 branch: w.branch().to_string(),
             }),
@@ -172,31 +179,28 @@ impl Engine {
         run_dir.write_json("manifest.json", &manifest)?;
         run_dir.write_text("workflow.dot", workflow.source().text())?;
         let journal = run_dir.journal(0, None, options.checkpoint_sync)?;
-        let scope = RunScope {
-            engine: self,
-            workflow,
-            options,
-            artifacts: artifact_store(workflow, run_dir.root()),
+        let mut context = seed_context(workflow, options, work_dir);
+        context.set("internal.run_id", run_id.clone());
+        let start_state = RunStart {
             run_dir,
             run_id,
             events,
-            visits: Mutex::default(),
-            timings: Mutex::default(),
-            journal: Mutex::new(journal),
+            journal,
+            visits: VisitCounts::default(),
+            state: LineState { context, ..LineState::default() },
+            conversation: Conversation::default(),
+            worktree,
+            manifest,
+            lock,
         };
-        let context = seed_context(workflow, options, &work_dir);
-        let mut main = main_line(scope, LineState { context, ..LineState::default() }, work_dir, cancel);
-        main.worktree = worktree;
-        let run_id = main.scope.run_id.clone();
-        main.context_set("internal.run_id", run_id);
+        let run = self.begin(workflow, options, start_state, cancel);
         if !reused.is_empty() {
-            main.scope.events.run_event("run.dir_reused", json!({"run_dir": root, "removed": reused}));
+            run.main.scope.events.run_event("run.dir_reused", json!({"run_dir": root, "removed": reused}));
         }
-        main.scope.events.run_event(
+        run.main.scope.events.run_event(
             "run.started",
             json!({"workflow": workflow.name(), "goal": workflow.goal(), "run_dir": root}),
         );
-        let run = Run { main, manifest, started: Instant::now(), _lock: lock };
         Ok(run.execute(start).await)
     }
 
@@ -219,9 +223,7 @@ impl Engine {
             _ => saved.checkpoint.current_node.clone(),
         };
         let next = workflow.index_of(&next_id).ok_or_else(|| StartError::MissingNode(next_id.clone()))?;
-        let mut events = EventLog::open(saved.dir.root(), &saved.manifest.run_id, saved.last_event_seq)
-            .map_err(StartError::Events)?;
-        events.observe(observe);
+        let events = open_events(saved.dir.root(), &saved.manifest.run_id, saved.last_event_seq, observe)?;
         // A stage whose fabro was killed may still be running: stop it before it runs again.
         for survivor in crate::run_dir::stage_process::kill_survivors(saved.dir.root()) {
             let stage = survivor.stage_dir.strip_prefix(saved.dir.root()).unwrap_or(&survivor.stage_dir);
@@ -238,9 +240,11 @@ impl Engine {
             )?),
             None => None,
         };
-        let work_dir = worktree
-            .as_ref()
-            .map_or_else(|| std::path::PathBuf::from(&saved.manifest.work_dir), |w| w.path().to_path_buf());
+        let worktree = LineWorktree::new(
+            PathBuf::from(&saved.manifest.work_dir),
+            worktree,
+            saved.checkpoint.commit.clone(),
+        );
         let mut manifest = saved.manifest;
         manifest.launch = options.launch.clone();
         manifest.status = RunStatus::Running;
@@ -252,7 +256,7 @@ impl Engine {
             summary.script =
                 workflow.node(&summary.node_id).and_then(|n| n.attributes.text("script")).map(str::to_string);
         }
-        let threads = load_threads(saved.dir.root());
+        let conversation = Conversation::resumed(saved.dir.root());
         let journal = saved.dir.journal(
             saved.journal.last_seq,
             saved.journal.torn.as_ref(),
@@ -264,18 +268,6 @@ impl Engine {
                 json!({"offset": torn.offset, "bytes": torn.bytes, "entries": saved.journal.last_seq}),
             );
         }
-        let scope = RunScope {
-            engine: self,
-            workflow,
-            options,
-            artifacts: artifact_store(workflow, saved.dir.root()),
-            run_dir: saved.dir,
-            run_id: manifest.run_id.clone(),
-            events,
-            visits: Mutex::new(super::walker::VisitCounts::new(checkpoint.node_visits)),
-            timings: Mutex::default(),
-            journal: Mutex::new(journal),
-        };
         let state = LineState {
             context: checkpoint.context,
             completed: checkpoint.completed_nodes,
@@ -284,11 +276,20 @@ impl Engine {
             stages: summaries.iter().map(StageSummary::record).collect(),
             summaries,
         };
-        let mut main = main_line(scope, state, work_dir, cancel);
-        main.worktree = worktree;
-        main.last_commit = checkpoint.commit;
-        main.threads = threads;
-        main.degrade_full_fidelity = true;
+        let start_state = RunStart {
+            run_id: manifest.run_id.clone(),
+            run_dir: saved.dir,
+            events,
+            journal,
+            visits: VisitCounts::new(checkpoint.node_visits),
+            state,
+            conversation,
+            worktree,
+            manifest,
+            lock,
+        };
+        let mut run = self.begin(workflow, options, start_state, cancel);
+        let main = &mut run.main;
         main.journaled_stages = main.state.summaries.len();
         // A run from before the journal starts one holding its whole state.
         main.journal_from_scratch = saved.journal.last_seq == 0;
@@ -298,7 +299,6 @@ impl Engine {
                 "run.resumed",
                 json!({"from": next_id, "previous_status": previous.as_str(), "run_dir": main.scope.run_dir.root()}),
             );
-        let run = Run { main, manifest, started: Instant::now(), _lock: lock };
         if ended {
             // The process stopped after the final checkpoint, before recording the end.
             let reason = (previous == RunStatus::Failed).then(|| {
@@ -310,35 +310,56 @@ impl Engine {
     }
 }
 
-/// The main line of a run, starting with `state`.
-fn main_line<'e>(
-    scope: RunScope<'e>,
-    state: LineState,
-    work_dir: PathBuf,
-    cancel: CancellationToken,
-) -> Walker<'e> {
-    Walker::new(Arc::new(scope), Line::Main, state, work_dir, cancel)
+/// Opens the run's event log (continuing after `next_seq`) with `observe` watching it.
+fn open_events(
+    root: &Path,
+    run_id: &str,
+    next_seq: u64,
+    observe: impl Fn(&crate::events::Event) + Send + Sync + 'static,
+) -> Result<EventLog, StartError> {
+    let mut events = EventLog::open(root, run_id, next_seq).map_err(StartError::Events)?;
+    events.observe(observe);
+    Ok(events)
 }
 
-/// Conversation threads persisted in a run directory (`threads/<encoded key>.jsonl`).
-fn load_threads(
-    run_dir: &std::path::Path,
-) -> std::collections::HashMap<String, Vec<crate::backends::Message>> {
-    let mut threads = std::collections::HashMap::new();
-    for entry in std::fs::read_dir(run_dir.join("threads")).into_iter().flatten().flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let Some(key) = name.strip_suffix(".jsonl").and_then(crate::context::artifacts::decode_key) else {
-            continue;
+/// What a new or resumed run starts with, before its main line walks.
+struct RunStart {
+    run_dir: RunDir,
+    run_id: String,
+    events: EventLog,
+    journal: crate::run_dir::journal::Writer,
+    visits: VisitCounts,
+    state: LineState,
+    conversation: Conversation,
+    worktree: LineWorktree,
+    manifest: Manifest,
+    lock: crate::run_dir::RunLock,
+}
+
+impl Engine {
+    /// The run's shared scope and its main line, ready to walk.
+    fn begin<'e>(
+        &'e self,
+        workflow: &'e Workflow,
+        options: &'e RunOptions,
+        start: RunStart,
+        cancel: CancellationToken,
+    ) -> Run<'e> {
+        let scope = RunScope {
+            engine: self,
+            workflow,
+            options,
+            artifacts: artifact_store(workflow, start.run_dir.root()),
+            run_dir: start.run_dir,
+            run_id: start.run_id,
+            events: start.events,
+            visits: Mutex::new(start.visits),
+            timings: Mutex::default(),
+            journal: Mutex::new(start.journal),
         };
-        let Ok(text) =
-            crate::regular_file::read_to_string(entry.path(), crate::regular_file::FileKind::Record)
-        else {
-            continue;
-        };
-        let messages = text.lines().filter_map(|line| serde_json::from_str(line).ok()).collect();
-        threads.insert(key, messages);
+        let main = Walker::main(Arc::new(scope), start.state, start.conversation, start.worktree, cancel);
+        Run { main, manifest: start.manifest, started: Instant::now(), _lock: start.lock }
     }
-    threads
 }
 
 /// The run's artifact store, with the graph's `artifact_threshold` (default 100 KiB).
@@ -423,7 +444,7 @@ impl Run<'_> {
         }
         events.flush();
         self.write_manifest(status);
-        let worktree_hint = self.main.worktree.as_ref().map(RunWorktree::merge_hint);
+        let worktree_hint = self.main.worktree.merge_hint();
         let timings = *self.main.scope.timings();
         RunReport { result, pause: None, timings, worktree_hint }
     }

@@ -41,6 +41,15 @@ pub trait StepReviewer: Send + Sync {
     async fn review(&self, stage: &StageReview<'_>) -> StepDecision;
 }
 
+/// Operator notes waiting in `context` for the next LLM stage.
+pub fn pending_notes(context: &crate::context::Context) -> Vec<String> {
+    context
+        .get(OPERATOR_NOTES_KEY)
+        .and_then(serde_json::Value::as_array)
+        .map(|notes| notes.iter().filter_map(|note| note.as_str().map(str::to_string)).collect())
+        .unwrap_or_default()
+}
+
 /// The preamble with the operator's notes after it, under [`OPERATOR_NOTES_HEADING`].
 pub fn with_notes(preamble: Option<&str>, notes: &[String]) -> String {
     let mut text = preamble.map(|p| format!("{}\n\n", p.trim_end())).unwrap_or_default();

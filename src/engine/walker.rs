@@ -1,12 +1,14 @@
 //! A walker follows one line of execution through the graph: the main line of a run, or one branch
 //! of a parallel stage. It runs each stage's handler (with retries), records what happened, and
 //! picks the next node. What all lines of a run share (the run directory, the event log, the
-//! artifact store, visit counters) sits in a [`RunScope`] they borrow.
+//! artifact store, visit counters) sits in a [`RunScope`] they borrow; what a line's LLM stages
+//! carry is its [`Conversation`]; where its stages run is its [`LineWorktree`]; the main line's
+//! journal entries are made in `checkpoint.rs`.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::BTreeMap;
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Instant;
 
 use futures::FutureExt;
@@ -14,120 +16,24 @@ use petgraph::graph::{EdgeIndex, NodeIndex};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
+use super::conversation::{Conversation, RunFacts};
 use super::edge_selection::select_edge;
+use super::line_worktree::LineWorktree;
 use super::retry::RetryPolicy;
-use super::scheduler::{Engine, RunOptions, RunTimings};
-use super::step::{StageReview, StepDecision, OPERATOR_NOTES_KEY};
-use crate::backends::Message;
-use crate::context::artifacts::ArtifactStore;
+use super::run_scope::RunScope;
+use super::step::{pending_notes, StageReview, StepDecision, OPERATOR_NOTES_KEY};
 use crate::context::Context;
-use crate::events::{now_rfc3339, EventLog};
-use crate::fidelity::preamble::{PreambleInput, StageSummary};
+use crate::events::now_rfc3339;
+use crate::fidelity::preamble::StageSummary;
 use crate::graph::{HandlerType, Node, Workflow};
 use crate::outcome::{Outcome, Pause, PauseKind, StageStatus};
-use crate::run_dir::journal::{self, Entry};
-use crate::run_dir::{CheckpointRef, Durability, RunDir, RunStatus, StageRecord, StageStatusFile};
+use crate::run_dir::{Durability, RunStatus, StageRecord, StageStatusFile};
 use crate::stage::{Handler, HandlerError, StageRun};
-use crate::worktree::RunWorktree;
 
 /// Default cap on how often any one node may run (graph `max_node_visits` overrides it).
 const DEFAULT_MAX_NODE_VISITS: i64 = 1000;
 /// Under `--dry-run` loops stop after this many visits of a node.
 const DRY_RUN_MAX_VISITS: i64 = 3;
-
-/// What every line of a run shares; branches borrow it concurrently.
-pub(super) struct RunScope<'e> {
-    pub engine: &'e Engine,
-    pub workflow: &'e Workflow,
-    pub options: &'e RunOptions,
-    pub run_dir: RunDir,
-    pub run_id: String,
-    pub events: EventLog,
-    /// Where context values too large for checkpoints go.
-    pub artifacts: ArtifactStore,
-    /// Visits per node over all lines, so that every visit gets its own stage directory.
-    pub visits: Mutex<VisitCounts>,
-    pub timings: Mutex<RunTimings>,
-    /// The run's journal (`journal.jsonl`), appended to by the main line.
-    pub journal: Mutex<journal::Writer>,
-}
-
-/// Visit counters per node, and which changed since the journal last recorded them.
-#[derive(Debug, Default)]
-pub(super) struct VisitCounts {
-    counts: BTreeMap<String, u32>,
-    unjournaled: BTreeSet<String>,
-}
-
-impl VisitCounts {
-    pub fn new(counts: BTreeMap<String, u32>) -> VisitCounts {
-        VisitCounts { counts, unjournaled: BTreeSet::new() }
-    }
-
-    /// Counts one more visit of `node`; returns its number.
-    pub fn count(&mut self, node: &str) -> u32 {
-        let count = self.counts.entry(node.to_string()).or_insert(0);
-        *count += 1;
-        let count = *count;
-        self.unjournaled.insert(node.to_string());
-        count
-    }
-
-    /// Takes back the last visit of `node` (it will run again as the same visit).
-    pub fn uncount(&mut self, node: &str) {
-        if let Some(count) = self.counts.get_mut(node) {
-            *count -= 1;
-            if *count == 0 {
-                self.counts.remove(node);
-            }
-            self.unjournaled.insert(node.to_string());
-        }
-    }
-
-    /// Makes `node`'s count at least `visit` (visits a journaled parallel branch made).
-    pub fn raise(&mut self, node: &str, visit: u32) {
-        let count = self.counts.entry(node.to_string()).or_insert(0);
-        if *count < visit {
-            *count = visit;
-            self.unjournaled.insert(node.to_string());
-        }
-    }
-
-    pub fn counts(&self) -> &BTreeMap<String, u32> {
-        &self.counts
-    }
-
-    /// The counters changed since [`VisitCounts::mark_journaled`] (0 for a node without visits).
-    pub fn changed(&self) -> BTreeMap<String, u32> {
-        self.unjournaled
-            .iter()
-            .map(|node| (node.clone(), self.counts.get(node).copied().unwrap_or(0)))
-            .collect()
-    }
-
-    pub fn mark_journaled(&mut self) {
-        self.unjournaled.clear();
-    }
-
-    /// Every counter is new to the journal (a journal started afresh).
-    pub fn mark_all_unjournaled(&mut self) {
-        self.unjournaled = self.counts.keys().cloned().collect();
-    }
-}
-
-impl RunScope<'_> {
-    pub fn visits(&self) -> MutexGuard<'_, VisitCounts> {
-        self.visits.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    pub fn journal(&self) -> MutexGuard<'_, journal::Writer> {
-        self.journal.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    pub fn timings(&self) -> MutexGuard<'_, RunTimings> {
-        self.timings.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-}
 
 /// What one line has done so far, checkpointed for the main line.
 #[derive(Default)]
@@ -157,27 +63,14 @@ pub(super) struct Walker<'e> {
     /// The edge the current stage was entered by (none for the first stage after a start or
     /// resume, or after a jump to a retry target).
     pub entered_by: Option<EdgeIndex>,
-    /// Set on resume: the first stage cannot continue a conversation thread that did not survive
-    /// the stop, so `full` fidelity becomes `summary:high` for it.
-    pub degrade_full_fidelity: bool,
-    /// Where stages run: `--workdir`, the run's git worktree, or a branch's worktree.
-    pub work_dir: PathBuf,
-    /// Worktree mode (main line only): the run's worktree, committed after every stage.
-    pub worktree: Option<RunWorktree>,
-    /// The worktree commit after the last completed stage.
-    pub last_commit: Option<String>,
+    /// The preamble, thread and notes of the LLM stage about to run; the threads so far.
+    pub conversation: Conversation,
+    /// Where stages run, and the run's worktree in worktree mode.
+    pub worktree: LineWorktree,
     /// Cancelled on SIGINT/SIGTERM, or for a branch when its parallel stage no longer needs it.
     pub cancel: CancellationToken,
-    /// The preamble of the LLM stage about to run (none under full fidelity).
-    pub preamble: Option<String>,
-    /// The thread of the full-fidelity LLM stage about to run.
-    pub current_thread: Option<String>,
-    /// Conversation threads by key, persisted in `threads/<key>.jsonl`.
-    pub threads: HashMap<String, Vec<Message>>,
     /// The outcome of the last stage this line recorded.
     pub last_outcome: Option<Outcome>,
-    /// Operator notes (step mode) the LLM stage about to run received; its status.json records them.
-    pub delivered_notes: Vec<String>,
     /// How many of `state.summaries` the journal holds (main line).
     pub journaled_stages: usize,
     /// The next journal entry holds the whole state (a journal started afresh).
@@ -222,29 +115,48 @@ pub(super) enum Step {
 }
 
 impl<'e> Walker<'e> {
-    /// A line starting with `state` in `work_dir`, at its first stage.
-    pub fn new(
+    /// The main line of a run, continuing with `state` (empty for a new run).
+    pub fn main(
         scope: Arc<RunScope<'e>>,
-        line: Line,
         state: LineState,
-        work_dir: PathBuf,
+        conversation: Conversation,
+        worktree: LineWorktree,
         cancel: CancellationToken,
     ) -> Walker<'e> {
         Walker {
             scope,
-            line,
+            line: Line::Main,
             state,
             entered_by: None,
-            degrade_full_fidelity: false,
-            work_dir,
-            worktree: None,
-            last_commit: None,
+            conversation,
+            worktree,
             cancel,
-            preamble: None,
-            current_thread: None,
-            threads: HashMap::new(),
             last_outcome: None,
-            delivered_notes: Vec::new(),
+            journaled_stages: 0,
+            journal_from_scratch: false,
+        }
+    }
+
+    /// A branch of this line's parallel stage: it starts at the edge `entered_by` with `context`
+    /// (a fork of this line's), this line's preamble summaries and threads, working in `work_dir`.
+    pub fn branch(
+        &self,
+        branch_id: &str,
+        entered_by: EdgeIndex,
+        context: Context,
+        work_dir: PathBuf,
+        cancel: CancellationToken,
+    ) -> Walker<'e> {
+        let state = LineState { context, summaries: self.state.summaries.clone(), ..LineState::default() };
+        Walker {
+            scope: Arc::clone(&self.scope),
+            line: Line::Branch(branch_id.to_string()),
+            state,
+            entered_by: Some(entered_by),
+            conversation: self.conversation.for_branch(),
+            worktree: LineWorktree::plain(work_dir),
+            cancel,
+            last_outcome: None,
             journaled_stages: 0,
             journal_from_scratch: false,
         }
@@ -319,7 +231,7 @@ impl<'e> Walker<'e> {
             HandlerType::Parallel => super::parallel::run(self, index, visit).await,
             _ => self.run_stage(node, visit, &stage_dir).await,
         };
-        let (outcome, attempts) = match end {
+        let (mut outcome, attempts) = match end {
             StageEnd::Done { outcome, attempts } => (outcome, attempts),
             StageEnd::Paused(pause) => {
                 self.uncount_visit(&node.id);
@@ -340,11 +252,12 @@ impl<'e> Walker<'e> {
         };
         let duration_ms = clock.elapsed().as_millis() as u64;
         let stage_files = keeps_files.then_some(stage_dir.as_path());
+        let exchange = outcome.exchange.take();
         let recorded = self.record(node, visit, stage_files, &outcome, attempts, started_at, duration_ms);
-        if keeps_files {
-            self.extend_thread(&stage_dir);
+        if let Some(exchange) = exchange {
+            self.conversation.extend_thread(scope.run_dir.root(), exchange);
         }
-        self.commit_worktree(node, visit, outcome.status);
+        self.worktree.commit_stage(&scope.events, &scope.run_id, node, visit, outcome.status);
         if node.handler_type() == HandlerType::Exit {
             return Step::Finish(RunStatus::Succeeded, None);
         }
@@ -393,7 +306,7 @@ impl<'e> Walker<'e> {
         match reviewer.review(&review).await {
             StepDecision::Continue => None,
             StepDecision::Note(text) => {
-                let mut notes = self.pending_notes();
+                let mut notes = pending_notes(&self.state.context);
                 notes.push(text);
                 self.context_set(OPERATOR_NOTES_KEY, json!(notes));
                 self.save_checkpoint(RunStatus::Running, &node.id, Some(next))
@@ -409,56 +322,13 @@ impl<'e> Walker<'e> {
         }
     }
 
-    /// Operator notes waiting for the next LLM stage.
-    fn pending_notes(&self) -> Vec<String> {
-        self.state
-            .context
-            .get(OPERATOR_NOTES_KEY)
-            .and_then(Value::as_array)
-            .map(|notes| notes.iter().filter_map(|note| note.as_str().map(str::to_string)).collect())
-            .unwrap_or_default()
-    }
-
     /// Resolves the stage's fidelity and, for LLM stages, its preamble and thread.
     fn prepare_llm_stage(&mut self, node: &Node) {
-        let workflow: &'e Workflow = self.scope.workflow;
+        let scope = Arc::clone(&self.scope);
+        let workflow: &'e Workflow = scope.workflow;
         let edge = self.entered_by.take().map(|index| &workflow.graph()[index].attributes);
-        let mut fidelity = crate::fidelity::resolve(edge, &node.attributes, workflow.attributes());
-        if std::mem::take(&mut self.degrade_full_fidelity) && fidelity == crate::fidelity::FidelityMode::Full
-        {
-            fidelity = crate::fidelity::FidelityMode::SummaryHigh;
-        }
-        let full_llm = fidelity == crate::fidelity::FidelityMode::Full && node.handler_type().is_llm();
-        let previous = self.state.completed.last().cloned();
-        let thread = full_llm
-            .then(|| crate::fidelity::resolve_thread(node, edge, workflow, previous.as_deref()))
-            .flatten()
-            .map(str::to_string);
-        self.current_thread = thread.clone();
-        self.context_set("internal.fidelity", fidelity.as_str());
-        self.preamble = if node.handler_type().receives_preamble() {
-            let input = PreambleInput {
-                goal: workflow.goal(),
-                run_id: &self.scope.run_id,
-                stages: &self.state.summaries,
-                context: &self.state.context,
-            };
-            crate::fidelity::preamble::build(fidelity, &input)
-        } else {
-            None
-        };
-        if let Some(parent) = &self.scope.options.parent {
-            self.preamble = parent.stage_preamble(node, self.preamble.take());
-        }
-        if node.handler_type().is_llm() {
-            let notes = self.pending_notes();
-            if !notes.is_empty() {
-                self.preamble = Some(crate::engine::step::with_notes(self.preamble.as_deref(), &notes));
-                self.state.context.remove(OPERATOR_NOTES_KEY);
-                self.delivered_notes = notes;
-            }
-        }
-        self.context_set("internal.thread_id", thread.map_or(Value::Null, Value::from));
+        let run = RunFacts { workflow, run_id: &scope.run_id, parent: scope.options.parent.as_ref() };
+        self.conversation.prepare(node, edge, &run, &mut self.state);
     }
 
     /// Moves context values over the artifact threshold into the artifact store, leaving
@@ -473,7 +343,7 @@ impl<'e> Walker<'e> {
             }
         };
         for artifact in offloaded {
-            if let Err(error) = scope.artifacts.copy_to_work_dir(&artifact, &self.work_dir) {
+            if let Err(error) = scope.artifacts.copy_to_work_dir(&artifact, &self.worktree.work_dir) {
                 tracing::warn!(%error, "artifact not copied into the work directory");
             }
             scope.events.stage_event(
@@ -482,58 +352,6 @@ impl<'e> Walker<'e> {
                 visit,
                 json!({"key": artifact.key, "bytes": artifact.bytes, "path": artifact.path.display().to_string()}),
             );
-        }
-    }
-
-    /// Under `full` fidelity: adds the stage's exchange (what it sent, what came back) to its
-    /// thread, in memory and in `threads/<key>.jsonl`, so the next stage on the thread sees it and
-    /// a resumed run can rebuild it.
-    fn extend_thread(&mut self, stage_dir: &Path) {
-        use crate::backends::Role;
-        let Some(key) = self.current_thread.take() else { return };
-        let (Ok(prompt), Ok(response)) = (
-            std::fs::read_to_string(stage_dir.join("prompt.md")),
-            std::fs::read_to_string(stage_dir.join("response.md")),
-        ) else {
-            return;
-        };
-        let exchange = [
-            Message { role: Role::User, content: prompt },
-            Message { role: Role::Assistant, content: response },
-        ];
-        let dir = self.scope.run_dir.root().join("threads");
-        let path = dir.join(format!("{}.jsonl", crate::context::artifacts::encode_key(&key)));
-        let lines: String =
-            exchange.iter().filter_map(|m| serde_json::to_string(m).ok()).map(|l| l + "\n").collect();
-        let appended = std::fs::create_dir_all(&dir).and_then(|()| {
-            use std::io::Write as _;
-            std::fs::OpenOptions::new().create(true).append(true).open(&path)?.write_all(lines.as_bytes())
-        });
-        if let Err(error) = appended {
-            tracing::warn!(%error, "thread `{key}` not persisted");
-        }
-        self.threads.entry(key).or_default().extend(exchange);
-    }
-
-    /// Worktree mode: commits what the stage changed; a failed commit is reported, not fatal.
-    fn commit_worktree(&mut self, node: &Node, visit: u32, status: StageStatus) {
-        let Some(worktree) = &self.worktree else { return };
-        let scope = Arc::clone(&self.scope);
-        let events = &scope.events;
-        match worktree.commit_stage(&scope.run_id, &node.id, visit, status.as_str()) {
-            Ok(sha) => {
-                events.stage_event("worktree.committed", &node.id, visit, json!({"commit": sha}));
-                self.last_commit = Some(sha);
-            }
-            Err(error) => {
-                tracing::warn!(%error, "worktree commit failed");
-                events.stage_event(
-                    "worktree.commit_failed",
-                    &node.id,
-                    visit,
-                    json!({"error": error.to_string()}),
-                );
-            }
         }
     }
 
@@ -660,7 +478,7 @@ impl<'e> Walker<'e> {
             context: &self.state.context,
             run_id: &scope.run_id,
             run_dir: scope.run_dir.root(),
-            work_dir: &self.work_dir,
+            work_dir: &self.worktree.work_dir,
             stage_dir,
             visit,
             attempt,
@@ -668,11 +486,8 @@ impl<'e> Walker<'e> {
             events: &scope.events,
             cancel: &self.cancel,
             dry_run: scope.options.dry_run,
-            preamble: self.preamble.as_deref(),
-            thread: self
-                .current_thread
-                .as_deref()
-                .map(|key| (key, self.threads.get(key).map_or(&[][..], Vec::as_slice))),
+            preamble: self.conversation.preamble.as_deref(),
+            thread: self.conversation.thread(),
             children: &super::ChildLauncher::new(scope.engine, scope.options),
             // The ceilings' remainder bounds a stage that makes several model calls.
             usage_left: crate::usage::UsageLimits::resolve(scope.options.limits, scope.workflow)
@@ -755,7 +570,7 @@ impl<'e> Walker<'e> {
             attempts,
             started_at,
             duration_ms,
-            operator_notes: std::mem::take(&mut self.delivered_notes),
+            operator_notes: std::mem::take(&mut self.conversation.delivered_notes),
             sandbox: self.sandbox_of(node).map(str::to_string),
         };
         let files_clock = Instant::now();
@@ -903,138 +718,6 @@ impl<'e> Walker<'e> {
         }
     }
 
-    /// Records the main line's state in the run's journal: the stages completed since the last
-    /// entry, the context and counters that changed, where the run goes next. One append, made
-    /// durable as `--checkpoint-sync` says; `checkpoint.json` is rewritten as a snapshot every
-    /// [`journal::SNAPSHOT_EVERY`] entries (compact) and whole when the run stops going on. An
-    /// error says why the state could not be recorded (it is then not durable); branches are
-    /// recorded by their parallel stage.
-    pub fn save_checkpoint(
-        &mut self,
-        status: RunStatus,
-        current: &str,
-        next: Option<&str>,
-    ) -> Result<(), String> {
-        if !self.is_main() {
-            return Ok(());
-        }
-        let scope = Arc::clone(&self.scope);
-        let clock = Instant::now();
-        scope.events.flush();
-        scope.timings().events += clock.elapsed();
-        let clock = Instant::now();
-        let mut entry = self.journal_entry(status, current, next);
-        let appended = scope.journal().append(&mut entry);
-        let written = match appended {
-            Ok(seq) => {
-                self.journaled_stages = self.state.summaries.len();
-                self.journal_from_scratch = false;
-                self.state.context.mark_journaled();
-                scope.visits().mark_journaled();
-                let whole = status != RunStatus::Running;
-                if whole || seq % journal::snapshot_every() == 0 {
-                    self.write_snapshot(status, current, next, seq, whole)
-                } else {
-                    Ok(())
-                }
-            }
-            Err(error) => Err(format!("cannot append to {}: {error}", scope.journal().path().display())),
-        };
-        {
-            let mut timings = scope.timings();
-            timings.checkpoints += clock.elapsed();
-            timings.checkpoint_count += 1;
-        }
-        match written {
-            Ok(()) => {
-                scope
-                    .events
-                    .run_event("checkpoint.saved", json!({"node_id": current, "status": status.as_str()}));
-                Ok(())
-            }
-            Err(error) => {
-                tracing::warn!(%error, "checkpoint not saved");
-                scope.events.run_event("checkpoint.failed", json!({"error": error}));
-                Err(error)
-            }
-        }
-    }
-
-    /// The journal entry for the state now: what changed since the last one, or everything for
-    /// a journal started afresh.
-    fn journal_entry(&self, status: RunStatus, current: &str, next: Option<&str>) -> Entry {
-        let from_scratch = self.journal_from_scratch;
-        let visits = {
-            let mut visits = self.scope.visits();
-            if from_scratch {
-                visits.mark_all_unjournaled();
-            }
-            visits.changed()
-        };
-        let delta = match from_scratch {
-            true => crate::context::Delta { set: self.state.context.to_map(), removed: Vec::new() },
-            false => self.state.context.delta(),
-        };
-        let retries = match from_scratch {
-            true => self.state.retries.clone(),
-            false => self
-                .state
-                .retries
-                .get(current)
-                .map(|n| BTreeMap::from([(current.to_string(), *n)]))
-                .unwrap_or_default(),
-        };
-        let first_new = if from_scratch { 0 } else { self.journaled_stages };
-        Entry {
-            seq: 0,
-            ts: now_rfc3339(),
-            status,
-            node: current.to_string(),
-            next: next.map(str::to_string),
-            reset: from_scratch,
-            stages: self.state.summaries.get(first_new..).unwrap_or_default().to_vec(),
-            set: delta.set,
-            removed: delta.removed,
-            visits,
-            retries,
-            commit: self.last_commit.clone(),
-        }
-    }
-
-    /// Writes `checkpoint.json`: the whole state, or (`whole` false, while the run goes on) the
-    /// state without its per-stage history, which the journal holds.
-    fn write_snapshot(
-        &self,
-        status: RunStatus,
-        current: &str,
-        next: Option<&str>,
-        seq: u64,
-        whole: bool,
-    ) -> Result<(), String> {
-        let scope = &self.scope;
-        let mode = scope.options.checkpoint_sync;
-        scope.journal().sync().map_err(|error| format!("cannot sync the journal: {error}"))?;
-        // A compact snapshot copies no per-node map.
-        let visits = if whole { scope.visits().counts().clone() } else { BTreeMap::new() };
-        let (empty_list, empty_statuses, empty_counts) = (Vec::new(), BTreeMap::new(), BTreeMap::new());
-        let checkpoint = CheckpointRef {
-            run_id: &scope.run_id,
-            status,
-            current_node: current,
-            next_node: next,
-            completed_nodes: if whole { &self.state.completed } else { &empty_list },
-            node_outcomes: if whole { &self.state.outcomes } else { &empty_statuses },
-            node_visits: &visits,
-            node_retries: if whole { &self.state.retries } else { &empty_counts },
-            context: &self.state.context,
-            timestamp: now_rfc3339(),
-            commit: self.last_commit.as_deref(),
-            journal_seq: Some(seq),
-            partial: !whole,
-        };
-        scope.run_dir.write_snapshot(&checkpoint, mode.durability()).map_err(|error| error.to_string())
-    }
-
     /// The sandbox `node`'s programs run in, for stages that run programs.
     fn sandbox_of(&self, node: &Node) -> Option<&'static str> {
         let options = self.scope.options;
@@ -1043,19 +726,6 @@ impl<'e> Walker<'e> {
                 .kind
                 .as_str()
         })
-    }
-
-    /// Pauses the run after `node` because its journal entry or stage record could not be saved:
-    /// going on would run stages whose effects nothing records.
-    fn pause_undurable(&self, node: &Node, visit: u32, error: &str) -> Step {
-        let reason = format!(
-            "the records of `{}` could not be saved ({error}); the run pauses because going on would run \
-             stages nothing records. Free the space (or fix the error) and `fabro resume` continues after the \
-             last stage the journal holds",
-            node.id
-        );
-        self.scope.events.stage_event("run.paused", &node.id, visit, json!({"reason": reason}));
-        Step::Pause(Pause::new(PauseKind::Storage, reason))
     }
 }
 

@@ -17,7 +17,7 @@ use crate::backends::simulated::SimulatedBackend;
 use crate::backends::{Backend, BackendError, LlmRequest, LlmResponse, StageEnv};
 use crate::context::Context;
 use crate::graph::HandlerType;
-use crate::outcome::{Outcome, Pause, PauseKind, StageStatus};
+use crate::outcome::{Exchange, Outcome, Pause, PauseKind, StageStatus};
 
 /// How many characters of the response go into the `last_response` context key.
 pub const LAST_RESPONSE_CHARS: usize = 200;
@@ -56,7 +56,8 @@ impl Handler for LlmHandler {
         let (response, backend_name) = complete(stage, &request).await?;
         write_file(&stage.stage_dir.join("response.md"), &response.text).await?;
 
-        Ok(outcome_for(&node.id, &backend_name, &response))
+        let outcome = outcome_for(&node.id, &backend_name, &response);
+        Ok(Outcome { exchange: Some(Exchange { prompt, response: response.text }), ..outcome })
     }
 }
 

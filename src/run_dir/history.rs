@@ -443,7 +443,7 @@ pub fn fork(
                 Path::new(&record.path),
                 commit,
                 &run_id,
-                &dir.root().join("worktree"),
+                &super::layout::run_worktree_dir(dir.root()),
             )?;
             Some(super::WorktreeRecord {
                 path: forked.path().display().to_string(),

@@ -1,12 +1,18 @@
-//! Where a run's stage files live, and how their directory names are made and read:
+//! Where a run's per-stage files live, and how their directory names are made and read:
 //!
 //! ```text
-//! stages/<node>/<visit>/        the first run of a visit
-//! stages/<node>/<visit>.<n>/    the n-th run of the same visit (after a pause, a crash, a rewind)
+//! stages/<node>/<visit>/                 the first run of a visit
+//! stages/<node>/<visit>.<n>/             the n-th run of the same visit (after a pause, a crash,
+//!                                        a rewind)
+//! parallel/<node>/<visit>/               a parallel stage's journal of finished branches
+//! worktrees/<node>/<visit>/<branch>/     the git worktree of one branch of a parallel stage
+//! children/<node>/<visit>[-<n>]/         a manager stage's child run (the n-th for one visit)
+//! threads/<encoded key>.jsonl            a conversation thread under `full` fidelity
+//! worktree/                              the run's own git worktree (`--worktree`)
 //! ```
 //!
-//! Every stage directory path is made here, so that no reader guesses `<visit>` where the visit
-//! ran again as `<visit>.<n>`.
+//! Every such path is made here, so that no reader guesses `<visit>` where the visit ran again as
+//! `<visit>.<n>`, and no writer invents a second spelling.
 
 use std::path::{Path, PathBuf};
 
@@ -18,6 +24,46 @@ pub fn stages_dir(root: &Path) -> PathBuf {
 /// `stages/<node>/`.
 pub fn node_dir(root: &Path, node_id: &str) -> PathBuf {
     stages_dir(root).join(node_id)
+}
+
+/// `parallel/<node>/<visit>/`: which branches of a parallel stage's visit finished.
+pub fn parallel_journal_dir(root: &Path, node_id: &str, visit: u32) -> PathBuf {
+    root.join("parallel").join(node_id).join(visit.to_string())
+}
+
+/// `worktrees/<node>/<visit>/<branch>/`: where a branch of a parallel stage works in worktree mode.
+pub fn branch_worktree_dir(root: &Path, node_id: &str, visit: u32, branch_id: &str) -> PathBuf {
+    root.join("worktrees").join(node_id).join(visit.to_string()).join(branch_id)
+}
+
+/// `children/<node>/<visit>/`, then `<visit>-2/`, ...: the `n`-th child run directory of a
+/// manager stage's visit (a child started again beside one that cannot continue).
+pub fn child_run_dir(root: &Path, node_id: &str, visit: u32, n: u32) -> PathBuf {
+    let base = root.join("children").join(node_id);
+    match n {
+        0 | 1 => base.join(visit.to_string()),
+        n => base.join(format!("{visit}-{n}")),
+    }
+}
+
+/// `threads/`: the conversation threads of `full` fidelity stages.
+pub fn threads_dir(root: &Path) -> PathBuf {
+    root.join("threads")
+}
+
+/// `threads/<encoded key>.jsonl`: one thread, one message per line.
+pub fn thread_file(root: &Path, key: &str) -> PathBuf {
+    threads_dir(root).join(format!("{}.jsonl", crate::context::artifacts::encode_key(key)))
+}
+
+/// The thread key a file in `threads/` holds, when it is a thread file.
+pub fn thread_key(file_name: &str) -> Option<String> {
+    file_name.strip_suffix(".jsonl").and_then(crate::context::artifacts::decode_key)
+}
+
+/// `worktree/`: the run's git worktree in worktree mode.
+pub fn run_worktree_dir(root: &Path) -> PathBuf {
+    root.join("worktree")
 }
 
 /// The name of the `run`-th directory of `visit` (runs count from 1): `3`, `3.2`, `3.3`, ...

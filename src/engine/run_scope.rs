@@ -1,0 +1,106 @@
+//! What every line of a run shares: the engine, the workflow, the run directory, the event log,
+//! the artifact store, visit counters, timings and the journal. Branches borrow it concurrently.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Mutex, MutexGuard};
+
+use super::scheduler::{Engine, RunOptions, RunTimings};
+use crate::context::artifacts::ArtifactStore;
+use crate::events::EventLog;
+use crate::graph::Workflow;
+use crate::run_dir::journal;
+use crate::run_dir::RunDir;
+
+/// What every line of a run shares; branches borrow it concurrently.
+pub(super) struct RunScope<'e> {
+    pub engine: &'e Engine,
+    pub workflow: &'e Workflow,
+    pub options: &'e RunOptions,
+    pub run_dir: RunDir,
+    pub run_id: String,
+    pub events: EventLog,
+    /// Where context values too large for checkpoints go.
+    pub artifacts: ArtifactStore,
+    /// Visits per node over all lines, so that every visit gets its own stage directory.
+    pub visits: Mutex<VisitCounts>,
+    pub timings: Mutex<RunTimings>,
+    /// The run's journal (`journal.jsonl`), appended to by the main line.
+    pub journal: Mutex<journal::Writer>,
+}
+
+/// Visit counters per node, and which changed since the journal last recorded them.
+#[derive(Debug, Default)]
+pub(super) struct VisitCounts {
+    counts: BTreeMap<String, u32>,
+    unjournaled: BTreeSet<String>,
+}
+
+impl VisitCounts {
+    pub fn new(counts: BTreeMap<String, u32>) -> VisitCounts {
+        VisitCounts { counts, unjournaled: BTreeSet::new() }
+    }
+
+    /// Counts one more visit of `node`; returns its number.
+    pub fn count(&mut self, node: &str) -> u32 {
+        let count = self.counts.entry(node.to_string()).or_insert(0);
+        *count += 1;
+        let count = *count;
+        self.unjournaled.insert(node.to_string());
+        count
+    }
+
+    /// Takes back the last visit of `node` (it will run again as the same visit).
+    pub fn uncount(&mut self, node: &str) {
+        if let Some(count) = self.counts.get_mut(node) {
+            *count -= 1;
+            if *count == 0 {
+                self.counts.remove(node);
+            }
+            self.unjournaled.insert(node.to_string());
+        }
+    }
+
+    /// Makes `node`'s count at least `visit` (visits a journaled parallel branch made).
+    pub fn raise(&mut self, node: &str, visit: u32) {
+        let count = self.counts.entry(node.to_string()).or_insert(0);
+        if *count < visit {
+            *count = visit;
+            self.unjournaled.insert(node.to_string());
+        }
+    }
+
+    pub fn counts(&self) -> &BTreeMap<String, u32> {
+        &self.counts
+    }
+
+    /// The counters changed since [`VisitCounts::mark_journaled`] (0 for a node without visits).
+    pub fn changed(&self) -> BTreeMap<String, u32> {
+        self.unjournaled
+            .iter()
+            .map(|node| (node.clone(), self.counts.get(node).copied().unwrap_or(0)))
+            .collect()
+    }
+
+    pub fn mark_journaled(&mut self) {
+        self.unjournaled.clear();
+    }
+
+    /// Every counter is new to the journal (a journal started afresh).
+    pub fn mark_all_unjournaled(&mut self) {
+        self.unjournaled = self.counts.keys().cloned().collect();
+    }
+}
+
+impl RunScope<'_> {
+    pub fn visits(&self) -> MutexGuard<'_, VisitCounts> {
+        self.visits.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    pub fn journal(&self) -> MutexGuard<'_, journal::Writer> {
+        self.journal.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    pub fn timings(&self) -> MutexGuard<'_, RunTimings> {
+        self.timings.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
