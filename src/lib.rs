@@ -28,6 +28,7 @@ pub mod report;
 pub mod run_dir;
 pub mod sandbox;
 pub mod serve;
+pub mod session;
 pub mod source;
 pub mod stage;
 pub mod starter;

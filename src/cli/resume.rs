@@ -5,14 +5,13 @@ use std::path::PathBuf;
 
 use fabro::engine::RunOptions;
 use fabro::run_dir::SavedRun;
+use fabro::session::ResumeSource;
 use fabro::source::SourceFile;
 use fabro::Loader;
 use tokio_util::sync::CancellationToken;
 
-use super::exit;
 use super::progress::ProgressView;
-use super::render::render_load_error;
-use super::run::{conclude, engine_for, report_diagnostics, watch_signals, LaunchArgs};
+use super::run::{conclude, engine_for, refuse, report_diagnostics, watch_signals, LaunchArgs, Refusal};
 
 #[derive(clap::Args)]
 pub struct ResumeArgs {
@@ -35,89 +34,30 @@ pub fn resume(args: ResumeArgs) -> u8 {
 }
 
 async fn resume_async(mut args: ResumeArgs) -> u8 {
-    let run_dir = match args.run.resolve() {
-        Ok(dir) => dir,
-        Err(error) => {
-            eprintln!("error: {error}");
-            return exit::INVALID;
-        }
-    };
-    let mut saved = match SavedRun::open(&run_dir) {
-        Ok(saved) => saved,
-        Err(error) => {
-            eprintln!("error: {error}");
-            return exit::INVALID;
-        }
-    };
+    continue_run(&mut args).await.unwrap_or_else(refuse)
+}
+
+async fn continue_run(args: &mut ResumeArgs) -> Result<u8, Refusal> {
+    let run_dir = args.run.resolve().map_err(Refusal::error)?;
+    let mut saved = SavedRun::open(&run_dir).map_err(Refusal::error)?;
     if let Some(taken) = args.launch.inherit(&saved.manifest.launch, args.live) {
         if !args.launch.quiet && !args.launch.json {
             eprintln!("note: continuing with {taken}, as the run started");
         }
     }
-    let (source_path, source_text) = match &args.workflow {
-        Some(path) => match fabro::regular_file::read_to_string(path, fabro::regular_file::FileKind::Input) {
-            Ok(text) => (path.clone(), text),
-            Err(error) => {
-                eprintln!("error: cannot read `{}`: {error}", path.display());
-                return exit::INVALID;
-            }
-        },
-        None => {
-            // The stored copy is what ran; say so when the original file has changed since.
-            let path = PathBuf::from(&saved.manifest.source_path);
-            if fabro::regular_file::read_to_string(&path, fabro::regular_file::FileKind::Input)
-                .is_ok_and(|current| current != saved.workflow_source)
-            {
-                eprintln!(
-                    "note: {} changed since the run started; continuing with the copy stored in the run directory \
-                     (use --workflow to continue with the new file)",
-                    path.display()
-                );
-            }
-            (path, saved.workflow_source.clone())
-        }
-    };
-    let loaded = Loader::new().load_source(SourceFile::new(&source_path, source_text.clone()));
-    let checked = match loaded {
-        Ok(checked) => checked,
-        Err(error) => {
-            eprint!("{}", render_load_error(&error));
-            return exit::INVALID;
-        }
-    };
-    let Some(valid) = report_diagnostics(checked, &source_path, true) else {
-        return exit::INVALID;
-    };
-    if args.workflow.is_some() {
-        let missing = saved.missing_nodes(&valid.workflow);
-        if !missing.is_empty() {
-            eprintln!(
-                "error: {} lacks node(s) {} that the checkpoint needs (renamed or removed); nothing was changed. \
-                 Resume without --workflow to continue with the stored copy",
-                source_path.display(),
-                missing.iter().map(|id| format!("`{id}`")).collect::<Vec<_>>().join(", ")
-            );
-            return exit::INVALID;
-        }
-        if let Err(error) = saved.adopt_workflow(&source_path, &source_text) {
-            eprintln!("error: {error}");
-            return exit::INVALID;
-        }
+    let source = ResumeSource::choose(&saved, args.workflow.as_deref())?;
+    if source.original_changed {
+        eprintln!(
+            "note: {} changed since the run started; continuing with the copy stored in the run directory \
+             (use --workflow to continue with the new file)",
+            source.path.display()
+        );
     }
-    let user_sandbox = match super::run::check_sandbox(&args.launch, &valid.workflow) {
-        Ok(user) => user,
-        Err(message) => {
-            eprintln!("error: {message}");
-            return exit::INVALID;
-        }
-    };
-    let engine = match engine_for(&args.launch, &valid.workflow) {
-        Ok(engine) => engine,
-        Err(message) => {
-            eprintln!("error: {message}");
-            return exit::INVALID;
-        }
-    };
+    let loaded = Loader::new().load_source(SourceFile::new(&source.path, source.text.clone()));
+    let valid = report_diagnostics(loaded, &source.path, true)?;
+    source.adopt(&mut saved, &valid.workflow)?;
+    let user_sandbox = super::run::check_sandbox(&args.launch, &valid.workflow)?;
+    let engine = engine_for(&args.launch, &valid.workflow)?;
     let options = RunOptions {
         run_dir: Some(run_dir),
         work_dir: PathBuf::from(&saved.manifest.work_dir),

@@ -4,19 +4,12 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use fabro::backends::config::{ConfigError, LlmConfig};
-use fabro::backends::live::LiveBackend;
-use fabro::backends::scripted::ScriptedBackend;
-use fabro::backends::simulated::SimulatedBackend;
-use fabro::backends::Backend;
 use fabro::engine::{Engine, RunOptions};
 use fabro::graph::Workflow;
-use fabro::handlers::{builtin_handlers, Services};
-use fabro::interview::answers::AnswersFile;
 use fabro::interview::console::Console;
-use fabro::interview::{AutoApprove, FirstAvailable, Gate, Interviewer, NoAnswers};
 use fabro::outcome::PauseKind;
 use fabro::run_dir::{LaunchRecord, RunResult, RunStatus};
+use fabro::session::{BackendChoice, EngineBuilder};
 use fabro::{Loader, Severity};
 use tokio_util::sync::CancellationToken;
 
@@ -159,46 +152,30 @@ impl LaunchArgs {
         }
     }
 
-    /// Takes what the run started with for everything not given now: the way LLM stages are
-    /// answered (unless `live`, or a mode is given now) and the model and provider overrides.
-    /// Returns the flags taken, e.g. `--simulate --model m`, for a note.
+    /// The flags as given, unresolved (for choosing the backend and for a resume's policy).
+    fn given(&self) -> LaunchRecord {
+        LaunchRecord {
+            simulate: self.simulate,
+            dry_run: self.dry_run,
+            responses: self.responses.as_ref().map(|path| path.display().to_string()),
+            model: self.model.clone(),
+            provider: self.provider.clone(),
+            sandbox: self.sandbox.map(|kind| kind.as_str().to_string()),
+        }
+    }
+
+    /// Takes what the run started with for everything not given now (see
+    /// [`fabro::session::resumed_launch`]). Returns the flags taken, e.g. `--simulate --model m`,
+    /// for a note.
     pub fn inherit(&mut self, started: &LaunchRecord, live: bool) -> Option<String> {
-        let mut taken = Vec::new();
-        let mode_given = self.simulate || self.dry_run || self.responses.is_some();
-        if !mode_given && !live {
-            if started.simulate {
-                self.simulate = true;
-                taken.push("--simulate".to_string());
-            }
-            if started.dry_run {
-                self.dry_run = true;
-                taken.push("--dry-run".to_string());
-            }
-            if let Some(path) = &started.responses {
-                self.responses = Some(PathBuf::from(path));
-                taken.push(format!("--responses {path}"));
-            }
-        }
-        if self.model.is_none() {
-            if let Some(model) = &started.model {
-                self.model = Some(model.clone());
-                taken.push(format!("--model {model}"));
-            }
-        }
-        if self.provider.is_none() {
-            if let Some(provider) = &started.provider {
-                self.provider = Some(provider.clone());
-                taken.push(format!("--provider {provider}"));
-            }
-        }
-        if self.sandbox.is_none() {
-            if let Some(kind) =
-                started.sandbox.as_deref().and_then(|text| fabro::sandbox::SandboxKind::parse(text).ok())
-            {
-                self.sandbox = Some(kind);
-                taken.push(format!("--sandbox {}", kind.as_str()));
-            }
-        }
+        let (launch, taken) = fabro::session::resumed_launch(started, self.given(), live);
+        self.simulate = launch.simulate;
+        self.dry_run = launch.dry_run;
+        self.responses = launch.responses.map(PathBuf::from);
+        self.model = launch.model;
+        self.provider = launch.provider;
+        self.sandbox =
+            launch.sandbox.as_deref().and_then(|text| fabro::sandbox::SandboxKind::parse(text).ok());
         (!taken.is_empty()).then(|| taken.join(" "))
     }
 
@@ -226,8 +203,8 @@ fn parse_sandbox(text: &str) -> Result<fabro::sandbox::SandboxKind, String> {
 pub fn check_sandbox(
     launch: &LaunchArgs,
     workflow: &Workflow,
-) -> Result<Option<fabro::sandbox::SandboxKind>, String> {
-    let user = fabro::backends::config::LlmConfig::user_sandbox().map_err(|error| error.to_string())?;
+) -> Result<Option<fabro::sandbox::SandboxKind>, Refusal> {
+    let user = fabro::backends::config::LlmConfig::user_sandbox().map_err(Refusal::error)?;
     fabro::sandbox::check_workflow(workflow, launch.sandbox, user)
         .map_err(|error| format!("{error}; the run did not start"))?;
     Ok(user)
@@ -238,59 +215,64 @@ pub fn run(args: RunArgs) -> u8 {
 }
 
 async fn run_async(args: RunArgs) -> u8 {
+    start(&args).await.unwrap_or_else(refuse)
+}
+
+/// Why `fabro run` or `fabro resume` did not start a run. Every refusal ends in [`refuse`].
+pub enum Refusal {
+    /// Already shown (diagnostics, a load error).
+    Shown,
+    /// Shown as `error: <message>`.
+    Message(String),
+}
+
+impl Refusal {
+    pub fn error(error: impl std::fmt::Display) -> Refusal {
+        Refusal::Message(error.to_string())
+    }
+}
+
+impl From<String> for Refusal {
+    fn from(message: String) -> Refusal {
+        Refusal::Message(message)
+    }
+}
+
+impl From<fabro::session::SetupError> for Refusal {
+    fn from(error: fabro::session::SetupError) -> Refusal {
+        Refusal::error(error)
+    }
+}
+
+/// Shows why the run did not start; the exit code says the same.
+pub fn refuse(refusal: Refusal) -> u8 {
+    if let Refusal::Message(message) = refusal {
+        eprintln!("error: {message}");
+    }
+    exit::INVALID
+}
+
+async fn start(args: &RunArgs) -> Result<u8, Refusal> {
     let mut loader = Loader::new();
     if let Some(goal) = &args.goal {
         loader = loader.with_goal(goal.clone());
     }
-    let checked = match loader.load_file(&args.workflow) {
-        Ok(checked) => checked,
-        Err(error) => {
-            eprint!("{}", render_load_error(&error));
-            return exit::INVALID;
-        }
-    };
-    let Some(valid) = report_diagnostics(checked, &args.workflow, args.launch.quiet) else {
-        return exit::INVALID;
-    };
+    let valid = report_diagnostics(loader.load_file(&args.workflow), &args.workflow, args.launch.quiet)?;
     if args.launch.deny_warnings && !valid.warnings.is_empty() {
         if args.launch.quiet {
             eprint!("{}", render_diagnostics(&valid.warnings, valid.workflow.source()));
         }
-        eprintln!(
-            "error: --deny-warnings: {} has {} warning(s); the run did not start",
+        return Err(Refusal::Message(format!(
+            "--deny-warnings: {} has {} warning(s); the run did not start",
             args.workflow.display(),
             valid.warnings.len()
-        );
-        return exit::INVALID;
+        )));
     }
-    let context = match parse_sets(&args.set) {
-        Ok(context) => context,
-        Err(message) => {
-            eprintln!("error: {message}");
-            return exit::INVALID;
-        }
-    };
-    let work_dir = match work_dir(args.workdir.as_deref()) {
-        Ok(dir) => dir,
-        Err(message) => {
-            eprintln!("error: {message}; the run did not start");
-            return exit::INVALID;
-        }
-    };
-    let user_sandbox = match check_sandbox(&args.launch, &valid.workflow) {
-        Ok(user) => user,
-        Err(message) => {
-            eprintln!("error: {message}");
-            return exit::INVALID;
-        }
-    };
-    let engine = match engine_for(&args.launch, &valid.workflow) {
-        Ok(engine) => engine,
-        Err(message) => {
-            eprintln!("error: {message}");
-            return exit::INVALID;
-        }
-    };
+    let context = parse_sets(&args.set)?;
+    let work_dir =
+        work_dir(args.workdir.as_deref()).map_err(|message| format!("{message}; the run did not start"))?;
+    let user_sandbox = check_sandbox(&args.launch, &valid.workflow)?;
+    let engine = engine_for(&args.launch, &valid.workflow)?;
     let options = RunOptions {
         run_dir: args.run_dir.clone(),
         work_dir,
@@ -332,54 +314,57 @@ fn work_dir(given: Option<&std::path::Path>) -> Result<PathBuf, String> {
     }
 }
 
-/// Prints the diagnostics of a loaded workflow and returns it when it has no errors.
+/// Prints the diagnostics of a loaded workflow (errors only when `quiet`) and returns it when it
+/// has no errors.
 pub fn report_diagnostics(
-    checked: fabro::CheckedWorkflow,
+    loaded: Result<fabro::CheckedWorkflow, fabro::LoadError>,
     path: &std::path::Path,
     quiet: bool,
-) -> Option<fabro::ValidWorkflow> {
+) -> Result<fabro::ValidWorkflow, Refusal> {
+    let checked = loaded.map_err(|error| {
+        eprint!("{}", render_load_error(&error));
+        Refusal::Shown
+    })?;
     let source = checked.workflow.source().clone();
     let shown = checked.diagnostics.iter().filter(|d| d.severity == Severity::Error || !quiet);
     eprint!("{}", render_diagnostics(shown, &source));
-    match checked.into_valid() {
-        Ok(valid) => Some(valid),
-        Err(invalid) => {
-            let errors = invalid.diagnostics.iter().filter(|d| d.is_error()).count();
-            eprintln!("error: {} has {errors} validation error(s); the run did not start", path.display());
-            None
-        }
-    }
+    checked.into_valid().map_err(|invalid| {
+        let errors = invalid.diagnostics.iter().filter(|d| d.is_error()).count();
+        Refusal::Message(format!(
+            "{} has {errors} validation error(s); the run did not start",
+            path.display()
+        ))
+    })
 }
 
 /// The engine with the built-in handlers, the backend and the interviewer the options ask for;
 /// refuses workflows with stages this version cannot run.
-pub fn engine_for(launch: &LaunchArgs, workflow: &Workflow) -> Result<Engine, String> {
-    let handlers = builtin_handlers();
-    if let Some(node) = handlers.first_unhandled(workflow) {
-        return Err(format!(
-            "node `{}` is a {} stage, which this version of fabro cannot run yet; the run did not start",
-            node.id,
-            node.handler_type()
-        ));
-    }
+pub fn engine_for(launch: &LaunchArgs, workflow: &Workflow) -> Result<Engine, Refusal> {
     if let Some(cost) = launch.max_cost.filter(|cost| !cost.is_finite() || *cost < 0.0) {
-        return Err(format!("--max-cost {cost} is not a cost in US dollars (0 or more)"));
+        return Err(Refusal::Message(format!("--max-cost {cost} is not a cost in US dollars (0 or more)")));
     }
     let console = person_can_answer().then(|| Arc::new(Console::new()));
     if launch.step && console.is_none() {
-        return Err(
+        return Err(Refusal::Message(
             "--step asks after every stage on a terminal, but stdin and stderr are not both a terminal \
-                    (or CI is set); run without --step"
+             (or CI is set); run without --step"
                 .to_string(),
-        );
+        ));
     }
-    let backend = choose_backend(launch, workflow)?;
-    let interviewer = choose_interviewer(launch, workflow, console.clone())?;
-    let engine = Engine::new(handlers, Services { backend, interviewer });
-    Ok(match console.filter(|_| launch.step) {
-        Some(console) => engine.with_step_reviewer(Arc::new(super::step::TerminalStepper(console))),
-        None => engine,
-    })
+    let mut builder = EngineBuilder::new(BackendChoice::of(&launch.given()));
+    if let Some(path) = &launch.answers {
+        builder = builder.answers_file(path);
+    }
+    if launch.auto_approve {
+        builder = builder.auto_approve();
+    }
+    if let Some(console) = console {
+        if launch.step {
+            builder = builder.step_reviewer(Arc::new(super::step::TerminalStepper(Arc::clone(&console))));
+        }
+        builder = builder.person(console);
+    }
+    Ok(builder.build(workflow)?)
 }
 
 /// Prints the outcome, writes the CI reports (`--junit`, `$GITHUB_STEP_SUMMARY`) and turns the
@@ -388,14 +373,8 @@ pub fn conclude(
     report: Result<fabro::engine::RunReport, fabro::engine::StartError>,
     launch: &LaunchArgs,
     workflow_name: &str,
-) -> u8 {
-    let report = match report {
-        Ok(report) => report,
-        Err(error) => {
-            eprintln!("error: {error}");
-            return exit::INVALID;
-        }
-    };
+) -> Result<u8, Refusal> {
+    let report = report.map_err(Refusal::error)?;
     let result = &report.result;
     if launch.json {
         match serde_json::to_string_pretty(result) {
@@ -426,7 +405,7 @@ pub fn conclude(
             PauseKind::Storage => eprintln!("free some space, then resume with: fabro resume {dir}"),
         }
     }
-    match result.status {
+    Ok(match result.status {
         RunStatus::Succeeded => exit::SUCCESS,
         RunStatus::Paused => exit::PAUSED,
         RunStatus::Interrupted => {
@@ -434,7 +413,7 @@ pub fn conclude(
             exit::INTERRUPTED
         }
         RunStatus::Failed | RunStatus::Running | RunStatus::Restarted => exit::FAILED,
-    }
+    })
 }
 
 /// `--junit FILE` (replaced atomically) and the Markdown summary appended to the file named by
@@ -480,75 +459,6 @@ fn write_reports(result: &RunResult, pause: Option<PauseKind>, launch: &LaunchAr
     if let Err(error) = appended {
         eprintln!("warning: cannot append the step summary to {}: {error}", summary_path.display());
     }
-}
-
-/// Simulated for `--simulate`/`--dry-run`, scripted for `--responses`, otherwise the real
-/// providers configured in the environment and config file; every LLM stage must have one.
-fn choose_backend(args: &LaunchArgs, workflow: &Workflow) -> Result<Arc<dyn Backend>, String> {
-    if let Some(path) = &args.responses {
-        return ScriptedBackend::from_file(path)
-            .map(|b| Arc::new(b) as Arc<dyn Backend>)
-            .map_err(|e| e.to_string());
-    }
-    let needs_llm = workflow.nodes().any(|node| node.handler_type().is_llm());
-    if args.simulate || args.dry_run || !needs_llm {
-        return Ok(Arc::new(SimulatedBackend));
-    }
-    let mut config = LlmConfig::from_env().map_err(|e| e.to_string())?;
-    config.model_override = args.model.clone().filter(|m| !m.trim().is_empty());
-    config.provider_override = args.provider.clone().filter(|p| !p.trim().is_empty());
-    let no_provider = config.providers.is_empty();
-    let backend = LiveBackend::new(config).map_err(|e| e.to_string())?;
-    if let Err(error) = backend.check(workflow) {
-        if no_provider && matches!(error, ConfigError::NoProvider(_)) {
-            let stages: Vec<&str> = workflow
-                .nodes()
-                .filter(|node| node.handler_type().is_llm())
-                .map(|node| node.id.as_str())
-                .collect();
-            let named = match stages.as_slice() {
-                [one] => format!("stage `{one}` needs"),
-                [first, rest @ ..] => format!("stage `{first}` (and {} more LLM stage(s)) needs", rest.len()),
-                [] => "LLM stages need".to_string(),
-            };
-            return Err(format!(
-                "{named} an LLM provider, and none is configured. Run with --simulate (placeholder \
-                 responses) or --responses FILE (scripted responses), or configure a provider: \
-                 ANTHROPIC_API_KEY, OPENAI_API_KEY, GEMINI_API_KEY, or FABRO_LLM_BASE_URL for a local \
-                 OpenAI-compatible server (see docs/providers.md)"
-            ));
-        }
-        return Err(format!("{error}; the run did not start"));
-    }
-    Ok(Arc::new(backend))
-}
-
-/// Answers file first, then auto-approve, then the terminal; without any, gates pause the run.
-/// An answers file is checked against the gates of the workflow and its child workflows first.
-fn choose_interviewer(
-    args: &LaunchArgs,
-    workflow: &Workflow,
-    console: Option<Arc<Console>>,
-) -> Result<Arc<dyn Interviewer>, String> {
-    let mut chain: Vec<Arc<dyn Interviewer>> = Vec::new();
-    if let Some(path) = &args.answers {
-        let answers = AnswersFile::from_file(path).map_err(|e| e.to_string())?;
-        let children = fabro::child_workflow::descendants(workflow);
-        let mut gates = Gate::all(workflow);
-        gates.extend(children.iter().flat_map(|child| Gate::all(&child.workflow)));
-        answers.check(&gates).map_err(|e| format!("{e}; the run did not start"))?;
-        chain.push(Arc::new(answers));
-    }
-    if args.auto_approve {
-        chain.push(Arc::new(AutoApprove));
-    }
-    if let Some(console) = console {
-        chain.push(console);
-    }
-    Ok(match chain.len() {
-        0 => Arc::new(NoAnswers),
-        _ => Arc::new(FirstAvailable(chain)),
-    })
 }
 
 /// Someone sits at this terminal to answer gates (and `CI` is not set).
