@@ -1,5 +1,5 @@
-//! Fidelity: how much of the run's history an LLM stage sees. This module holds the mode names;
-//! preamble building comes with the engine.
+//! Fidelity: how much of the run's history an LLM stage sees. This module holds the mode names
+//! and how a stage's mode and thread resolve; [`preamble`] builds the text the mode asks for.
 
 pub mod preamble;
 
