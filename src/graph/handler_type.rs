@@ -3,8 +3,11 @@
 
 use std::fmt;
 
+/// A handler type. The graph lends custom names (`HandlerType<&str>`, borrowed from the node's
+/// `type`); run records own them (`HandlerType<String>`), and read and write them as the type's
+/// canonical name, so records hold exactly what `name()` says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum HandlerType<'a> {
+pub enum HandlerType<S> {
     Start,
     Exit,
     /// A tool-using LLM stage (`box`, the default).
@@ -26,11 +29,11 @@ pub enum HandlerType<'a> {
     /// A supervised sub-workflow (`house`).
     Manager,
     /// A `type` no built-in handler has: a custom handler must be registered for it.
-    Custom(&'a str),
+    Custom(S),
 }
 
 /// Built-in handler types: canonical name, accepted aliases, and the shape that implies it.
-const BUILT_INS: &[(HandlerType<'static>, &str, &[&str], &str)] = &[
+const BUILT_INS: &[(HandlerType<&'static str>, &str, &[&str], &str)] = &[
     (HandlerType::Start, "start", &[], "Mdiamond"),
     (HandlerType::Exit, "exit", &[], "Msquare"),
     (HandlerType::Agent, "agent", &["codergen"], "box"),
@@ -44,9 +47,9 @@ const BUILT_INS: &[(HandlerType<'static>, &str, &[&str], &str)] = &[
     (HandlerType::Manager, "manager", &["stack.manager_loop"], "house"),
 ];
 
-impl<'a> HandlerType<'a> {
+impl<'a> HandlerType<&'a str> {
     /// Reads an explicit `type` value: a canonical name or alias, else a custom type.
-    pub fn from_type_name(name: &'a str) -> HandlerType<'a> {
+    pub fn from_type_name(name: &'a str) -> HandlerType<&'a str> {
         BUILT_INS
             .iter()
             .find(|(_, canonical, aliases, _)| *canonical == name || aliases.contains(&name))
@@ -54,12 +57,12 @@ impl<'a> HandlerType<'a> {
     }
 
     /// The handler a Graphviz shape implies, if the shape has one.
-    pub fn from_shape(shape: &str) -> Option<HandlerType<'static>> {
+    pub fn from_shape(shape: &str) -> Option<HandlerType<&'static str>> {
         BUILT_INS.iter().find(|(.., s)| *s == shape).map(|(kind, ..)| *kind)
     }
 }
 
-impl HandlerType<'static> {
+impl HandlerType<&'static str> {
     /// Every built-in canonical type name and alias, for suggestions.
     pub fn known_names() -> impl Iterator<Item = &'static str> {
         BUILT_INS
@@ -73,7 +76,7 @@ impl HandlerType<'static> {
     }
 }
 
-impl<'a> HandlerType<'a> {
+impl<'a> HandlerType<&'a str> {
     pub fn name(self) -> &'a str {
         match self {
             HandlerType::Custom(name) => name,
@@ -93,11 +96,89 @@ impl<'a> HandlerType<'a> {
     pub fn receives_preamble(self) -> bool {
         self.is_llm() || self == HandlerType::Manager
     }
+
+    /// The owned form, for records that outlive the workflow graph.
+    pub fn into_owned(self) -> HandlerType<String> {
+        match self {
+            HandlerType::Start => HandlerType::Start,
+            HandlerType::Exit => HandlerType::Exit,
+            HandlerType::Agent => HandlerType::Agent,
+            HandlerType::Prompt => HandlerType::Prompt,
+            HandlerType::Human => HandlerType::Human,
+            HandlerType::Conditional => HandlerType::Conditional,
+            HandlerType::Parallel => HandlerType::Parallel,
+            HandlerType::FanIn => HandlerType::FanIn,
+            HandlerType::Command => HandlerType::Command,
+            HandlerType::Wait => HandlerType::Wait,
+            HandlerType::Manager => HandlerType::Manager,
+            HandlerType::Custom(name) => HandlerType::Custom(name.to_string()),
+        }
+    }
 }
 
-impl fmt::Display for HandlerType<'_> {
+impl HandlerType<String> {
+    /// The borrowed form, to ask what the graph's handler types answer.
+    pub fn as_borrowed(&self) -> HandlerType<&str> {
+        match self {
+            HandlerType::Start => HandlerType::Start,
+            HandlerType::Exit => HandlerType::Exit,
+            HandlerType::Agent => HandlerType::Agent,
+            HandlerType::Prompt => HandlerType::Prompt,
+            HandlerType::Human => HandlerType::Human,
+            HandlerType::Conditional => HandlerType::Conditional,
+            HandlerType::Parallel => HandlerType::Parallel,
+            HandlerType::FanIn => HandlerType::FanIn,
+            HandlerType::Command => HandlerType::Command,
+            HandlerType::Wait => HandlerType::Wait,
+            HandlerType::Manager => HandlerType::Manager,
+            HandlerType::Custom(name) => HandlerType::Custom(name),
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        self.as_borrowed().name()
+    }
+}
+
+/// Reads a recorded name: canonical names and aliases become built-in types, anything else (a
+/// type registered with `Loader::with_handler_type`) a custom one, kept as written.
+impl From<String> for HandlerType<String> {
+    fn from(name: String) -> HandlerType<String> {
+        match HandlerType::from_type_name(&name) {
+            HandlerType::Custom(_) => HandlerType::Custom(name),
+            built_in => built_in.into_owned(),
+        }
+    }
+}
+
+impl From<&str> for HandlerType<String> {
+    fn from(name: &str) -> HandlerType<String> {
+        HandlerType::from_type_name(name).into_owned()
+    }
+}
+
+impl fmt::Display for HandlerType<&str> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
+    }
+}
+
+impl fmt::Display for HandlerType<String> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Written as the canonical name (`agent`, never `codergen`), as run records always held it.
+impl serde::Serialize for HandlerType<String> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.name())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for HandlerType<String> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        <String as serde::Deserialize>::deserialize(deserializer).map(HandlerType::from)
     }
 }
 
@@ -116,5 +197,19 @@ mod tests {
         assert_eq!(HandlerType::from_shape("insulator"), Some(HandlerType::Wait));
         assert_eq!(HandlerType::from_shape("ellipse"), None);
         assert_eq!(HandlerType::FanIn.name(), "fan_in");
+    }
+
+    #[test]
+    fn owned_types_are_written_by_canonical_name_and_read_back_from_any_spelling() {
+        for name in HandlerType::known_names().chain(["deploy", "my.handler"]) {
+            let owned = HandlerType::from(name);
+            assert_eq!(owned.as_borrowed(), HandlerType::from_type_name(name));
+            let json = serde_json::to_string(&owned).unwrap();
+            assert_eq!(json, format!("\"{}\"", HandlerType::from_type_name(name).name()));
+            assert_eq!(serde_json::from_str::<HandlerType<String>>(&json).unwrap(), owned);
+        }
+        assert_eq!(HandlerType::from("codergen".to_string()), HandlerType::Agent);
+        assert_eq!(HandlerType::from("deploy".to_string()), HandlerType::Custom("deploy".to_string()));
+        assert_eq!(HandlerType::Custom("deploy").into_owned().to_string(), "deploy");
     }
 }

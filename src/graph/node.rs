@@ -28,7 +28,7 @@ impl Node {
 
     /// Explicit `type`, then the node's own shape, then the conventional ids `start`/`exit`, then
     /// a shape inherited from a `node [..]` block, then agent.
-    pub fn handler_type(&self) -> HandlerType<'_> {
+    pub fn handler_type(&self) -> HandlerType<&str> {
         if let Some(name) = self.attributes.non_empty_text("type") {
             return HandlerType::from_type_name(name.trim());
         }

@@ -4,7 +4,10 @@ use crate::diagnostic::Diagnostic;
 use crate::fidelity::FidelityMode;
 use crate::graph::{Attributes, Choice, HandlerType, Node, Workflow};
 
-fn nodes_of_type<'w>(workflow: &'w Workflow, kind: HandlerType<'static>) -> impl Iterator<Item = &'w Node> {
+fn nodes_of_type<'w>(
+    workflow: &'w Workflow,
+    kind: HandlerType<&'static str>,
+) -> impl Iterator<Item = &'w Node> {
     workflow.nodes().filter(move |node| node.handler_type() == kind)
 }
 

@@ -5,7 +5,7 @@ use std::collections::VecDeque;
 use crate::diagnostic::{did_you_mean, Diagnostic};
 use crate::graph::{HandlerType, Node, Workflow};
 
-fn nodes_of<'w>(workflow: &'w Workflow, kind: HandlerType<'static>) -> Vec<&'w Node> {
+fn nodes_of<'w>(workflow: &'w Workflow, kind: HandlerType<&'static str>) -> Vec<&'w Node> {
     workflow.nodes().filter(|node| node.handler_type() == kind).collect()
 }
 
@@ -27,7 +27,7 @@ fn exactly_one(
     workflow: &Workflow,
     out: &mut Vec<Diagnostic>,
     rule: &str,
-    kind: HandlerType<'static>,
+    kind: HandlerType<&'static str>,
     what: &str,
     example: &str,
 ) {
