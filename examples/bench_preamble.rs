@@ -9,6 +9,7 @@ use fabro::backends::Usage;
 use fabro::context::Context;
 use fabro::fidelity::preamble::{build, PreambleInput, StageSummary};
 use fabro::fidelity::FidelityMode;
+use fabro::graph::HandlerType;
 use fabro::outcome::StageStatus;
 
 const RUNS: usize = 50;
@@ -24,7 +25,7 @@ fn stage(i: usize) -> StageSummary {
     let mut s = StageSummary {
         node_id: format!("stage_{i}"),
         visit: 1 + (i % 3) as u32,
-        handler: String::new(),
+        handler: None,
         status: StageStatus::Success,
         duration_ms: 1_000 + i as u64,
         branch: None,
@@ -42,14 +43,14 @@ fn stage(i: usize) -> StageSummary {
     };
     match i % 3 {
         0 => {
-            s.handler = "agent".into();
+            s.handler = Some(HandlerType::Agent);
             s.model = Some("claude-sonnet-4-5".into());
             s.usage = Some(Usage { input_tokens: 12_400, output_tokens: 3_200 });
             s.files_touched = vec!["src/lib.rs".into(), format!("src/stage_{i}.rs")];
             s.response_excerpt = Some("Implemented the change and updated the tests. ".repeat(10));
         }
         1 => {
-            s.handler = "command".into();
+            s.handler = Some(HandlerType::Command);
             s.status = StageStatus::Fail;
             s.failure_reason = Some("command exited with code 101".into());
             s.script = Some("cargo test 2>&1".into());
@@ -57,7 +58,7 @@ fn stage(i: usize) -> StageSummary {
             s.stderr_tail = Some("error: test failed\n".repeat(3));
         }
         _ => {
-            s.handler = "human".into();
+            s.handler = Some(HandlerType::Human);
             s.human_choice = Some("[A] Approve".into());
         }
     }

@@ -106,7 +106,7 @@ mod tests {
             visit: 1,
             status: StageStatus::Success,
             duration_ms: 1,
-            handler: "agent".into(),
+            handler: Some(crate::graph::HandlerType::Agent),
             failure_reason: None,
             usage: Some(Usage { input_tokens: tokens, output_tokens: 0 }),
             cost_usd: cost,

@@ -564,7 +564,7 @@ impl<'e> Walker<'e> {
         }
         let status_file = StageStatusFile {
             outcome: recorded,
-            handler: node.handler_type().name().to_string(),
+            handler: Some(node.handler_type().into_owned()),
             fidelity: self.state.context.get_text("internal.fidelity"),
             branch: branch.clone(),
             attempts,
@@ -611,7 +611,7 @@ impl<'e> Walker<'e> {
             visit,
             status: outcome.status,
             duration_ms,
-            handler: node.handler_type().name().to_string(),
+            handler: Some(node.handler_type().into_owned()),
             failure_reason: outcome.failure_reason.clone(),
             usage: outcome.usage,
             cost_usd: outcome.cost_usd,

@@ -28,6 +28,7 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
+use crate::graph::HandlerType;
 use crate::outcome::StageStatus;
 use crate::run_dir::{RunResult, RunStatus, StageRecord};
 
@@ -101,7 +102,8 @@ fn run_outcome_case(result: &RunResult, stage_failures: usize) -> Option<RunCase
 
 fn is_failure(stage: &StageRecord) -> bool {
     // A final `retry` does not happen (exhausted retries end as fail), but if it did, it did not pass.
-    matches!(stage.status, StageStatus::Fail | StageStatus::Retry) && stage.handler != "conditional"
+    matches!(stage.status, StageStatus::Fail | StageStatus::Retry)
+        && !matches!(stage.handler, Some(HandlerType::Conditional))
 }
 
 /// The index of the visit whose failure ended the run: the last failed visit of a run that
@@ -136,7 +138,7 @@ fn testcase(out: &mut String, stage: &StageRecord, run_dir: &Path, classname: &s
     out.push_str(">\n");
     if failed {
         let reason = stage.failure_reason.as_deref().unwrap_or("the stage failed");
-        let handler = if stage.handler.is_empty() { "stage" } else { stage.handler.as_str() };
+        let handler = stage.handler.as_ref().map_or("stage", |handler| handler.name());
         let _ = writeln!(
             out,
             r#"      <failure message="{}" type="{}">{}</failure>"#,

@@ -203,7 +203,7 @@ fn visit_page(root: &Path, record: &StageRecord, events: &[Value]) -> VisitPage 
     VisitPage {
         node_id: record.node_id.clone(),
         visit: record.visit,
-        handler: record.handler.clone(),
+        handler: record.handler.as_ref().map(ToString::to_string).unwrap_or_default(),
         status: record.status.as_str().to_string(),
         duration_ms: record.duration_ms,
         model: status["model"].as_str().map(str::to_string),

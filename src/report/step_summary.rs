@@ -34,7 +34,7 @@ pub fn render(
         out.push_str("| stage | visit | handler | status | duration | tokens (in / out) |\n");
         out.push_str("|---|---:|---|---|---:|---:|\n");
         for stage in &result.stages {
-            let handler = if stage.handler.is_empty() { "-" } else { stage.handler.as_str() };
+            let handler = stage.handler.as_ref().map_or("-", |handler| handler.name());
             let tokens = match &stage.usage {
                 Some(usage) => format!("{} / {}", usage.input_tokens, usage.output_tokens),
                 None => "-".to_string(),

@@ -681,7 +681,7 @@ mod tests {
                 visit,
                 status: crate::outcome::StageStatus::Success,
                 duration_ms: 1,
-                handler: "command".into(),
+                handler: Some(crate::graph::HandlerType::Command),
                 failure_reason: None,
                 usage: None,
                 branch: None,

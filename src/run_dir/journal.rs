@@ -564,7 +564,7 @@ mod tests {
             visit,
             status: StageStatus::Success,
             duration_ms: 1,
-            handler: "conditional".into(),
+            handler: Some(crate::graph::HandlerType::Conditional),
             failure_reason: None,
             usage: None,
             branch: None,

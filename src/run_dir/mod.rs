@@ -35,6 +35,7 @@ pub use history::{fork, parse_target, rewind, ForkOrigin, Forked, HistoryError, 
 pub use journal::JournalEnd;
 pub use lock::is_held as lock_is_held;
 pub use lock::{RunLock, LOCK_FILE};
+pub(crate) use records::recorded_handler;
 pub use records::{
     Checkpoint, CheckpointRef, LaunchRecord, Manifest, RunResult, RunStatus, StageRecord, StageStatusFile,
     UsageTotals, WorktreeRecord,

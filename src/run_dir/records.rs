@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 
 use crate::context::Context;
+use crate::graph::HandlerType;
 use crate::outcome::{Outcome, StageStatus};
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -187,9 +188,10 @@ pub struct StageRecord {
     pub visit: u32,
     pub status: StageStatus,
     pub duration_ms: u64,
-    /// The stage's handler type (`agent`, `command`, ...).
-    #[serde(default)]
-    pub handler: String,
+    /// The stage's handler type (`agent`, `command`, ...); None in records from before handlers
+    /// were recorded.
+    #[serde(default, with = "recorded_handler")]
+    pub handler: Option<HandlerType<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure_reason: Option<String>,
     /// Tokens an LLM stage used.
@@ -259,7 +261,8 @@ pub struct RunResult {
 pub struct StageStatusFile {
     #[serde(flatten)]
     pub outcome: Outcome,
-    pub handler: String,
+    #[serde(with = "recorded_handler")]
+    pub handler: Option<HandlerType<String>>,
     /// The fidelity the stage ran with (`internal.fidelity`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fidelity: Option<String>,
@@ -275,6 +278,28 @@ pub struct StageStatusFile {
     /// Where the stage's programs ran (`none`, `bwrap`), for stages that run programs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<String>,
+}
+
+/// A record's `handler` field: the type's canonical name, or `""` when the handler is not known
+/// (records from before handlers were recorded read as a missing field or `""`).
+pub(crate) mod recorded_handler {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    use crate::graph::HandlerType;
+
+    pub fn serialize<S: Serializer>(
+        handler: &Option<HandlerType<String>>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(handler.as_ref().map_or("", |handler| handler.name()))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Option<HandlerType<String>>, D::Error> {
+        let name = String::deserialize(deserializer)?;
+        Ok((!name.is_empty()).then(|| HandlerType::from(name)))
+    }
 }
 
 #[cfg(test)]
@@ -311,5 +336,46 @@ mod tests {
         assert_eq!(read.context, context);
         assert_eq!(read.journal_seq, Some(7));
         assert!(!read.partial);
+    }
+
+    #[test]
+    fn a_stage_records_handler_reads_and_writes_back_byte_for_byte() {
+        let line = |handler: &str| {
+            format!(r#"{{"node_id":"n","visit":1,"status":"success","duration_ms":3,"handler":{handler}}}"#)
+        };
+        for (handler, read) in [
+            (r#""command""#, Some(HandlerType::Command)),
+            (r#""deploy""#, Some(HandlerType::Custom("deploy".to_string()))),
+            (r#""""#, None),
+        ] {
+            let record: StageRecord = serde_json::from_str(&line(handler)).unwrap();
+            assert_eq!(record.handler, read);
+            assert_eq!(serde_json::to_string(&record).unwrap(), line(handler));
+        }
+        // Records from before handlers were recorded have no field, and are written with "".
+        let old = r#"{"node_id":"n","visit":1,"status":"success","duration_ms":3}"#;
+        let record: StageRecord = serde_json::from_str(old).unwrap();
+        assert_eq!(record.handler, None);
+        assert_eq!(serde_json::to_string(&record).unwrap(), line(r#""""#));
+    }
+
+    #[test]
+    fn a_run_directory_from_before_the_journal_reads_and_writes_back_unchanged() {
+        fn round_trips<T: serde::Serialize + serde::de::DeserializeOwned>(path: &std::path::Path) {
+            let text = std::fs::read_to_string(path).unwrap();
+            let as_written: serde_json::Value = serde_json::from_str(&text).unwrap();
+            let read: T = serde_json::from_str(&text).unwrap();
+            assert_eq!(serde_json::to_value(&read).unwrap(), as_written, "{}", path.display());
+        }
+        let run = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/pre_journal_run");
+        round_trips::<RunResult>(&run.join("result.json"));
+        let mut status_files = 0;
+        for stage in std::fs::read_dir(run.join("stages")).unwrap().flatten() {
+            for visit in std::fs::read_dir(stage.path()).unwrap().flatten() {
+                round_trips::<StageStatusFile>(&visit.path().join("status.json"));
+                status_files += 1;
+            }
+        }
+        assert!(status_files >= 4);
     }
 }

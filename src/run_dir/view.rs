@@ -226,7 +226,7 @@ mod tests {
             visit,
             status,
             duration_ms: ms,
-            handler: "agent".into(),
+            handler: Some(crate::graph::HandlerType::Agent),
             failure_reason: None,
             usage: tokens.map(|(input_tokens, output_tokens)| Usage { input_tokens, output_tokens }),
             branch: None,

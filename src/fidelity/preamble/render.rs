@@ -229,7 +229,7 @@ pub(super) mod fixtures {
             node_id: node_id.into(),
             visit,
             branch: None,
-            handler: handler.into(),
+            handler: Some(handler.into()),
             status,
             duration_ms: 1_500,
             failure_reason: None,

@@ -9,6 +9,7 @@ use std::path::Path;
 use serde_json::Value;
 
 use super::text::{clip, last_chars, tail_lines};
+use crate::graph::HandlerType;
 use crate::outcome::{Outcome, StageStatus};
 use crate::run_dir::StageRecord;
 use crate::usage::Usage;
@@ -31,7 +32,9 @@ pub struct StageSummary {
     #[serde(rename = "node")]
     pub node_id: String,
     pub visit: u32,
-    pub handler: String,
+    /// Journaled as `run_dir`'s records write it (`""` when not known).
+    #[serde(with = "crate::run_dir::recorded_handler")]
+    pub handler: Option<HandlerType<String>>,
     pub status: StageStatus,
     pub duration_ms: u64,
     /// The parallel branch the stage ran in, if any.
@@ -114,8 +117,8 @@ impl StageSummary {
         struct Status {
             #[serde(flatten)]
             outcome: Outcome,
-            #[serde(default)]
-            handler: String,
+            #[serde(default, with = "crate::run_dir::recorded_handler")]
+            handler: Option<HandlerType<String>>,
         }
         let status =
             crate::regular_file::read(stage_dir.join("status.json"), crate::regular_file::FileKind::Record)
@@ -127,8 +130,8 @@ impl StageSummary {
             return summary;
         };
         let mut summary = StageSummary::from_outcome(record, script, &status.outcome, Some(stage_dir));
-        if summary.handler.is_empty() && !status.handler.trim().is_empty() {
-            summary.handler = status.handler;
+        if summary.handler.is_none() {
+            summary.handler = status.handler.filter(|handler| !handler.name().trim().is_empty());
         }
         summary
     }
@@ -161,7 +164,13 @@ impl StageSummary {
         }
         .or_else(|| update("human.gate.label"))
         .map(str::to_string)
-        .or_else(|| if summary.handler == "human" { text(&outcome.preferred_label) } else { None });
+        .or_else(|| {
+            if summary.handler == Some(HandlerType::Human) {
+                text(&outcome.preferred_label)
+            } else {
+                None
+            }
+        });
         if let Some(dir) = stage_dir {
             summary.stdout_tail = read_tail(&dir.join("stdout.log"));
             summary.stderr_tail = read_tail(&dir.join("stderr.log"));
@@ -172,7 +181,7 @@ impl StageSummary {
 
     /// Whether the stage ran a script, so its blocks show the script and its output.
     pub(super) fn is_command(&self) -> bool {
-        self.handler == "command" || self.script.is_some()
+        self.handler == Some(HandlerType::Command) || self.script.is_some()
     }
 }
 
@@ -225,7 +234,7 @@ mod tests {
             visit: 3,
             status,
             duration_ms: 1234,
-            handler: handler.into(),
+            handler: Some(handler.into()),
             failure_reason: Some("exited with code 1".into()),
             usage: None,
             branch: None,

@@ -152,8 +152,8 @@ fn stage_block(stage: &StageSummary, level: Level) -> String {
             if let Some(reason) = &stage.failure_reason {
                 let _ = writeln!(out, "- Failure: {}", clip_line(reason, VALUE_CHARS));
             }
-            if !stage.handler.is_empty() {
-                let _ = writeln!(out, "- Handler: {}", stage.handler);
+            if let Some(handler) = &stage.handler {
+                let _ = writeln!(out, "- Handler: {handler}");
             }
             let _ = writeln!(out, "- Duration: {}", fmt_duration(stage.duration_ms));
             push_llm_lines(&mut out, stage, "- ");
