@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
+use fabro::graph::HandlerType;
 use fabro::run_dir::stage_output::{LogFollower, OUTPUT_LOGS};
 use std::time::Duration;
 
@@ -200,7 +201,10 @@ impl<W: Write> Printer<'_, W> {
         let branch = if event.contains_key("branch_id") { text("branch_id") } else { text("branch") };
         let key = (text("node_id"), visit, branch);
         match name {
-            "stage.started" if text("handler") == "command" && !text("stage_dir").is_empty() => {
+            "stage.started"
+                if HandlerType::from_type_name(&text("handler")) == HandlerType::Command
+                    && !text("stage_dir").is_empty() =>
+            {
                 let dir = self.run_dir.join(text("stage_dir"));
                 let logs = OUTPUT_LOGS.iter().rev().map(|log| LogFollower::new(dir.join(log))).collect();
                 self.outputs.insert(key.clone(), (key.0.clone(), logs));

@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fabro::events::Event;
+use fabro::graph::HandlerType;
 use fabro::run_dir::stage_output::{tail_lines, LogFollower, OUTPUT_LOGS};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
@@ -149,7 +150,8 @@ impl ProgressView {
         let handler = text(event, "handler").unwrap_or("").to_string();
         let stage_dir = text(event, "stage_dir").unwrap_or("").to_string();
         let run_dir = self.state().run_dir.clone();
-        if self.options.stream_output && handler == "command" {
+        let kind = HandlerType::from_type_name(&handler);
+        if self.options.stream_output && kind == HandlerType::Command {
             if let Some(dir) = run_dir.as_ref().map(|run| run.join(&stage_dir)) {
                 let logs = OUTPUT_LOGS.iter().rev().map(|name| LogFollower::new(dir.join(name))).collect();
                 self.followers().insert(key.clone(), logs);
@@ -193,8 +195,9 @@ impl ProgressView {
             }
         }
         let (handler, stage_dir) = started.unwrap_or_default();
+        let kind = HandlerType::from_type_name(&handler);
         let failed = event.event == "stage.failed";
-        let line = if handler == "conditional" {
+        let line = if kind == HandlerType::Conditional {
             // A conditional only routes: the outcome it passes on is not a failure of its own.
             let notes = text(event, "notes").unwrap_or("routed");
             self.paint(Paint::Plain, &format!("◇ {}: {notes}", key.0))
@@ -209,7 +212,7 @@ impl ProgressView {
             line
         };
         self.print(event, &line);
-        if failed && handler == "command" && !self.options.stream_output {
+        if failed && kind == HandlerType::Command && !self.options.stream_output {
             let run_dir = self.state().run_dir.clone();
             if let Some(dir) = run_dir.map(|run| run.join(&stage_dir)) {
                 for tail_line in self.failure_tail(&dir) {
