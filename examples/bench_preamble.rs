@@ -37,6 +37,7 @@ fn stage(i: usize) -> StageSummary {
         model: None,
         usage: None,
         cost_usd: None,
+        dir: None,
         response_excerpt: None,
         files_touched: Vec::new(),
         human_choice: None,

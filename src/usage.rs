@@ -111,6 +111,7 @@ mod tests {
             usage: Some(Usage { input_tokens: tokens, output_tokens: 0 }),
             cost_usd: cost,
             branch: None,
+            dir: None,
         }
     }
 

@@ -200,6 +200,7 @@ fn fixed_result() -> RunResult {
         usage: None,
         branch: None,
         cost_usd: None,
+        dir: None,
     };
     let mut test = stage("test", StageStatus::Fail, 2_345, "command");
     test.failure_reason = Some("command exited with code 101\nassert a < b & 'c'".to_string());
@@ -507,6 +508,7 @@ fn a_run_that_fails_without_a_failed_stage_is_a_junit_failure() {
             usage: None,
             branch: None,
             cost_usd: None,
+            dir: None,
         }],
         run_dir: "run".into(),
         usage: None,

@@ -90,8 +90,25 @@ fn a_paused_run_resumes_with_an_answer_and_never_reruns_completed_stages() {
     let resumed_event = events.iter().find(|e| e["event"] == "run.resumed").expect("run.resumed");
     assert_eq!(resumed_event["from"], "gate");
     assert_eq!(resumed_event["previous_status"], "paused");
-    // The gate's paused visit keeps its directory; the resumed visit gets its own.
+    // The gate's paused visit keeps its directory; the resumed visit gets its own, and the run's
+    // records name the one it finished in.
     assert!(dir.path("run/stages/gate/1").is_dir() && dir.path("run/stages/gate/1.2").is_dir());
+    let dirs: Vec<(&str, Option<&str>)> = result["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|stage| (stage["node_id"].as_str().unwrap(), stage["dir"].as_str()))
+        .collect();
+    assert_eq!(
+        dirs,
+        [
+            ("start", None),
+            ("plan", Some("stages/plan/1")),
+            ("gate", Some("stages/gate/1.2")),
+            ("ship", Some("stages/ship/1")),
+            ("exit", None),
+        ]
+    );
 }
 
 /// Attractor 11.12: "Checkpoint save and resume produces same result".

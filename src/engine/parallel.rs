@@ -359,9 +359,7 @@ fn summarize_journaled(parent: &mut Walker<'_>, stages: &[StageRecord]) {
     let scope = Arc::clone(&parent.scope);
     for record in stages {
         let script = scope.workflow.node(&record.node_id).and_then(|n| n.attributes.text("script"));
-        let dir =
-            crate::run_dir::layout::finished_visit_dir(scope.run_dir.root(), &record.node_id, record.visit)
-                .unwrap_or_default();
+        let dir = record.dir_in(scope.run_dir.root()).unwrap_or_default();
         parent
             .state
             .summaries

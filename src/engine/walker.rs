@@ -210,8 +210,7 @@ impl<'e> Walker<'e> {
         self.prepare_llm_stage(node);
         let mut fields = json!({"handler": node.handler_type().name()});
         if keeps_files {
-            let relative_dir = stage_dir.strip_prefix(scope.run_dir.root()).unwrap_or(&stage_dir);
-            fields["stage_dir"] = json!(relative_dir.display().to_string());
+            fields["stage_dir"] = json!(relative_dir(scope.run_dir.root(), &stage_dir));
         }
         if let Line::Branch(branch) = &self.line {
             fields["branch_id"] = json!(branch);
@@ -616,6 +615,7 @@ impl<'e> Walker<'e> {
             usage: outcome.usage,
             cost_usd: outcome.cost_usd,
             branch: branch.clone(),
+            dir: stage_dir.map(|dir| relative_dir(scope.run_dir.root(), dir)),
         });
         if let Some(record) = self.state.stages.last() {
             let script = node.attributes.text("script");
@@ -747,6 +747,11 @@ fn archive_attempt(stage_dir: &Path, attempt: u32) {
             tracing::warn!(%error, "could not archive {}", entry.path().display());
         }
     }
+}
+
+/// `dir` relative to the run directory `root`, as events and records name stage directories.
+fn relative_dir(root: &Path, dir: &Path) -> String {
+    dir.strip_prefix(root).unwrap_or(dir).display().to_string()
 }
 
 fn seed(run_id: &str, node_id: &str) -> u64 {

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use super::{read_tail, visit_dir};
+use super::read_tail;
 use crate::run_dir::{RunResult, RunView};
 
 /// The chart's file name in the run directory.
@@ -55,7 +55,8 @@ pub fn read_series(run_dir: &Path, result: &RunResult) -> Vec<Series> {
             } else {
                 stage.node_id.clone()
             };
-            let transcript = visit_dir(run_dir, &stage.node_id, stage.visit)
+            let transcript = stage
+                .dir_in(run_dir)
                 .and_then(|dir| read_tail(&dir.join("transcript.jsonl"), 64 * 1024 * 1024))
                 .unwrap_or_default();
             let mut series = from_transcript(label, &transcript);

@@ -10,7 +10,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use super::{read_tail, visit_dir};
+use super::read_tail;
 use crate::run_dir::stage_output::tail_lines;
 use crate::run_dir::{RunView, StageRecord, ViewError};
 
@@ -184,7 +184,7 @@ fn read_events(root: &Path) -> Vec<Value> {
 }
 
 fn visit_page(root: &Path, record: &StageRecord, events: &[Value]) -> VisitPage {
-    let dir = visit_dir(root, &record.node_id, record.visit);
+    let dir = record.dir_in(root);
     let read = |name: &str| {
         dir.as_ref()
             .map(|dir| dir.join(name))

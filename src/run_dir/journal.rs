@@ -569,6 +569,7 @@ mod tests {
             usage: None,
             branch: None,
             cost_usd: None,
+            dir: None,
         };
         StageSummary::from_record(&record)
     }

@@ -203,6 +203,22 @@ pub struct StageRecord {
     /// Estimated cost of an LLM stage in US dollars, when its model's price is known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost_usd: Option<f64>,
+    /// The stage's directory relative to the run directory (`stages/plan/1.2` when the visit ran
+    /// again); none for routing stages, which keep no files, and in records from before fabro
+    /// wrote it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dir: Option<String>,
+}
+
+impl StageRecord {
+    /// The visit's directory in the run directory `root`: the recorded one, else (older records)
+    /// the directory the visit finished in.
+    pub fn dir_in(&self, root: &std::path::Path) -> Option<std::path::PathBuf> {
+        match &self.dir {
+            Some(dir) => Some(root.join(dir)),
+            None => super::layout::finished_visit_dir(root, &self.node_id, self.visit),
+        }
+    }
 }
 
 /// Tokens and estimated cost of a run's LLM stages, summed.

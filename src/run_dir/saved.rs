@@ -133,8 +133,7 @@ pub(super) fn legacy_summaries(root: &Path, checkpoint: &Checkpoint) -> Vec<Stag
         .iter()
         .map(|record| {
             // The directory the visit finished in: `<visit>.<n>` when it ran again.
-            let dir =
-                super::layout::finished_visit_dir(root, &record.node_id, record.visit).unwrap_or_default();
+            let dir = record.dir_in(root).unwrap_or_default();
             StageSummary::from_stage_dir(record, None, &dir)
         })
         .collect()
@@ -204,6 +203,7 @@ fn stages_from_status_files(root: &Path, checkpoint: &Checkpoint) -> Vec<StageRe
                 usage: status.outcome.usage,
                 branch: status.branch,
                 cost_usd: status.outcome.cost_usd,
+                dir: visit_dir.path().strip_prefix(root).ok().map(|dir| dir.display().to_string()),
             };
             found.push((status.started_at, record));
         }

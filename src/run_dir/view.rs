@@ -231,6 +231,7 @@ mod tests {
             usage: tokens.map(|(input_tokens, output_tokens)| Usage { input_tokens, output_tokens }),
             branch: None,
             cost_usd: None,
+            dir: None,
         }
     }
 

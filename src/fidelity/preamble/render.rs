@@ -243,6 +243,7 @@ pub(super) mod fixtures {
             response_excerpt: None,
             files_touched: Vec::new(),
             human_choice: None,
+            dir: None,
         }
     }
 

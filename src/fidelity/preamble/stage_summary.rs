@@ -67,6 +67,9 @@ pub struct StageSummary {
     /// Human gates: the label of the chosen edge (or the freeform text).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub human_choice: Option<String>,
+    /// The stage's directory relative to the run directory, as [`StageRecord::dir`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dir: Option<String>,
 }
 
 impl StageSummary {
@@ -90,6 +93,7 @@ impl StageSummary {
             response_excerpt: None,
             files_touched: Vec::new(),
             human_choice: None,
+            dir: record.dir.clone(),
         }
     }
 
@@ -105,6 +109,7 @@ impl StageSummary {
             usage: self.usage,
             branch: self.branch.clone(),
             cost_usd: self.cost_usd,
+            dir: self.dir.clone(),
         }
     }
 
@@ -239,6 +244,7 @@ mod tests {
             usage: None,
             branch: None,
             cost_usd: None,
+            dir: None,
         }
     }
 
