@@ -13,6 +13,7 @@ pub mod condition;
 pub mod context;
 pub mod diagnostic;
 pub mod engine;
+pub mod event;
 pub mod events;
 pub mod fidelity;
 pub mod graph;

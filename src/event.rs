@@ -1,0 +1,304 @@
+//! What an event says: one variant per line kind of `events.jsonl`, named as the line names it
+//! (`"event": "stage.started"`), with its fields typed. [`crate::events::EventLog`] adds what
+//! every line has (`seq`, `ts`, `run_id`, and `node_id`/`visit` for a stage's events).
+//!
+//! The JSON is the log's format, read by `fabro logs`, `fabro serve`, reports and other tools:
+//! a field that is `null` today stays `null` (an `Option` without `skip_serializing_if`), one
+//! that is left out stays left out. Readers of logs written by other fabro versions must not
+//! rely on a line deserializing: [`Event::parse`] says when it does not.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::join::BranchStatus;
+use crate::outcome::StageStatus;
+use crate::run_dir::RunStatus;
+
+/// One event, without the keys every line has.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event")]
+pub enum Event {
+    // The run.
+    /// A run starts: fresh (`goal` and `run_dir`) or after a `loop_restart` (`restarted_from`).
+    #[serde(rename = "run.started")]
+    RunStarted {
+        workflow: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        goal: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        run_dir: Option<PathBuf>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        restarted_from: Option<String>,
+    },
+    /// The run directory held a run that never started; its files were removed.
+    #[serde(rename = "run.dir_reused")]
+    RunDirReused { run_dir: PathBuf, removed: Vec<String> },
+    /// A saved run continues from node `from`.
+    #[serde(rename = "run.resumed")]
+    RunResumed { from: String, previous_status: RunStatus, run_dir: PathBuf },
+    /// A stage event: the run stops until it is resumed.
+    #[serde(rename = "run.paused")]
+    RunPaused { reason: String },
+    #[serde(rename = "run.completed")]
+    RunCompleted(RunEnd),
+    #[serde(rename = "run.failed")]
+    RunFailed(RunEnd),
+    #[serde(rename = "run.interrupted")]
+    RunInterrupted(RunEnd),
+    /// A `loop_restart` edge: the run continues at `to` in the new directory `run_dir`.
+    #[serde(rename = "run.restarted")]
+    RunRestarted { to: String, run_dir: String },
+    /// The first event of a run forked from another (`fabro fork`).
+    #[serde(rename = "run.forked")]
+    RunForked { from_run_dir: String, from_run_id: String, node: String, visit: u32, next_node: String },
+    /// `fabro rewind`: later history moved into `archive`.
+    #[serde(rename = "run.rewound")]
+    RunRewound { to: String, visit: u32, next_node: String, archive: String, moved: Vec<String> },
+    /// A resume found the journal's last entry torn and cut it off.
+    #[serde(rename = "journal.truncated")]
+    JournalTruncated { offset: u64, bytes: u64, entries: u64 },
+    #[serde(rename = "checkpoint.saved")]
+    CheckpointSaved { node_id: String, status: RunStatus },
+    #[serde(rename = "checkpoint.failed")]
+    CheckpointFailed { error: String },
+
+    // Stages.
+    #[serde(rename = "stage.started")]
+    StageStarted {
+        handler: String,
+        /// Relative to the run directory; none for a stage that keeps no files.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        stage_dir: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        branch_id: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        sandbox: Option<String>,
+    },
+    #[serde(rename = "stage.completed")]
+    StageCompleted(StageEnd),
+    #[serde(rename = "stage.failed")]
+    StageFailed(StageEnd),
+    /// Attempt `attempt` starts after `delay_ms`.
+    #[serde(rename = "stage.retrying")]
+    StageRetrying { attempt: u32, delay_ms: u64, reason: Option<String> },
+    /// A resume killed the process group a stage left running when fabro was stopped.
+    #[serde(rename = "stage.survivor_killed")]
+    StageSurvivorKilled { stage_dir: String, pgid: i32 },
+    #[serde(rename = "edge.selected")]
+    EdgeSelected(SelectedEdge),
+    /// A stage tried to set a key only the engine sets.
+    #[serde(rename = "context.update_refused")]
+    ContextUpdateRefused { key: String, reason: String },
+    /// A context value too large for checkpoints moved to the artifact store.
+    #[serde(rename = "artifact.offloaded")]
+    ArtifactOffloaded { key: String, bytes: u64, path: String },
+    #[serde(rename = "worktree.committed")]
+    WorktreeCommitted { commit: String },
+    #[serde(rename = "worktree.commit_failed")]
+    WorktreeCommitFailed { error: String },
+
+    // Human gates.
+    #[serde(rename = "interview.started")]
+    InterviewStarted {
+        question: String,
+        choices: Vec<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        timeout: Option<String>,
+    },
+    /// The answer, and the choice it led to (none for free text that names none).
+    #[serde(rename = "interview.completed")]
+    InterviewCompleted { answer: String, key: Option<String>, label: Option<String>, target: Option<String> },
+    /// Nobody answered in time; the default choice, if the gate has one that names a choice.
+    #[serde(rename = "interview.timeout")]
+    InterviewTimeout {
+        timeout: Option<String>,
+        default: Option<String>,
+        key: Option<String>,
+        label: Option<String>,
+        target: Option<String>,
+    },
+
+    // Parallel stages.
+    #[serde(rename = "parallel.started")]
+    ParallelStarted {
+        branch_count: usize,
+        join: String,
+        max_parallel: usize,
+        join_policy: String,
+        fail_fast: bool,
+        already_finished: usize,
+    },
+    /// The work directory is shared by the branches (no git repository to give each its own).
+    #[serde(rename = "parallel.shared_work_dir")]
+    ParallelSharedWorkDir { reason: String },
+    /// A run event: `node_id` is the branch's first node.
+    #[serde(rename = "parallel.branch.started")]
+    ParallelBranchStarted { branch_id: String, node_id: String },
+    #[serde(rename = "parallel.branch.completed")]
+    ParallelBranchCompleted {
+        branch_id: String,
+        status: BranchStatus,
+        duration_ms: u64,
+        failure_reason: Option<String>,
+    },
+    /// The join policy no longer needed the branch; `duration_ms` only when it had started.
+    #[serde(rename = "parallel.branch.cancelled")]
+    ParallelBranchCancelled {
+        branch_id: String,
+        started: bool,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        duration_ms: Option<u64>,
+    },
+    #[serde(rename = "parallel.branch.commit_failed")]
+    ParallelBranchCommitFailed { branch_id: String, error: String },
+    #[serde(rename = "parallel.completed")]
+    ParallelCompleted { success_count: usize, failure_count: usize, duration_ms: u64, status: StageStatus },
+    /// A fan-in merged a branch's commit into the work directory.
+    #[serde(rename = "parallel.merged")]
+    ParallelMerged { branch_id: String, commit: String, fast_forward: bool },
+
+    // Manager stages.
+    #[serde(rename = "child.started")]
+    ChildStarted { workflow: String, run_dir: String, resumed: bool },
+    #[serde(rename = "child.finished")]
+    ChildFinished {
+        status: RunStatus,
+        failure_reason: Option<String>,
+        run_dir: String,
+        /// `stop_condition` or `max_cycles` when the manager stopped the child.
+        stopped_by: Option<String>,
+    },
+    /// One supervision cycle, with what the manager saw of the child (if it had a checkpoint).
+    #[serde(rename = "manager.cycle")]
+    ManagerCycle {
+        cycle: u64,
+        #[serde(flatten)]
+        child: Option<ChildObservation>,
+    },
+    #[serde(rename = "manager.steered")]
+    ManagerSteered { child_node: String, child_visit: u32, path: String },
+
+    // Model calls and agent loops.
+    #[serde(rename = "llm.reasoning_effort_ignored")]
+    LlmReasoningEffortIgnored { provider: String, model: String, reasoning_effort: String },
+    #[serde(rename = "agent.turn_limit")]
+    AgentTurnLimit { max_turns: u32 },
+    /// Context layers dropped or shortened old turns before a call; tokens saved per layer.
+    #[serde(rename = "agent.context.trimmed")]
+    AgentContextTrimmed {
+        turn: u32,
+        before_tokens: u64,
+        after_tokens: u64,
+        saved_tokens: BTreeMap<String, u64>,
+    },
+    #[serde(rename = "agent.tool_result.offloaded")]
+    AgentToolResultOffloaded { tool: String, chars: usize, path: String },
+    /// The same tool call several times in a row.
+    #[serde(rename = "agent.watchdog")]
+    AgentWatchdog { tool: String, arguments: String, repeats: u32 },
+    #[serde(rename = "agent.context_window_warning")]
+    AgentContextWindowWarning { estimated_tokens: u64, context_window_size: u64, usage_percent: u64 },
+    #[serde(rename = "agent.compaction.started")]
+    AgentCompactionStarted { estimated_tokens: u64, turn_count: usize },
+    #[serde(rename = "agent.compaction.completed")]
+    AgentCompactionCompleted(Compaction),
+    #[serde(rename = "agent.compaction.failed")]
+    AgentCompactionFailed { error: String },
+}
+
+/// How a run ended (`run.completed`, `run.failed`, `run.interrupted`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunEnd {
+    pub status: RunStatus,
+    pub failure_reason: Option<String>,
+    pub duration_ms: u64,
+}
+
+/// How a stage visit ended (`stage.completed`, `stage.failed`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StageEnd {
+    pub status: StageStatus,
+    pub duration_ms: u64,
+    pub attempts: u32,
+    pub notes: Option<String>,
+    pub failure_reason: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub branch_id: Option<String>,
+}
+
+/// The route taken after `from` (`edge.selected`); `reason` says which rule chose it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SelectedEdge {
+    pub from: String,
+    pub to: String,
+    pub reason: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub loop_restart: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub branch_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gate: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gate_status: Option<String>,
+}
+
+impl SelectedEdge {
+    /// From `from` to `to` for `reason`, with no more to say.
+    pub fn new(from: &str, to: &str, reason: &str) -> SelectedEdge {
+        SelectedEdge {
+            from: from.to_string(),
+            to: to.to_string(),
+            reason: reason.to_string(),
+            loop_restart: None,
+            branch_id: None,
+            gate: None,
+            gate_status: None,
+        }
+    }
+}
+
+/// What a manager read from its child's checkpoint, under the context keys it sets.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChildObservation {
+    #[serde(rename = "stack.child.status")]
+    pub status: RunStatus,
+    #[serde(rename = "stack.child.current_node")]
+    pub current_node: String,
+    #[serde(rename = "stack.child.completed_count")]
+    pub completed_count: usize,
+    #[serde(rename = "stack.child.last_outcome")]
+    pub last_outcome: Option<String>,
+    #[serde(rename = "stack.child.run_dir")]
+    pub run_dir: String,
+}
+
+/// A summary replaced old turns of an agent's history.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Compaction {
+    pub original_turn_count: usize,
+    pub preserved_turn_count: usize,
+    pub summary_token_estimate: u64,
+    pub tracked_file_count: usize,
+}
+
+impl Event {
+    /// The event of a line of `events.jsonl`; none for a line this version does not know (an
+    /// event of a newer fabro, or one missing a field an older fabro did not write).
+    pub fn parse(line: &serde_json::Value) -> Option<Event> {
+        Event::deserialize(line).ok()
+    }
+
+    /// Whether nothing more is written to the run directory after this event.
+    pub fn is_final(&self) -> bool {
+        matches!(
+            self,
+            Event::RunCompleted(_)
+                | Event::RunFailed(_)
+                | Event::RunInterrupted(_)
+                | Event::RunPaused { .. }
+                | Event::RunRestarted { .. }
+        )
+    }
+}
