@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::events::Event;
+use crate::events::LoggedEvent;
 use crate::graph::{HandlerType, Node, Workflow};
 use crate::run_dir::{ResumeError, RunResult, SavedRun};
 use crate::ValidWorkflow;
@@ -80,7 +80,7 @@ pub struct ChildRunRequest<'r> {
     pub context: Vec<(String, Value)>,
     pub link: ParentLink,
     /// Sees every event of the child.
-    pub observe: Box<dyn Fn(&Event) + Send + Sync>,
+    pub observe: Box<dyn Fn(&LoggedEvent) + Send + Sync>,
     /// Cancelling it stops the child (as SIGINT stops a run: checkpoint saved, resumable).
     pub cancel: CancellationToken,
 }

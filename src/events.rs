@@ -1,6 +1,6 @@
-//! The run's event log: one JSON object per line in `events.jsonl`, each with `seq`, `ts`,
-//! `run_id`, `event`, and `node_id`/`visit` where they apply. Observers (the CLI's progress view)
-//! see every event as it is written.
+//! The run's event log: one JSON object per line in `events.jsonl`, each an [`Event`] with
+//! `seq`, `ts`, `run_id`, and `node_id`/`visit` where they apply. Observers (the CLI's progress
+//! view, a manager waiting for its child's checkpoints) see every event as it is written.
 
 use std::io::Write;
 use std::path::Path;
@@ -8,19 +8,20 @@ use std::sync::Mutex;
 
 use serde_json::{Map, Value};
 
-/// One event, as written.
+use crate::event::Event;
+
+/// One event as the log numbered it.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Event {
+pub struct LoggedEvent {
     pub seq: u64,
     pub ts: String,
-    pub event: String,
+    /// The stage visit a stage event is about; none for a run event.
     pub node_id: Option<String>,
     pub visit: Option<u32>,
-    /// Event-specific fields (`from`, `to`, `reason`, `status`, ...).
-    pub fields: Map<String, Value>,
+    pub event: Event,
 }
 
-type Observer = Box<dyn Fn(&Event) + Send + Sync>;
+type Observer = Box<dyn Fn(&LoggedEvent) + Send + Sync>;
 
 /// Appends events to `events.jsonl` and tells observers. Writing never fails the run: an event
 /// that cannot be written is logged with `tracing` and the run goes on.
@@ -92,35 +93,29 @@ impl EventLog {
         }
     }
 
-    pub fn observe(&mut self, observer: impl Fn(&Event) + Send + Sync + 'static) {
+    pub fn observe(&mut self, observer: impl Fn(&LoggedEvent) + Send + Sync + 'static) {
         self.observers.push(Box::new(observer));
     }
 
     /// Records a run-level event.
-    pub fn run_event(&self, event: &str, fields: Value) {
-        self.emit(event, None, None, fields);
+    pub fn run_event(&self, event: Event) {
+        self.emit(None, None, event);
     }
 
     /// Records an event about one visit of one stage.
-    pub fn stage_event(&self, event: &str, node_id: &str, visit: u32, fields: Value) {
-        self.emit(event, Some(node_id), Some(visit), fields);
+    pub fn stage_event(&self, node_id: &str, visit: u32, event: Event) {
+        self.emit(Some(node_id), Some(visit), event);
     }
 
-    fn emit(&self, event: &str, node_id: Option<&str>, visit: Option<u32>, fields: Value) {
-        let fields = match fields {
-            Value::Object(map) => map,
-            Value::Null => Map::new(),
-            other => Map::from_iter([("value".to_string(), other)]),
-        };
+    fn emit(&self, node_id: Option<&str>, visit: Option<u32>, event: Event) {
         let Ok(mut state) = self.state.lock() else { return };
         state.seq += 1;
-        let record = Event {
+        let record = LoggedEvent {
             seq: state.seq,
             ts: now_rfc3339(),
-            event: event.to_string(),
             node_id: node_id.map(str::to_string),
             visit,
-            fields,
+            event,
         };
         if let Some(file) = state.file.as_mut() {
             if let Err(error) = write_line(file, &self.run_id, &record) {
@@ -159,18 +154,22 @@ impl EventLog {
     }
 }
 
-/// One line of `events.jsonl`: the event's fields and its `seq`, `ts`, `run_id`, `event`,
-/// `node_id` and `visit`, keys in order (a field of the same name wins), written without copying
-/// the fields.
-fn write_line(out: &mut impl Write, run_id: &str, record: &Event) -> std::io::Result<()> {
-    serde_json::to_writer(&mut *out, &Line { run_id, record })?;
+/// One line of `events.jsonl`: the event's fields (with its name under `event`) merged in key
+/// order with `seq`, `ts`, `run_id`, `node_id` and `visit` (a field of the same name wins, as
+/// `node_id` does in `checkpoint.saved`).
+fn write_line(out: &mut impl Write, run_id: &str, record: &LoggedEvent) -> std::io::Result<()> {
+    let Value::Object(fields) = serde_json::to_value(&record.event)? else {
+        return Err(std::io::Error::other("an event that is not a JSON object"));
+    };
+    serde_json::to_writer(&mut *out, &Line { run_id, record, fields: &fields })?;
     out.write_all(b"\n")
 }
 
 /// An event as its line: the fixed keys merged in order with the (sorted) fields.
 struct Line<'a> {
     run_id: &'a str,
-    record: &'a Event,
+    record: &'a LoggedEvent,
+    fields: &'a Map<String, Value>,
 }
 
 impl serde::Serialize for Line<'_> {
@@ -186,7 +185,6 @@ impl serde::Serialize for Line<'_> {
         let record = self.record;
         // In key order.
         let fixed = [
-            ("event", Some(Field::Text(&record.event))),
             ("node_id", record.node_id.as_deref().map(Field::Text)),
             ("run_id", Some(Field::Text(self.run_id))),
             ("seq", Some(Field::Number(record.seq))),
@@ -195,7 +193,7 @@ impl serde::Serialize for Line<'_> {
         ];
         let mut fixed = fixed.into_iter().filter_map(|(key, value)| Some((key, value?))).peekable();
         let mut fields =
-            record.fields.iter().map(|(key, value)| (key.as_str(), Field::Value(value))).peekable();
+            self.fields.iter().map(|(key, value)| (key.as_str(), Field::Value(value))).peekable();
         let mut map = serializer.serialize_map(None)?;
         loop {
             let next = match (fixed.peek(), fields.peek()) {
@@ -225,10 +223,10 @@ pub fn now_rfc3339() -> String {
 mod tests {
     use super::*;
 
-    fn log_in(dir: &Path, events: usize, fields: Value) -> EventLog {
+    fn log_in(dir: &Path, events: usize, pad: usize) -> EventLog {
         let log = EventLog::open(dir, "r1", 0).unwrap();
         for _ in 0..events {
-            log.run_event("tick", fields.clone());
+            log.run_event(Event::CheckpointFailed { error: "x".repeat(pad) });
         }
         log.flush();
         log
@@ -237,18 +235,37 @@ mod tests {
     #[test]
     fn lines_hold_the_fields_in_key_order_and_a_field_wins_over_a_fixed_key() {
         let dir = tempfile::tempdir().unwrap();
-        let log = log_in(dir.path(), 0, Value::Null);
-        log.stage_event("stage.started", "plan", 2, serde_json::json!({"b": [1], "a": "x", "ts": "mine"}));
+        let log = log_in(dir.path(), 0, 0);
+        let started = Event::StageStarted {
+            handler: "prompt".into(),
+            stage_dir: Some("stages/plan/2".into()),
+            branch_id: None,
+            sandbox: None,
+        };
+        log.stage_event("plan", 2, started);
+        let status = crate::run_dir::RunStatus::Running;
+        log.stage_event("plan", 2, Event::CheckpointSaved { node_id: "mine".into(), status });
         log.flush();
         let text = std::fs::read_to_string(dir.path().join("events.jsonl")).unwrap();
-        let expected = r#"{"a":"x","b":[1],"event":"stage.started","node_id":"plan","run_id":"r1","seq":1,"ts":"mine","visit":2}"#;
-        assert_eq!(text, format!("{expected}\n"));
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[0],
+            r#"{"event":"stage.started","handler":"prompt","node_id":"plan","run_id":"r1","seq":1,"stage_dir":"stages/plan/2","ts":"TS","visit":2}"#
+                .replace("TS", &log_ts(lines[0]))
+        );
+        assert!(
+            lines[1].starts_with(r#"{"event":"checkpoint.saved","node_id":"mine","run_id":"r1","seq":2,"#)
+        );
+    }
+
+    fn log_ts(line: &str) -> String {
+        serde_json::from_str::<Value>(line).unwrap()["ts"].as_str().unwrap().to_string()
     }
 
     #[test]
     fn the_last_seq_is_read_from_the_end_of_a_long_log() {
         let dir = tempfile::tempdir().unwrap();
-        let _log = log_in(dir.path(), 2_000, serde_json::json!({"pad": "x".repeat(100)}));
+        let _log = log_in(dir.path(), 2_000, 100);
         assert!(std::fs::metadata(dir.path().join("events.jsonl")).unwrap().len() > 64 * 1024);
         assert_eq!(EventLog::last_seq_in(dir.path()), 2_000);
         // A torn last line is skipped.
@@ -258,7 +275,7 @@ mod tests {
         assert_eq!(EventLog::last_seq_in(dir.path()), 2_000);
         // A last event longer than the window read from the end: the whole log is read.
         let dir = tempfile::tempdir().unwrap();
-        let _log = log_in(dir.path(), 3, serde_json::json!({"pad": "x".repeat(100_000)}));
+        let _log = log_in(dir.path(), 3, 100_000);
         assert_eq!(EventLog::last_seq_in(dir.path()), 3);
         assert_eq!(EventLog::last_seq_in(&dir.path().join("none")), 0);
     }

@@ -16,6 +16,7 @@ use super::compaction::{self, NotCompacted};
 use super::tools::{self, Toolbox};
 use super::transcript::{assistant_record, Transcript};
 use super::{BackendError, Usage};
+use crate::event::{Compaction, Event};
 
 /// Tool results longer than this many characters go to the artifact store.
 pub const OFFLOAD_CHARS: usize = 40_000;
@@ -83,7 +84,7 @@ pub async fn run(
     loop {
         if run.turns >= settings.max_turns {
             run.hit_turn_limit = true;
-            transcript.event("agent.turn_limit", json!({"max_turns": settings.max_turns}));
+            transcript.event(Event::AgentTurnLimit { max_turns: settings.max_turns });
             break;
         }
         if let Some(left) = &settings.usage_left {
@@ -97,11 +98,12 @@ pub async fn run(
         run.turns += 1;
         let (view, saved) = crate::agent_context::view(&messages, settings.context);
         if !saved.is_empty() {
-            transcript.event(
-                "agent.context.trimmed",
-                json!({"turn": run.turns, "before_tokens": crate::agent_context::tokens(&messages),
-                       "after_tokens": crate::agent_context::tokens(&view), "saved_tokens": saved}),
-            );
+            transcript.event(Event::AgentContextTrimmed {
+                turn: run.turns,
+                before_tokens: crate::agent_context::tokens(&messages),
+                after_tokens: crate::agent_context::tokens(&view),
+                saved_tokens: saved.clone(),
+            });
             for (layer, tokens) in saved {
                 *run.context_savings.entry(layer).or_default() += tokens;
             }
@@ -137,10 +139,11 @@ pub async fn run(
                 match offload(settings, transcript, run.turns, &call.id, &content) {
                     Ok(path) => {
                         content = offload_stub(&call.name, original_chars, &path);
-                        transcript.event(
-                            "agent.tool_result.offloaded",
-                            json!({"tool": call.name, "chars": original_chars, "path": path.display().to_string()}),
-                        );
+                        transcript.event(Event::AgentToolResultOffloaded {
+                            tool: call.name.clone(),
+                            chars: original_chars,
+                            path: path.display().to_string(),
+                        });
                         offloaded = Some(path.display().to_string());
                     }
                     Err(error) => {
@@ -150,11 +153,11 @@ pub async fn run(
                 }
             }
             if watchdog.observe(&call.name, &call.arguments.to_string()) {
-                transcript.event(
-                    "agent.watchdog",
-                    json!({"tool": call.name, "arguments": super::http::excerpt(&call.arguments.to_string(), 500),
-                           "repeats": WATCHDOG_REPEATS}),
-                );
+                transcript.event(Event::AgentWatchdog {
+                    tool: call.name.clone(),
+                    arguments: super::http::excerpt(&call.arguments.to_string(), 500),
+                    repeats: WATCHDOG_REPEATS,
+                });
                 content.push_str(&format!(
                     "\n\n[fabro: this is the {WATCHDOG_REPEATS}th identical `{}` call in a row; try something different]",
                     call.name
@@ -199,17 +202,16 @@ async fn manage_context(
     if estimated * 100 <= window * compaction::THRESHOLD_PERCENT {
         return;
     }
-    transcript.event(
-        "agent.context_window_warning",
-        json!({"estimated_tokens": estimated, "context_window_size": window,
-               "usage_percent": (estimated * 100 / window)}),
-    );
+    transcript.event(Event::AgentContextWindowWarning {
+        estimated_tokens: estimated,
+        context_window_size: window,
+        usage_percent: estimated * 100 / window,
+    });
     let turn_count = compaction::turn_starts(messages).len();
     if turn_count <= compaction::PRESERVED_TURNS {
         return;
     }
-    transcript
-        .event("agent.compaction.started", json!({"estimated_tokens": estimated, "turn_count": turn_count}));
+    transcript.event(Event::AgentCompactionStarted { estimated_tokens: estimated, turn_count });
     let files = toolbox.tracker.render();
     let result = compaction::compact(
         provider,
@@ -222,22 +224,24 @@ async fn manage_context(
     match result {
         Ok(done) => {
             add_usage(usage, &done.usage);
-            let fields = json!({"original_turn_count": done.original_turn_count,
-                                "preserved_turn_count": done.preserved_turn_count,
-                                "summary_token_estimate": done.summary_token_estimate,
-                                "tracked_file_count": done.tracked_file_count});
-            transcript.event("agent.compaction.completed", fields.clone());
+            let compaction = Compaction {
+                original_turn_count: done.original_turn_count,
+                preserved_turn_count: done.preserved_turn_count,
+                summary_token_estimate: done.summary_token_estimate,
+                tracked_file_count: done.tracked_file_count,
+            };
+            transcript.event(Event::AgentCompactionCompleted(compaction.clone()));
             let summary = match messages.first() {
                 Some(ChatMessage::User { content }) => content.clone(),
                 _ => String::new(),
             };
             transcript
-                .record("compaction", json!({"event": fields, "summary": summary, "usage": done.usage}));
+                .record("compaction", json!({"event": compaction, "summary": summary, "usage": done.usage}));
         }
         Err(NotCompacted::TooFewTurns) => {}
         Err(NotCompacted::Failed { message, usage: spent }) => {
             add_usage(usage, &spent);
-            transcript.event("agent.compaction.failed", json!({"error": message}));
+            transcript.event(Event::AgentCompactionFailed { error: message.clone() });
             transcript.record("compaction_failed", json!({"error": message}));
         }
     }

@@ -19,6 +19,7 @@ use super::redaction::Secrets;
 use super::tools::Toolbox;
 use super::transcript::{assistant_record, Transcript};
 use super::{Backend, BackendError, LlmRequest, LlmResponse, Role, StageEnv};
+use crate::event::Event;
 use crate::graph::Workflow;
 
 /// Most output tokens asked for per call (less for small context windows).
@@ -175,10 +176,11 @@ impl LiveBackend {
         );
         let reasoning_effort = request.reasoning_effort;
         if let Some(effort) = reasoning_effort.filter(|_| !provider.applies_reasoning_effort(model)) {
-            transcript.event(
-                "llm.reasoning_effort_ignored",
-                json!({"provider": resolved.provider, "model": model, "reasoning_effort": effort}),
-            );
+            transcript.event(Event::LlmReasoningEffortIgnored {
+                provider: resolved.provider.clone(),
+                model: model.to_string(),
+                reasoning_effort: effort.to_string(),
+            });
         }
         let mut response = match stage.filter(|_| request.agentic) {
             Some(stage) => {

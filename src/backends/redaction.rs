@@ -23,6 +23,11 @@ impl Secrets {
         Secrets(Arc::new(values))
     }
 
+    /// Whether there is no secret to redact.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
     /// `text` with every secret replaced by [`REDACTED`].
     pub fn redact(&self, text: &str) -> String {
         let mut out = text.to_string();

@@ -5,10 +5,12 @@
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
+use serde::Deserialize as _;
 use serde_json::{json, Value};
 
 use super::chat::ChatResponse;
 use super::redaction::Secrets;
+use crate::event::Event;
 use crate::events::{now_rfc3339, EventLog};
 
 /// The transcript entry of one model answer: text, tool calls, the provider's thinking when it
@@ -62,10 +64,19 @@ impl<'a> Transcript<'a> {
         }
     }
 
-    /// Emits a stage event (fields redacted).
-    pub fn event(&self, event: &str, fields: Value) {
-        if let Some(events) = self.events {
-            events.stage_event(event, self.node_id, self.visit, self.secrets.redact_json(&fields));
+    /// Emits a stage event, secrets redacted from its fields. An event that no longer reads as
+    /// one once redacted (a secret in a number?) is dropped rather than written unredacted.
+    pub fn event(&self, event: Event) {
+        let Some(events) = self.events else { return };
+        if self.secrets.is_empty() {
+            events.stage_event(self.node_id, self.visit, event);
+            return;
+        }
+        let redacted = serde_json::to_value(&event)
+            .and_then(|fields| Event::deserialize(self.secrets.redact_json(&fields)));
+        match redacted {
+            Ok(event) => events.stage_event(self.node_id, self.visit, event),
+            Err(error) => tracing::warn!(%error, "event dropped: it does not read as one once redacted"),
         }
     }
 

@@ -11,7 +11,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use fabro::events::Event;
+use fabro::event::{Event, SelectedEdge, StageEnd};
+use fabro::events::LoggedEvent;
 use fabro::graph::HandlerType;
 use fabro::run_dir::stage_output::{tail_lines, LogFollower, OUTPUT_LOGS};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -103,40 +104,37 @@ impl ProgressView {
         Arc::new(ProgressView { options, live, colour, screen, state: Mutex::default() })
     }
 
-    pub fn show(&self, event: &Event) {
+    pub fn show(&self, logged: &LoggedEvent) {
         if self.options.quiet {
             return;
         }
-        let key = stage_key(event);
-        match event.event.as_str() {
-            "run.started" | "run.resumed" => {
-                self.state().run_dir = text(event, "run_dir").map(PathBuf::from);
+        match &logged.event {
+            Event::RunStarted { run_dir, .. } => self.state().run_dir = run_dir.clone(),
+            Event::RunResumed { run_dir, .. } => self.state().run_dir = Some(run_dir.clone()),
+            Event::StageStarted { handler, stage_dir, branch_id, .. } => {
+                let key = stage_key(logged, branch_id.as_deref());
+                self.stage_started(logged, key, handler, stage_dir.as_deref().unwrap_or(""));
             }
-            "stage.started" => self.stage_started(event, key),
-            "stage.completed" | "stage.failed" => self.stage_ended(event, &key),
-            "interview.started" => {
+            Event::StageCompleted(end) => self.stage_ended(logged, end, false),
+            Event::StageFailed(end) => self.stage_ended(logged, end, true),
+            Event::InterviewStarted { .. } => {
                 // The terminal belongs to the question until it is answered.
                 if let Some(multi) = &self.screen.multi {
                     multi.set_draw_target(ProgressDrawTarget::hidden());
                 }
                 if self.options.asks_person {
-                    self.print(
-                        event,
-                        &self.paint(Paint::Ask, &format!("? {}: waiting for an answer", key.0)),
-                    );
+                    let node = logged.node_id.as_deref().unwrap_or("");
+                    self.print(logged, &self.paint(Paint::Ask, &format!("? {node}: waiting for an answer")));
                 }
             }
-            "interview.completed" | "interview.timeout" => {
-                if let Some(multi) = &self.screen.multi {
-                    multi.set_draw_target(ProgressDrawTarget::stderr());
+            event => {
+                if matches!(event, Event::InterviewCompleted { .. } | Event::InterviewTimeout { .. }) {
+                    if let Some(multi) = &self.screen.multi {
+                        multi.set_draw_target(ProgressDrawTarget::stderr());
+                    }
                 }
-                if let Some(line) = describe(event) {
-                    self.print(event, &line);
-                }
-            }
-            _ => {
-                if let Some(line) = describe(event) {
-                    self.print(event, &line);
+                if let Some(line) = describe(logged) {
+                    self.print(logged, &line);
                 }
             }
         }
@@ -146,13 +144,11 @@ impl ProgressView {
         self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn stage_started(&self, event: &Event, key: StageKey) {
-        let handler = text(event, "handler").unwrap_or("").to_string();
-        let stage_dir = text(event, "stage_dir").unwrap_or("").to_string();
+    fn stage_started(&self, event: &LoggedEvent, key: StageKey, handler: &str, stage_dir: &str) {
         let run_dir = self.state().run_dir.clone();
-        let kind = HandlerType::from_type_name(&handler);
+        let kind = HandlerType::from_type_name(handler);
         if self.options.stream_output && kind == HandlerType::Command {
-            if let Some(dir) = run_dir.as_ref().map(|run| run.join(&stage_dir)) {
+            if let Some(dir) = run_dir.as_ref().map(|run| run.join(stage_dir)) {
                 let logs = OUTPUT_LOGS.iter().rev().map(|name| LogFollower::new(dir.join(name))).collect();
                 self.followers().insert(key.clone(), logs);
             }
@@ -173,10 +169,11 @@ impl ProgressView {
             }
             None => self.print(event, &format!("▶ {label}")),
         }
-        self.state().stages.insert(key, (handler, stage_dir));
+        self.state().stages.insert(key, (handler.to_string(), stage_dir.to_string()));
     }
 
-    fn stage_ended(&self, event: &Event, key: &StageKey) {
+    fn stage_ended(&self, event: &LoggedEvent, end: &StageEnd, failed: bool) {
+        let key = &stage_key(event, end.branch_id.as_deref());
         if let Some(logs) = self.followers().remove(key) {
             for mut follower in logs {
                 for line in follower.finish() {
@@ -196,17 +193,14 @@ impl ProgressView {
         }
         let (handler, stage_dir) = started.unwrap_or_default();
         let kind = HandlerType::from_type_name(&handler);
-        let failed = event.event == "stage.failed";
         let line = if kind == HandlerType::Conditional {
             // A conditional only routes: the outcome it passes on is not a failure of its own.
-            let notes = text(event, "notes").unwrap_or("routed");
+            let notes = end.notes.as_deref().unwrap_or("routed");
             self.paint(Paint::Plain, &format!("◇ {}: {notes}", key.0))
         } else {
             let mark = if failed { self.paint(Paint::Fail, "✗") } else { self.paint(Paint::Done, "✓") };
-            let ms = event.fields.get("duration_ms").and_then(|v| v.as_u64()).unwrap_or(0);
-            let status = text(event, "status").unwrap_or("");
-            let mut line = format!("{mark} {}: {status} in {}", key.0, seconds(ms));
-            if let Some(reason) = text(event, "failure_reason").filter(|reason| !reason.is_empty()) {
+            let mut line = format!("{mark} {}: {} in {}", key.0, end.status, seconds(end.duration_ms));
+            if let Some(reason) = end.failure_reason.as_deref().filter(|reason| !reason.is_empty()) {
                 line.push_str(&format!(" ({reason})"));
             }
             line
@@ -243,7 +237,7 @@ impl ProgressView {
         self.screen.followers.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn print(&self, event: &Event, line: &str) {
+    fn print(&self, event: &LoggedEvent, line: &str) {
         if self.live {
             self.screen.print(line);
         } else {
@@ -275,66 +269,56 @@ enum Paint {
     Plain,
 }
 
-fn stage_key(event: &Event) -> StageKey {
+/// The stage an event is about; `branch` for a stage of a parallel branch.
+fn stage_key(event: &LoggedEvent, branch: Option<&str>) -> StageKey {
     (
         event.node_id.clone().unwrap_or_default(),
         u64::from(event.visit.unwrap_or(0)),
-        text(event, "branch_id").or_else(|| text(event, "branch")).unwrap_or("").to_string(),
+        branch.unwrap_or("").to_string(),
     )
 }
 
-fn text<'e>(event: &'e Event, key: &str) -> Option<&'e str> {
-    event.fields.get(key).and_then(|v| v.as_str())
-}
-
 /// The progress line for an event that is not a stage starting or ending, if it deserves one.
-fn describe(event: &Event) -> Option<String> {
-    let node = event.node_id.as_deref().unwrap_or("");
-    let field = |key: &str| text(event, key).unwrap_or("");
-    Some(match event.event.as_str() {
-        "stage.retrying" => format!("↻ {node}: retrying ({})", field("reason")),
-        "run.dir_reused" => format!(
+fn describe(logged: &LoggedEvent) -> Option<String> {
+    let node = logged.node_id.as_deref().unwrap_or("");
+    Some(match &logged.event {
+        Event::StageRetrying { reason, .. } => {
+            format!("↻ {node}: retrying ({})", reason.as_deref().unwrap_or(""))
+        }
+        Event::RunDirReused { run_dir, .. } => format!(
             "! {} held a run that never started (fabro was stopped before its first stage completed); its files were removed and the directory is reused",
-            field("run_dir")
+            run_dir.display()
         ),
-        "stage.survivor_killed" => format!(
-            "! killed process group {} that {} left running when fabro was stopped",
-            event.fields.get("pgid").map(|p| p.to_string()).unwrap_or_default(),
-            field("stage_dir")
-        ),
+        Event::StageSurvivorKilled { stage_dir, pgid } => {
+            format!("! killed process group {pgid} that {stage_dir} left running when fabro was stopped")
+        }
         // Plain edges say nothing worth a reason; conditions, labels and retries do.
-        "edge.selected" => match field("reason") {
-            "weight" | "lexical" => format!("  → {}", field("to")),
+        Event::EdgeSelected(SelectedEdge { to, reason, .. }) => match reason.as_str() {
+            "weight" | "lexical" => format!("  → {to}"),
             // Each branch shows as its stages start.
             "fan_out" => return None,
-            reason => format!("  → {} ({reason})", field("to")),
+            reason => format!("  → {to} ({reason})"),
         },
-        "interview.completed" => match (text(event, "key"), text(event, "label")) {
+        Event::InterviewCompleted { answer, key, label, target } => match (key, label) {
             (Some(key), Some(label)) => {
-                let label = fabro::graph::Choice::from_edge(Some(label), field("target")).label.to_string();
-                format!("  {node}: chose [{key}] {label} → {}", field("target"))
+                let target = target.as_deref().unwrap_or("");
+                let label = fabro::graph::Choice::from_edge(Some(label), target).label.to_string();
+                format!("  {node}: chose [{key}] {label} → {target}")
             }
-            _ => format!(
-                "  {node}: answered {}",
-                event.fields.get("answer").map(|a| a.to_string()).unwrap_or_default()
-            ),
+            _ => format!("  {node}: answered {}", serde_json::Value::from(answer.as_str())),
         },
-        "interview.timeout" => match text(event, "key") {
+        Event::InterviewTimeout { key, target, .. } => match key {
             Some(key) => {
-                format!("  {node}: no answer in time; took the default [{key}] → {}", field("target"))
+                format!("  {node}: no answer in time; took the default [{key}] → {}", target.as_deref().unwrap_or(""))
             }
             None => format!("  {node}: no answer in time"),
         },
-        "child.started" => {
-            let verb = if event.fields.get("resumed") == Some(&serde_json::Value::Bool(true)) {
-                "continues"
-            } else {
-                "starts"
-            };
-            format!("  ↳ {node}: child run {verb} in {}", field("run_dir"))
+        Event::ChildStarted { run_dir, resumed, .. } => {
+            let verb = if *resumed { "continues" } else { "starts" };
+            format!("  ↳ {node}: child run {verb} in {run_dir}")
         }
-        "manager.steered" => format!("  ↳ {node}: steered the child at {}", field("child_node")),
-        "child.finished" => format!("  ↳ {node}: child run {}", field("status")),
+        Event::ManagerSteered { child_node, .. } => format!("  ↳ {node}: steered the child at {child_node}"),
+        Event::ChildFinished { status, .. } => format!("  ↳ {node}: child run {}", status.as_str()),
         _ => return None,
     })
 }

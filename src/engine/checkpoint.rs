@@ -5,9 +5,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use serde_json::json;
-
 use super::walker::{Step, Walker};
+use crate::event::Event;
 use crate::events::now_rfc3339;
 use crate::graph::Node;
 use crate::outcome::{Pause, PauseKind};
@@ -59,14 +58,12 @@ impl Walker<'_> {
         }
         match written {
             Ok(()) => {
-                scope
-                    .events
-                    .run_event("checkpoint.saved", json!({"node_id": current, "status": status.as_str()}));
+                scope.events.run_event(Event::CheckpointSaved { node_id: current.to_string(), status });
                 Ok(())
             }
             Err(error) => {
                 tracing::warn!(%error, "checkpoint not saved");
-                scope.events.run_event("checkpoint.failed", json!({"error": error}));
+                scope.events.run_event(Event::CheckpointFailed { error: error.clone() });
                 Err(error)
             }
         }
@@ -156,7 +153,7 @@ impl Walker<'_> {
              last stage the journal holds",
             node.id
         );
-        self.scope.events.stage_event("run.paused", &node.id, visit, json!({"reason": reason}));
+        self.scope.events.stage_event(&node.id, visit, Event::RunPaused { reason: reason.clone() });
         Step::Pause(Pause::new(PauseKind::Storage, reason))
     }
 }

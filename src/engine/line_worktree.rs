@@ -3,8 +3,7 @@
 
 use std::path::PathBuf;
 
-use serde_json::json;
-
+use crate::event::Event;
 use crate::events::EventLog;
 use crate::graph::Node;
 use crate::outcome::StageStatus;
@@ -49,17 +48,12 @@ impl LineWorktree {
         let Some(worktree) = &self.worktree else { return };
         match worktree.commit_stage(run_id, &node.id, visit, status.as_str()) {
             Ok(sha) => {
-                events.stage_event("worktree.committed", &node.id, visit, json!({"commit": sha}));
+                events.stage_event(&node.id, visit, Event::WorktreeCommitted { commit: sha.clone() });
                 self.last_commit = Some(sha);
             }
             Err(error) => {
                 tracing::warn!(%error, "worktree commit failed");
-                events.stage_event(
-                    "worktree.commit_failed",
-                    &node.id,
-                    visit,
-                    json!({"error": error.to_string()}),
-                );
+                events.stage_event(&node.id, visit, Event::WorktreeCommitFailed { error: error.to_string() });
             }
         }
     }

@@ -16,10 +16,11 @@ use std::time::Instant;
 
 use futures::{Future, StreamExt};
 use petgraph::graph::NodeIndex;
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
 use super::walker::{StageEnd, Step, Walker};
+use crate::event::{Event, SelectedEdge};
 use crate::graph::{HandlerType, Node, Workflow};
 use crate::join::{BranchResult, BranchStatus};
 use crate::outcome::{Outcome, Pause, StageStatus};
@@ -168,14 +169,15 @@ async fn run_branches(parent: &mut Walker<'_>, index: NodeIndex, visit: u32) -> 
         }
     }
     let clock = Instant::now();
-    scope.events.stage_event(
-        "parallel.started",
-        &node.id,
-        visit,
-        json!({"branch_count": plans.len(), "join": workflow.node_at(join).id, "max_parallel": settings.max_parallel,
-               "join_policy": settings.join.describe(), "fail_fast": settings.fail_fast,
-               "already_finished": journaled.len()}),
-    );
+    let started = Event::ParallelStarted {
+        branch_count: plans.len(),
+        join: workflow.node_at(join).id.clone(),
+        max_parallel: settings.max_parallel,
+        join_policy: settings.join.describe(),
+        fail_fast: settings.fail_fast,
+        already_finished: journaled.len(),
+    };
+    scope.events.stage_event(&node.id, visit, started);
     let git_base = match branch_base(parent, node, visit) {
         Ok(base) => base,
         Err(reason) => return StageEnd::Done { outcome: Outcome::fail(reason), attempts: 1 },
@@ -191,10 +193,10 @@ async fn run_branches(parent: &mut Walker<'_>, index: NodeIndex, visit: u32) -> 
     let mut branch_walks = Vec::new();
     let mut failed_to_start: Vec<(String, String)> = Vec::new();
     for plan in plans.iter().filter(|plan| !journaled.contains_key(&plan.id)) {
-        scope.events.run_event(
-            "edge.selected",
-            json!({"from": node.id, "to": workflow.node_at(plan.start).id, "reason": "fan_out", "branch_id": plan.id}),
-        );
+        scope.events.run_event(Event::EdgeSelected(SelectedEdge {
+            branch_id: Some(plan.id.clone()),
+            ..SelectedEdge::new(&node.id, &workflow.node_at(plan.start).id, "fan_out")
+        }));
         let mut context = base.fork();
         context.set("parallel.branch_id", plan.id.clone());
         let worktree = match &git_base {
@@ -306,13 +308,13 @@ async fn run_branches(parent: &mut Walker<'_>, index: NodeIndex, visit: u32) -> 
         outcome = merge_without_fan_in(parent, &results, git_base.as_ref(), outcome);
     }
     let failures = results.iter().filter(|r| !r.status.is_successful()).count();
-    scope.events.stage_event(
-        "parallel.completed",
-        &node.id,
-        visit,
-        json!({"success_count": results.len() - failures, "failure_count": failures,
-               "duration_ms": clock.elapsed().as_millis() as u64, "status": outcome.status}),
-    );
+    let completed = Event::ParallelCompleted {
+        success_count: results.len() - failures,
+        failure_count: failures,
+        duration_ms: clock.elapsed().as_millis() as u64,
+        status: outcome.status,
+    };
+    scope.events.stage_event(&node.id, visit, completed);
     StageEnd::Done { outcome: with_results(outcome, &results), attempts: 1 }
 }
 
@@ -402,9 +404,11 @@ async fn walk_branch(
         let end = if stopped_from_above.is_cancelled() {
             BranchEnd::Interrupted
         } else {
-            scope
-                .events
-                .run_event("parallel.branch.cancelled", json!({"branch_id": plan.id, "started": false}));
+            scope.events.run_event(Event::ParallelBranchCancelled {
+                branch_id: plan.id.clone(),
+                started: false,
+                duration_ms: None,
+            });
             BranchEnd::Finished(finished(
                 BranchStatus::Cancelled,
                 Some("cancelled before it started: the join policy no longer needed it".into()),
@@ -414,10 +418,10 @@ async fn walk_branch(
         };
         return (plan.id.clone(), end, walker);
     }
-    scope.events.run_event(
-        "parallel.branch.started",
-        json!({"branch_id": plan.id, "node_id": workflow.node_at(plan.start).id}),
-    );
+    scope.events.run_event(Event::ParallelBranchStarted {
+        branch_id: plan.id.clone(),
+        node_id: workflow.node_at(plan.start).id.clone(),
+    });
     let clock = Instant::now();
     let mut current = plan.start;
     let ended: Result<(), BranchStop> = loop {
@@ -462,10 +466,11 @@ async fn walk_branch(
         Err(BranchStop::Paused(reason)) => BranchEnd::Paused(reason),
         Err(BranchStop::Cancelled) if stopped_from_above.is_cancelled() => BranchEnd::Interrupted,
         Err(BranchStop::Cancelled) => {
-            scope.events.run_event(
-                "parallel.branch.cancelled",
-                json!({"branch_id": plan.id, "started": true, "duration_ms": duration_ms}),
-            );
+            scope.events.run_event(Event::ParallelBranchCancelled {
+                branch_id: plan.id.clone(),
+                started: true,
+                duration_ms: Some(duration_ms),
+            });
             BranchEnd::Finished(finished(
                 BranchStatus::Cancelled,
                 Some("cancelled: the join policy no longer needed it".into()),
@@ -478,11 +483,12 @@ async fn walk_branch(
     if let BranchEnd::Finished(entry) = &mut end {
         entry.result.head_sha = head_sha;
         if entry.result.status != BranchStatus::Cancelled {
-            scope.events.run_event(
-                "parallel.branch.completed",
-                json!({"branch_id": plan.id, "status": entry.result.status, "duration_ms": duration_ms,
-                       "failure_reason": entry.result.failure_reason}),
-            );
+            scope.events.run_event(Event::ParallelBranchCompleted {
+                branch_id: plan.id.clone(),
+                status: entry.result.status,
+                duration_ms,
+                failure_reason: entry.result.failure_reason.clone(),
+            });
         }
     }
     (plan.id.clone(), end, walker)
@@ -507,10 +513,10 @@ fn finish_worktree(
     let head = match worktree.commit(&message) {
         Ok(head) => Some(head),
         Err(error) => {
-            scope.events.run_event(
-                "parallel.branch.commit_failed",
-                json!({"branch_id": branch_id, "error": error.to_string()}),
-            );
+            scope.events.run_event(Event::ParallelBranchCommitFailed {
+                branch_id: branch_id.to_string(),
+                error: error.to_string(),
+            });
             None
         }
     };
@@ -527,7 +533,11 @@ fn finish_worktree(
 fn branch_base(parent: &Walker<'_>, node: &Node, visit: u32) -> Result<Option<BranchBase>, String> {
     let scope = &parent.scope;
     let shared = |reason: &str| {
-        scope.events.stage_event("parallel.shared_work_dir", &node.id, visit, json!({"reason": reason}));
+        scope.events.stage_event(
+            &node.id,
+            visit,
+            Event::ParallelSharedWorkDir { reason: reason.to_string() },
+        );
     };
     if scope.options.dry_run {
         shared("--dry-run touches no git repository");

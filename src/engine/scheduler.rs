@@ -17,7 +17,8 @@ use super::run_scope::{RunScope, VisitCounts};
 use super::walker::{LineState, Step, Walker};
 use crate::context::artifacts::ArtifactStore;
 use crate::context::Context;
-use crate::events::{now_rfc3339, EventLog};
+use crate::event::{Event, RunEnd};
+use crate::events::{now_rfc3339, EventLog, LoggedEvent};
 use crate::fidelity::preamble::StageSummary;
 use crate::graph::{HandlerType, Workflow};
 use crate::run_dir::{Manifest, RunDir, RunDirError, RunResult, RunStatus, SavedRun};
@@ -122,7 +123,7 @@ impl Engine {
         &self,
         valid: &ValidWorkflow,
         options: &RunOptions,
-        observe: impl Fn(&crate::events::Event) + Send + Sync + 'static,
+        observe: impl Fn(&LoggedEvent) + Send + Sync + 'static,
         cancel: CancellationToken,
     ) -> Result<RunReport, StartError> {
         let workflow = &valid.workflow;
@@ -195,12 +196,14 @@ impl Engine {
         };
         let run = self.begin(workflow, options, start_state, cancel);
         if !reused.is_empty() {
-            run.main.scope.events.run_event("run.dir_reused", json!({"run_dir": root, "removed": reused}));
+            run.main.scope.events.run_event(Event::RunDirReused { run_dir: root.clone(), removed: reused });
         }
-        run.main.scope.events.run_event(
-            "run.started",
-            json!({"workflow": workflow.name(), "goal": workflow.goal(), "run_dir": root}),
-        );
+        run.main.scope.events.run_event(Event::RunStarted {
+            workflow: workflow.name().to_string(),
+            goal: Some(workflow.goal().to_string()),
+            run_dir: Some(root),
+            restarted_from: None,
+        });
         Ok(run.execute(start).await)
     }
 
@@ -212,7 +215,7 @@ impl Engine {
         valid: &ValidWorkflow,
         saved: SavedRun,
         options: &RunOptions,
-        observe: impl Fn(&crate::events::Event) + Send + Sync + 'static,
+        observe: impl Fn(&LoggedEvent) + Send + Sync + 'static,
         cancel: CancellationToken,
     ) -> Result<RunReport, StartError> {
         let workflow = &valid.workflow;
@@ -227,10 +230,10 @@ impl Engine {
         // A stage whose fabro was killed may still be running: stop it before it runs again.
         for survivor in crate::run_dir::stage_process::kill_survivors(saved.dir.root()) {
             let stage = survivor.stage_dir.strip_prefix(saved.dir.root()).unwrap_or(&survivor.stage_dir);
-            events.run_event(
-                "stage.survivor_killed",
-                json!({"stage_dir": stage.display().to_string(), "pgid": survivor.pgid}),
-            );
+            events.run_event(Event::StageSurvivorKilled {
+                stage_dir: stage.display().to_string(),
+                pgid: survivor.pgid,
+            });
         }
         let previous = saved.checkpoint.status;
         let worktree = match &saved.manifest.worktree {
@@ -263,10 +266,11 @@ impl Engine {
             options.checkpoint_sync,
         )?;
         if let Some(torn) = &saved.journal.torn {
-            events.run_event(
-                "journal.truncated",
-                json!({"offset": torn.offset, "bytes": torn.bytes, "entries": saved.journal.last_seq}),
-            );
+            events.run_event(Event::JournalTruncated {
+                offset: torn.offset,
+                bytes: torn.bytes,
+                entries: saved.journal.last_seq,
+            });
         }
         let state = LineState {
             context: checkpoint.context,
@@ -293,12 +297,11 @@ impl Engine {
         main.journaled_stages = main.state.summaries.len();
         // A run from before the journal starts one holding its whole state.
         main.journal_from_scratch = saved.journal.last_seq == 0;
-        main.scope
-            .events
-            .run_event(
-                "run.resumed",
-                json!({"from": next_id, "previous_status": previous.as_str(), "run_dir": main.scope.run_dir.root()}),
-            );
+        main.scope.events.run_event(Event::RunResumed {
+            from: next_id.clone(),
+            previous_status: previous,
+            run_dir: main.scope.run_dir.root().to_path_buf(),
+        });
         if ended {
             // The process stopped after the final checkpoint, before recording the end.
             let reason = (previous == RunStatus::Failed).then(|| {
@@ -315,7 +318,7 @@ fn open_events(
     root: &Path,
     run_id: &str,
     next_seq: u64,
-    observe: impl Fn(&crate::events::Event) + Send + Sync + 'static,
+    observe: impl Fn(&LoggedEvent) + Send + Sync + 'static,
 ) -> Result<EventLog, StartError> {
     let mut events = EventLog::open(root, run_id, next_seq).map_err(StartError::Events)?;
     events.observe(observe);
@@ -432,15 +435,14 @@ impl Run<'_> {
         }
         let result =
             self.write_result(status, if status == RunStatus::Paused { None } else { reason.clone() });
-        let event = match status {
-            RunStatus::Succeeded => "run.completed",
-            RunStatus::Paused => "run.paused",
-            RunStatus::Interrupted => "run.interrupted",
-            _ => "run.failed",
-        };
+        let end = RunEnd { status, failure_reason: reason, duration_ms: result.duration_ms };
         let events = &self.main.scope.events;
-        if status != RunStatus::Paused {
-            events.run_event(event, json!({"status": status.as_str(), "failure_reason": reason, "duration_ms": result.duration_ms}));
+        // A paused run's `run.paused` came from the stage that paused it.
+        match status {
+            RunStatus::Paused => {}
+            RunStatus::Succeeded => events.run_event(Event::RunCompleted(end)),
+            RunStatus::Interrupted => events.run_event(Event::RunInterrupted(end)),
+            _ => events.run_event(Event::RunFailed(end)),
         }
         events.flush();
         self.write_manifest(status);
@@ -499,7 +501,7 @@ impl Run<'_> {
         })?;
         self.manifest.restarted_as = Some(new_root.clone());
         self.write_result(RunStatus::Restarted, None);
-        self.main.scope.events.run_event("run.restarted", json!({"to": target_id, "run_dir": new_root}));
+        self.main.scope.events.run_event(Event::RunRestarted { to: target_id.clone(), run_dir: new_root });
         self.main.scope.events.flush();
         self.write_manifest(RunStatus::Restarted);
         let Some(scope) = Arc::get_mut(&mut self.main.scope) else {
@@ -536,10 +538,12 @@ impl Run<'_> {
         let run_id = self.main.scope.run_id.clone();
         self.main.context_set("internal.run_id", run_id);
         self.started = Instant::now();
-        self.main
-            .scope
-            .events
-            .run_event("run.started", json!({"workflow": workflow.name(), "restarted_from": old_root}));
+        self.main.scope.events.run_event(Event::RunStarted {
+            workflow: workflow.name().to_string(),
+            goal: None,
+            run_dir: None,
+            restarted_from: Some(old_root),
+        });
         Ok(())
     }
 }

@@ -23,6 +23,7 @@ use super::retry::RetryPolicy;
 use super::run_scope::RunScope;
 use super::step::{pending_notes, StageReview, StepDecision, OPERATOR_NOTES_KEY};
 use crate::context::Context;
+use crate::event::{Event, SelectedEdge};
 use crate::events::now_rfc3339;
 use crate::fidelity::preamble::StageSummary;
 use crate::graph::{HandlerType, Node, Workflow};
@@ -189,7 +190,7 @@ impl<'e> Walker<'e> {
             self.uncount_visit(&node.id);
             let _ = self.save_checkpoint(RunStatus::Paused, &node.id, Some(&node.id));
             if self.is_main() {
-                scope.events.stage_event("run.paused", &node.id, visit, json!({"reason": reason}));
+                scope.events.stage_event(&node.id, visit, Event::RunPaused { reason: reason.clone() });
             }
             return Step::Pause(Pause::new(PauseKind::Ceiling, reason));
         }
@@ -208,17 +209,16 @@ impl<'e> Walker<'e> {
         self.context_set("current_node", node.id.clone());
         self.context_set("internal.node_visit_count", visit);
         self.prepare_llm_stage(node);
-        let mut fields = json!({"handler": node.handler_type().name()});
-        if keeps_files {
-            fields["stage_dir"] = json!(relative_dir(scope.run_dir.root(), &stage_dir));
-        }
-        if let Line::Branch(branch) = &self.line {
-            fields["branch_id"] = json!(branch);
-        }
-        if let Some(sandbox) = self.sandbox_of(node) {
-            fields["sandbox"] = json!(sandbox);
-        }
-        scope.events.stage_event("stage.started", &node.id, visit, fields);
+        let started = Event::StageStarted {
+            handler: node.handler_type().name().to_string(),
+            stage_dir: keeps_files.then(|| relative_dir(scope.run_dir.root(), &stage_dir)),
+            branch_id: match &self.line {
+                Line::Branch(branch) => Some(branch.clone()),
+                Line::Main => None,
+            },
+            sandbox: self.sandbox_of(node).map(|sandbox| sandbox.to_string()),
+        };
+        scope.events.stage_event(&node.id, visit, started);
         // Watchers (`fabro logs -f`, `fabro serve`) see a stage start while it runs, not only at
         // the next checkpoint: one write, no fsync. A routing stage ends at once.
         if keeps_files {
@@ -236,7 +236,11 @@ impl<'e> Walker<'e> {
                 self.uncount_visit(&node.id);
                 let _ = self.save_checkpoint(RunStatus::Paused, &node.id, Some(&node.id));
                 if self.is_main() {
-                    scope.events.stage_event("run.paused", &node.id, visit, json!({"reason": pause.reason}));
+                    scope.events.stage_event(
+                        &node.id,
+                        visit,
+                        Event::RunPaused { reason: pause.reason.clone() },
+                    );
                 }
                 return Step::Pause(pause);
             }
@@ -315,7 +319,7 @@ impl<'e> Walker<'e> {
             StepDecision::Stop => {
                 let reason = format!("step mode: stopped after `{}`; the run goes on at `{next}`", node.id);
                 let _ = self.save_checkpoint(RunStatus::Paused, &node.id, Some(next));
-                self.scope.events.stage_event("run.paused", &node.id, visit, json!({"reason": reason}));
+                self.scope.events.stage_event(&node.id, visit, Event::RunPaused { reason: reason.clone() });
                 Some(Step::Pause(Pause::new(PauseKind::Step, reason)))
             }
         }
@@ -345,11 +349,11 @@ impl<'e> Walker<'e> {
             if let Err(error) = scope.artifacts.copy_to_work_dir(&artifact, &self.worktree.work_dir) {
                 tracing::warn!(%error, "artifact not copied into the work directory");
             }
+            let path = artifact.path.display().to_string();
             scope.events.stage_event(
-                "artifact.offloaded",
                 &node.id,
                 visit,
-                json!({"key": artifact.key, "bytes": artifact.bytes, "path": artifact.path.display().to_string()}),
+                Event::ArtifactOffloaded { key: artifact.key.clone(), bytes: artifact.bytes, path },
             );
         }
     }
@@ -438,12 +442,12 @@ impl<'e> Walker<'e> {
                 } else {
                     policy.delay(attempt, seed(&scope.run_id, &node.id))
                 };
-                scope.events.stage_event(
-                    "stage.retrying",
-                    &node.id,
-                    visit,
-                    json!({"attempt": attempt + 1, "delay_ms": delay.as_millis() as u64, "reason": outcome.failure_reason}),
-                );
+                let retrying = Event::StageRetrying {
+                    attempt: attempt + 1,
+                    delay_ms: delay.as_millis() as u64,
+                    reason: outcome.failure_reason.clone(),
+                };
+                scope.events.stage_event(&node.id, visit, retrying);
                 archive_attempt(stage_dir, attempt);
                 tokio::select! {
                     _ = tokio::time::sleep(delay) => continue,
@@ -541,11 +545,11 @@ impl<'e> Walker<'e> {
             let owned = from_content && crate::context::is_engine_owned(key);
             if owned {
                 tracing::warn!(key, node = %node.id, "a stage may not set an engine key");
+                let reason = "engine key: internal.*, graph.* and current_node are set by the engine only";
                 scope.events.stage_event(
-                    "context.update_refused",
                     &node.id,
                     visit,
-                    json!({"key": key, "reason": "engine key: internal.*, graph.* and current_node are set by the engine only"}),
+                    Event::ContextUpdateRefused { key: key.clone(), reason: reason.to_string() },
                 );
             }
             !owned
@@ -622,13 +626,20 @@ impl<'e> Walker<'e> {
             let summary = StageSummary::from_outcome(record, script, &status_file.outcome, stage_dir);
             self.state.summaries.push(summary);
         }
-        let event = if outcome.status == StageStatus::Fail { "stage.failed" } else { "stage.completed" };
-        let mut fields = json!({"status": outcome.status, "duration_ms": duration_ms, "attempts": attempts,
-               "notes": outcome.notes, "failure_reason": outcome.failure_reason});
-        if let Some(branch) = branch {
-            fields["branch_id"] = json!(branch);
-        }
-        scope.events.stage_event(event, &node.id, visit, fields);
+        let end = crate::event::StageEnd {
+            status: outcome.status,
+            duration_ms,
+            attempts,
+            notes: outcome.notes.clone(),
+            failure_reason: outcome.failure_reason.clone(),
+            branch_id: branch,
+        };
+        let event = if outcome.status == StageStatus::Fail {
+            Event::StageFailed(end)
+        } else {
+            Event::StageCompleted(end)
+        };
+        scope.events.stage_event(&node.id, visit, event);
         written.map_err(|error| error.to_string())
     }
 
@@ -641,7 +652,7 @@ impl<'e> Walker<'e> {
             // A parallel stage's edges are its branches; it continues where they joined.
             if let Some(join) = workflow.join_of(index) {
                 let to = &workflow.node_at(join).id;
-                scope.events.run_event("edge.selected", json!({"from": node.id, "to": to, "reason": "join"}));
+                scope.events.run_event(Event::EdgeSelected(SelectedEdge::new(&node.id, to, "join")));
                 return Step::Next(join);
             }
         }
@@ -650,10 +661,10 @@ impl<'e> Walker<'e> {
                 select_edge(workflow, index, outcome, &self.state.context, Some(&scope.artifacts))
             {
                 let restart = edge.edge.attributes.boolean("loop_restart").unwrap_or(false);
-                scope.events.run_event(
-                    "edge.selected",
-                    json!({"from": node.id, "to": edge.to.id, "reason": reason.as_str(), "loop_restart": restart}),
-                );
+                scope.events.run_event(Event::EdgeSelected(SelectedEdge {
+                    loop_restart: Some(restart),
+                    ..SelectedEdge::new(&node.id, &edge.to.id, reason.as_str())
+                }));
                 self.entered_by = Some(edge.index);
                 let step = if restart { Step::Restart } else { Step::Next };
                 return workflow.index_of(&edge.to.id).map_or(Step::Finish(RunStatus::Failed, None), step);
@@ -661,10 +672,11 @@ impl<'e> Walker<'e> {
         }
         if outcome.status == StageStatus::Fail {
             if let Some(target) = workflow.failure_target(index) {
-                scope.events.run_event(
-                    "edge.selected",
-                    json!({"from": node.id, "to": target, "reason": "retry_target"}),
-                );
+                scope.events.run_event(Event::EdgeSelected(SelectedEdge::new(
+                    &node.id,
+                    target,
+                    "retry_target",
+                )));
                 return workflow.index_of(target).map_or(Step::Finish(RunStatus::Failed, None), Step::Next);
             }
             let reason = outcome.failure_reason.clone().unwrap_or_else(|| "no reason given".to_string());
@@ -705,10 +717,11 @@ impl<'e> Walker<'e> {
         match candidates.into_iter().flatten().map(str::trim).find_map(|t| workflow.index_of(t)) {
             Some(target) => {
                 let to = &workflow.node_at(target).id;
-                scope.events.run_event(
-                    "edge.selected",
-                    json!({"from": exit.id, "to": to, "reason": "goal_gate", "gate": gate.id, "gate_status": status}),
-                );
+                scope.events.run_event(Event::EdgeSelected(SelectedEdge {
+                    gate: Some(gate.id.clone()),
+                    gate_status: Some(status),
+                    ..SelectedEdge::new(&exit.id, to, "goal_gate")
+                }));
                 Some(Step::Next(target))
             }
             None => Some(Step::Finish(

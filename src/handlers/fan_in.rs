@@ -14,6 +14,7 @@ use serde_json::{Map, Value};
 use super::{Handler, HandlerError, StageRun};
 use crate::backends::LlmResponse;
 use crate::context::artifacts::ArtifactStore;
+use crate::event::Event;
 use crate::join::{consolidate, rank, BranchResult};
 use crate::outcome::{Outcome, StageStatus};
 
@@ -78,12 +79,12 @@ fn merge_best(
     }
     match crate::worktree::branch::merge_into_work_dir(stage.work_dir, base, head, branch_id) {
         Ok(merge) => {
-            stage.events.stage_event(
-                "parallel.merged",
-                &stage.node.id,
-                stage.visit,
-                serde_json::json!({"branch_id": branch_id, "commit": merge.commit, "fast_forward": merge.fast_forward}),
-            );
+            let merged = Event::ParallelMerged {
+                branch_id: branch_id.to_string(),
+                commit: merge.commit.clone(),
+                fast_forward: merge.fast_forward,
+            };
+            stage.events.stage_event(&stage.node.id, stage.visit, merged);
             let how = if merge.fast_forward { "fast-forwarded" } else { "merged with a merge commit" };
             let notes = format!(
                 "{}; {how} the work directory to {}",

@@ -20,9 +20,8 @@
 
 use std::time::Duration;
 
-use serde_json::{json, Value};
-
 use super::{Handler, HandlerError, StageRun};
+use crate::event::Event;
 use crate::graph::attribute::format_duration;
 use crate::graph::{Choice, EdgeRef};
 use crate::interview::{choice_for, list_choices, takes_freeform, Answer, Question};
@@ -61,14 +60,12 @@ impl Handler for HumanHandler {
 
         let text = node.prompt().unwrap_or_else(|| node.label());
         let timeout = node.attributes.duration("timeout");
-        let mut started = json!({
-            "question": text,
-            "choices": options.iter().map(|option| option.full_label).collect::<Vec<_>>(),
-        });
-        if let (Some(timeout), Some(fields)) = (timeout, started.as_object_mut()) {
-            fields.insert("timeout".into(), format_duration(timeout).into());
-        }
-        stage.events.stage_event("interview.started", gate, stage.visit, started);
+        let started = Event::InterviewStarted {
+            question: text.to_string(),
+            choices: options.iter().map(|option| option.full_label.to_string()).collect(),
+            timeout: timeout.map(format_duration),
+        };
+        stage.events.stage_event(gate, stage.visit, started);
 
         let question =
             Question { gate_id: gate, text, choices: &choices, timeout, freeform: takes_freeform(node) };
@@ -87,7 +84,7 @@ impl Handler for HumanHandler {
                         options.len()
                     )));
                 };
-                completed(stage, json!(option.choice.key), Some(option));
+                completed(stage, option.choice.key.clone(), Some(option));
                 Ok(chosen(option).with_notes(format!("chose {}", describe(option))))
             }
             Answer::Freeform(text) => Ok(freeform(stage, &options, text)),
@@ -150,18 +147,14 @@ fn chosen(option: &GateChoice<'_>) -> Outcome {
 }
 
 /// Records `interview.completed`: the answer and the choice it led to, if any.
-fn completed(stage: &StageRun<'_>, answer: Value, option: Option<&GateChoice<'_>>) {
-    stage.events.stage_event(
-        "interview.completed",
-        &stage.node.id,
-        stage.visit,
-        json!({
-            "answer": answer,
-            "key": option.map(|o| o.choice.key.as_str()),
-            "label": option.map(|o| o.full_label),
-            "target": option.map(|o| o.choice.target),
-        }),
-    );
+fn completed(stage: &StageRun<'_>, answer: String, option: Option<&GateChoice<'_>>) {
+    let completed = Event::InterviewCompleted {
+        answer,
+        key: option.map(|o| o.choice.key.clone()),
+        label: option.map(|o| o.full_label.to_string()),
+        target: option.map(|o| o.choice.target.to_string()),
+    };
+    stage.events.stage_event(&stage.node.id, stage.visit, completed);
 }
 
 /// A freeform answer: text that names a choice (an interviewer that does not match) takes it;
@@ -170,7 +163,7 @@ fn completed(stage: &StageRun<'_>, answer: Value, option: Option<&GateChoice<'_>
 fn freeform(stage: &StageRun<'_>, options: &[GateChoice<'_>], text: String) -> Outcome {
     let choices: Vec<Choice<'_>> = options.iter().map(|option| option.choice.clone()).collect();
     if let Some(option) = choice_for(&text, &choices).and_then(|index| options.get(index)) {
-        completed(stage, json!(text), Some(option));
+        completed(stage, text.clone(), Some(option));
         return chosen(option)
             .with_update("human.gate.text", text)
             .with_notes(format!("chose {}", describe(option)));
@@ -179,7 +172,7 @@ fn freeform(stage: &StageRun<'_>, options: &[GateChoice<'_>], text: String) -> O
         [only] => Some(only),
         _ => None,
     };
-    completed(stage, json!(text), only);
+    completed(stage, text.clone(), only);
     let outcome = match only {
         Some(option) => Outcome {
             preferred_label: Some(option.full_label.to_string()),
@@ -210,18 +203,14 @@ fn timed_out(
         .filter(|text| !text.trim().is_empty());
     let option = default.as_deref().and_then(|text| choice_for(text, choices)).and_then(|i| options.get(i));
     let waited = timeout.map(|t| format!(" after {}", format_duration(t))).unwrap_or_default();
-    stage.events.stage_event(
-        "interview.timeout",
-        gate,
-        stage.visit,
-        json!({
-            "timeout": timeout.map(format_duration),
-            "default": default,
-            "key": option.map(|o| o.choice.key.as_str()),
-            "label": option.map(|o| o.full_label),
-            "target": option.map(|o| o.choice.target),
-        }),
-    );
+    let timed_out = Event::InterviewTimeout {
+        timeout: timeout.map(format_duration),
+        default: default.clone(),
+        key: option.map(|o| o.choice.key.clone()),
+        label: option.map(|o| o.full_label.to_string()),
+        target: option.map(|o| o.choice.target.to_string()),
+    };
+    stage.events.stage_event(gate, stage.visit, timed_out);
     match (option, default) {
         (Some(option), _) => chosen(option)
             .with_notes(format!("no answer{waited}; took the default choice {}", describe(option))),
@@ -236,8 +225,10 @@ fn timed_out(
 mod tests {
     use std::sync::{Arc, Mutex};
 
+    use serde_json::{json, Value};
+
     use super::*;
-    use crate::events::{Event, EventLog};
+    use crate::events::{EventLog, LoggedEvent};
     use crate::handlers::test_support::{FixedAnswer, Fixture};
     use crate::interview::answers::AnswersFile;
     use crate::interview::{AutoApprove, FirstAvailable, Interviewer, NoAnswers};
@@ -258,7 +249,7 @@ mod tests {
     }"#;
 
     /// A fixture for `dot` whose events are collected.
-    fn fixture_with(dot: &str, interviewer: Arc<dyn Interviewer>) -> (Fixture, Arc<Mutex<Vec<Event>>>) {
+    fn fixture_with(dot: &str, interviewer: Arc<dyn Interviewer>) -> (Fixture, Arc<Mutex<Vec<LoggedEvent>>>) {
         let mut fixture = Fixture::new(dot);
         fixture.services.interviewer = interviewer;
         let events = Arc::new(Mutex::new(Vec::new()));
@@ -269,7 +260,7 @@ mod tests {
         (fixture, events)
     }
 
-    fn fixture(answer: Answer) -> (Fixture, Arc<Mutex<Vec<Event>>>) {
+    fn fixture(answer: Answer) -> (Fixture, Arc<Mutex<Vec<LoggedEvent>>>) {
         fixture_with(GATE, Arc::new(FixedAnswer(answer)))
     }
 
@@ -281,8 +272,18 @@ mod tests {
         outcome.context_updates.get(key).and_then(Value::as_str)
     }
 
-    fn names(events: &Mutex<Vec<Event>>) -> Vec<String> {
-        events.lock().unwrap().iter().map(|event| event.event.clone()).collect()
+    /// The event as its JSON fields, with its name under `event`.
+    fn fields(event: &LoggedEvent) -> Value {
+        serde_json::to_value(&event.event).unwrap()
+    }
+
+    fn names(events: &Mutex<Vec<LoggedEvent>>) -> Vec<String> {
+        events
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|event| fields(event)["event"].as_str().unwrap().to_string())
+            .collect()
     }
 
     #[tokio::test]
@@ -300,17 +301,17 @@ mod tests {
 
         let events = events.lock().unwrap();
         assert_eq!(events.len(), 2);
-        assert_eq!(events[0].event, "interview.started");
+        assert_eq!(fields(&events[0])["event"], "interview.started");
         assert_eq!(events[0].node_id.as_deref(), Some("gate"));
         assert_eq!(events[0].visit, Some(1));
-        assert_eq!(events[0].fields["question"], "Ship it?");
-        assert_eq!(events[0].fields["choices"], json!(["[A] Approve", "R) Request changes", "[S] Skip"]));
-        assert_eq!(events[0].fields["timeout"], "5s");
-        assert_eq!(events[1].event, "interview.completed");
-        assert_eq!(events[1].fields["answer"], "R");
-        assert_eq!(events[1].fields["key"], "R");
-        assert_eq!(events[1].fields["label"], "R) Request changes");
-        assert_eq!(events[1].fields["target"], "revise");
+        assert_eq!(fields(&events[0])["question"], "Ship it?");
+        assert_eq!(fields(&events[0])["choices"], json!(["[A] Approve", "R) Request changes", "[S] Skip"]));
+        assert_eq!(fields(&events[0])["timeout"], "5s");
+        assert_eq!(fields(&events[1])["event"], "interview.completed");
+        assert_eq!(fields(&events[1])["answer"], "R");
+        assert_eq!(fields(&events[1])["key"], "R");
+        assert_eq!(fields(&events[1])["label"], "R) Request changes");
+        assert_eq!(fields(&events[1])["target"], "revise");
     }
 
     #[tokio::test]
@@ -345,9 +346,9 @@ mod tests {
         assert_eq!(update(&outcome, "human.gate.text"), Some("add more tests first"));
         assert_eq!(update(&outcome, "human.gate.target"), None);
         let events = events.lock().unwrap();
-        assert_eq!(events[1].event, "interview.completed");
-        assert_eq!(events[1].fields["answer"], "add more tests first");
-        assert_eq!(events[1].fields["key"], Value::Null);
+        assert_eq!(fields(&events[1])["event"], "interview.completed");
+        assert_eq!(fields(&events[1])["answer"], "add more tests first");
+        assert_eq!(fields(&events[1])["key"], Value::Null);
     }
 
     #[tokio::test]
@@ -376,10 +377,10 @@ mod tests {
         assert_eq!(update(&outcome, "human.gate.text"), Some("ship it"));
         assert_eq!(update(&outcome, "human.gate.target"), Some("exit"));
         let events = events.lock().unwrap();
-        assert_eq!(events[0].fields["question"], "Anything to add?");
-        assert_eq!(events[0].fields["choices"], json!(["exit"]));
-        assert!(!events[0].fields.contains_key("timeout"));
-        assert_eq!(events[1].fields["target"], "exit");
+        assert_eq!(fields(&events[0])["question"], "Anything to add?");
+        assert_eq!(fields(&events[0])["choices"], json!(["exit"]));
+        assert!(fields(&events[0]).get("timeout").is_none());
+        assert_eq!(fields(&events[1])["target"], "exit");
     }
 
     #[tokio::test]
@@ -395,8 +396,8 @@ mod tests {
         assert!(notes.contains("default choice [S] Skip -> exit") && notes.contains("after 5s"), "{notes}");
         assert_eq!(names(&events), ["interview.started", "interview.timeout"]);
         let events = events.lock().unwrap();
-        assert_eq!(events[1].fields["default"], "S");
-        assert_eq!(events[1].fields["target"], "exit");
+        assert_eq!(fields(&events[1])["default"], "S");
+        assert_eq!(fields(&events[1])["target"], "exit");
     }
 
     #[tokio::test]

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 
 use super::{Handler, HandlerError, StageRun};
 use crate::child_run::{
@@ -25,6 +25,7 @@ use crate::condition::Condition;
 use crate::condition::Scope;
 use crate::context::artifacts::ArtifactStore;
 use crate::context::Context;
+use crate::event::{ChildObservation, Event};
 use crate::graph::Node;
 use crate::outcome::{Outcome, Pause, PauseKind, StageStatus};
 use crate::run_dir::{Checkpoint, RunResult, RunStatus};
@@ -177,13 +178,21 @@ impl Observation {
 
     /// `stack.child.*` keys for the parent's context.
     fn keys(&self, status: RunStatus, child_dir: &Path) -> Map<String, Value> {
-        let mut keys = Map::new();
-        keys.insert("stack.child.status".into(), status.as_str().into());
-        keys.insert("stack.child.current_node".into(), self.current_node().into());
-        keys.insert("stack.child.completed_count".into(), self.checkpoint.completed_nodes.len().into());
-        keys.insert("stack.child.last_outcome".into(), self.last_outcome().map_or(Value::Null, Value::from));
-        keys.insert("stack.child.run_dir".into(), child_dir.display().to_string().into());
-        keys
+        match serde_json::to_value(self.seen(status, child_dir)) {
+            Ok(Value::Object(keys)) => keys,
+            _ => Map::new(),
+        }
+    }
+
+    /// What `manager.cycle` records of the child: the same as [`Observation::keys`].
+    fn seen(&self, status: RunStatus, child_dir: &Path) -> ChildObservation {
+        ChildObservation {
+            status,
+            current_node: self.current_node().to_string(),
+            completed_count: self.checkpoint.completed_nodes.len(),
+            last_outcome: self.last_outcome(),
+            run_dir: child_dir.display().to_string(),
+        }
     }
 
     /// The directory of the stage the child is in now (the one after its latest checkpoint),
@@ -234,18 +243,18 @@ impl<'s, 'a> Supervisor<'s, 'a> {
             context: inherited_context(stage.context),
             link: ParentLink::new(stage.preamble.map(str::to_string), self.steering.clone()),
             observe: Box::new(move |event| {
-                if event.event == "checkpoint.saved" {
+                if matches!(event.event, Event::CheckpointSaved { .. }) {
                     saved.notify_one();
                 }
             }),
             cancel: cancel.clone(),
         };
-        stage.events.stage_event(
-            "child.started",
-            &stage.node.id,
-            stage.visit,
-            json!({"workflow": workflow.workflow.name(), "run_dir": child_dir.display().to_string(), "resumed": resumed}),
-        );
+        let child_started = Event::ChildStarted {
+            workflow: workflow.workflow.name().to_string(),
+            run_dir: child_dir.display().to_string(),
+            resumed,
+        };
+        stage.events.stage_event(&stage.node.id, stage.visit, child_started);
         // The parent writes no checkpoint while its child runs: make its events visible now.
         stage.events.flush();
         let child = stage.children.run(request);
@@ -276,11 +285,8 @@ impl<'s, 'a> Supervisor<'s, 'a> {
     fn cycle(&mut self, cycle: u64, child_dir: &Path) -> Option<StoppedBy> {
         let stage = self.stage;
         let observation = Observation::read(child_dir);
-        let mut fields = json!({"cycle": cycle});
-        if let (Some(observed), Some(object)) = (&observation, fields.as_object_mut()) {
-            object.extend(observed.keys(observed.checkpoint.status, child_dir));
-        }
-        stage.events.stage_event("manager.cycle", &stage.node.id, stage.visit, fields);
+        let child = observation.as_ref().map(|observed| observed.seen(observed.checkpoint.status, child_dir));
+        stage.events.stage_event(&stage.node.id, stage.visit, Event::ManagerCycle { cycle, child });
         stage.events.flush();
         if let Some(observed) = &observation {
             if self.settings.steer {
@@ -313,12 +319,12 @@ impl<'s, 'a> Supervisor<'s, 'a> {
             return;
         }
         self.steering.push(message);
-        stage.events.stage_event(
-            "manager.steered",
-            &stage.node.id,
-            stage.visit,
-            json!({"child_node": node, "child_visit": visit, "path": path.display().to_string()}),
-        );
+        let steered = Event::ManagerSteered {
+            child_node: node.clone(),
+            child_visit: visit,
+            path: path.display().to_string(),
+        };
+        stage.events.stage_event(&stage.node.id, stage.visit, steered);
         self.steered = Some((node, visit));
     }
 
@@ -393,13 +399,13 @@ fn conclude(
 ) -> Result<Outcome, HandlerError> {
     let result = &report.result;
     let child_dir = PathBuf::from(&result.run_dir);
-    stage.events.stage_event(
-        "child.finished",
-        &stage.node.id,
-        stage.visit,
-        json!({"status": result.status.as_str(), "failure_reason": result.failure_reason,
-               "run_dir": result.run_dir, "stopped_by": stopped_by.map(StoppedBy::as_str)}),
-    );
+    let finished = Event::ChildFinished {
+        status: result.status,
+        failure_reason: result.failure_reason.clone(),
+        run_dir: result.run_dir.clone(),
+        stopped_by: stopped_by.map(|by| by.as_str().to_string()),
+    };
+    stage.events.stage_event(&stage.node.id, stage.visit, finished);
     let name = stage.node.id.as_str();
     let mut outcome = match (result.status, stopped_by) {
         (RunStatus::Paused, None) => {
@@ -472,6 +478,8 @@ fn merged_changes(parent: &Context, child: &Context, child_dir: &Path) -> Map<St
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     #[test]

@@ -16,6 +16,7 @@ use serde_json::{json, Value};
 use super::journal::{Entry, Journal, State, SyncMode};
 use super::records::{Checkpoint, Manifest, RunResult, RunStatus, StageRecord};
 use super::{write_json_file, Durability, RunDir, RunDirError};
+use crate::event::Event;
 use crate::events::{now_rfc3339, EventLog};
 use crate::fidelity::preamble::StageSummary;
 
@@ -470,11 +471,13 @@ pub fn fork(
     let next_node = checkpoint.next_node.clone().unwrap_or_default();
     let events = EventLog::open(dir.root(), &run_id, 0)
         .map_err(|source| io(&dir.root().join("events.jsonl"), source))?;
-    events.run_event(
-        "run.forked",
-        json!({"from_run_dir": origin.run_dir, "from_run_id": origin.run_id, "node": node,
-               "visit": selected.visit, "next_node": next_node}),
-    );
+    events.run_event(Event::RunForked {
+        from_run_dir: origin.run_dir.clone(),
+        from_run_id: origin.run_id.clone(),
+        node: node.to_string(),
+        visit: selected.visit,
+        next_node: next_node.clone(),
+    });
     events.flush();
     Ok(Forked { run_id, run_dir: new_root, origin, next_node, copied })
 }
@@ -597,10 +600,13 @@ pub fn rewind(root: &Path, node: &str, visit: Option<u32>) -> Result<Rewound, Hi
     let next_node = checkpoint.next_node.clone().unwrap_or_default();
     let events = EventLog::open(root, &manifest.run_id, EventLog::last_seq_in(root))
         .map_err(|source| io(&root.join("events.jsonl"), source))?;
-    events.run_event(
-        "run.rewound",
-        json!({"to": node, "visit": selected_visit, "next_node": next_node, "archive": archive, "moved": moved}),
-    );
+    events.run_event(Event::RunRewound {
+        to: node.to_string(),
+        visit: selected_visit,
+        next_node: next_node.clone(),
+        archive: archive.clone(),
+        moved: moved.clone(),
+    });
     events.flush();
     Ok(Rewound { node: node.to_string(), visit: selected_visit, next_node, archive, moved })
 }
