@@ -14,7 +14,8 @@ use std::time::Duration;
 
 use fabro::backends::simulated::SimulatedBackend;
 use fabro::engine::{Engine, RunOptions, RunReport};
-use fabro::events::Event;
+use fabro::event::Event;
+use fabro::events::LoggedEvent;
 use fabro::handlers::{builtin_handlers, Services};
 use fabro::interview::NoAnswers;
 use fabro::source::SourceFile;
@@ -69,12 +70,12 @@ async fn run(dot: &str, context: Vec<(String, Value)>) -> (RunReport, Duration) 
     );
     let marks: Arc<Mutex<(Option<std::time::Instant>, Option<std::time::Instant>)>> = Arc::default();
     let seen = Arc::clone(&marks);
-    let observe = move |event: &Event| {
+    let observe = move |event: &LoggedEvent| {
         let mut marks = seen.lock().unwrap();
-        if event.event == "parallel.started" {
+        if matches!(event.event, Event::ParallelStarted { .. }) {
             marks.0 = Some(std::time::Instant::now());
         }
-        if event.event == "stage.completed" && event.node_id.as_deref() == Some("merge") {
+        if matches!(event.event, Event::StageCompleted(_)) && event.node_id.as_deref() == Some("merge") {
             marks.1 = Some(std::time::Instant::now());
         }
     };

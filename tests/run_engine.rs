@@ -1065,7 +1065,8 @@ mod library {
     use fabro::backends::simulated::SimulatedBackend;
     use fabro::backends::{Backend, BackendError, LlmRequest, LlmResponse};
     use fabro::engine::{Engine, RunOptions};
-    use fabro::events::Event;
+    use fabro::event::{Event, SelectedEdge};
+    use fabro::events::LoggedEvent;
     use fabro::handlers::{builtin_handlers, Handler, HandlerError, HandlerRegistry, Services, StageRun};
     use fabro::interview::NoAnswers;
     use fabro::outcome::Outcome;
@@ -1086,7 +1087,7 @@ mod library {
         backend: Arc<dyn Backend>,
         dir: &Path,
         context: Vec<(String, Value)>,
-    ) -> (fabro::engine::RunReport, Vec<Event>) {
+    ) -> (fabro::engine::RunReport, Vec<LoggedEvent>) {
         let engine = Engine::new(handlers, Services { backend, interviewer: Arc::new(NoAnswers) });
         let options = RunOptions {
             run_dir: Some(dir.join(RUN_DIR)),
@@ -1252,22 +1253,23 @@ mod library {
         assert_eq!(read_json(&dir.path().join("seen.json"))["deploy.environment"], "staging");
 
         // The observer saw what events.jsonl holds.
-        let names: Vec<&str> = events.iter().map(|e| e.event.as_str()).collect();
-        assert_eq!(names.first(), Some(&"run.started"));
-        assert_eq!(names.last(), Some(&"run.completed"));
+        assert!(matches!(events.first().map(|e| &e.event), Some(Event::RunStarted { .. })));
+        assert!(matches!(events.last().map(|e| &e.event), Some(Event::RunCompleted(_))));
         let written = read_text(&run_dir.join("events.jsonl")).lines().count();
         assert_eq!(events.len(), written);
-        let ship_started = events
-            .iter()
-            .find(|e| e.event == "stage.started" && e.node_id.as_deref() == Some("ship"))
-            .expect("ship started");
-        assert_eq!(ship_started.fields["handler"], "deploy");
-        let route = events
-            .iter()
-            .find(|e| e.event == "edge.selected" && e.fields["from"] == "ship")
-            .expect("ship routed");
-        assert_eq!(route.fields["to"], "verify");
-        assert_eq!(route.fields["reason"], "condition");
+        let ship_handler = events.iter().find_map(|e| match &e.event {
+            Event::StageStarted { handler, .. } if e.node_id.as_deref() == Some("ship") => {
+                Some(handler.as_str())
+            }
+            _ => None,
+        });
+        assert_eq!(ship_handler, Some("deploy"));
+        let route = events.iter().find_map(|e| match &e.event {
+            Event::EdgeSelected(edge) if edge.from == "ship" => Some(edge.clone()),
+            _ => None,
+        });
+        let SelectedEdge { to, reason, .. } = route.expect("ship routed");
+        assert_eq!((to.as_str(), reason.as_str()), ("verify", "condition"));
 
         // Without the registration the stage fails, naming the type.
         let dir = tempfile::tempdir().unwrap();
