@@ -6,8 +6,6 @@ use std::io::Write;
 use std::path::Path;
 use std::sync::Mutex;
 
-use serde_json::{Map, Value};
-
 use crate::event::Event;
 
 /// One event as the log numbered it.
@@ -36,6 +34,8 @@ struct EventState {
     /// Buffered: flushed by [`EventLog::flush`] at every checkpoint and when the run ends, so
     /// a stage costs one write, not one per event.
     file: Option<std::io::BufWriter<std::fs::File>>,
+    /// Reused for every line, so writing an event allocates nothing once the log is warm.
+    scratch: line::Scratch,
 }
 
 impl Drop for EventLog {
@@ -79,7 +79,11 @@ impl EventLog {
             std::fs::OpenOptions::new().create(true).append(true).open(run_dir.join("events.jsonl"))?;
         Ok(EventLog {
             run_id: run_id.to_string(),
-            state: Mutex::new(EventState { seq: next_seq, file: Some(std::io::BufWriter::new(file)) }),
+            state: Mutex::new(EventState {
+                seq: next_seq,
+                file: Some(std::io::BufWriter::new(file)),
+                scratch: line::Scratch::default(),
+            }),
             observers: Vec::new(),
         })
     }
@@ -88,7 +92,7 @@ impl EventLog {
     pub fn in_memory(run_id: &str) -> EventLog {
         EventLog {
             run_id: run_id.to_string(),
-            state: Mutex::new(EventState { seq: 0, file: None }),
+            state: Mutex::new(EventState { seq: 0, file: None, scratch: line::Scratch::default() }),
             observers: Vec::new(),
         }
     }
@@ -117,8 +121,9 @@ impl EventLog {
             visit,
             event,
         };
-        if let Some(file) = state.file.as_mut() {
-            if let Err(error) = write_line(file, &self.run_id, &record) {
+        let EventState { file, scratch, .. } = &mut *state;
+        if let Some(file) = file.as_mut() {
+            if let Err(error) = line::write(file, scratch, &self.run_id, &record) {
                 tracing::warn!(%error, "could not append to events.jsonl");
             }
         }
@@ -135,7 +140,8 @@ impl EventLog {
         let file =
             std::fs::OpenOptions::new().create(true).append(true).open(run_dir.join("events.jsonl"))?;
         let state = self.state.get_mut().map_err(|_| std::io::Error::other("event log lock poisoned"))?;
-        *state = EventState { seq: 0, file: Some(std::io::BufWriter::new(file)) };
+        state.seq = 0;
+        state.file = Some(std::io::BufWriter::new(file));
         self.run_id = run_id.to_string();
         Ok(())
     }
@@ -154,69 +160,260 @@ impl EventLog {
     }
 }
 
-/// One line of `events.jsonl`: the event's fields (with its name under `event`) merged in key
-/// order with `seq`, `ts`, `run_id`, `node_id` and `visit` (a field of the same name wins, as
-/// `node_id` does in `checkpoint.saved`).
-fn write_line(out: &mut impl Write, run_id: &str, record: &LoggedEvent) -> std::io::Result<()> {
-    let Value::Object(fields) = serde_json::to_value(&record.event)? else {
-        return Err(std::io::Error::other("an event that is not a JSON object"));
-    };
-    serde_json::to_writer(&mut *out, &Line { run_id, record, fields: &fields })?;
-    out.write_all(b"\n")
-}
-
-/// An event as its line: the fixed keys merged in order with the (sorted) fields.
-struct Line<'a> {
-    run_id: &'a str,
-    record: &'a LoggedEvent,
-    fields: &'a Map<String, Value>,
-}
-
-impl serde::Serialize for Line<'_> {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeMap;
-        #[derive(serde::Serialize)]
-        #[serde(untagged)]
-        enum Field<'a> {
-            Text(&'a str),
-            Number(u64),
-            Value(&'a Value),
-        }
-        let record = self.record;
-        // In key order.
-        let fixed = [
-            ("node_id", record.node_id.as_deref().map(Field::Text)),
-            ("run_id", Some(Field::Text(self.run_id))),
-            ("seq", Some(Field::Number(record.seq))),
-            ("ts", Some(Field::Text(&record.ts))),
-            ("visit", record.visit.map(|visit| Field::Number(u64::from(visit)))),
-        ];
-        let mut fixed = fixed.into_iter().filter_map(|(key, value)| Some((key, value?))).peekable();
-        let mut fields =
-            self.fields.iter().map(|(key, value)| (key.as_str(), Field::Value(value))).peekable();
-        let mut map = serializer.serialize_map(None)?;
-        loop {
-            let next = match (fixed.peek(), fields.peek()) {
-                (Some((a, _)), Some((b, _))) if a < b => fixed.next(),
-                (Some((a, _)), Some((b, _))) if a == b => {
-                    fixed.next();
-                    fields.next()
-                }
-                (_, Some(_)) => fields.next(),
-                (Some(_), None) => fixed.next(),
-                (None, None) => break,
-            };
-            if let Some((key, value)) = next {
-                map.serialize_entry(key, &value)?;
-            }
-        }
-        map.end()
-    }
-}
-
 /// The current time as RFC 3339 with milliseconds, UTC.
 pub fn now_rfc3339() -> String {
     humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string()
+}
+
+/// How an event becomes its line: the event's fields (with its name under `event`) merged in
+/// key order with `seq`, `ts`, `run_id`, `node_id` and `visit`; a field of the same name wins (as
+/// `node_id` does in `checkpoint.saved`). Each field's value is written as JSON straight into a
+/// reused buffer, and only the (key, range) pairs are sorted: no `serde_json::Value` is built.
+mod line {
+    use std::borrow::Cow;
+    use std::io::Write;
+    use std::ops::Range;
+
+    use serde::ser::{Error as _, Impossible, Serialize, SerializeMap, SerializeStruct, Serializer};
+
+    use super::LoggedEvent;
+
+    type Error = serde_json::Error;
+
+    /// The fields of the event being written, and their values' JSON.
+    #[derive(Default)]
+    pub struct Scratch {
+        fields: Vec<(Cow<'static, str>, Range<usize>)>,
+        values: Vec<u8>,
+    }
+
+    pub fn write(
+        out: &mut impl Write,
+        scratch: &mut Scratch,
+        run_id: &str,
+        record: &LoggedEvent,
+    ) -> std::io::Result<()> {
+        scratch.fields.clear();
+        scratch.values.clear();
+        record.event.serialize(Fields { scratch: &mut *scratch, key: None })?;
+        let Scratch { fields, values } = scratch;
+        fields.sort_by(|(a, _), (b, _)| a.cmp(b));
+        enum Fixed<'a> {
+            Text(&'a str),
+            Number(u64),
+        }
+        // In key order.
+        let fixed = [
+            ("node_id", record.node_id.as_deref().map(Fixed::Text)),
+            ("run_id", Some(Fixed::Text(run_id))),
+            ("seq", Some(Fixed::Number(record.seq))),
+            ("ts", Some(Fixed::Text(&record.ts))),
+            ("visit", record.visit.map(|visit| Fixed::Number(u64::from(visit)))),
+        ];
+        let mut fixed = fixed.into_iter().filter_map(|(key, value)| Some((key, value?))).peekable();
+        let mut fields = fields.iter().peekable();
+        let mut first = true;
+        let mut entry = |out: &mut dyn Write, key: &str| -> std::io::Result<()> {
+            out.write_all(if first { b"{" } else { b"," })?;
+            first = false;
+            serde_json::to_writer(&mut *out, key)?;
+            out.write_all(b":")
+        };
+        loop {
+            let take_field = match (fixed.peek(), fields.peek()) {
+                (Some((a, _)), Some((b, _))) if *a == b.as_ref() => {
+                    fixed.next();
+                    true
+                }
+                (Some((a, _)), Some((b, _))) => *a > b.as_ref(),
+                (None, Some(_)) => true,
+                (Some(_), None) => false,
+                (None, None) => break,
+            };
+            if take_field {
+                if let Some((key, range)) = fields.next() {
+                    entry(out, key)?;
+                    out.write_all(&values[range.clone()])?;
+                }
+            } else if let Some((key, value)) = fixed.next() {
+                entry(out, key)?;
+                match value {
+                    Fixed::Text(text) => serde_json::to_writer(&mut *out, text)?,
+                    Fixed::Number(number) => write!(out, "{number}")?,
+                }
+            }
+        }
+        out.write_all(if first { b"{}\n" } else { b"}\n" })
+    }
+
+    /// Serializes an event's top level: a struct (or, with flattened fields, a map) whose
+    /// fields are recorded one by one; anything else is an error.
+    struct Fields<'a> {
+        scratch: &'a mut Scratch,
+        /// A map's key waiting for its value.
+        key: Option<String>,
+    }
+
+    impl Fields<'_> {
+        fn field<T: ?Sized + Serialize>(&mut self, key: Cow<'static, str>, value: &T) -> Result<(), Error> {
+            let start = self.scratch.values.len();
+            serde_json::to_writer(&mut self.scratch.values, value)?;
+            self.scratch.fields.push((key, start..self.scratch.values.len()));
+            Ok(())
+        }
+    }
+
+    fn not_an_object() -> Error {
+        Error::custom("an event is not a JSON object")
+    }
+
+    impl SerializeStruct for Fields<'_> {
+        type Ok = ();
+        type Error = Error;
+
+        fn serialize_field<T: ?Sized + Serialize>(
+            &mut self,
+            key: &'static str,
+            value: &T,
+        ) -> Result<(), Error> {
+            self.field(Cow::Borrowed(key), value)
+        }
+
+        fn end(self) -> Result<(), Error> {
+            Ok(())
+        }
+    }
+
+    impl SerializeMap for Fields<'_> {
+        type Ok = ();
+        type Error = Error;
+
+        fn serialize_key<T: ?Sized + Serialize>(&mut self, key: &T) -> Result<(), Error> {
+            match key.serialize(serde_json::value::Serializer)? {
+                serde_json::Value::String(key) => {
+                    self.key = Some(key);
+                    Ok(())
+                }
+                _ => Err(Error::custom("an event's key is not a string")),
+            }
+        }
+
+        fn serialize_value<T: ?Sized + Serialize>(&mut self, value: &T) -> Result<(), Error> {
+            let key = self.key.take().ok_or_else(|| Error::custom("a value without a key"))?;
+            self.field(Cow::Owned(key), value)
+        }
+
+        fn end(self) -> Result<(), Error> {
+            Ok(())
+        }
+    }
+
+    macro_rules! not_an_object {
+        ($($method:ident($($arg:ty),*)),* $(,)?) => {
+            $(fn $method(self, $(_: $arg),*) -> Result<(), Error> {
+                Err(not_an_object())
+            })*
+        };
+    }
+
+    impl<'a> Serializer for Fields<'a> {
+        type Ok = ();
+        type Error = Error;
+        type SerializeSeq = Impossible<(), Error>;
+        type SerializeTuple = Impossible<(), Error>;
+        type SerializeTupleStruct = Impossible<(), Error>;
+        type SerializeTupleVariant = Impossible<(), Error>;
+        type SerializeMap = Fields<'a>;
+        type SerializeStruct = Fields<'a>;
+        type SerializeStructVariant = Impossible<(), Error>;
+
+        not_an_object!(
+            serialize_bool(bool),
+            serialize_i8(i8),
+            serialize_i16(i16),
+            serialize_i32(i32),
+            serialize_i64(i64),
+            serialize_u8(u8),
+            serialize_u16(u16),
+            serialize_u32(u32),
+            serialize_u64(u64),
+            serialize_f32(f32),
+            serialize_f64(f64),
+            serialize_char(char),
+            serialize_str(&str),
+            serialize_bytes(&[u8]),
+            serialize_none(),
+            serialize_unit(),
+            serialize_unit_struct(&'static str),
+            serialize_unit_variant(&'static str, u32, &'static str),
+        );
+
+        fn serialize_some<T: ?Sized + Serialize>(self, _: &T) -> Result<(), Error> {
+            Err(not_an_object())
+        }
+
+        fn serialize_newtype_struct<T: ?Sized + Serialize>(
+            self,
+            _: &'static str,
+            value: &T,
+        ) -> Result<(), Error> {
+            value.serialize(self)
+        }
+
+        fn serialize_newtype_variant<T: ?Sized + Serialize>(
+            self,
+            _: &'static str,
+            _: u32,
+            _: &'static str,
+            _: &T,
+        ) -> Result<(), Error> {
+            Err(not_an_object())
+        }
+
+        fn serialize_seq(self, _: Option<usize>) -> Result<Self::SerializeSeq, Error> {
+            Err(not_an_object())
+        }
+
+        fn serialize_tuple(self, _: usize) -> Result<Self::SerializeTuple, Error> {
+            Err(not_an_object())
+        }
+
+        fn serialize_tuple_struct(
+            self,
+            _: &'static str,
+            _: usize,
+        ) -> Result<Self::SerializeTupleStruct, Error> {
+            Err(not_an_object())
+        }
+
+        fn serialize_tuple_variant(
+            self,
+            _: &'static str,
+            _: u32,
+            _: &'static str,
+            _: usize,
+        ) -> Result<Self::SerializeTupleVariant, Error> {
+            Err(not_an_object())
+        }
+
+        fn serialize_map(self, _: Option<usize>) -> Result<Self::SerializeMap, Error> {
+            Ok(self)
+        }
+
+        fn serialize_struct(self, _: &'static str, _: usize) -> Result<Self::SerializeStruct, Error> {
+            Ok(self)
+        }
+
+        fn serialize_struct_variant(
+            self,
+            _: &'static str,
+            _: u32,
+            _: &'static str,
+            _: usize,
+        ) -> Result<Self::SerializeStructVariant, Error> {
+            Err(not_an_object())
+        }
+    }
 }
 
 #[cfg(test)]
@@ -259,7 +456,7 @@ mod tests {
     }
 
     fn log_ts(line: &str) -> String {
-        serde_json::from_str::<Value>(line).unwrap()["ts"].as_str().unwrap().to_string()
+        serde_json::from_str::<serde_json::Value>(line).unwrap()["ts"].as_str().unwrap().to_string()
     }
 
     #[test]
