@@ -4,8 +4,9 @@
 //!
 //! The JSON is the log's format, read by `fabro logs`, `fabro serve`, reports and other tools:
 //! a field that is `null` today stays `null` (an `Option` without `skip_serializing_if`), one
-//! that is left out stays left out. Readers of logs written by other fabro versions must not
-//! rely on a line deserializing: [`Event::parse`] says when it does not.
+//! that is left out stays left out (tests/event_log.rs holds the lines). A line of a log written
+//! by another fabro version may not deserialize (an event this version does not know, a field
+//! it lacks): readers of `events.jsonl` from disk read it as JSON and fall back on that.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -283,22 +284,40 @@ pub struct Compaction {
     pub tracked_file_count: usize,
 }
 
-impl Event {
-    /// The event of a line of `events.jsonl`; none for a line this version does not know (an
-    /// event of a newer fabro, or one missing a field an older fabro did not write).
-    pub fn parse(line: &serde_json::Value) -> Option<Event> {
-        Event::deserialize(line).ok()
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_line_of_the_log_reads_back_as_its_event_and_an_unknown_one_does_not() {
+        let line = r#"{"attempts":2,"duration_ms":35,"event":"stage.completed","failure_reason":null,"node_id":"flaky","notes":"exit 0 in 0.0s","run_id":"r","seq":8,"status":"success","ts":"t","visit":1}"#;
+        let value: serde_json::Value = serde_json::from_str(line).unwrap();
+        let end = StageEnd {
+            status: StageStatus::Success,
+            duration_ms: 35,
+            attempts: 2,
+            notes: Some("exit 0 in 0.0s".into()),
+            failure_reason: None,
+            branch_id: None,
+        };
+        assert_eq!(Event::deserialize(&value).unwrap(), Event::StageCompleted(end));
+        let newer: serde_json::Value = serde_json::from_str(r#"{"event":"stage.paused","seq":9}"#).unwrap();
+        assert!(Event::deserialize(&newer).is_err());
     }
 
-    /// Whether nothing more is written to the run directory after this event.
-    pub fn is_final(&self) -> bool {
-        matches!(
-            self,
-            Event::RunCompleted(_)
-                | Event::RunFailed(_)
-                | Event::RunInterrupted(_)
-                | Event::RunPaused { .. }
-                | Event::RunRestarted { .. }
-        )
+    #[test]
+    fn a_manager_cycle_holds_the_childs_keys_only_when_it_saw_the_child() {
+        let unseen = serde_json::to_value(Event::ManagerCycle { cycle: 1, child: None }).unwrap();
+        assert_eq!(unseen, serde_json::json!({"event": "manager.cycle", "cycle": 1}));
+        let child = ChildObservation {
+            status: RunStatus::Running,
+            current_node: "work".into(),
+            completed_count: 1,
+            last_outcome: None,
+            run_dir: "run/children/manage/1".into(),
+        };
+        let seen = serde_json::to_value(Event::ManagerCycle { cycle: 2, child: Some(child) }).unwrap();
+        assert_eq!(seen["stack.child.last_outcome"], serde_json::Value::Null);
+        assert_eq!(seen["stack.child.current_node"], "work");
     }
 }
