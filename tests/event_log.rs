@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::llm_server::{openai_text, openai_tools, LlmServer};
-use common::{fabro_command, Test};
+use common::{fabro_command, git, Test};
 use serde_json::json;
 
 fn fixture(name: &str) -> String {
@@ -190,17 +190,6 @@ fn agent_events_match_the_golden_file() {
     let output = command.output().expect("run fabro");
     assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
     golden(&mut Normalizer::new(&dir), &dir.join("run"), "agent.jsonl");
-}
-
-fn git(dir: &Path, args: &[&str]) {
-    let output = Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .output()
-        .expect("git runs");
-    assert!(output.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&output.stderr));
 }
 
 /// A run in its own git worktree: a commit after every stage, branches merged at the fan-in.

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{fabro_in, Test};
+use common::{fabro_in, git, Test};
 use serde_json::Value;
 
 const RUN_DIR: &str = "run";
@@ -396,18 +396,6 @@ fn resuming_inside_a_parallel_stage_reruns_only_unfinished_branches() {
 // ---------------------------------------------------------------------------------------------
 // Git worktrees
 // ---------------------------------------------------------------------------------------------
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let output = Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .output()
-        .expect("git runs");
-    assert!(output.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&output.stderr));
-    String::from_utf8_lossy(&output.stdout).trim().to_string()
-}
 
 /// A repository holding `file.txt` and the workflow, with `.fabro/` ignored; `None` without git.
 fn repository(workflow: &str) -> Option<(tempfile::TempDir, PathBuf)> {

@@ -7,17 +7,7 @@ mod common;
 use std::path::Path;
 use std::process::{Command, Output};
 
-fn git(dir: &Path, args: &[&str]) -> String {
-    let output = Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .output()
-        .expect("git runs");
-    assert!(output.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&output.stderr));
-    String::from_utf8_lossy(&output.stdout).trim().to_string()
-}
+use common::git;
 
 fn fabro(dir: &Path, args: &[&str]) -> Output {
     common::fabro_in(dir, args)

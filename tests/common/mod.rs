@@ -282,3 +282,17 @@ pub fn stage_pairs(result: &serde_json::Value) -> Vec<(String, u64)> {
         .map(|s| (s["node_id"].as_str().unwrap().to_string(), s["visit"].as_u64().unwrap()))
         .collect()
 }
+
+/// Runs `git args` in `dir` without the machine's git configuration; panics with git's stderr when
+/// it fails. Returns its stdout, trimmed.
+pub fn git(dir: &Path, args: &[&str]) -> String {
+    let output = Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .output()
+        .expect("git runs");
+    assert!(output.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8_lossy(&output.stdout).trim().to_string()
+}
