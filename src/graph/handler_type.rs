@@ -99,6 +99,13 @@ impl<'a> HandlerType<&'a str> {
 
     /// The owned form, for records that outlive the workflow graph.
     pub fn into_owned(self) -> HandlerType<String> {
+        self.map_name(|name| name.to_string())
+    }
+}
+
+impl<S> HandlerType<S> {
+    /// The same handler type, a custom one's name converted by `f`.
+    fn map_name<'a, T>(&'a self, f: impl FnOnce(&'a S) -> T) -> HandlerType<T> {
         match self {
             HandlerType::Start => HandlerType::Start,
             HandlerType::Exit => HandlerType::Exit,
@@ -111,7 +118,7 @@ impl<'a> HandlerType<&'a str> {
             HandlerType::Command => HandlerType::Command,
             HandlerType::Wait => HandlerType::Wait,
             HandlerType::Manager => HandlerType::Manager,
-            HandlerType::Custom(name) => HandlerType::Custom(name.to_string()),
+            HandlerType::Custom(name) => HandlerType::Custom(f(name)),
         }
     }
 }
@@ -119,20 +126,7 @@ impl<'a> HandlerType<&'a str> {
 impl HandlerType<String> {
     /// The borrowed form, to ask what the graph's handler types answer.
     pub fn as_borrowed(&self) -> HandlerType<&str> {
-        match self {
-            HandlerType::Start => HandlerType::Start,
-            HandlerType::Exit => HandlerType::Exit,
-            HandlerType::Agent => HandlerType::Agent,
-            HandlerType::Prompt => HandlerType::Prompt,
-            HandlerType::Human => HandlerType::Human,
-            HandlerType::Conditional => HandlerType::Conditional,
-            HandlerType::Parallel => HandlerType::Parallel,
-            HandlerType::FanIn => HandlerType::FanIn,
-            HandlerType::Command => HandlerType::Command,
-            HandlerType::Wait => HandlerType::Wait,
-            HandlerType::Manager => HandlerType::Manager,
-            HandlerType::Custom(name) => HandlerType::Custom(name),
-        }
+        self.map_name(String::as_str)
     }
 
     pub fn name(&self) -> &str {
