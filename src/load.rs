@@ -145,6 +145,9 @@ impl Loader {
         for transform in &self.transforms {
             diagnostics.extend(transform.apply(&mut workflow));
         }
+        // Transforms may have rewritten attributes (and imports gave their stages this file's
+        // positions), so the settings are read from what they left.
+        graph::settings::read_settings(&mut workflow);
         let transformed = Instant::now();
         let builtin_rules = validate::builtin_rules_within(self.custom_types.clone(), self.ancestors.clone());
         diagnostics.extend(validate::run_rules(&workflow, &builtin_rules));

@@ -74,12 +74,12 @@ const NODE_EDGE: &[Scope] = &[N, E];
 const ANY: &[Scope] = &[G, N, E];
 
 pub const REASONING_EFFORTS: &[&str] = &["low", "medium", "high"];
-pub const RETRY_POLICIES: &[&str] = &["none", "standard", "aggressive", "linear", "patient"];
-pub const JOIN_POLICIES: &[&str] = &["wait_all", "first_success", "k_of_n", "quorum"];
-pub const ERROR_POLICIES: &[&str] = &["continue", "fail_fast"];
+pub const RETRY_POLICIES: &[&str] = super::settings::RetryPreset::NAMES;
+pub const JOIN_POLICIES: &[&str] = super::settings::JoinPolicy::NAMES;
+pub const ERROR_POLICIES: &[&str] = super::settings::ErrorPolicy::NAMES;
 pub const SANDBOXES: &[&str] = &["none", "bwrap"];
 /// The values of a stage's `backend`.
-pub const BACKENDS: &[&str] = &["api", "cli"];
+pub const BACKENDS: &[&str] = super::settings::Backend::NAMES;
 
 macro_rules! spec {
     ($name:literal, $ty:expr, $scopes:expr, $doc:literal) => {

@@ -1,6 +1,6 @@
 //! Syntax tree -> [`Workflow`]: flattens subgraphs, applies scoped `node`/`edge` defaults, expands
-//! chained edges, types every attribute by its schema, and parses conditions and the stylesheet
-//! once. Problems found here are kept in the graph (as invalid values or failed parses) for the
+//! chained edges, types every attribute by its schema, and parses conditions, the stylesheet and
+//! the node settings. Problems found here are kept in the graph (as invalid values or failed parses) for the
 //! validation rules to report, so building never fails.
 
 use rustc_hash::FxHashMap;
@@ -10,6 +10,7 @@ use petgraph::graph::{DiGraph, NodeIndex};
 
 use super::attribute::{canonical_name, spec, Attr, AttrName, Attributes, Value};
 use super::node::{Edge, Node};
+use super::settings::{self, NodeSettings};
 use super::stylesheet::Stylesheet;
 use super::workflow::{SubgraphInfo, Workflow};
 use crate::condition::Condition;
@@ -41,7 +42,7 @@ pub fn build(tree: &SyntaxTree<'_>, source: Arc<SourceFile>) -> Workflow {
         }
     }
     let stylesheet = builder.attributes.non_empty_text("model_stylesheet").map(Stylesheet::parse);
-    Workflow {
+    let mut workflow = Workflow {
         name,
         source,
         attributes: builder.attributes,
@@ -49,7 +50,9 @@ pub fn build(tree: &SyntaxTree<'_>, source: Arc<SourceFile>) -> Workflow {
         ids: builder.ids,
         subgraphs: builder.subgraphs,
         stylesheet,
-    }
+    };
+    settings::read_settings(&mut workflow);
+    workflow
 }
 
 /// Reads one literal as the attribute it belongs to.
@@ -187,6 +190,7 @@ impl Builder {
             declared: declaration,
             attributes: defaults.node.as_inherited(),
             classes: Vec::new(),
+            settings: NodeSettings::default(),
         };
         let index = self.graph.add_node(node);
         self.ids.insert(id.name.to_string(), index);

@@ -2,6 +2,7 @@
 
 use super::attribute::Attributes;
 use super::handler_type::HandlerType;
+use super::settings::NodeSettings;
 use crate::condition::{Condition, ConditionError};
 use crate::source::Span;
 
@@ -18,6 +19,9 @@ pub struct Node {
     pub attributes: Attributes,
     /// `class` attribute entries plus classes derived from enclosing subgraph labels.
     pub classes: Vec<String>,
+    /// The node's settings, typed ([`super::settings`]): read when the graph is built and again
+    /// after the transforms; what the engine and handlers go by.
+    pub settings: NodeSettings,
 }
 
 impl Node {

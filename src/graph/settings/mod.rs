@@ -1,0 +1,220 @@
+//! Node settings, typed: what a node's retry, backend, parallel and manager attributes say, read
+//! once when the workflow loads by one parser per kind. The engine and the handlers read these
+//! values and never the attributes behind them; validation reports the parsers' errors.
+//!
+//! Settings are read when the graph is built and again after the transforms (which may rewrite
+//! attributes, and which give imported stages the importing file's positions), never at run time.
+//! A parser never guesses: a value it cannot use is an error, so a workflow that validates runs
+//! exactly the settings it wrote.
+
+mod backend;
+mod manager;
+mod parallel;
+mod retry;
+
+pub use backend::Backend;
+pub use manager::{
+    action_words, ChildReference, ManagerAction, ManagerActions, ManagerSettings, ManagerSettingsError,
+    DEFAULT_POLL_INTERVAL, REFERENCE_ATTRIBUTES,
+};
+pub use parallel::{ErrorPolicy, JoinPolicy, ParallelSettings, ParallelSettingsError, DEFAULT_MAX_PARALLEL};
+pub use retry::{RetryPreset, RetrySettings};
+
+use std::time::Duration;
+
+use super::attribute::{self, Attributes, Value, ValueType};
+use super::handler_type::HandlerType;
+use super::node::Node;
+use super::workflow::Workflow;
+use crate::source::Span;
+
+/// Every node's settings. The kind-specific ones are there for nodes of that kind only.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeSettings {
+    /// How often and how patiently a failed stage is tried again (every kind may retry).
+    pub retry: Result<RetrySettings, InvalidAttribute>,
+    /// Which LLM backend answers the stage's model calls (LLM stages, and a fan-in that asks a
+    /// model to pick the best branch).
+    pub backend: Result<Backend, InvalidAttribute>,
+    pub kind: KindSettings,
+}
+
+/// The settings only one kind of node has.
+#[derive(Debug, Clone, PartialEq)]
+pub enum KindSettings {
+    /// A parallel (`component`) stage's join and error policies.
+    Parallel(Result<ParallelSettings, Vec<ParallelSettingsError>>),
+    /// A manager stage's child workflow and supervision.
+    Manager(Box<ManagerSettings>),
+    /// Nodes of every other kind.
+    Other,
+}
+
+impl NodeSettings {
+    /// Reads `node`'s settings; `graph` gives the defaults a node may leave unset
+    /// (`default_max_retries`, the graph's `stack.child_dotfile`). `base` is the directory a
+    /// child workflow's path is relative to.
+    pub fn parse(node: &Node, graph: &Attributes, base: &std::path::Path) -> NodeSettings {
+        let kind = match node.handler_type() {
+            HandlerType::Parallel => KindSettings::Parallel(ParallelSettings::parse(&node.attributes)),
+            HandlerType::Manager => {
+                KindSettings::Manager(Box::new(ManagerSettings::parse(node, graph, base)))
+            }
+            _ => KindSettings::Other,
+        };
+        NodeSettings {
+            retry: RetrySettings::parse(&node.attributes, graph),
+            backend: Backend::parse(&node.attributes),
+            kind,
+        }
+    }
+
+    /// The settings of a parallel stage; `None` for other kinds.
+    pub fn parallel(&self) -> Option<&Result<ParallelSettings, Vec<ParallelSettingsError>>> {
+        match &self.kind {
+            KindSettings::Parallel(settings) => Some(settings),
+            _ => None,
+        }
+    }
+
+    /// The settings of a manager stage; `None` for other kinds.
+    pub fn manager(&self) -> Option<&ManagerSettings> {
+        match &self.kind {
+            KindSettings::Manager(settings) => Some(settings),
+            _ => None,
+        }
+    }
+}
+
+impl Default for NodeSettings {
+    /// The settings of a node without attributes, before its own are read.
+    fn default() -> Self {
+        NodeSettings {
+            retry: Ok(RetrySettings::default()),
+            backend: Ok(Backend::Api),
+            kind: KindSettings::Other,
+        }
+    }
+}
+
+/// Reads every node's settings (see the module docs for when).
+pub fn read_settings(workflow: &mut Workflow) {
+    let base = workflow.source().path().parent().map(std::path::Path::to_path_buf).unwrap_or_default();
+    let graph = workflow.attributes.clone();
+    for node in workflow.graph.node_weights_mut() {
+        node.settings = NodeSettings::parse(node, &graph, &base);
+    }
+}
+
+/// A setting whose value is not of its attribute's type. The `attribute_type` rule reports these
+/// (for every attribute, not only settings), so the setting rules leave them out.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("`{key}` is `{raw}`, expected {expected}")]
+pub struct InvalidAttribute {
+    pub key: &'static str,
+    pub raw: String,
+    pub expected: ValueType,
+    pub span: Span,
+}
+
+/// A typed read of one setting: `Ok(None)` when unset, an error when the value is not of the
+/// attribute's type.
+fn read<'a, T>(
+    attributes: &'a Attributes,
+    key: &'static str,
+    typed: impl FnOnce(&'a Value) -> Option<T>,
+) -> Result<Option<T>, InvalidAttribute> {
+    let Some(attr) = attributes.get(key) else { return Ok(None) };
+    let invalid = || InvalidAttribute {
+        key,
+        raw: attr.value.to_string(),
+        expected: attribute::spec(key).map_or(ValueType::Text, |spec| spec.value_type),
+        span: attr.span,
+    };
+    typed(&attr.value).map(Some).ok_or_else(invalid)
+}
+
+/// The value of a typed read; an invalid one is added to `errors` (and reads as unset).
+fn noted<T, E: From<InvalidAttribute>>(
+    read: Result<Option<T>, InvalidAttribute>,
+    errors: &mut Vec<E>,
+) -> Option<T> {
+    read.unwrap_or_else(|invalid| {
+        errors.push(E::from(invalid));
+        None
+    })
+}
+
+fn text(value: &Value) -> Option<&str> {
+    value.as_text()
+}
+
+fn count(value: &Value) -> Option<u64> {
+    match value {
+        Value::Integer(n) => u64::try_from(*n).ok(),
+        _ => None,
+    }
+}
+
+fn number(value: &Value) -> Option<f64> {
+    match value {
+        Value::Float(x) => Some(*x),
+        Value::Integer(n) => Some(*n as f64),
+        _ => None,
+    }
+}
+
+fn boolean(value: &Value) -> Option<bool> {
+    match value {
+        Value::Boolean(b) => Some(*b),
+        _ => None,
+    }
+}
+
+fn duration(value: &Value) -> Option<Duration> {
+    match value {
+        Value::Duration(d) => Some(*d),
+        _ => None,
+    }
+}
+
+/// A word of a fixed set (`OneOf`), as its enum.
+fn word<T>(value: &Value, from_name: impl FnOnce(&str) -> Option<T>) -> Option<T> {
+    value.as_text().map(str::trim).and_then(from_name)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::source::SourceFile;
+
+    /// The workflow of `dot`, built (settings read, no transforms or rules).
+    pub(crate) fn built(dot: &str) -> Workflow {
+        let source = std::sync::Arc::new(SourceFile::new("flows/t.dot", dot));
+        let tree = crate::syntax::parse(source.text()).expect("parses");
+        super::super::build(&tree, source.clone())
+    }
+
+    #[test]
+    fn a_value_of_the_wrong_type_is_an_error_with_its_position() {
+        let workflow = built("digraph G { a [max_retries=lots, backend=clu] }");
+        let a = workflow.node("a").unwrap();
+        let retry = a.settings.retry.as_ref().unwrap_err();
+        assert_eq!(retry.to_string(), "`max_retries` is `lots`, expected a whole number (0 or more)");
+        assert_eq!(&workflow.source().text()[retry.span.start..retry.span.end], "lots");
+        let backend = a.settings.backend.as_ref().unwrap_err();
+        assert_eq!(backend.to_string(), "`backend` is `clu`, expected one of api, cli");
+    }
+
+    #[test]
+    fn only_parallel_and_manager_stages_have_kind_settings() {
+        let workflow = built(
+            r#"digraph G { p [shape=component]; m [shape=house, stack.child_workflow="c.dot"]; a [join_policy=quorum] }"#,
+        );
+        assert!(workflow.node("p").unwrap().settings.parallel().is_some());
+        assert!(workflow.node("m").unwrap().settings.manager().is_some());
+        let a = &workflow.node("a").unwrap().settings;
+        assert_eq!(a.kind, KindSettings::Other);
+        assert_eq!(a.backend, Ok(Backend::Api));
+    }
+}
