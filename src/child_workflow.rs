@@ -7,31 +7,14 @@ use std::path::{Path, PathBuf};
 
 use crate::graph::{HandlerType, Node, Workflow};
 use crate::load::{LoadError, Loader};
-use crate::source::{SourceFile, Span};
+use crate::source::SourceFile;
 use crate::ValidWorkflow;
 
-/// The attributes naming a manager's child workflow, in the order they are looked up: the node's
-/// `stack.child_workflow`, its `stack.child_dotfile`, then the graph's `stack.child_dotfile`.
-pub const REFERENCE_ATTRIBUTES: [&str; 2] = ["stack.child_workflow", "stack.child_dotfile"];
+pub use crate::graph::settings::{ChildReference, REFERENCE_ATTRIBUTES};
 
-/// Where a manager node's child workflow is.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ChildReference<'w> {
-    /// As written.
-    pub text: &'w str,
-    /// The attribute that names it (on the node or the graph).
-    pub span: Span,
-    /// Resolved against the parent file's directory.
-    pub path: PathBuf,
-}
-
-/// The child workflow `node` names, if it names one.
-pub fn reference<'w>(workflow: &'w Workflow, node: &'w Node) -> Option<ChildReference<'w>> {
-    let on_node = REFERENCE_ATTRIBUTES.iter().find_map(|key| node.attributes.get(key));
-    let attr = on_node.or_else(|| workflow.attributes().get("stack.child_dotfile"))?;
-    let text = attr.value.as_text().map(str::trim).filter(|text| !text.is_empty())?;
-    let base = workflow.source().path().parent().unwrap_or(Path::new(""));
-    Some(ChildReference { text, span: attr.span, path: base.join(text) })
+/// The child workflow `node` (a manager stage of `workflow`) names, as its settings read it.
+pub fn reference<'w>(_workflow: &'w Workflow, node: &'w Node) -> Option<&'w ChildReference> {
+    node.settings.manager()?.child.as_ref()
 }
 
 /// One error of an invalid child workflow, positioned in the child file.
@@ -152,7 +135,7 @@ fn managed_children(workflow: &Workflow) -> Vec<PathBuf> {
     workflow
         .nodes()
         .filter(|node| node.handler_type() == HandlerType::Manager)
-        .filter_map(|node| reference(workflow, node).map(|reference| reference.path))
+        .filter_map(|node| reference(workflow, node).map(|reference| reference.path.clone()))
         .collect()
 }
 
@@ -178,7 +161,7 @@ mod tests {
         let checked = Loader::new().load_source(SourceFile::new("flows/parent.dot", source)).expect("parses");
         let workflow = &checked.workflow;
         let a = reference(workflow, workflow.node("a").unwrap()).unwrap();
-        assert_eq!((a.text, a.path.as_path()), ("mine.dot", Path::new("flows/mine.dot")));
+        assert_eq!((a.text.as_str(), a.path.as_path()), ("mine.dot", Path::new("flows/mine.dot")));
         let b = reference(workflow, workflow.node("b").unwrap()).unwrap();
         assert_eq!(b.path, Path::new("flows/parts/default.dot"));
     }

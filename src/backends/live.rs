@@ -20,7 +20,7 @@ use super::tools::Toolbox;
 use super::transcript::{assistant_record, Transcript};
 use super::{Backend, BackendError, LlmRequest, LlmResponse, Role, StageEnv};
 use crate::event::Event;
-use crate::graph::Workflow;
+use crate::graph::{settings, Workflow};
 
 /// Most output tokens asked for per call (less for small context windows).
 const MAX_OUTPUT_TOKENS: u64 = 8_192;
@@ -70,8 +70,11 @@ impl LiveBackend {
     /// run does not stop halfway for want of a key.
     pub fn check(&self, workflow: &Workflow) -> Result<(), ConfigError> {
         for node in workflow.nodes().filter(|node| node.handler_type().is_llm()) {
-            match node.attributes.non_empty_text("backend").map(str::trim) {
-                Some("cli") => {
+            let backend = node.settings.backend.as_ref().map_err(|invalid| {
+                ConfigError::Backend(format!("stage `{}` has an invalid backend: {invalid}", node.id))
+            })?;
+            match backend {
+                settings::Backend::Cli => {
                     if node.attributes.non_empty_text("cli_agent").is_none() {
                         return Err(ConfigError::Backend(format!(
                             "stage `{}` has backend=\"cli\" but no cli_agent; set cli_agent=\"claude\", \"codex\", \
@@ -80,19 +83,12 @@ impl LiveBackend {
                         )));
                     }
                 }
-                None | Some("api") => {
+                settings::Backend::Api => {
                     self.config.resolve(
                         &node.id,
                         node.attributes.non_empty_text("llm_model"),
                         node.attributes.non_empty_text("llm_provider"),
                     )?;
-                }
-                Some(other) => {
-                    return Err(ConfigError::Backend(format!(
-                        "stage `{}` has backend=\"{other}\", which fabro does not know; use backend=\"cli\" for an \
-                         installed coding agent, or leave it unset for the configured provider",
-                        node.id
-                    )))
                 }
             }
         }
@@ -264,7 +260,7 @@ impl Backend for LiveBackend {
     async fn complete(&self, request: &LlmRequest<'_>) -> Result<LlmResponse, BackendError> {
         let work = async {
             match &request.stage {
-                Some(stage) if stage.backend.map(str::trim) == Some("cli") => {
+                Some(stage) if stage.backend == settings::Backend::Cli => {
                     let agent = stage.cli_agent.unwrap_or("claude");
                     self.run_cli(request, stage, agent).await
                 }
@@ -272,7 +268,10 @@ impl Backend for LiveBackend {
             }
         };
         // The node's timeout bounds the whole stage (the CLI agent enforces its own).
-        match request.timeout.filter(|_| request.stage.as_ref().is_some_and(|s| s.backend != Some("cli"))) {
+        match request
+            .timeout
+            .filter(|_| request.stage.as_ref().is_some_and(|s| s.backend != settings::Backend::Cli))
+        {
             Some(limit) => {
                 tokio::time::timeout(limit + Duration::from_millis(50), work).await.unwrap_or_else(|_| {
                     Err(BackendError::Terminal(format!(

@@ -60,7 +60,7 @@ pub struct StageEnv<'a> {
     /// Node `context_window` (tokens), overriding the known-model table.
     pub context_window: Option<u64>,
     /// Node `backend` (`cli` runs an installed coding agent).
-    pub backend: Option<&'a str>,
+    pub backend: crate::graph::settings::Backend,
     /// Node `cli_agent`.
     pub cli_agent: Option<&'a str>,
     /// What the stage may still use under the run's ceilings.

@@ -21,77 +21,24 @@ use tokio_util::sync::CancellationToken;
 
 use super::walker::{StageEnd, Step, Walker};
 use crate::event::{Event, SelectedEdge};
+use crate::graph::settings::{ParallelSettings, ParallelSettingsError};
 use crate::graph::{HandlerType, Node, Workflow};
 use crate::join::{BranchResult, BranchStatus};
 use crate::outcome::{Outcome, Pause, StageStatus};
 use crate::run_dir::{Durability, RunStatus, StageRecord};
 use crate::worktree::branch::{BranchBase, BranchWorktree, BASE_SHA_KEY};
 
-/// Branches running at once when the node sets no `max_parallel`.
-pub const DEFAULT_MAX_PARALLEL: usize = 4;
-
-/// When a parallel stage is done (`join_policy`).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum JoinPolicy {
-    WaitAll,
-    FirstSuccess,
-    KOfN(usize),
-    Quorum(f64),
-}
-
-impl JoinPolicy {
-    /// Successful branches needed, out of `n`; `None` for wait_all (which waits for every one).
-    fn needed(self, n: usize) -> Option<usize> {
-        match self {
-            JoinPolicy::WaitAll => None,
-            JoinPolicy::FirstSuccess => Some(1),
-            JoinPolicy::KOfN(k) => Some(k),
-            JoinPolicy::Quorum(fraction) => Some(((fraction * n as f64) - 1e-9).ceil().max(1.0) as usize),
-        }
-    }
-
-    fn describe(self) -> String {
-        match self {
-            JoinPolicy::WaitAll => "wait_all".to_string(),
-            JoinPolicy::FirstSuccess => "first_success".to_string(),
-            JoinPolicy::KOfN(k) => format!("k_of_n (join_k={k})"),
-            JoinPolicy::Quorum(q) => format!("quorum (join_quorum={q})"),
-        }
-    }
-}
-
-/// A parallel node's settings, read from its attributes.
-#[derive(Debug, Clone, Copy)]
-pub struct ParallelSettings {
-    pub join: JoinPolicy,
-    /// `error_policy=fail_fast`: the first failure cancels every other branch.
-    pub fail_fast: bool,
-    pub max_parallel: usize,
-}
-
-impl ParallelSettings {
-    /// The settings of `node`; validation has already refused bad values, so anything odd falls
-    /// back to the default.
-    pub fn of(node: &Node) -> ParallelSettings {
-        let attributes = &node.attributes;
-        let join = match attributes.text("join_policy") {
-            Some("first_success") => JoinPolicy::FirstSuccess,
-            Some("k_of_n") => JoinPolicy::KOfN(attributes.integer("join_k").unwrap_or(1).max(1) as usize),
-            Some("quorum") => {
-                JoinPolicy::Quorum(attributes.float("join_quorum").unwrap_or(0.5).clamp(0.0, 1.0))
-            }
-            _ => JoinPolicy::WaitAll,
-        };
-        let max_parallel = attributes
-            .integer("max_parallel")
-            .and_then(|n| usize::try_from(n).ok())
-            .filter(|n| *n > 0)
-            .unwrap_or(DEFAULT_MAX_PARALLEL);
-        ParallelSettings {
-            join,
-            fail_fast: attributes.text("error_policy") == Some("fail_fast"),
-            max_parallel,
-        }
+/// The parallel stage's settings, read when the workflow loaded; a workflow that validated has
+/// them.
+fn settings_of(node: &Node) -> Result<ParallelSettings, String> {
+    match node.settings.parallel() {
+        Some(Ok(settings)) => Ok(*settings),
+        Some(Err(errors)) => Err(format!(
+            "parallel stage `{}` has invalid settings: {}",
+            node.id,
+            errors.iter().map(ParallelSettingsError::to_string).collect::<Vec<_>>().join("; ")
+        )),
+        None => Err(format!("`{}` is not a parallel stage", node.id)),
     }
 }
 
@@ -151,7 +98,10 @@ async fn run_branches(parent: &mut Walker<'_>, index: NodeIndex, visit: u32) -> 
     let scope = Arc::clone(&parent.scope);
     let workflow = scope.workflow;
     let node = workflow.node_at(index);
-    let settings = ParallelSettings::of(node);
+    let settings = match settings_of(node) {
+        Ok(settings) => settings,
+        Err(reason) => return StageEnd::Done { outcome: Outcome::fail(reason), attempts: 1 },
+    };
     let Some(join) = workflow.join_of(index) else {
         let reason = format!(
             "the branches of parallel stage `{}` never meet again, so they cannot be joined",
@@ -174,7 +124,7 @@ async fn run_branches(parent: &mut Walker<'_>, index: NodeIndex, visit: u32) -> 
         join: workflow.node_at(join).id.clone(),
         max_parallel: settings.max_parallel,
         join_policy: settings.join.describe(),
-        fail_fast: settings.fail_fast,
+        fail_fast: settings.fail_fast(),
         already_finished: journaled.len(),
     };
     scope.events.stage_event(&node.id, visit, started);
@@ -256,7 +206,7 @@ async fn run_branches(parent: &mut Walker<'_>, index: NodeIndex, visit: u32) -> 
                 if needed.is_some_and(|needed| successes >= needed) {
                     cancel_rest.cancel();
                 }
-            } else if status == BranchStatus::Fail && settings.fail_fast && !cancel_rest.is_cancelled() {
+            } else if status == BranchStatus::Fail && settings.fail_fast() && !cancel_rest.is_cancelled() {
                 failed_fast = true;
                 cancel_rest.cancel();
             }

@@ -1,6 +1,8 @@
-//! Retry backoff: the `retry_policy` presets and the delay before each further attempt.
+//! Retry backoff: what each `retry_policy` preset waits, and the delay before each further attempt.
 
 use std::time::Duration;
+
+use crate::graph::settings::RetryPreset;
 
 /// Exponential (or linear) backoff with a cap and jitter.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -15,27 +17,29 @@ pub struct RetryPolicy {
 }
 
 impl RetryPolicy {
-    /// The preset named by `retry_policy` (default `standard`).
-    pub fn preset(name: Option<&str>) -> RetryPolicy {
+    /// The backoff of a `retry_policy` preset.
+    pub fn of(preset: RetryPreset) -> RetryPolicy {
         let ms = Duration::from_millis;
-        match name.unwrap_or("standard") {
-            "none" => RetryPolicy {
+        match preset {
+            RetryPreset::None => RetryPolicy {
                 initial: Duration::ZERO,
                 factor: 1.0,
                 linear: false,
                 cap: Duration::ZERO,
                 jitter: 0.0,
             },
-            "aggressive" => {
+            RetryPreset::Aggressive => {
                 RetryPolicy { initial: ms(100), factor: 2.0, linear: false, cap: ms(5_000), jitter: 0.25 }
             }
-            "linear" => {
+            RetryPreset::Linear => {
                 RetryPolicy { initial: ms(500), factor: 1.0, linear: true, cap: ms(30_000), jitter: 0.25 }
             }
-            "patient" => {
+            RetryPreset::Patient => {
                 RetryPolicy { initial: ms(2_000), factor: 3.0, linear: false, cap: ms(300_000), jitter: 0.25 }
             }
-            _ => RetryPolicy { initial: ms(200), factor: 2.0, linear: false, cap: ms(60_000), jitter: 0.25 },
+            RetryPreset::Standard => {
+                RetryPolicy { initial: ms(200), factor: 2.0, linear: false, cap: ms(60_000), jitter: 0.25 }
+            }
         }
     }
 
@@ -66,15 +70,15 @@ mod tests {
 
     #[test]
     fn presets_back_off_within_their_jitter_and_cap() {
-        let standard = RetryPolicy::preset(None);
+        let standard = RetryPolicy::of(RetryPreset::default());
         for (retry, nominal) in [(1, 0.2), (2, 0.4), (3, 0.8)] {
             let delay = standard.delay(retry, 7).as_secs_f64();
             assert!((nominal * 0.75..=nominal * 1.25).contains(&delay), "retry {retry}: {delay}");
         }
         assert!(standard.delay(40, 7) <= Duration::from_secs(75));
-        let linear = RetryPolicy::preset(Some("linear"));
+        let linear = RetryPolicy::of(RetryPreset::Linear);
         assert!((1.1..=1.9).contains(&linear.delay(3, 1).as_secs_f64()));
-        assert_eq!(RetryPolicy::preset(Some("none")).delay(3, 1), Duration::ZERO);
+        assert_eq!(RetryPolicy::of(RetryPreset::None).delay(3, 1), Duration::ZERO);
         assert_ne!(standard.delay(1, 1), standard.delay(1, 2), "jitter varies with the seed");
     }
 }

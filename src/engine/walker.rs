@@ -407,13 +407,14 @@ impl<'e> Walker<'e> {
             let reason = format!("no handler is registered for type `{}`", node.handler_type());
             return StageEnd::Done { outcome: Outcome::fail(reason), attempts: 1 };
         };
-        let max_retries = node
-            .attributes
-            .integer("max_retries")
-            .or_else(|| scope.workflow.attributes().integer("default_max_retries"))
-            .unwrap_or(0)
-            .max(0) as u32;
-        let policy = RetryPolicy::preset(node.attributes.text("retry_policy"));
+        let retry = match &node.settings.retry {
+            Ok(retry) => *retry,
+            Err(invalid) => {
+                let reason = format!("stage `{}` has an invalid retry setting: {invalid}", node.id);
+                return StageEnd::Done { outcome: Outcome::fail(reason), attempts: 1 };
+            }
+        };
+        let policy = RetryPolicy::of(retry.preset);
         let mut attempt = 0;
         loop {
             attempt += 1;
@@ -432,7 +433,7 @@ impl<'e> Walker<'e> {
             if !matches!(outcome.status, StageStatus::Fail | StageStatus::Retry) {
                 return StageEnd::Done { outcome, attempts: attempt };
             }
-            if attempt <= max_retries {
+            if attempt <= retry.max_retries {
                 let retries = self.state.retries.entry(node.id.clone()).or_insert(0);
                 *retries += 1;
                 let retries = *retries;
@@ -454,7 +455,7 @@ impl<'e> Walker<'e> {
                     _ = self.cancel.cancelled() => return StageEnd::Cancelled,
                 }
             }
-            if node.attributes.boolean("allow_partial").unwrap_or(false) {
+            if retry.allow_partial {
                 outcome.status = StageStatus::PartialSuccess;
                 outcome.notes =
                     Some(format!("retries exhausted after {attempt} attempts; allow_partial accepts it"));

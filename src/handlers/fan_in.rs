@@ -130,7 +130,7 @@ async fn ask_model<'r>(
     }
     prompt.push_str(&crate::backends::choice_instruction(&ids));
     write(stage, "prompt.md", &prompt).await?;
-    let (response, _) = super::llm::complete(stage, &super::llm::request_for(stage, &prompt)).await?;
+    let (response, _) = super::llm::complete(stage, &super::llm::request_for(stage, &prompt)?).await?;
     write(stage, "response.md", &response.text).await?;
     let chosen = crate::backends::chosen(&response.text);
     match chosen.and_then(|id| ranked.iter().find(|r| r.branch_id == id)) {

@@ -49,7 +49,7 @@ impl Handler for LlmHandler {
             write_file(&stage.stage_dir.join("history.jsonl"), &(lines.join("\n") + "\n")).await?;
         }
 
-        let mut request = request_for(stage, &prompt);
+        let mut request = request_for(stage, &prompt)?;
         request.agentic = node.handler_type() == HandlerType::Agent;
         request.thread = thread;
         request.history = history;
@@ -63,10 +63,16 @@ impl Handler for LlmHandler {
 
 /// A single-prompt request for `stage`'s node: its model settings and the stage's environment
 /// (work and stage directories, events, agent settings, what the usage ceilings leave).
-pub(crate) fn request_for<'a>(stage: &'a StageRun<'_>, prompt: &'a str) -> LlmRequest<'a> {
+pub(crate) fn request_for<'a>(
+    stage: &'a StageRun<'_>,
+    prompt: &'a str,
+) -> Result<LlmRequest<'a>, HandlerError> {
     let node = stage.node;
     let attributes = &node.attributes;
-    LlmRequest {
+    let backend = node.settings.backend.as_ref().map_err(|invalid| {
+        HandlerError::Terminal(format!("stage `{}` has an invalid backend: {invalid}", node.id))
+    })?;
+    Ok(LlmRequest {
         node_id: &node.id,
         visit: stage.visit,
         agentic: false,
@@ -84,7 +90,7 @@ pub(crate) fn request_for<'a>(stage: &'a StageRun<'_>, prompt: &'a str) -> LlmRe
             events: stage.events,
             max_turns: attributes.integer("max_turns").and_then(|n| u32::try_from(n).ok()),
             context_window: attributes.integer("context_window").and_then(|n| u64::try_from(n).ok()),
-            backend: attributes.non_empty_text("backend"),
+            backend: *backend,
             cli_agent: attributes.non_empty_text("cli_agent"),
             usage_left: stage.usage_left,
             confinement: stage.confinement.clone(),
@@ -103,7 +109,7 @@ pub(crate) fn request_for<'a>(stage: &'a StageRun<'_>, prompt: &'a str) -> LlmRe
                 stage.workflow.attributes(),
             ),
         }),
-    }
+    })
 }
 
 /// Sends `request` through the stage's backend (the simulated one under `--dry-run`), giving up

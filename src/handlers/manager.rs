@@ -12,7 +12,6 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use serde_json::{Map, Value};
 
@@ -26,14 +25,12 @@ use crate::condition::Scope;
 use crate::context::artifacts::ArtifactStore;
 use crate::context::Context;
 use crate::event::{ChildObservation, Event};
+use crate::graph::settings::ManagerSettings;
 use crate::graph::Node;
 use crate::outcome::{Outcome, Pause, PauseKind, StageStatus};
 use crate::run_dir::{Checkpoint, RunResult, RunStatus};
 use crate::source::SourceFile;
 use crate::ValidWorkflow;
-
-/// `manager.poll_interval` when the node sets none.
-pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(45);
 
 /// Runs manager stages.
 pub struct ManagerHandler;
@@ -41,7 +38,7 @@ pub struct ManagerHandler;
 #[async_trait::async_trait]
 impl Handler for ManagerHandler {
     async fn run(&self, stage: &StageRun<'_>) -> Result<Outcome, HandlerError> {
-        let settings = Settings::read(stage.node)?;
+        let settings = settings_of(stage.node)?;
         let slot = locate_child(stage.run_dir, &stage.node.id, stage.visit, stage.attempt)
             .map_err(|e| HandlerError::Terminal(e.to_string()))?;
         let (report, stopped_by) = match slot {
@@ -62,11 +59,11 @@ impl Handler for ManagerHandler {
                         node.handler_type()
                     )));
                 }
-                let supervisor = Supervisor::new(stage, &settings);
+                let supervisor = Supervisor::new(stage, settings);
                 supervisor.run(&workflow, slot, resumed).await?
             }
         };
-        conclude(stage, &settings, &report, stopped_by)
+        conclude(stage, settings, &report, stopped_by)
     }
 }
 
@@ -75,47 +72,21 @@ fn write_stage_file(path: &Path, text: &str) -> Result<(), HandlerError> {
         .map_err(|e| HandlerError::Terminal(format!("cannot write {}: {e}", path.display())))
 }
 
-/// The node's supervision settings.
-struct Settings {
-    poll_interval: Duration,
-    max_cycles: Option<u64>,
-    stop_condition: Option<Condition>,
-    observe: bool,
-    steer: bool,
-    wait: bool,
-    steer_prompt: Option<String>,
-}
-
-impl Settings {
-    fn read(node: &Node) -> Result<Settings, HandlerError> {
-        let attributes = &node.attributes;
-        let invalid = |what: String| HandlerError::Terminal(format!("manager stage `{}`: {what}", node.id));
-        let stop_condition = match attributes.non_empty_text("manager.stop_condition") {
-            Some(text) => Some(
-                Condition::parse(text)
-                    .map_err(|e| invalid(format!("invalid manager.stop_condition: {e}")))?,
-            ),
-            None => None,
-        };
-        let actions: Vec<&str> = match attributes.text("manager.actions") {
-            Some(text) => crate::validate::action_words(text).collect(),
-            None => vec!["observe", "wait"],
-        };
-        if let Some(unknown) = actions.iter().find(|a| !crate::validate::MANAGER_ACTIONS.contains(a)) {
-            return Err(invalid(format!(
-                "unknown manager action `{unknown}` (expected observe, steer or wait)"
-            )));
-        }
-        Ok(Settings {
-            poll_interval: attributes.duration("manager.poll_interval").unwrap_or(DEFAULT_POLL_INTERVAL),
-            max_cycles: attributes.integer("manager.max_cycles").and_then(|n| u64::try_from(n).ok()),
-            stop_condition,
-            observe: actions.contains(&"observe"),
-            steer: actions.contains(&"steer"),
-            wait: actions.contains(&"wait"),
-            steer_prompt: attributes.non_empty_text("manager.steer_prompt").map(str::to_string),
-        })
-    }
+/// The node's supervision settings, read when the workflow loaded; a workflow that validated has
+/// them.
+fn settings_of(node: &Node) -> Result<&ManagerSettings, HandlerError> {
+    let settings = node
+        .settings
+        .manager()
+        .ok_or_else(|| HandlerError::Terminal(format!("`{}` is not a manager stage", node.id)))?;
+    settings.runnable().map_err(|errors| {
+        let errors: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        HandlerError::Terminal(format!(
+            "manager stage `{}` has invalid settings: {}",
+            node.id,
+            errors.join("; ")
+        ))
+    })
 }
 
 /// The child workflow: from its file for a new child, from the copy stored in its run directory
@@ -209,14 +180,14 @@ impl Observation {
 /// Drives one child run and the cycles that watch it.
 struct Supervisor<'s, 'a> {
     stage: &'s StageRun<'a>,
-    settings: &'s Settings,
+    settings: &'s ManagerSettings,
     steering: SteeringInbox,
     /// The child stage last steered, so each stage visit is steered once.
     steered: Option<(String, u32)>,
 }
 
 impl<'s, 'a> Supervisor<'s, 'a> {
-    fn new(stage: &'s StageRun<'a>, settings: &'s Settings) -> Self {
+    fn new(stage: &'s StageRun<'a>, settings: &'s ManagerSettings) -> Self {
         Supervisor { stage, settings, steering: SteeringInbox::default(), steered: None }
     }
 
@@ -262,7 +233,7 @@ impl<'s, 'a> Supervisor<'s, 'a> {
         let mut cycle = 0u64;
         let stopped_by = loop {
             let tick = async {
-                if self.settings.wait {
+                if self.settings.actions.wait {
                     tokio::time::sleep(self.settings.poll_interval).await;
                 } else {
                     checkpoints.notified().await;
@@ -289,7 +260,7 @@ impl<'s, 'a> Supervisor<'s, 'a> {
         stage.events.stage_event(&stage.node.id, stage.visit, Event::ManagerCycle { cycle, child });
         stage.events.flush();
         if let Some(observed) = &observation {
-            if self.settings.steer {
+            if self.settings.actions.steer {
                 self.steer(observed, child_dir);
             }
             if let Some(condition) = &self.settings.stop_condition {
@@ -393,7 +364,7 @@ fn stop_condition_holds(condition: &Condition, context: &Context, child_dir: &Pa
 /// `observe`) its final state.
 fn conclude(
     stage: &StageRun<'_>,
-    settings: &Settings,
+    settings: &ManagerSettings,
     report: &ChildEnd,
     stopped_by: Option<StoppedBy>,
 ) -> Result<Outcome, HandlerError> {
@@ -442,7 +413,7 @@ fn conclude(
         return Ok(outcome);
     };
     outcome.context_updates = merged_changes(stage.context, &final_state.checkpoint.context, &child_dir);
-    if settings.observe {
+    if settings.actions.observe {
         outcome.context_updates.extend(final_state.keys(result.status, &child_dir));
     }
     Ok(outcome)
@@ -522,22 +493,6 @@ mod tests {
         assert!(holds("context.coverage >= 90"));
         assert!(!holds("coverage > 95"));
         assert!(holds("outcome=fail && coverage=91"));
-    }
-
-    #[test]
-    fn settings_default_to_observe_and_wait_every_45_seconds() {
-        let checked = crate::Loader::new()
-            .load_source(SourceFile::new(
-                "p.dot",
-                r#"digraph P { start [shape=Mdiamond]; exit [shape=Msquare]
-                   m [shape=house, stack.child_workflow="c.dot"]; start -> m -> exit }"#,
-            ))
-            .unwrap();
-        let settings = Settings::read(checked.workflow.node("m").unwrap()).unwrap();
-        assert_eq!(settings.poll_interval, DEFAULT_POLL_INTERVAL);
-        assert!(settings.observe && settings.wait && !settings.steer);
-        assert_eq!(settings.max_cycles, None);
-        assert!(settings.stop_condition.is_none());
     }
 
     #[test]

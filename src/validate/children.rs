@@ -6,77 +6,56 @@ use std::path::PathBuf;
 
 use super::Rule;
 use crate::child_workflow::{self, ChildWorkflowError};
-use crate::condition::Condition;
 use crate::diagnostic::Diagnostic;
+use crate::graph::settings::ManagerSettingsError;
 use crate::graph::{HandlerType, Node, Workflow};
-
-/// The words `manager.actions` accepts.
-pub const MANAGER_ACTIONS: [&str; 3] = ["observe", "steer", "wait"];
 
 fn managers(workflow: &Workflow) -> impl Iterator<Item = &Node> {
     workflow.nodes().filter(|node| node.handler_type() == HandlerType::Manager)
 }
 
-/// The words of `manager.actions` (comma- or space-separated).
-pub fn action_words(text: &str) -> impl Iterator<Item = &str> {
-    text.split([',', ' ', '\t', '\n']).map(str::trim).filter(|word| !word.is_empty())
-}
-
+/// The errors of the manager settings' parser (type errors are `attribute_type`'s), and warnings
+/// about a steer action and a steer prompt without each other.
 pub fn manager_settings(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
     for node in managers(workflow) {
-        let error = |message: String| Diagnostic::error("manager_settings", message).node(&node.id);
-        if child_workflow::reference(workflow, node).is_none() {
-            out.push(
-                error(format!("manager stage `{}` names no child workflow", node.id)).span(node.span).fix(
+        let Some(settings) = node.settings.manager() else { continue };
+        for error in &settings.errors {
+            let fix = match error {
+                ManagerSettingsError::NoChild { .. } => {
                     format!(
                         "add `stack.child_workflow=\"child.dot\"` (relative to this file) to `{}`",
                         node.id
-                    ),
-                ),
+                    )
+                }
+                ManagerSettingsError::StopCondition { .. } => {
+                    "stop conditions read the child's context, e.g. `context.tests_passed=true`".to_string()
+                }
+                ManagerSettingsError::UnknownAction { .. } => {
+                    "manager.actions lists observe, steer and wait, e.g. \"observe,steer,wait\"".to_string()
+                }
+                ManagerSettingsError::Attribute(_) => continue,
+            };
+            out.push(
+                Diagnostic::error("manager_settings", error.to_string())
+                    .node(&node.id)
+                    .span(error.span())
+                    .fix(fix),
             );
         }
-        if let Some(attr) = node.attributes.get("manager.stop_condition") {
-            let text = attr.value.to_string();
-            if let Some(Err(e)) = (!text.trim().is_empty()).then(|| Condition::parse(&text)) {
-                out.push(
-                    error(format!(
-                        "invalid manager.stop_condition: {} (column {} of the condition)",
-                        e.message,
-                        e.offset + 1
-                    ))
-                    .span(attr.span)
-                    .fix("stop conditions read the child's context, e.g. `context.tests_passed=true`"),
-                );
-            }
-        }
-        let actions = node.attributes.get("manager.actions");
-        let words: Vec<&str> = actions
-            .and_then(|attr| attr.value.as_text())
-            .map_or_else(|| vec!["observe", "wait"], |text| action_words(text).collect());
-        if let Some(attr) = actions {
-            for word in words.iter().filter(|word| !MANAGER_ACTIONS.contains(word)) {
-                out.push(
-                    error(format!("unknown manager action `{word}` on `{}`", node.id))
-                        .span(attr.span)
-                        .fix("manager.actions lists observe, steer and wait, e.g. \"observe,steer,wait\""),
-                );
-            }
-        }
-        let steers = words.contains(&"steer");
-        let steer_prompt = node.attributes.non_empty_text("manager.steer_prompt");
         let warning = |message: String| Diagnostic::warning("manager_settings", message).node(&node.id);
-        match (steers, steer_prompt) {
+        let span_of = |key: &str| node.attributes.get(key).map_or(node.span, |attr| attr.span);
+        match (settings.actions.steer, &settings.steer_prompt) {
             (true, None) => out.push(
                 warning(format!(
                     "manager `{}` has the steer action but no manager.steer_prompt to send",
                     node.id
                 ))
-                .span(actions.map_or(node.span, |attr| attr.span))
+                .span(span_of("manager.actions"))
                 .fix("add `manager.steer_prompt=\"...\"` or drop `steer` from manager.actions"),
             ),
             (false, Some(_)) => out.push(
                 warning(format!("manager `{}` has a manager.steer_prompt but not the steer action", node.id))
-                    .span(node.attributes.get("manager.steer_prompt").map_or(node.span, |attr| attr.span))
+                    .span(span_of("manager.steer_prompt"))
                     .fix("add `steer` to manager.actions, e.g. \"observe,steer,wait\""),
             ),
             _ => {}
@@ -103,7 +82,9 @@ impl Rule for ChildWorkflows {
             chain.push(own);
         }
         for node in managers(workflow) {
-            let Some(child) = child_workflow::reference(workflow, node) else { continue };
+            let Some(child) = node.settings.manager().and_then(|settings| settings.child.as_ref()) else {
+                continue;
+            };
             let Err(error) = child_workflow::load_file(&child.path, &chain) else { continue };
             let diagnostic = |message: String, fix: String| {
                 Diagnostic::error("child_workflow", message).node(&node.id).span(child.span).fix(fix)

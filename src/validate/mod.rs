@@ -8,8 +8,6 @@ mod routing;
 mod stages;
 mod structure;
 
-pub use children::{action_words, MANAGER_ACTIONS};
-
 use std::path::PathBuf;
 
 use crate::diagnostic::Diagnostic;

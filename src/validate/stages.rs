@@ -2,6 +2,7 @@
 
 use crate::diagnostic::Diagnostic;
 use crate::fidelity::FidelityMode;
+use crate::graph::settings::ParallelSettingsError;
 use crate::graph::{Attributes, Choice, HandlerType, Node, Workflow};
 
 fn nodes_of_type<'w>(
@@ -181,32 +182,21 @@ pub fn parallel_without_fan_in(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
     }
 }
 
-/// `join_policy=k_of_n` needs `join_k`, `quorum` needs a `join_quorum` between 0 and 1.
+/// `join_policy=k_of_n` needs `join_k`, `quorum` needs a `join_quorum` between 0 and 1: the
+/// errors of the parallel settings' parser (type errors are `attribute_type`'s).
 pub fn parallel_join_settings(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
     for node in nodes_of_type(workflow, HandlerType::Parallel) {
-        let Some(policy) = node.attributes.get("join_policy") else { continue };
-        let problem = match policy.value.as_text() {
-            Some("k_of_n") if node.attributes.integer("join_k").is_none_or(|k| k < 1) => {
-                Some(("join_policy=k_of_n needs `join_k` of 1 or more", "add `join_k=2` (or another count)"))
-            }
-            Some("quorum")
-                if node
-                    .attributes
-                    .float("join_quorum")
-                    .is_none_or(|q| !(0.0..=1.0).contains(&q) || q == 0.0) =>
-            {
-                Some((
-                    "join_policy=quorum needs `join_quorum` above 0 and at most 1",
-                    "add `join_quorum=0.5`",
-                ))
-            }
-            _ => None,
-        };
-        if let Some((message, fix)) = problem {
+        let Some(Err(errors)) = node.settings.parallel() else { continue };
+        for error in errors {
+            let fix = match error {
+                ParallelSettingsError::NoJoinK { .. } => "add `join_k=2` (or another count)",
+                ParallelSettingsError::NoJoinQuorum { .. } => "add `join_quorum=0.5`",
+                ParallelSettingsError::Attribute(_) => continue,
+            };
             out.push(
-                Diagnostic::error("parallel_join_settings", message)
+                Diagnostic::error("parallel_join_settings", error.to_string())
                     .node(&node.id)
-                    .span(policy.span)
+                    .span(error.span())
                     .fix(fix),
             );
         }
