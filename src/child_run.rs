@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use crate::child_workflow::ChildWorkflowError;
 use crate::events::LoggedEvent;
 use crate::graph::{HandlerType, Node, Workflow};
 use crate::run_dir::{ResumeError, RunResult, SavedRun};
@@ -29,6 +30,10 @@ use crate::ValidWorkflow;
 pub trait ChildRunner: Send + Sync {
     /// The first node of `workflow` (in declaration order) that no handler of this engine runs.
     fn first_unhandled<'w>(&self, workflow: &'w Workflow) -> Option<&'w Node>;
+
+    /// The child workflow of the manager stage `node_id`, loaded with the run's workflow; `None`
+    /// when the stage names none.
+    fn child_workflow(&self, node_id: &str) -> Option<Result<&ValidWorkflow, &ChildWorkflowError>>;
 
     /// Runs (or continues) the child to its end, pause or interruption; a
     /// [`ChildSlot::Finished`] slot gives its recorded result.

@@ -1,6 +1,11 @@
 //! Loading a workflow file through its phases: source text -> syntax tree -> graph -> transforms ->
-//! validation. The result's type says how far it got: a [`CheckedWorkflow`] carries its
-//! diagnostics and may hold errors; a [`ValidWorkflow`] has none and is what the engine runs.
+//! settings -> child workflows -> validation. The result's type says how far it got: a
+//! [`CheckedWorkflow`] carries its diagnostics and may hold errors; a [`ValidWorkflow`] has none
+//! and is what the engine runs.
+//!
+//! The child workflows of manager stages load in their own phase, before validation, each through
+//! a loader of its own (so children of children load too, and a workflow that runs itself is a
+//! cycle); validation only reports what that phase found, and the engine runs what it loaded.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -8,8 +13,9 @@ use std::time::Instant;
 
 use tracing::debug;
 
+use crate::child_workflow::{self, ChildError, ChildWorkflowError};
 use crate::diagnostic::Diagnostic;
-use crate::graph::{self, Transform, Workflow};
+use crate::graph::{self, HandlerType, Transform, Workflow};
 use crate::source::SourceFile;
 use crate::syntax::{self, SyntaxError};
 use crate::validate::{self, Rule};
@@ -28,6 +34,8 @@ pub enum LoadError {
 pub struct CheckedWorkflow {
     pub workflow: Workflow,
     pub diagnostics: Vec<Diagnostic>,
+    /// The child workflows of its manager stages, loaded with it.
+    pub children: ChildWorkflows,
 }
 
 impl CheckedWorkflow {
@@ -40,7 +48,7 @@ impl CheckedWorkflow {
         if self.has_errors() {
             return Err(Invalid { file: self.workflow.source().clone(), diagnostics: self.diagnostics });
         }
-        Ok(ValidWorkflow { workflow: self.workflow, warnings: self.diagnostics })
+        Ok(ValidWorkflow { workflow: self.workflow, warnings: self.diagnostics, children: self.children })
     }
 }
 
@@ -49,6 +57,28 @@ impl CheckedWorkflow {
 pub struct ValidWorkflow {
     pub workflow: Workflow,
     pub warnings: Vec<Diagnostic>,
+    /// The child workflows of its manager stages, loaded with it (all valid, or it would not be).
+    pub children: ChildWorkflows,
+}
+
+/// The child workflows of a workflow's manager stages, by manager node id: the child (with its own
+/// children) or why it cannot run.
+#[derive(Debug, Default)]
+pub struct ChildWorkflows {
+    entries: Vec<(String, Result<ValidWorkflow, Arc<ChildWorkflowError>>)>,
+}
+
+impl ChildWorkflows {
+    /// The child workflow of the manager stage `node_id`; `None` when it names none.
+    pub fn of(&self, node_id: &str) -> Option<Result<&ValidWorkflow, &ChildWorkflowError>> {
+        let (_, loaded) = self.entries.iter().find(|(id, _)| id == node_id)?;
+        Some(loaded.as_ref().map_err(|error| error.as_ref()))
+    }
+
+    /// The manager stages whose child cannot run, and why.
+    pub fn failures(&self) -> impl Iterator<Item = (&str, &Arc<ChildWorkflowError>)> {
+        self.entries.iter().filter_map(|(id, loaded)| Some((id.as_str(), loaded.as_ref().err()?)))
+    }
 }
 
 /// Validation found errors; all diagnostics (errors and warnings) are kept, with the source they
@@ -111,7 +141,8 @@ impl Loader {
         self
     }
 
-    /// Loads workflows as children of `ancestors` (see [`crate::child_workflow`]).
+    /// Loads workflows as children of `ancestors` (see [`load_child_source`]): a manager naming one of
+    /// them again is a cycle.
     pub(crate) fn within(mut self, ancestors: Vec<PathBuf>) -> Self {
         self.ancestors = ancestors;
         self
@@ -149,7 +180,9 @@ impl Loader {
         // positions), so the settings are read from what they left.
         graph::settings::read_settings(&mut workflow);
         let transformed = Instant::now();
-        let builtin_rules = validate::builtin_rules_within(self.custom_types.clone(), self.ancestors.clone());
+        let children = self.load_children(&workflow);
+        let failures = children.failures().map(|(id, error)| (id.to_string(), error.clone())).collect();
+        let builtin_rules = validate::builtin_rules_with_children(self.custom_types.clone(), failures);
         diagnostics.extend(validate::run_rules(&workflow, &builtin_rules));
         diagnostics.extend(validate::run_rules(&workflow, &self.custom_rules));
         validate::apply_allowed_lints(
@@ -166,9 +199,194 @@ impl Loader {
             parse = ?(parsed - started),
             build = ?(built - parsed),
             transform = ?(transformed - built),
-            validate = ?transformed.elapsed(),
+            children_and_validate = ?transformed.elapsed(),
             "loaded workflow"
         );
-        Ok(CheckedWorkflow { workflow, diagnostics })
+        Ok(CheckedWorkflow { workflow, diagnostics, children })
+    }
+
+    /// The child workflow of every manager stage that names one, loaded as a child of this
+    /// workflow and the ones above it.
+    fn load_children(&self, workflow: &Workflow) -> ChildWorkflows {
+        let mut chain = self.ancestors.clone();
+        let own = child_workflow::canonical(workflow.source().path());
+        if chain.last() != Some(&own) {
+            chain.push(own);
+        }
+        let entries = workflow
+            .nodes()
+            .filter(|node| node.handler_type() == HandlerType::Manager)
+            .filter_map(|node| {
+                let child = child_workflow::reference(workflow, node)?;
+                Some((node.id.clone(), load_child_file(&child.path, &chain).map_err(Arc::new)))
+            })
+            .collect();
+        ChildWorkflows { entries }
+    }
+}
+
+/// Every child workflow below `workflow` that loads cleanly (children of children too), each file
+/// once, loaded again from its file: what a run could reach through its manager stages, for a
+/// caller that holds only the [`Workflow`]. A child that does not load is left out; validation
+/// reports it.
+pub fn descendants(workflow: &Workflow) -> Vec<ValidWorkflow> {
+    let mut found: Vec<ValidWorkflow> = Vec::new();
+    let mut seen = vec![child_workflow::canonical(workflow.source().path())];
+    let mut pending: Vec<PathBuf> = managed_children(workflow);
+    while let Some(path) = pending.pop() {
+        let own = child_workflow::canonical(&path);
+        if seen.contains(&own) {
+            continue;
+        }
+        seen.push(own);
+        if let Ok(child) = load_child_file(&path, &[]) {
+            pending.extend(managed_children(&child.workflow));
+            found.push(child);
+        }
+    }
+    found
+}
+
+/// The child workflow paths of `workflow`'s manager stages.
+fn managed_children(workflow: &Workflow) -> Vec<PathBuf> {
+    workflow
+        .nodes()
+        .filter(|node| node.handler_type() == HandlerType::Manager)
+        .filter_map(|node| child_workflow::reference(workflow, node).map(|reference| reference.path.clone()))
+        .collect()
+}
+
+/// Loads and validates the child workflow file at `path`. `ancestors` are the canonical paths of
+/// the workflows above it (outermost first); naming one of them again is a cycle.
+pub fn load_child_file(path: &Path, ancestors: &[PathBuf]) -> Result<ValidWorkflow, ChildWorkflowError> {
+    let read_error = |source| ChildWorkflowError::Read { path: path.to_path_buf(), source };
+    // A device or directory is never read (`/dev/zero` would never end).
+    let text = crate::regular_file::read_to_string(path, crate::regular_file::FileKind::Input)
+        .map_err(read_error)?;
+    load_child_source(SourceFile::new(path, text), ancestors)
+}
+
+/// Like [`load_child_file`], for source text already read (the copy stored in a child's run
+/// directory).
+pub fn load_child_source(
+    source: SourceFile,
+    ancestors: &[PathBuf],
+) -> Result<ValidWorkflow, ChildWorkflowError> {
+    let path = source.path().to_path_buf();
+    let own = child_workflow::canonical(&path);
+    if ancestors.contains(&own) {
+        let mut chain = ancestors.to_vec();
+        chain.push(own);
+        return Err(ChildWorkflowError::Cycle { chain });
+    }
+    let mut nested = ancestors.to_vec();
+    nested.push(own);
+    let checked = match Loader::new().within(nested).load_source(source) {
+        Ok(checked) => checked,
+        Err(LoadError::Syntax { error, file }) => {
+            let at = file.location(error.span.start);
+            let location = format!("{}:{}:{}", path.display(), at.line, at.column);
+            return Err(ChildWorkflowError::Syntax { location, message: error.to_string() });
+        }
+        Err(LoadError::Read { path, source }) => return Err(ChildWorkflowError::Read { path, source }),
+    };
+    checked.into_valid().map_err(|invalid| {
+        let errors = invalid
+            .diagnostics
+            .iter()
+            .filter(|diagnostic| diagnostic.is_error())
+            .map(|diagnostic| ChildError {
+                location: match diagnostic.location(&invalid.file) {
+                    Some(at) => format!("{}:{}:{}", path.display(), at.line, at.column),
+                    None => path.display().to_string(),
+                },
+                rule: diagnostic.rule.clone(),
+                message: diagnostic.message.clone(),
+                fix: diagnostic.fix.clone(),
+            })
+            .collect();
+        ChildWorkflowError::Invalid { path: path.clone(), errors }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    #[test]
+    fn child_errors_carry_the_child_files_positions() {
+        let temp = tempfile::tempdir().unwrap();
+        let bad = write(
+            temp.path(),
+            "bad.dot",
+            "digraph C {\n  start [shape=Mdiamond]\n  start -> run\n  run [shape=parallelogram]\n}\n",
+        );
+        let error = load_child_file(&bad, &[]).unwrap_err();
+        let ChildWorkflowError::Invalid { errors, .. } = &error else { panic!("{error}") };
+        let missing_script = errors.iter().find(|e| e.rule == "command_has_script").expect("script error");
+        assert_eq!(missing_script.location, format!("{}:4:3", bad.display()));
+        assert!(error.to_string().contains("command stage `run` has no script"), "{error}");
+
+        let broken = write(temp.path(), "broken.dot", "digraph C {\n  a -> \n}\n");
+        let error = load_child_file(&broken, &[]).unwrap_err().to_string();
+        assert!(error.starts_with(&format!("child workflow {}:3:1: ", broken.display())), "{error}");
+
+        let error = load_child_file(&temp.path().join("none.dot"), &[]).unwrap_err().to_string();
+        assert!(error.starts_with("cannot read child workflow `"), "{error}");
+    }
+
+    #[test]
+    fn a_workflow_that_runs_itself_as_a_child_is_a_cycle() {
+        let temp = tempfile::tempdir().unwrap();
+        let path = write(
+            temp.path(),
+            "self.dot",
+            r#"digraph S { start [shape=Mdiamond]; exit [shape=Msquare]
+               again [shape=house, stack.child_workflow="self.dot"]; start -> again -> exit }"#,
+        );
+        let error = load_child_file(&path, &[]).unwrap_err().to_string();
+        assert!(error.contains("in a cycle"), "{error}");
+        assert!(error.contains("self.dot -> "), "{error}");
+    }
+
+    #[test]
+    fn children_load_with_their_parent_each_with_its_own_children() {
+        let temp = tempfile::tempdir().unwrap();
+        let manager = |id: &str, child: &str| {
+            format!(
+                "digraph {id} {{ start [shape=Mdiamond]; exit [shape=Msquare]\n\
+                 m [shape=house, stack.child_workflow=\"{child}\"]; start -> m -> exit }}"
+            )
+        };
+        write(
+            temp.path(),
+            "leaf.dot",
+            "digraph leaf { start [shape=Mdiamond]; exit [shape=Msquare]; start -> exit }",
+        );
+        write(temp.path(), "middle.dot", &manager("middle", "leaf.dot"));
+        let parent = write(temp.path(), "parent.dot", &manager("parent", "middle.dot"));
+        let valid = Loader::new().load_file(&parent).unwrap().into_valid().unwrap();
+        let middle = valid.children.of("m").expect("m names a child").expect("it loads");
+        assert_eq!(middle.workflow.name(), "middle");
+        let leaf = middle.children.of("m").expect("a grandchild").expect("it loads");
+        assert_eq!(leaf.workflow.name(), "leaf");
+        assert_eq!(valid.children.of("start").map(|child| child.is_ok()), None);
+        let names: Vec<String> =
+            descendants(&valid.workflow).iter().map(|child| child.workflow.name().to_string()).collect();
+        assert_eq!(names, ["middle", "leaf"]);
+
+        // What the phase could not load is what validation reports.
+        write(temp.path(), "middle.dot", &manager("middle", "gone.dot"));
+        let checked = Loader::new().load_file(&parent).unwrap();
+        let failures: Vec<&str> = checked.children.failures().map(|(id, _)| id).collect();
+        assert_eq!(failures, ["m"]);
+        let reported = checked.diagnostics.iter().find(|d| d.rule == "child_workflow").expect("reported");
+        assert!(reported.message.contains("cannot read child workflow"), "{}", reported.message);
     }
 }

@@ -210,7 +210,7 @@ impl EngineBuilder {
         let mut chain: Vec<Arc<dyn Interviewer>> = Vec::new();
         if let Some(path) = &self.answers {
             let answers = AnswersFile::from_file(path).map_err(SetupError::Answers)?;
-            let children = crate::child_workflow::descendants(workflow);
+            let children = crate::load::descendants(workflow);
             let mut gates = Gate::all(workflow);
             gates.extend(children.iter().flat_map(|child| Gate::all(&child.workflow)));
             answers.check(&gates).map_err(SetupError::AnswersMismatch)?;

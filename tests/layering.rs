@@ -1,7 +1,8 @@
 //! The runtime's layers, as docs/library.md draws them: the stage contract (stage.rs, child_run.rs,
 //! join.rs, usage.rs, events.rs, outcome.rs) sits below both the engine and the handlers; the
 //! engine and the handlers do not import each other; backends and the run directory import
-//! neither. Checked on the source (test modules excluded), so that a shortcut across layers fails
+//! neither; child workflows load in the loader, and validation and the graph never load one.
+//! Checked on the source (test modules excluded), so that a shortcut across layers fails
 //! here instead of growing a knot.
 
 use std::path::{Path, PathBuf};
@@ -67,4 +68,12 @@ fn the_stage_contract_sits_below_engine_and_handlers() {
 fn backends_and_the_run_directory_import_neither_engine_nor_handlers() {
     assert_eq!(crossings("backends", &["engine", "handlers", "run_dir", "session"]), Vec::<String>::new());
     assert_eq!(crossings("run_dir", &["engine", "handlers", "backends", "session"]), Vec::<String>::new());
+}
+
+#[test]
+fn child_workflows_load_in_the_loader_and_validation_only_reads_what_it_found() {
+    for part in ["child_workflow.rs", "validate", "graph"] {
+        assert_eq!(crossings(part, &["load"]), Vec::<String>::new());
+    }
+    assert_eq!(crossings("graph", &["validate", "child_workflow"]), Vec::<String>::new());
 }

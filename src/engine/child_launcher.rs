@@ -3,19 +3,23 @@
 
 use super::{Engine, RunOptions, RunReport};
 use crate::child_run::{ChildEnd, ChildRunError, ChildRunRequest, ChildRunner, ChildSlot};
+use crate::child_workflow::ChildWorkflowError;
 use crate::graph::{Node, Workflow};
+use crate::load::ChildWorkflows;
+use crate::ValidWorkflow;
 
-/// Runs child workflows with the engine and run options of the run whose stage asks. Cheap to
-/// copy.
+/// Runs child workflows (the ones loaded with the run's workflow) with the engine and run options
+/// of the run whose stage asks. Cheap to copy.
 #[derive(Clone, Copy)]
 pub struct ChildLauncher<'a> {
     engine: &'a Engine,
     options: &'a RunOptions,
+    children: &'a ChildWorkflows,
 }
 
 impl<'a> ChildLauncher<'a> {
-    pub fn new(engine: &'a Engine, options: &'a RunOptions) -> Self {
-        ChildLauncher { engine, options }
+    pub fn new(engine: &'a Engine, options: &'a RunOptions, children: &'a ChildWorkflows) -> Self {
+        ChildLauncher { engine, options, children }
     }
 }
 
@@ -23,6 +27,10 @@ impl<'a> ChildLauncher<'a> {
 impl ChildRunner for ChildLauncher<'_> {
     fn first_unhandled<'w>(&self, workflow: &'w Workflow) -> Option<&'w Node> {
         self.engine.handlers.first_unhandled(workflow)
+    }
+
+    fn child_workflow(&self, node_id: &str) -> Option<Result<&ValidWorkflow, &ChildWorkflowError>> {
+        self.children.of(node_id)
     }
 
     async fn run(&self, request: ChildRunRequest<'_>) -> Result<ChildEnd, ChildRunError> {

@@ -15,6 +15,8 @@ use crate::run_dir::RunDir;
 pub(super) struct RunScope<'e> {
     pub engine: &'e Engine,
     pub workflow: &'e Workflow,
+    /// The child workflows of its manager stages, loaded with it.
+    pub children: &'e crate::load::ChildWorkflows,
     pub options: &'e RunOptions,
     pub run_dir: RunDir,
     pub run_id: String,

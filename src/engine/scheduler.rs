@@ -194,7 +194,7 @@ impl Engine {
             manifest,
             lock,
         };
-        let run = self.begin(workflow, options, start_state, cancel);
+        let run = self.begin(valid, options, start_state, cancel);
         if !reused.is_empty() {
             run.main.scope.events.run_event(Event::RunDirReused { run_dir: root.clone(), removed: reused });
         }
@@ -292,7 +292,7 @@ impl Engine {
             manifest,
             lock,
         };
-        let mut run = self.begin(workflow, options, start_state, cancel);
+        let mut run = self.begin(valid, options, start_state, cancel);
         let main = &mut run.main;
         main.journaled_stages = main.state.summaries.len();
         // A run from before the journal starts one holding its whole state.
@@ -343,14 +343,16 @@ impl Engine {
     /// The run's shared scope and its main line, ready to walk.
     fn begin<'e>(
         &'e self,
-        workflow: &'e Workflow,
+        valid: &'e ValidWorkflow,
         options: &'e RunOptions,
         start: RunStart,
         cancel: CancellationToken,
     ) -> Run<'e> {
+        let workflow = &valid.workflow;
         let scope = RunScope {
             engine: self,
             workflow,
+            children: &valid.children,
             options,
             artifacts: artifact_store(workflow, start.run_dir.root()),
             run_dir: start.run_dir,

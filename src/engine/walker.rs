@@ -492,7 +492,7 @@ impl<'e> Walker<'e> {
             dry_run: scope.options.dry_run,
             preamble: self.conversation.preamble.as_deref(),
             thread: self.conversation.thread(),
-            children: &super::ChildLauncher::new(scope.engine, scope.options),
+            children: &super::ChildLauncher::new(scope.engine, scope.options, scope.children),
             // The ceilings' remainder bounds a stage that makes several model calls.
             usage_left: crate::usage::UsageLimits::resolve(scope.options.limits, scope.workflow)
                 .left(&self.state.stages)

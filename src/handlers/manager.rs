@@ -51,8 +51,8 @@ impl Handler for ManagerHandler {
                     // What the child's stages are given of this run, kept beside the stage.
                     write_stage_file(&stage.stage_dir.join("preamble.md"), preamble)?;
                 }
-                let (workflow, resumed) = load_child(stage, &slot)?;
-                if let Some(node) = stage.children.first_unhandled(&workflow.workflow) {
+                let child = child_workflow(stage, &slot)?;
+                if let Some(node) = stage.children.first_unhandled(&child.get().workflow) {
                     return Err(HandlerError::Terminal(format!(
                         "the child workflow's node `{}` is a {} stage, which this version of fabro cannot run",
                         node.id,
@@ -60,7 +60,7 @@ impl Handler for ManagerHandler {
                     )));
                 }
                 let supervisor = Supervisor::new(stage, settings);
-                supervisor.run(&workflow, slot, resumed).await?
+                supervisor.run(child.get(), slot, child.resumed()).await?
             }
         };
         conclude(stage, settings, &report, stopped_by)
@@ -89,26 +89,47 @@ fn settings_of(node: &Node) -> Result<&ManagerSettings, HandlerError> {
     })
 }
 
-/// The child workflow: from its file for a new child, from the copy stored in its run directory
-/// for one that is continued. Returns whether it is continued.
-fn load_child(stage: &StageRun<'_>, slot: &ChildSlot) -> Result<(ValidWorkflow, bool), HandlerError> {
-    let ancestors = [child_workflow::canonical(stage.workflow.source().path())];
-    let loaded = match slot {
+/// The child workflow a manager runs.
+enum ChildWorkflow<'w> {
+    /// For a new child: loaded with this run's workflow.
+    Loaded(&'w ValidWorkflow),
+    /// For a child that is continued: loaded from the copy stored in its run directory, which is
+    /// what it started with.
+    Stored(Box<ValidWorkflow>),
+}
+
+impl ChildWorkflow<'_> {
+    fn get(&self) -> &ValidWorkflow {
+        match self {
+            ChildWorkflow::Loaded(valid) => valid,
+            ChildWorkflow::Stored(valid) => valid,
+        }
+    }
+
+    fn resumed(&self) -> bool {
+        matches!(self, ChildWorkflow::Stored(_))
+    }
+}
+
+/// The child workflow for `slot` (see [`ChildWorkflow`]).
+fn child_workflow<'s>(stage: &'s StageRun<'_>, slot: &ChildSlot) -> Result<ChildWorkflow<'s>, HandlerError> {
+    let failed = |error: &ChildWorkflowError| HandlerError::Terminal(error.to_string());
+    match slot {
         ChildSlot::Unfinished(saved) => {
             let source = SourceFile::new(&saved.manifest.source_path, saved.workflow_source.clone());
-            child_workflow::load_source(source, &ancestors).map(|valid| (valid, true))
+            let ancestors = [child_workflow::canonical(stage.workflow.source().path())];
+            let valid = crate::load::load_child_source(source, &ancestors).map_err(|error| failed(&error))?;
+            Ok(ChildWorkflow::Stored(Box::new(valid)))
         }
-        _ => {
-            let child = child_workflow::reference(stage.workflow, stage.node).ok_or_else(|| {
-                HandlerError::Terminal(format!(
-                    "manager stage `{}` names no child workflow (set stack.child_workflow)",
-                    stage.node.id
-                ))
-            })?;
-            child_workflow::load_file(&child.path, &ancestors).map(|valid| (valid, false))
-        }
-    };
-    loaded.map_err(|error: ChildWorkflowError| HandlerError::Terminal(error.to_string()))
+        _ => match stage.children.child_workflow(&stage.node.id) {
+            Some(Ok(valid)) => Ok(ChildWorkflow::Loaded(valid)),
+            Some(Err(error)) => Err(failed(error)),
+            None => Err(HandlerError::Terminal(format!(
+                "manager stage `{}` names no child workflow (set stack.child_workflow)",
+                stage.node.id
+            ))),
+        },
+    }
 }
 
 /// Why the manager stopped its child before the child ended on its own.

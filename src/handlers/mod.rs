@@ -112,6 +112,7 @@ pub(crate) mod test_support {
                         },
                     ))),
                     Box::leak(Box::default()),
+                    Box::leak(Box::default()),
                 ),
                 events: EventLog::in_memory("test-run"),
                 cancel: CancellationToken::new(),

@@ -1,8 +1,8 @@
-//! Manager rules: a manager stage's settings, and its child workflow, which is loaded and
-//! validated here so that `fabro validate` on the parent reports a bad child with the child
-//! file's positions.
+//! Manager rules: a manager stage's settings, and its child workflow, which the loader loaded and
+//! validated so that `fabro validate` on the parent reports a bad child with the child file's
+//! positions.
 
-use std::path::PathBuf;
+use std::sync::Arc;
 
 use super::Rule;
 use crate::child_workflow::{self, ChildWorkflowError};
@@ -63,11 +63,12 @@ pub fn manager_settings(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
     }
 }
 
-/// `child_workflow`: every manager's child workflow loads and validates. `ancestors` are the
-/// workflows above this one, so a workflow that (through its children) runs itself is reported
-/// instead of loaded forever.
+/// `child_workflow`: every manager's child workflow loads and validates. The loader loaded them
+/// (a workflow that, through its children, runs itself is a cycle there); this reports what it
+/// found, at the attribute that names the child.
 pub struct ChildWorkflows {
-    pub ancestors: Vec<PathBuf>,
+    /// Manager node ids whose child cannot run, and why.
+    pub failures: Vec<(String, Arc<ChildWorkflowError>)>,
 }
 
 impl Rule for ChildWorkflows {
@@ -76,25 +77,18 @@ impl Rule for ChildWorkflows {
     }
 
     fn check(&self, workflow: &Workflow, out: &mut Vec<Diagnostic>) {
-        let mut chain = self.ancestors.clone();
-        let own = child_workflow::canonical(workflow.source().path());
-        if chain.last() != Some(&own) {
-            chain.push(own);
-        }
-        for node in managers(workflow) {
-            let Some(child) = node.settings.manager().and_then(|settings| settings.child.as_ref()) else {
-                continue;
-            };
-            let Err(error) = child_workflow::load_file(&child.path, &chain) else { continue };
+        for (node_id, error) in &self.failures {
+            let Some(node) = workflow.node(node_id) else { continue };
+            let Some(child) = child_workflow::reference(workflow, node) else { continue };
             let diagnostic = |message: String, fix: String| {
                 Diagnostic::error("child_workflow", message).node(&node.id).span(child.span).fix(fix)
             };
-            match error {
+            match error.as_ref() {
                 ChildWorkflowError::Invalid { errors, .. } => {
                     for e in errors {
                         out.push(diagnostic(
                             format!("child workflow {}: {}", e.location, e.message),
-                            e.fix.unwrap_or_else(|| "fix the child workflow".to_string()),
+                            e.fix.clone().unwrap_or_else(|| "fix the child workflow".to_string()),
                         ));
                     }
                 }

@@ -8,8 +8,9 @@ mod routing;
 mod stages;
 mod structure;
 
-use std::path::PathBuf;
+use std::sync::Arc;
 
+use crate::child_workflow::ChildWorkflowError;
 use crate::diagnostic::Diagnostic;
 use crate::graph::Workflow;
 
@@ -40,13 +41,18 @@ impl Rule for BuiltinRule {
 
 /// The built-in rules. `custom_types` are handler types registered by the caller, which the
 /// `type_known` rule accepts alongside the built-in ones.
+/// Child workflows are the loader's to load (`load.rs`), so these rules find no problem
+/// with them; [`builtin_rules_with_children`] reports what loading them found.
 pub fn builtin_rules(custom_types: Vec<String>) -> Vec<Box<dyn Rule>> {
-    builtin_rules_within(custom_types, Vec::new())
+    builtin_rules_with_children(custom_types, Vec::new())
 }
 
-/// The built-in rules for a workflow loaded as the child of `ancestors` (canonical paths of the
-/// workflows above it, outermost first), so that child cycles are found.
-pub(crate) fn builtin_rules_within(custom_types: Vec<String>, ancestors: Vec<PathBuf>) -> Vec<Box<dyn Rule>> {
+/// The built-in rules, with the manager stages (by node id) whose child workflow the loader could
+/// not load, and why.
+pub fn builtin_rules_with_children(
+    custom_types: Vec<String>,
+    child_failures: Vec<(String, Arc<ChildWorkflowError>)>,
+) -> Vec<Box<dyn Rule>> {
     let table: [(&'static str, Check); 26] = [
         ("start_node", structure::start_node),
         ("terminal_node", structure::terminal_node),
@@ -78,7 +84,7 @@ pub(crate) fn builtin_rules_within(custom_types: Vec<String>, ancestors: Vec<Pat
     let mut rules: Vec<Box<dyn Rule>> =
         table.into_iter().map(|(id, check)| Box::new(BuiltinRule { id, check }) as Box<dyn Rule>).collect();
     rules.insert(8, Box::new(attributes::TypeKnown { custom_types }));
-    rules.push(Box::new(children::ChildWorkflows { ancestors }));
+    rules.push(Box::new(children::ChildWorkflows { failures: child_failures }));
     rules
 }
 
