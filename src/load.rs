@@ -61,6 +61,26 @@ pub struct ValidWorkflow {
     pub children: ChildWorkflows,
 }
 
+impl ValidWorkflow {
+    /// Every child workflow below this one (children of children too), each file once: what a
+    /// run can reach through its manager stages.
+    pub fn descendants(&self) -> Vec<&ValidWorkflow> {
+        let mut seen = vec![child_workflow::canonical(self.workflow.source().path())];
+        let mut found: Vec<&ValidWorkflow> = Vec::new();
+        let mut pending: Vec<&ValidWorkflow> = self.children.loaded().collect();
+        while let Some(child) = pending.pop() {
+            let own = child_workflow::canonical(child.workflow.source().path());
+            if seen.contains(&own) {
+                continue;
+            }
+            seen.push(own);
+            pending.extend(child.children.loaded());
+            found.push(child);
+        }
+        found
+    }
+}
+
 /// The child workflows of a workflow's manager stages, by manager node id: the child (with its own
 /// children) or why it cannot run.
 #[derive(Debug, Default)]
@@ -73,6 +93,11 @@ impl ChildWorkflows {
     pub fn of(&self, node_id: &str) -> Option<Result<&ValidWorkflow, &ChildWorkflowError>> {
         let (_, loaded) = self.entries.iter().find(|(id, _)| id == node_id)?;
         Some(loaded.as_ref().map_err(|error| error.as_ref()))
+    }
+
+    /// The children that loaded.
+    pub fn loaded(&self) -> impl Iterator<Item = &ValidWorkflow> {
+        self.entries.iter().filter_map(|(_, loaded)| loaded.as_ref().ok())
     }
 
     /// The manager stages whose child cannot run, and why.
@@ -225,37 +250,6 @@ impl Loader {
     }
 }
 
-/// Every child workflow below `workflow` that loads cleanly (children of children too), each file
-/// once, loaded again from its file: what a run could reach through its manager stages, for a
-/// caller that holds only the [`Workflow`]. A child that does not load is left out; validation
-/// reports it.
-pub fn descendants(workflow: &Workflow) -> Vec<ValidWorkflow> {
-    let mut found: Vec<ValidWorkflow> = Vec::new();
-    let mut seen = vec![child_workflow::canonical(workflow.source().path())];
-    let mut pending: Vec<PathBuf> = managed_children(workflow);
-    while let Some(path) = pending.pop() {
-        let own = child_workflow::canonical(&path);
-        if seen.contains(&own) {
-            continue;
-        }
-        seen.push(own);
-        if let Ok(child) = load_child_file(&path, &[]) {
-            pending.extend(managed_children(&child.workflow));
-            found.push(child);
-        }
-    }
-    found
-}
-
-/// The child workflow paths of `workflow`'s manager stages.
-fn managed_children(workflow: &Workflow) -> Vec<PathBuf> {
-    workflow
-        .nodes()
-        .filter(|node| node.handler_type() == HandlerType::Manager)
-        .filter_map(|node| child_workflow::reference(workflow, node).map(|reference| reference.path.clone()))
-        .collect()
-}
-
 /// Loads and validates the child workflow file at `path`. `ancestors` are the canonical paths of
 /// the workflows above it (outermost first); naming one of them again is a cycle.
 pub fn load_child_file(path: &Path, ancestors: &[PathBuf]) -> Result<ValidWorkflow, ChildWorkflowError> {
@@ -378,7 +372,7 @@ mod tests {
         assert_eq!(leaf.workflow.name(), "leaf");
         assert_eq!(valid.children.of("start").map(|child| child.is_ok()), None);
         let names: Vec<String> =
-            descendants(&valid.workflow).iter().map(|child| child.workflow.name().to_string()).collect();
+            valid.descendants().iter().map(|child| child.workflow.name().to_string()).collect();
         assert_eq!(names, ["middle", "leaf"]);
 
         // What the phase could not load is what validation reports.

@@ -6,7 +6,7 @@
 //! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
 //! use fabro::session::{BackendChoice, EngineBuilder};
 //! let valid = fabro::Loader::new().load_file("workflows/linear.dot".as_ref())?.into_valid()?;
-//! let engine = EngineBuilder::new(BackendChoice::Simulated).auto_approve().build(&valid.workflow)?;
+//! let engine = EngineBuilder::new(BackendChoice::Simulated).auto_approve().build(&valid)?;
 //! let options = fabro::engine::RunOptions { work_dir: std::env::current_dir()?, ..Default::default() };
 //! let cancel = tokio_util::sync::CancellationToken::new();
 //! let report = engine.run(&valid, &options, |_event| {}, cancel).await?;
@@ -29,6 +29,7 @@ use crate::interview::answers::{AnswersError, AnswersFile};
 use crate::interview::{AutoApprove, FirstAvailable, Gate, Interviewer, NoAnswers};
 use crate::run_dir::{LaunchRecord, RunDirError, SavedRun};
 use crate::stage::{HandlerRegistry, Services};
+use crate::ValidWorkflow;
 
 /// Why a run could not be set up. Nothing has run and nothing was written.
 #[derive(Debug, thiserror::Error)]
@@ -197,9 +198,11 @@ impl EngineBuilder {
         self
     }
 
-    /// The engine for `workflow`; refuses a workflow with stages no handler runs, a backend that
-    /// cannot serve its LLM stages, and an answers file that does not fit its gates.
-    pub fn build(self, workflow: &Workflow) -> Result<Engine, SetupError> {
+    /// The engine for `valid`; refuses a workflow with stages no handler runs, a backend that
+    /// cannot serve its LLM stages, and an answers file that does not fit the gates of the
+    /// workflow and its child workflows.
+    pub fn build(self, valid: &ValidWorkflow) -> Result<Engine, SetupError> {
+        let workflow = &valid.workflow;
         if let Some(node) = self.handlers.first_unhandled(workflow) {
             return Err(SetupError::UnhandledStage {
                 node: node.id.clone(),
@@ -210,9 +213,8 @@ impl EngineBuilder {
         let mut chain: Vec<Arc<dyn Interviewer>> = Vec::new();
         if let Some(path) = &self.answers {
             let answers = AnswersFile::from_file(path).map_err(SetupError::Answers)?;
-            let children = crate::load::descendants(workflow);
             let mut gates = Gate::all(workflow);
-            gates.extend(children.iter().flat_map(|child| Gate::all(&child.workflow)));
+            gates.extend(valid.descendants().into_iter().flat_map(|child| Gate::all(&child.workflow)));
             answers.check(&gates).map_err(SetupError::AnswersMismatch)?;
             chain.push(Arc::new(answers));
         }

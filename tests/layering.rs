@@ -1,8 +1,8 @@
-//! The runtime's layers, as docs/library.md draws them: the stage contract (stage.rs, child_run.rs,
-//! join.rs, usage.rs, events.rs, outcome.rs) sits below both the engine and the handlers; the
-//! engine and the handlers do not import each other; backends and the run directory import
-//! neither; child workflows load in the loader, and validation and the graph never load one.
-//! Checked on the source (test modules excluded), so that a shortcut across layers fails
+//! The runtime's layers, as docs/library.md draws them: the stage contract (stage.rs,
+//! child_run.rs, join.rs, usage.rs, event.rs, events.rs, outcome.rs) sits below both the engine and
+//! the handlers; the engine and the handlers do not import each other; backends and the run
+//! directory import neither; child workflows load in the loader, and validation and the graph never
+//! load one. Checked on the source (test modules excluded), so that a shortcut across layers fails
 //! here instead of growing a knot.
 
 use std::path::{Path, PathBuf};
@@ -59,7 +59,7 @@ fn the_engine_and_the_handlers_do_not_import_each_other() {
 
 #[test]
 fn the_stage_contract_sits_below_engine_and_handlers() {
-    for part in ["stage.rs", "child_run.rs", "join.rs", "usage.rs", "events.rs", "outcome.rs"] {
+    for part in ["stage.rs", "child_run.rs", "join.rs", "usage.rs", "event.rs", "events.rs", "outcome.rs"] {
         assert_eq!(crossings(part, &["engine", "handlers", "session", "cli"]), Vec::<String>::new());
     }
 }

@@ -38,7 +38,7 @@ async fn a_library_user_runs_a_workflow_with_answers_from_a_file() {
     std::fs::write(dir.path().join("answers.json"), r#"{"review": "F"}"#).unwrap();
     let engine = EngineBuilder::new(BackendChoice::Simulated)
         .answers_file(dir.path().join("answers.json"))
-        .build(&valid.workflow)
+        .build(&valid)
         .unwrap();
     let options = RunOptions {
         run_dir: Some(dir.path().join("run")),
@@ -63,7 +63,7 @@ fn an_answers_file_for_gates_the_workflow_lacks_is_refused_when_the_engine_is_bu
     std::fs::write(dir.path().join("answers.json"), r#"{"revue": "F"}"#).unwrap();
     let refused = EngineBuilder::new(BackendChoice::Simulated)
         .answers_file(dir.path().join("answers.json"))
-        .build(&valid.workflow)
+        .build(&valid)
         .err()
         .expect("refused");
     assert!(matches!(refused, SetupError::AnswersMismatch(_)), "{refused:?}");
@@ -77,7 +77,7 @@ fn a_stage_no_handler_runs_is_refused_with_its_node_and_kind() {
     let valid = load(dir.path(), GATED);
     let refused = EngineBuilder::new(BackendChoice::Simulated)
         .handlers(HandlerRegistry::new())
-        .build(&valid.workflow)
+        .build(&valid)
         .err()
         .expect("refused");
     match refused {
@@ -93,7 +93,7 @@ fn a_missing_responses_file_is_a_typed_refusal() {
     let dir = tempfile::tempdir().unwrap();
     let valid = load(dir.path(), GATED);
     let refused = EngineBuilder::new(BackendChoice::Scripted(dir.path().join("nope.json")))
-        .build(&valid.workflow)
+        .build(&valid)
         .err()
         .expect("refused");
     assert!(matches!(refused, SetupError::Responses(_)), "{refused:?}");

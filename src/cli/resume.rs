@@ -57,7 +57,7 @@ async fn continue_run(args: &mut ResumeArgs) -> Result<u8, Refusal> {
     let valid = report_diagnostics(loaded, &source.path, true)?;
     source.adopt(&mut saved, &valid.workflow)?;
     let user_sandbox = super::run::check_sandbox(&args.launch, &valid.workflow)?;
-    let engine = engine_for(&args.launch, &valid.workflow)?;
+    let engine = engine_for(&args.launch, &valid)?;
     let options = RunOptions {
         run_dir: Some(run_dir),
         work_dir: PathBuf::from(&saved.manifest.work_dir),

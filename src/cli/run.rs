@@ -272,7 +272,7 @@ async fn start(args: &RunArgs) -> Result<u8, Refusal> {
     let work_dir =
         work_dir(args.workdir.as_deref()).map_err(|message| format!("{message}; the run did not start"))?;
     let user_sandbox = check_sandbox(&args.launch, &valid.workflow)?;
-    let engine = engine_for(&args.launch, &valid.workflow)?;
+    let engine = engine_for(&args.launch, &valid)?;
     let options = RunOptions {
         run_dir: args.run_dir.clone(),
         work_dir,
@@ -339,7 +339,7 @@ pub fn report_diagnostics(
 
 /// The engine with the built-in handlers, the backend and the interviewer the options ask for;
 /// refuses workflows with stages this version cannot run.
-pub fn engine_for(launch: &LaunchArgs, workflow: &Workflow) -> Result<Engine, Refusal> {
+pub fn engine_for(launch: &LaunchArgs, valid: &fabro::ValidWorkflow) -> Result<Engine, Refusal> {
     if let Some(cost) = launch.max_cost.filter(|cost| !cost.is_finite() || *cost < 0.0) {
         return Err(Refusal::Message(format!("--max-cost {cost} is not a cost in US dollars (0 or more)")));
     }
@@ -364,7 +364,7 @@ pub fn engine_for(launch: &LaunchArgs, workflow: &Workflow) -> Result<Engine, Re
         }
         builder = builder.person(console);
     }
-    Ok(builder.build(workflow)?)
+    Ok(builder.build(valid)?)
 }
 
 /// Prints the outcome, writes the CI reports (`--junit`, `$GITHUB_STEP_SUMMARY`) and turns the
