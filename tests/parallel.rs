@@ -333,6 +333,30 @@ fn the_model_picks_the_best_branch_by_exact_id() {
         .run();
     let reason = failure_reason(&ran);
     assert!(reason.contains("exactly one of fast, careful (it named `car`)"), "{reason}");
+
+    // A model that answers with the id alone, or with a JSON object, is understood.
+    for answer in ["careful", r#"{\"best_id\": \"careful\"}"#] {
+        let ran = Test::new()
+            .workflow(workflow)
+            .file("responses.json", &format!(r#"{{"judge": "{answer}"}}"#))
+            .args(["run", "workflow.dot", "--run-dir", RUN_DIR, "--responses", "responses.json"])
+            .status(0)
+            .run();
+        assert_eq!(context(&run_of(&ran))["parallel.fan_in.best_id"], "careful", "answer {answer}");
+    }
+
+    // Naming two branches names none: the stage fails and lists the choices.
+    let ran = Test::new()
+        .workflow(workflow)
+        .file("responses.json", r#"{"judge": "fast, careful"}"#)
+        .args(["run", "workflow.dot", "--run-dir", RUN_DIR, "--responses", "responses.json"])
+        .status(1)
+        .run();
+    let reason = failure_reason(&ran);
+    assert!(
+        reason.contains("does not name a branch") && reason.contains("exactly one of fast, careful"),
+        "{reason}"
+    );
 }
 
 /// A branch that reaches the exit without passing the join fails with a reason.

@@ -2,8 +2,9 @@
 //!
 //! The stage reads `parallel.results`, picks the best branch, applies that branch's context
 //! updates to the run, and (when branches worked in git worktrees) merges its commit into the work
-//! directory. With a `prompt`, the model picks: it sees every branch's result and must end its
-//! answer with a line `best: <branch id>` naming one of them exactly. Without a prompt, branches
+//! directory. With a `prompt`, the model picks: it sees every branch's result and names one of
+//! them exactly, with a last line `best: <branch id>`, a JSON object `{"best_id": "<branch id>"}`
+//! or the branch id alone. Without a prompt, branches
 //! rank by status (success, partial_success, retry, fail, cancelled), then by the numeric `score`
 //! a branch set in its context (higher first; none ranks last), then by declaration order.
 //!
@@ -116,7 +117,7 @@ fn branch_results(stage: &StageRun<'_>) -> Result<Vec<BranchResult>, HandlerErro
     })
 }
 
-/// Asks the model to pick the best branch; its answer must end with `best: <id>`.
+/// Asks the model to pick the best branch; its answer must name one (see [`named_branch`]).
 async fn ask_model<'r>(
     stage: &StageRun<'_>,
     template: &str,
@@ -132,15 +133,37 @@ async fn ask_model<'r>(
     write(stage, "prompt.md", &prompt).await?;
     let (response, _) = super::llm::complete(stage, &super::llm::request_for(stage, &prompt)?).await?;
     write(stage, "response.md", &response.text).await?;
-    let chosen = crate::backends::chosen(&response.text);
-    match chosen.and_then(|id| ranked.iter().find(|r| r.branch_id == id)) {
+    let chosen = named_branch(&response.text);
+    match chosen.as_deref().and_then(|id| ranked.iter().find(|r| r.branch_id == id)) {
         Some(best) => Ok((best, response)),
         None => Err(HandlerError::Retryable(format!(
-            "the model's answer does not name a branch: it must end with a line `best: <id>` where <id> is exactly one of {}{}",
+            "the model's answer does not name a branch: it must end with a line `best: <id>`, be a JSON \
+             object {{\"best_id\": \"<id>\"}} or be the id alone, where <id> is exactly one of {}{}",
             ids.join(", "),
             chosen.map(|id| format!(" (it named `{id}`)")).unwrap_or_default()
         ))),
     }
+}
+
+/// The branch id an answer names, in the forms models use: a last line `best: <id>`, a JSON
+/// object `{"best_id": "<id>"}` (alone or in a code fence), or an answer that is one word and
+/// nothing else (`b10`). The caller matches it exactly against the branch ids: never a prefix.
+fn named_branch(answer: &str) -> Option<String> {
+    if let Some(id) = crate::backends::chosen(answer) {
+        return Some(id.to_string());
+    }
+    let trimmed = answer.trim();
+    let unfenced = trimmed
+        .strip_prefix("```json")
+        .or_else(|| trimmed.strip_prefix("```"))
+        .and_then(|rest| rest.strip_suffix("```"))
+        .unwrap_or(trimmed)
+        .trim();
+    if let Ok(Value::Object(object)) = serde_json::from_str::<Value>(unfenced) {
+        return object.get("best_id").and_then(Value::as_str).map(|id| id.trim().to_string());
+    }
+    let word = trimmed.trim_matches(|c: char| matches!(c, '`' | '"' | '\'' | '*' | '_' | '.'));
+    (!word.is_empty() && !word.contains(char::is_whitespace)).then(|| word.to_string())
 }
 
 /// One branch as the model sees it.
@@ -184,4 +207,29 @@ async fn write(stage: &StageRun<'_>, name: &str, text: &str) -> Result<(), Handl
     tokio::fs::write(&path, text)
         .await
         .map_err(|error| HandlerError::Terminal(format!("cannot write {}: {error}", path.display())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::named_branch;
+
+    #[test]
+    fn an_answer_names_a_branch_by_best_line_json_or_the_id_alone() {
+        assert_eq!(named_branch("Both work.\nbest: careful").as_deref(), Some("careful"));
+        assert_eq!(named_branch("b10").as_deref(), Some("b10"));
+        assert_eq!(named_branch("  `b10`.\n").as_deref(), Some("b10"));
+        assert_eq!(named_branch(r#"{"best_id": "b2", "why": "tests pass"}"#).as_deref(), Some("b2"));
+        assert_eq!(named_branch("```json\n{\"best_id\": \"b2\"}\n```").as_deref(), Some("b2"));
+        // A `best:` line wins over anything before it.
+        assert_eq!(named_branch("b1\nbest: b2").as_deref(), Some("b2"));
+    }
+
+    #[test]
+    fn prose_or_two_ids_name_no_branch() {
+        assert_eq!(named_branch("I would pick b1 or b2"), None);
+        assert_eq!(named_branch("b1, b2"), None);
+        assert_eq!(named_branch(r#"{"winner": "b1"}"#), None);
+        assert_eq!(named_branch(r#"{"best_id": 3}"#), None);
+        assert_eq!(named_branch(""), None);
+    }
 }
