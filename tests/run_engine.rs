@@ -1422,6 +1422,8 @@ fn max_visits_fails_the_run_on_the_visit_after_the_limit() {
     assert_eq!(read_text(&ran.dir.path().join("visits")), "visit\nvisit\n");
     assert!(ran.stage("work", 2).is_dir());
     assert!(!ran.stage("work", 3).exists(), "the refused visit gets no stage directory");
+    let checkpoint = ran.checkpoint();
+    assert_eq!(checkpoint["node_visits"]["work"], 2, "the refused visit is not counted: {checkpoint}");
     assert!(ran.stderr().contains("reason: node `work` would run a 3rd time, but max_visits=2"));
 
     // The graph's max_node_visits caps every node.

@@ -183,6 +183,8 @@ impl<'e> Walker<'e> {
         }
         let visit = scope.visits().count(&node.id);
         if let Some(reason) = self.visit_limit_exceeded(node, visit) {
+            // The refused visit never ran: the records count only the visits that did.
+            self.uncount_visit(&node.id);
             return Step::Finish(RunStatus::Failed, Some(reason));
         }
         // Usage ceilings pause the run before an LLM stage.
