@@ -2082,3 +2082,30 @@ fn sent_prompt(stage_dir: &Path) -> String {
         Err(_) => sent,
     }
 }
+
+/// `preferred_label` is an engine key: set after a stage that chose a label (a gate's answer),
+/// cleared after a stage that chose none, so a later condition never sees a stale choice.
+#[test]
+fn preferred_label_is_set_by_a_stage_that_chose_one_and_cleared_by_the_next() {
+    let workflow = r#"digraph labels {
+    start [shape=Mdiamond]
+    exit [shape=Msquare]
+    review [shape=hexagon, label="Ship it?"]
+    build [shape=parallelogram, script="echo built"]
+    start -> review
+    review -> build [label="[Y] Yes"]
+    review -> exit [label="[N] No"]
+    build -> exit
+}
+"#;
+    let ran =
+        run(workflow, &[("answers.json", r#"{"review": "Y"}"#)], &["--answers", "answers.json", "-q"], 0);
+    let run_dir = ran.dir.path().join(RUN_DIR);
+    let (_, after_review) = common::journal_entry_after(&run_dir, "review");
+    assert_eq!(after_review["set"]["preferred_label"], "[Y] Yes", "{after_review}");
+    let (_, after_build) = common::journal_entry_after(&run_dir, "build");
+    let removed: Vec<&str> =
+        after_build["removed"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    assert!(removed.contains(&"preferred_label"), "cleared after a stage that chose none: {after_build}");
+    assert!(ran.checkpoint()["context"].get("preferred_label").is_none());
+}
