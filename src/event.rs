@@ -201,12 +201,31 @@ pub enum Event {
     AgentWatchdog { tool: String, arguments: String, repeats: u32 },
     #[serde(rename = "agent.context_window_warning")]
     AgentContextWindowWarning { estimated_tokens: u64, context_window_size: u64, usage_percent: u64 },
+    /// `trigger`: `window`, `turns` or `budget`; `mode`: the stage's compaction_mode.
     #[serde(rename = "agent.compaction.started")]
-    AgentCompactionStarted { estimated_tokens: u64, turn_count: usize },
+    AgentCompactionStarted { estimated_tokens: u64, turn_count: usize, mode: String, trigger: String },
     #[serde(rename = "agent.compaction.completed")]
     AgentCompactionCompleted(Compaction),
+    /// A summary call failed; `fallback` says what replaced the turns (`compaction_failed_marker`,
+    /// or `lossless` under hybrid).
     #[serde(rename = "agent.compaction.failed")]
-    AgentCompactionFailed { error: String },
+    AgentCompactionFailed { error: String, fallback: String },
+    /// The input tokens sent since the last compaction reached `context_budget_warn`.
+    #[serde(rename = "agent.context.budget_warning")]
+    AgentContextBudgetWarning { input_tokens: u64, warn_at: u64 },
+    /// A call rejected for its size is sent again smaller: `step` 1-3 of the trim ladder.
+    #[serde(rename = "agent.context.trim_retry")]
+    AgentContextTrimRetry {
+        turn: u32,
+        step: usize,
+        action: String,
+        error: String,
+        before_tokens: u64,
+        after_tokens: u64,
+    },
+    /// The anti-thrash guard held a compaction back.
+    #[serde(rename = "agent.context.compaction_held")]
+    AgentContextCompactionHeld { estimated_tokens: u64, recent_compactions: usize, min_savings: f64 },
 }
 
 /// How a run ended (`run.completed`, `run.failed`, `run.interrupted`).
@@ -275,13 +294,17 @@ pub struct ChildObservation {
     pub run_dir: String,
 }
 
-/// A summary replaced old turns of an agent's history.
+/// A compaction rewrote an agent's history: the turns it found and kept, the block it left (none
+/// under `window`), and the estimate before and after.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Compaction {
     pub original_turn_count: usize,
     pub preserved_turn_count: usize,
     pub summary_token_estimate: u64,
     pub tracked_file_count: usize,
+    pub mode: String,
+    pub before_tokens: u64,
+    pub after_tokens: u64,
 }
 
 #[cfg(test)]

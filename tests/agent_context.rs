@@ -131,3 +131,338 @@ fn old_results_age_unless_aging_is_off() {
     let last = tool_results(&server.main_requests()[8].json());
     assert!(last.iter().all(|r| r.len() > 20_000));
 }
+
+// Compaction modes, triggers and the context budget.
+
+fn events_named(ran: &common::Ran, name: &str) -> Vec<Value> {
+    std::fs::read_to_string(ran.dir.path().join("run/events.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str::<Value>(line).unwrap())
+        .filter(|event| event["event"] == name)
+        .collect()
+}
+
+/// The text of message `index` of a request body (system prompt at 0).
+fn message(body: &Value, index: usize) -> String {
+    body["messages"][index]["content"].as_str().unwrap_or_default().to_string()
+}
+
+/// Turns 1-3 write a file, run a failing command and read a file; turn 4 answers.
+fn write_run_read() -> Vec<Reply> {
+    vec![
+        openai_tools(&[("c0", "write_file", json!({"path": "out/first.txt", "content": "first"}))]),
+        openai_tools(&[("c1", "shell", json!({"command": "echo checking; exit 3"}))]),
+        openai_tools(&[("c2", "read_file", json!({"path": "f0.txt"}))]),
+        openai_text("Done.", 10, 5),
+    ]
+}
+
+#[test]
+fn intent_compaction_rebuilds_old_turns_from_the_tool_log_without_a_model_call() {
+    let server = LlmServer::start(write_run_read(), Vec::new());
+    let ran = with_files(
+        compatible(
+            &server,
+            &workflow(", compaction_mode=intent, compaction_trigger_turns=3, compaction_keep_turns=1"),
+        ),
+        1,
+        100,
+    )
+    .args(["run", "workflow.dot", "--run-dir", "run", "--workdir", "work", "-q"])
+    .status(0)
+    .run();
+    let requests = server.requests();
+    assert_eq!(requests.len(), 4, "no summary call");
+    let last = requests[3].json();
+    assert!(message(&last, 1).ends_with("Read the files"), "the prompt stays");
+    let block = message(&last, 2);
+    assert!(block.starts_with("[Intent-derived reconstruction of turns 1-2"), "{block}");
+    assert!(block.contains("✓ write_file → \"out/first.txt\" (turn 1)"), "{block}");
+    assert!(block.contains("✗ shell → \"echo checking; exit 3\" — exit 3 (turn 2)"), "{block}");
+    assert!(block.contains("Do not redo operations marked ✓"));
+    // Then the kept turn, whole.
+    assert_eq!(last["messages"].as_array().unwrap().len(), 5);
+    assert!(tool_results(&last)[0].contains("0xxx"));
+    let started = events_named(&ran, "agent.compaction.started");
+    assert_eq!(
+        (started[0]["mode"].as_str(), started[0]["trigger"].as_str()),
+        (Some("intent"), Some("turns"))
+    );
+    let completed = events_named(&ran, "agent.compaction.completed");
+    assert_eq!(
+        (completed[0]["original_turn_count"].as_u64(), completed[0]["preserved_turn_count"].as_u64()),
+        (Some(3), Some(1))
+    );
+}
+
+#[test]
+fn lossless_compaction_states_the_run_records() {
+    let server = LlmServer::start(write_run_read(), Vec::new());
+    let dot = r#"digraph ctx {
+        goal="Ship the notes"
+        start [shape=Mdiamond]
+        exit [shape=Msquare]
+        build [shape=parallelogram, script="echo built"]
+        work [prompt="Read the files", llm_model="local-model", max_turns=20, goal_gate=true,
+              compaction_mode=lossless, compaction_trigger_turns=3, compaction_keep_turns=1]
+        start -> build -> work -> exit
+    }"#;
+    with_files(compatible(&server, dot), 1, 100)
+        .args(["run", "workflow.dot", "--run-dir", "run", "--workdir", "work", "-q"])
+        .status(0)
+        .run();
+    let requests = server.requests();
+    assert_eq!(requests.len(), 4, "no summary call");
+    let block = message(&requests[3].json(), 2);
+    for fact in [
+        "[Lossless reconstruction from the run's records, covering turns 1-2 of this stage]",
+        "stage `work` (visit 1)",
+        "- goal: Ship the notes",
+        "## Goal gates\n- `work`: not run yet",
+        "- `build` (visit 1, command): success",
+        "- stage `build`: `echo built` success",
+        "- `echo checking; exit 3` exit 3 (turn 2)",
+        "- out/first.txt (written)",
+        "## Context keys set",
+    ] {
+        assert!(block.contains(fact), "{fact} in\n{block}");
+    }
+}
+
+#[test]
+fn window_compaction_drops_the_oldest_turns_and_keeps_call_ids_paired() {
+    let server = LlmServer::start(reads(6), Vec::new());
+    let ran = with_files(
+        compatible(&server, &workflow(", compaction_mode=window, compaction_token_budget=2000")),
+        6,
+        3000,
+    )
+    .args(["run", "workflow.dot", "--run-dir", "run", "--workdir", "work", "-q"])
+    .status(0)
+    .run();
+    let requests = server.requests();
+    assert_eq!(requests.len(), 7, "no summary call");
+    for request in &requests {
+        let body = request.json();
+        let messages = body["messages"].as_array().unwrap();
+        assert!(message(&body, 1).ends_with("Read the files"), "the prompt is pinned");
+        let conversation: usize = messages.iter().map(|m| m["content"].as_str().map_or(0, str::len)).sum();
+        assert!(conversation / 4 <= 2000, "each request stays within the budget: {conversation} characters");
+        // Every tool result answers a call of the assistant message before it.
+        for (i, m) in messages.iter().enumerate().filter(|(_, m)| m["role"] == "tool") {
+            let id = &m["tool_call_id"];
+            let calls = messages[..i].iter().rev().find(|m| m["role"] == "assistant").unwrap();
+            assert!(calls["tool_calls"].as_array().unwrap().iter().any(|c| c["id"] == *id), "{body}");
+        }
+    }
+    assert!(tool_results(&requests[6].json()).len() < 6);
+    assert!(!events_named(&ran, "agent.compaction.completed").is_empty());
+}
+
+#[test]
+fn hybrid_compaction_puts_records_before_the_summary_and_keeps_them_when_the_summary_fails() {
+    let mut replies: Vec<Reply> = (0..3)
+        .map(|i| {
+            openai_tools(&[(
+                format!("c{i}").as_str(),
+                "write_file",
+                json!({"path": format!("out/{i}.txt"), "content": "x"}),
+            )])
+        })
+        .collect();
+    replies.push(openai_text("Done.", 10, 5));
+    // One summary, then the server has none left (HTTP 500).
+    let summary = "## Goal\nWrite files\n## Progress\nTwo written";
+    let server = LlmServer::start(replies, vec![openai_text(summary, 100, 20)]);
+    let ran = compatible(
+        &server,
+        &workflow(", compaction_mode=hybrid, compaction=aggressive, compaction_trigger_turns=2, compaction_keep_turns=1, compaction_model=\"cheap-model\""),
+    )
+    .file("work/.keep", "")
+    .args(["run", "workflow.dot", "--run-dir", "run", "--workdir", "work", "-q"])
+    .status(0)
+    .run();
+    let summaries: Vec<Value> = server
+        .requests()
+        .iter()
+        .filter(|r| r.body.contains("You summarize the history"))
+        .map(|r| r.json())
+        .collect();
+    assert_eq!(summaries.len(), 2);
+    assert_eq!(summaries[0]["model"], "cheap-model", "compaction_model writes the summaries");
+    let main = server.main_requests();
+    let first = message(&main[2].json(), 2);
+    assert!(first.starts_with("[Lossless reconstruction"), "{first}");
+    assert!(
+        first.contains("\n\n[Summary of the earlier part") && first.contains("## Progress\nTwo written"),
+        "{first}"
+    );
+    let second = message(&main[3].json(), 2);
+    assert!(second.starts_with("[Lossless reconstruction") && !second.contains("[Summary of"), "{second}");
+    assert!(second.contains("- out/0.txt (written)"));
+    let failed = events_named(&ran, "agent.compaction.failed");
+    assert_eq!(failed.len(), 1);
+    assert_eq!(failed[0]["fallback"], "lossless");
+}
+
+#[test]
+fn a_preset_compacts_by_turn_count() {
+    // aggressive: compact once 7 turns are uncompacted, keep 5.
+    let server = LlmServer::start(reads(8), Vec::new());
+    let ran =
+        with_files(compatible(&server, &workflow(", compaction=aggressive, compaction_mode=intent")), 8, 100)
+            .args(["run", "workflow.dot", "--run-dir", "run", "--workdir", "work", "-q"])
+            .status(0)
+            .run();
+    let completed = events_named(&ran, "agent.compaction.completed");
+    assert_eq!(completed.len(), 1, "{completed:?}");
+    assert_eq!(
+        (completed[0]["original_turn_count"].as_u64(), completed[0]["preserved_turn_count"].as_u64()),
+        (Some(7), Some(5))
+    );
+    let last = server.requests().last().unwrap().json();
+    assert!(message(&last, 2).contains("turns 1-2"), "{}", message(&last, 2));
+    assert_eq!(tool_results(&last).len(), 6);
+}
+
+#[test]
+fn the_context_budget_warns_once_per_cycle_and_its_cutover_compacts() {
+    // Every tool call reports 50 input tokens: the warning at 100, the cutover at 150.
+    let server = LlmServer::start(reads(6), Vec::new());
+    let ran = with_files(
+        compatible(
+            &server,
+            &workflow(", context_budget_warn=100, context_budget_cutover=150, compaction_mode=intent, compaction_keep_turns=1"),
+        ),
+        6,
+        100,
+    )
+    .args(["run", "workflow.dot", "--run-dir", "run", "--workdir", "work", "-q"])
+    .status(0)
+    .run();
+    let warnings = events_named(&ran, "agent.context.budget_warning");
+    assert_eq!(warnings.len(), 2, "{warnings:?}");
+    assert_eq!(warnings[0]["input_tokens"], 100);
+    let started = events_named(&ran, "agent.compaction.started");
+    assert_eq!(started.len(), 2);
+    assert!(started.iter().all(|s| s["trigger"] == "budget"));
+    let status: Value = serde_json::from_str(
+        &std::fs::read_to_string(ran.dir.path().join("run/stages/work/1/status.json")).unwrap(),
+    )
+    .unwrap();
+    assert!(status["context_tokens_saved"]["compaction"].as_u64().unwrap() > 0, "{status}");
+}
+
+#[test]
+fn contradicting_compaction_settings_are_validation_errors() {
+    Test::new()
+        .workflow(&workflow(", compaction_trigger_turns=4, compaction_keep_turns=4"))
+        .args(["validate", "workflow.dot"])
+        .status(2)
+        .stdout_contains("compaction_trigger_turns (4) must be more than compaction_keep_turns (4)")
+        .run();
+    Test::new()
+        .workflow(&workflow(", compaction=none, context_budget_cutover=1000"))
+        .args(["validate", "workflow.dot"])
+        .status(2)
+        .stdout_contains("context_budget_cutover compacts, but compaction=none turns compaction off")
+        .run();
+}
+
+#[test]
+fn the_config_file_context_section_sets_the_users_defaults() {
+    let server = LlmServer::start(write_run_read(), Vec::new());
+    let config =
+        "[context]\ncompaction_mode = \"intent\"\ncompaction_trigger_turns = 3\ncompaction_keep_turns = 1\n";
+    let test = with_files(compatible(&server, &workflow("")), 1, 100).file("config.toml", config).args([
+        "run",
+        "workflow.dot",
+        "--run-dir",
+        "run",
+        "--workdir",
+        "work",
+        "-q",
+    ]);
+    let config_path = test.path("config.toml").display().to_string();
+    let ran = test.env("FABRO_CONFIG", &config_path).status(0).run();
+    assert_eq!(events_named(&ran, "agent.compaction.started")[0]["mode"], "intent");
+    // A node attribute wins over the config file.
+    let server = LlmServer::start(write_run_read(), Vec::new());
+    let test = with_files(compatible(&server, &workflow(", compaction_mode=lossless")), 1, 100)
+        .file("config.toml", config)
+        .args(["run", "workflow.dot", "--run-dir", "run", "--workdir", "work", "-q"]);
+    let config_path = test.path("config.toml").display().to_string();
+    let ran = test.env("FABRO_CONFIG", &config_path).status(0).run();
+    assert_eq!(events_named(&ran, "agent.compaction.started")[0]["mode"], "lossless");
+}
+
+// The adaptive trim retry.
+
+#[test]
+fn a_call_rejected_for_its_size_is_sent_again_smaller_step_by_step() {
+    let replies = vec![
+        openai_tools(&[("c0", "read_file", json!({"path": "f0.txt"}))]),
+        Reply::status(413, r#"{"error": {"message": "request entity too large"}}"#),
+        Reply::status(
+            400,
+            r#"{"error": {"message": "This model's maximum context length is 8192 tokens.", "code": "context_length_exceeded"}}"#,
+        ),
+        openai_text("Done.", 10, 5),
+    ];
+    let server = LlmServer::start(replies, Vec::new());
+    let ran = with_files(compatible(&server, &workflow("")), 1, 20_000)
+        .args(["run", "workflow.dot", "--run-dir", "run", "--workdir", "work", "-q"])
+        .status(0)
+        .run();
+    let requests = server.main_requests();
+    assert_eq!(requests.len(), 4);
+    let sizes: Vec<usize> = requests[1..].iter().map(|r| tool_results(&r.json())[0].len()).collect();
+    assert!(sizes[0] > 20_000, "the first try sends the result whole: {sizes:?}");
+    assert!(sizes[1] < 4_100 && sizes[2] < 600, "then 4000, then 500 characters: {sizes:?}");
+    let retries = events_named(&ran, "agent.context.trim_retry");
+    assert_eq!(retries.len(), 2, "{retries:?}");
+    assert_eq!((retries[0]["step"].as_u64(), retries[1]["step"].as_u64()), (Some(1), Some(2)));
+    assert!(retries[0]["error"].as_str().unwrap().contains("HTTP 413"));
+    assert!(retries[1]["error"].as_str().unwrap().contains("maximum context length"));
+    assert!(retries[1]["after_tokens"].as_u64() < retries[1]["before_tokens"].as_u64());
+    let status: Value = serde_json::from_str(
+        &std::fs::read_to_string(ran.dir.path().join("run/stages/work/1/status.json")).unwrap(),
+    )
+    .unwrap();
+    assert!(status["context_tokens_saved"]["trim_retry"].as_u64().unwrap() > 4000, "{status}");
+}
+
+#[test]
+fn a_call_still_too_large_without_tool_messages_fails_the_stage() {
+    let too_large = || Reply::status(413, r#"{"error": {"message": "request entity too large"}}"#);
+    let replies = vec![
+        openai_tools(&[("c0", "read_file", json!({"path": "f0.txt"}))]),
+        too_large(),
+        too_large(),
+        too_large(),
+        too_large(),
+    ];
+    let server = LlmServer::start(replies, Vec::new());
+    let ran = with_files(compatible(&server, &workflow("")), 1, 20_000)
+        .args(["run", "workflow.dot", "--run-dir", "run", "--workdir", "work", "-q"])
+        .status(1)
+        .run();
+    let requests = server.main_requests();
+    assert_eq!(requests.len(), 5);
+    let last = requests[4].json();
+    assert!(
+        last["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|m| m["role"] != "tool" && m.get("tool_calls").is_none()),
+        "{last}"
+    );
+    assert!(
+        ran.stderr().contains("still too large with tool results cut to 4000 and then 500 characters"),
+        "{}",
+        ran.stderr()
+    );
+    assert_eq!(events_named(&ran, "agent.context.trim_retry").len(), 3);
+}

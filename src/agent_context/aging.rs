@@ -11,7 +11,7 @@ const BANDS: [(usize, usize); 3] = [(20, 2000), (40, 1000), (usize::MAX, 500)];
 const YOUNG: usize = 10;
 
 pub fn apply(messages: &mut [ChatMessage], settings: &ContextSettings) {
-    if !settings.tool_result_aging {
+    if !settings.tool_result_aging() {
         return;
     }
     let count = messages.len();
@@ -54,7 +54,7 @@ mod tests {
         assert_eq!(kept[19], 4000, "22 messages old");
         assert_eq!(kept[10], 4000, "40 messages old");
         assert_eq!(kept[9], 2000, "42 messages old");
-        let off = ContextSettings { tool_result_aging: false, ..ContextSettings::default() };
+        let off = ContextSettings { tool_result_aging: Some(false), ..ContextSettings::default() };
         let mut untouched = conversation(&turns);
         apply(&mut untouched, &off);
         assert!(results(&untouched).iter().all(|r| r.len() == 10_000));

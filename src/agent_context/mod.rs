@@ -13,78 +13,18 @@
 //!    500), unless `tool_result_aging=false`.
 
 pub mod aging;
+pub mod compaction;
 pub mod replay_caps;
 pub mod sliding_window;
+pub mod trim_retry;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use crate::backends::chat::ChatMessage;
-use crate::graph::Attributes;
+pub use crate::graph::settings::{ContextSettings, DEFAULT_MAX_REPLAY_CHARS, TOOL_RESULT_CHARS_PREFIX};
 
 /// Characters per token in the estimates the layers use (as compaction does).
 pub const CHARS_PER_TOKEN: usize = 4;
-
-/// Assistant messages in replayed history are cut to this many characters by default.
-pub const DEFAULT_MAX_REPLAY_CHARS: usize = 2000;
-
-/// The attribute prefix of per-tool result caps: `tool_result_chars.grep=20000`.
-pub const TOOL_RESULT_CHARS_PREFIX: &str = "tool_result_chars.";
-
-/// How an agent stage trims what it sends (node attributes, else the graph's `default_<name>`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ContextSettings {
-    pub max_in_turn_tool_pairs: Option<usize>,
-    pub max_in_turn_context_tokens: Option<u64>,
-    pub max_tool_result_chars: Option<usize>,
-    /// Per-tool caps, overriding `max_tool_result_chars`.
-    pub tool_result_chars: HashMap<String, usize>,
-    pub max_replay_chars: usize,
-    pub tool_result_aging: bool,
-}
-
-impl Default for ContextSettings {
-    fn default() -> Self {
-        ContextSettings {
-            max_in_turn_tool_pairs: None,
-            max_in_turn_context_tokens: None,
-            max_tool_result_chars: None,
-            tool_result_chars: HashMap::new(),
-            max_replay_chars: DEFAULT_MAX_REPLAY_CHARS,
-            tool_result_aging: true,
-        }
-    }
-}
-
-impl ContextSettings {
-    /// The settings of a stage: each from the node, else the graph's `default_<name>`.
-    pub fn from_attributes(node: &Attributes, graph: &Attributes) -> ContextSettings {
-        let count = |name: &str| {
-            node.integer(name)
-                .or_else(|| graph.integer(&format!("default_{name}")))
-                .and_then(|n| u64::try_from(n).ok())
-        };
-        let mut tool_result_chars = HashMap::new();
-        for attributes in [graph, node] {
-            for (key, attr) in attributes.iter() {
-                let Some(tool) = key.strip_prefix(TOOL_RESULT_CHARS_PREFIX) else { continue };
-                if let Ok(chars) = attr.value.to_string().trim().parse::<usize>() {
-                    tool_result_chars.insert(tool.to_string(), chars);
-                }
-            }
-        }
-        ContextSettings {
-            max_in_turn_tool_pairs: count("max_in_turn_tool_pairs").map(|n| n as usize),
-            max_in_turn_context_tokens: count("max_in_turn_context_tokens"),
-            max_tool_result_chars: count("max_tool_result_chars").map(|n| n as usize),
-            tool_result_chars,
-            max_replay_chars: count("max_replay_chars").map_or(DEFAULT_MAX_REPLAY_CHARS, |n| n as usize),
-            tool_result_aging: node
-                .boolean("tool_result_aging")
-                .or_else(|| graph.boolean("default_tool_result_aging"))
-                .unwrap_or(true),
-        }
-    }
-}
 
 /// Estimated tokens saved by each layer (by layer name), over a stage's calls.
 pub type Savings = BTreeMap<String, u64>;
@@ -205,24 +145,5 @@ pub(crate) mod tests {
         let (trimmed, savings) = view(&messages, &settings);
         assert_eq!(trimmed.len(), messages.len(), "every message and call id stays");
         assert!(savings["sliding_window"] > 19_000, "{savings:?}");
-    }
-
-    #[test]
-    fn settings_come_from_the_node_else_the_graph_default() {
-        use crate::graph::attribute::{Attr, Value};
-        use crate::source::Span;
-        let attr = |value: Value| Attr { value, span: Span::at(0), key_span: Span::at(0), inherited: false };
-        let mut node = Attributes::default();
-        let mut graph = Attributes::default();
-        graph.set("default_max_tool_result_chars", attr(Value::Integer(1000)));
-        graph.set("tool_result_chars.grep", attr(Value::Text("20000".into())));
-        node.set("max_in_turn_tool_pairs", attr(Value::Integer(3)));
-        node.set("tool_result_aging", attr(Value::Boolean(false)));
-        let settings = ContextSettings::from_attributes(&node, &graph);
-        assert_eq!(settings.max_in_turn_tool_pairs, Some(3));
-        assert_eq!(settings.max_tool_result_chars, Some(1000));
-        assert_eq!(settings.tool_result_chars["grep"], 20000);
-        assert!(!settings.tool_result_aging);
-        assert_eq!(settings.max_replay_chars, DEFAULT_MAX_REPLAY_CHARS);
     }
 }

@@ -3,9 +3,9 @@
 //! written or edited later is cut to a stub (what it showed is out of date); assistant messages
 //! before the latest are cut to `max_replay_chars`. Compaction summaries are never cut.
 
+use super::compaction::is_block;
 use super::{cut, result_positions, ContextSettings};
 use crate::backends::chat::ChatMessage;
-use crate::backends::compaction::SUMMARY_HEADER;
 
 /// What is kept of a read whose file changed later.
 pub const CONSUMED_READ_CHARS: usize = 500;
@@ -13,7 +13,7 @@ pub const CONSUMED_READ_CHARS: usize = 500;
 pub fn apply(messages: &mut [ChatMessage], settings: &ContextSettings) {
     cap_results(messages, settings);
     cap_consumed_reads(messages);
-    cap_assistant_messages(messages, settings.max_replay_chars);
+    cap_assistant_messages(messages, settings.max_replay_chars());
 }
 
 fn cap_results(messages: &mut [ChatMessage], settings: &ContextSettings) {
@@ -100,7 +100,7 @@ fn cap_assistant_messages(messages: &mut [ChatMessage], max: usize) {
     let last = messages.iter().rposition(|m| matches!(m, ChatMessage::Assistant { .. }));
     for (index, message) in messages.iter_mut().enumerate() {
         let ChatMessage::Assistant { content, .. } = message else { continue };
-        if Some(index) == last || content.starts_with(SUMMARY_HEADER) {
+        if Some(index) == last || is_block(content) {
             continue;
         }
         if let Some(shorter) = cut(content, max, |dropped| {
@@ -114,6 +114,7 @@ fn cap_assistant_messages(messages: &mut [ChatMessage], max: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::agent_context::compaction::summary::HEADER as SUMMARY_HEADER;
     use crate::agent_context::tests::{conversation, results};
     use serde_json::json;
 

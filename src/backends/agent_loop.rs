@@ -12,11 +12,13 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::chat::{ChatMessage, ChatProvider, ChatRequest, ToolResult};
-use super::compaction::{self, NotCompacted};
 use super::tools::{self, Toolbox};
 use super::transcript::{assistant_record, Transcript};
 use super::{BackendError, Usage};
-use crate::event::{Compaction, Event};
+use crate::agent_context::compaction::{
+    add_usage, intent::Operation, lossless::RunRecord, Compactor, Inputs,
+};
+use crate::event::Event;
 
 /// Tool results longer than this many characters go to the artifact store.
 pub const OFFLOAD_CHARS: usize = 40_000;
@@ -38,8 +40,11 @@ pub struct AgentSettings<'a> {
     /// What the stage may still use under the run's ceilings, and the model's price to count cost.
     pub usage_left: Option<crate::usage::UsageLeft>,
     pub price: Option<super::models::Price>,
-    /// The context layers: what each call sends is a trimmed view of the conversation.
+    /// The context layers: what each call sends is a trimmed view of the conversation; and how
+    /// the conversation is compacted.
     pub context: &'a crate::agent_context::ContextSettings,
+    /// What the run's records said when the stage started (for lossless compaction).
+    pub run_record: Option<&'a RunRecord>,
 }
 
 /// What the loop produced.
@@ -79,8 +84,11 @@ pub async fn run(
 ) -> Result<AgentRun, BackendError> {
     let system = system_prompt(toolbox.root());
     let definitions = tools::definitions();
+    let system_tokens = system.len().div_ceil(crate::agent_context::CHARS_PER_TOKEN) as u64;
     let mut run = AgentRun::default();
     let mut watchdog = Watchdog::default();
+    let prompt_at = messages.len().saturating_sub(1);
+    let mut compactor = Compactor::new(settings.context, settings.model, settings.context_window, prompt_at);
     loop {
         if run.turns >= settings.max_turns {
             run.hit_turn_limit = true;
@@ -117,8 +125,20 @@ pub async fn run(
             max_output_tokens: settings.max_output_tokens,
             timeout: settings.request_timeout,
         };
-        let response = provider.chat(&request).await?;
+        let response = match provider.chat(&request).await {
+            Err(BackendError::TooLarge(error)) => {
+                send_smaller(provider, &request, error, transcript, &mut run).await?
+            }
+            answered => answered?,
+        };
         add_usage(&mut run.usage, &response.usage);
+        let sent = match response.usage.input_tokens {
+            0 => system_tokens + crate::agent_context::tokens(&view),
+            reported => reported,
+        };
+        if let Some(warning) = compactor.count_input(sent) {
+            transcript.event(warning);
+        }
         run.model = response.model.clone().or_else(|| run.model.take());
         transcript.record("assistant", assistant_record(run.turns, &response));
         run.text = response.text.clone();
@@ -163,6 +183,7 @@ pub async fn run(
                     call.name
                 ));
             }
+            compactor.operations.push(Operation::of(run.turns, call, &content, output.is_error));
             transcript.record(
                 "tool_result",
                 json!({"turn": run.turns, "id": call.id, "name": call.name, "is_error": output.is_error,
@@ -181,75 +202,85 @@ pub async fn run(
             reasoning: response.reasoning,
         });
         messages.push(ChatMessage::ToolResults { results });
-        manage_context(provider, settings, &system, &mut messages, toolbox, transcript, &mut run.usage).await;
+        let inputs = Inputs {
+            provider,
+            model: settings.context.compaction_model.as_deref().unwrap_or(settings.model),
+            timeout: settings.request_timeout,
+            system_tokens,
+            files: &toolbox.tracker.render(),
+            file_count: toolbox.tracker.len(),
+            record: settings.run_record,
+        };
+        compact_if_due(&mut compactor, &mut messages, &inputs, transcript, &mut run).await;
     }
     run.files_changed = toolbox.tracker.changed();
     Ok(run)
 }
 
-/// After a turn: warn and compact when the estimate passes the threshold.
-async fn manage_context(
+/// Sends a call the provider rejected for its size again, smaller at each step of the trim
+/// ladder; fails once the last step is rejected too.
+async fn send_smaller(
     provider: &dyn ChatProvider,
-    settings: &AgentSettings<'_>,
-    system: &str,
-    messages: &mut Vec<ChatMessage>,
-    toolbox: &Toolbox,
+    request: &ChatRequest<'_>,
+    mut error: String,
     transcript: &Transcript<'_>,
-    usage: &mut Usage,
-) {
-    let estimated = compaction::estimate_tokens(system, messages);
-    let window = settings.context_window.max(1);
-    if estimated * 100 <= window * compaction::THRESHOLD_PERCENT {
-        return;
-    }
-    transcript.event(Event::AgentContextWindowWarning {
-        estimated_tokens: estimated,
-        context_window_size: window,
-        usage_percent: estimated * 100 / window,
-    });
-    let turn_count = compaction::turn_starts(messages).len();
-    if turn_count <= compaction::PRESERVED_TURNS {
-        return;
-    }
-    transcript.event(Event::AgentCompactionStarted { estimated_tokens: estimated, turn_count });
-    let files = toolbox.tracker.render();
-    let result = compaction::compact(
-        provider,
-        settings.model,
-        settings.request_timeout,
-        messages,
-        (&files, toolbox.tracker.len()),
-    )
-    .await;
-    match result {
-        Ok(done) => {
-            add_usage(usage, &done.usage);
-            let compaction = Compaction {
-                original_turn_count: done.original_turn_count,
-                preserved_turn_count: done.preserved_turn_count,
-                summary_token_estimate: done.summary_token_estimate,
-                tracked_file_count: done.tracked_file_count,
-            };
-            transcript.event(Event::AgentCompactionCompleted(compaction.clone()));
-            let summary = match messages.first() {
-                Some(ChatMessage::User { content }) => content.clone(),
-                _ => String::new(),
-            };
-            transcript
-                .record("compaction", json!({"event": compaction, "summary": summary, "usage": done.usage}));
-        }
-        Err(NotCompacted::TooFewTurns) => {}
-        Err(NotCompacted::Failed { message, usage: spent }) => {
-            add_usage(usage, &spent);
-            transcript.event(Event::AgentCompactionFailed { error: message.clone() });
-            transcript.record("compaction_failed", json!({"error": message}));
+    run: &mut AgentRun,
+) -> Result<super::chat::ChatResponse, BackendError> {
+    use crate::agent_context::trim_retry::{trimmed, STEPS};
+    let before = crate::agent_context::tokens(request.messages);
+    for (step, (_, action)) in STEPS.iter().enumerate() {
+        let smaller = trimmed(request.messages, step);
+        let after = crate::agent_context::tokens(&smaller);
+        transcript.event(Event::AgentContextTrimRetry {
+            turn: run.turns,
+            step: step + 1,
+            action: action.to_string(),
+            error: error.clone(),
+            before_tokens: before,
+            after_tokens: after,
+        });
+        match provider.chat(&ChatRequest { messages: &smaller, ..request.clone() }).await {
+            Ok(response) => {
+                *run.context_savings.entry("trim_retry".to_string()).or_default() +=
+                    before.saturating_sub(after);
+                return Ok(response);
+            }
+            Err(BackendError::TooLarge(message)) => error = message,
+            Err(other) => return Err(other),
         }
     }
+    Err(BackendError::Terminal(format!(
+        "{error} (still too large with tool results cut to 4000 and then 500 characters, and without tool messages)"
+    )))
 }
 
-fn add_usage(total: &mut Usage, more: &Usage) {
-    total.input_tokens = total.input_tokens.saturating_add(more.input_tokens);
-    total.output_tokens = total.output_tokens.saturating_add(more.output_tokens);
+/// After a turn: compacts the conversation when it is due, and reports what happened.
+async fn compact_if_due(
+    compactor: &mut Compactor,
+    messages: &mut Vec<ChatMessage>,
+    inputs: &Inputs<'_>,
+    transcript: &Transcript<'_>,
+    run: &mut AgentRun,
+) {
+    let (trigger, events) = compactor.due(messages, inputs.system_tokens);
+    events.into_iter().for_each(|event| transcript.event(event));
+    let Some(trigger) = trigger else { return };
+    let Some(done) = compactor.compact(trigger, messages, inputs).await else { return };
+    add_usage(&mut run.usage, &done.usage);
+    *run.context_savings.entry("compaction".to_string()).or_default() += done.saved_tokens;
+    for event in done.events {
+        match &event {
+            Event::AgentCompactionCompleted(compaction) => transcript.record(
+                "compaction",
+                json!({"event": compaction, "summary": done.block, "usage": done.usage}),
+            ),
+            Event::AgentCompactionFailed { error, fallback } => {
+                transcript.record("compaction_failed", json!({"error": error, "fallback": fallback}))
+            }
+            _ => {}
+        }
+        transcript.event(event);
+    }
 }
 
 /// Writes a tool result to `<run_dir>/artifacts/tool_output/<node>-<visit>-<turn>-<call>.txt`.

@@ -76,6 +76,9 @@ pub struct LlmConfig {
     pub request_timeout: Duration,
     pub retry: RetrySettings,
     pub models: BTreeMap<String, ModelOverride>,
+    /// The config file's `[context]`: the user's default context settings of LLM stages (below
+    /// the graph's `default_<name>` and the node's own).
+    pub context: crate::graph::settings::ContextSettings,
 }
 
 /// The default per-call request timeout.
@@ -95,6 +98,9 @@ pub enum ConfigError {
     /// A stage's `backend`/`cli_agent` cannot be used.
     #[error("{0}")]
     Backend(String),
+    /// The config file's `[context]` settings contradict each other.
+    #[error("the [context] section of the fabro config file: {0}")]
+    Context(String),
 }
 
 /// The config file as written.
@@ -111,6 +117,9 @@ struct FileConfig {
     models: BTreeMap<String, ModelOverride>,
     /// Where stages' programs run by default: `none` or `bwrap`.
     sandbox: Option<String>,
+    /// Default context settings of LLM stages (the node attribute names).
+    #[serde(default)]
+    context: crate::graph::settings::ContextSettings,
 }
 
 #[derive(Debug, Default, serde::Deserialize)]
@@ -165,8 +174,13 @@ impl LlmConfig {
             default_provider: env("FABRO_LLM_PROVIDER").or(file.default_provider),
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             models: file.models,
+            context: file.context,
             ..LlmConfig::default()
         };
+        let conflicts = config.context.conflicts(|_| crate::source::Span::default());
+        if let Some(conflict) = conflicts.first() {
+            return Err(ConfigError::Context(conflict.to_string()));
+        }
         if let Some(text) = file.request_timeout {
             config.request_timeout = parse_duration("request_timeout", &text)?;
         }

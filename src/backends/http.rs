@@ -47,8 +47,13 @@ pub fn client() -> Result<reqwest::Client, BackendError> {
 /// wait.
 #[derive(Debug)]
 enum Failure {
-    Retryable { message: String, retry_after: Option<Duration> },
+    Retryable {
+        message: String,
+        retry_after: Option<Duration>,
+    },
     Terminal(String),
+    /// The request is too large for the model or the server (never retried as is).
+    TooLarge(String),
 }
 
 /// POSTs `body` to `url` with `headers`, retrying retryable failures, and returns the parsed JSON.
@@ -66,6 +71,7 @@ pub async fn post_json(
         match post_once(client, url, headers, body, timeout).await {
             Ok(value) => return Ok(value),
             Err(Failure::Terminal(message)) => return Err(BackendError::Terminal(secrets.redact(&message))),
+            Err(Failure::TooLarge(message)) => return Err(BackendError::TooLarge(secrets.redact(&message))),
             Err(Failure::Retryable { message, retry_after }) => {
                 let backoff = retry.base_delay.saturating_mul(2u32.saturating_pow(attempt));
                 let delay = retry_after.unwrap_or(backoff);
@@ -113,8 +119,33 @@ async fn post_once(
     match code {
         408 | 409 | 425 | 429 | 500..=599 => Err(Failure::Retryable { message, retry_after }),
         401 | 403 => Err(Failure::Terminal(format!("{message} (check the API key)"))),
+        413 => Err(Failure::TooLarge(message)),
+        400 if is_context_length_error(&text) => Err(Failure::TooLarge(message)),
         _ => Err(Failure::Terminal(message)),
     }
+}
+
+/// Whether a 400 answer says the request does not fit the model's context: OpenAI's
+/// `context_length_exceeded`, Anthropic's "prompt is too long", and the wordings of
+/// OpenAI-compatible servers (vLLM, llama.cpp, Ollama, LiteLLM).
+pub fn is_context_length_error(body: &str) -> bool {
+    let body = body.to_ascii_lowercase();
+    [
+        "context_length_exceeded",
+        "maximum context length",
+        "prompt is too long",
+        "exceeds the context window",
+        "exceed context window",
+        "context window exceeded",
+        "context size",
+        "too many tokens",
+        "input is too long",
+        "request too large",
+        "request_too_large",
+        "reduce the length of the messages",
+    ]
+    .iter()
+    .any(|phrase| body.contains(phrase))
 }
 
 fn transport_failure(url: &str, timeout: Duration, error: &reqwest::Error) -> Failure {
@@ -182,6 +213,19 @@ mod tests {
         assert_eq!(error_detail(r#"{"error": "overloaded"}"#), "overloaded");
         assert_eq!(error_detail("<html>oops</html>"), "<html>oops</html>");
         assert_eq!(error_detail(""), "(empty body)");
+    }
+
+    #[test]
+    fn context_length_errors_are_recognized_in_each_providers_wording() {
+        for body in [
+            r#"{"error": {"message": "This model's maximum context length is 8192 tokens. However, your messages resulted in 9000 tokens.", "code": "context_length_exceeded"}}"#,
+            r#"{"type": "error", "error": {"type": "invalid_request_error", "message": "prompt is too long: 210000 tokens > 200000 maximum"}}"#,
+            r#"{"error": {"message": "the request exceeds the available context size, try increasing it"}}"#,
+            r#"{"object": "error", "message": "Input is too long for requested model."}"#,
+        ] {
+            assert!(is_context_length_error(body), "{body}");
+        }
+        assert!(!is_context_length_error(r#"{"error": {"message": "invalid model"}}"#));
     }
 
     #[test]

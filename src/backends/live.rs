@@ -180,6 +180,13 @@ impl LiveBackend {
         }
         let mut response = match stage.filter(|_| request.agentic) {
             Some(stage) => {
+                let context = stage.context.clone().or(&self.config.context);
+                if let Some(conflict) = context.conflicts(|_| crate::source::Span::default()).first() {
+                    return Err(BackendError::Terminal(format!(
+                        "stage `{}`: its context settings with the config file's [context]: {conflict}",
+                        request.node_id
+                    )));
+                }
                 let settings = AgentSettings {
                     model,
                     reasoning_effort,
@@ -192,7 +199,8 @@ impl LiveBackend {
                         .join("tool_output"),
                     usage_left: stage.usage_left,
                     price: self.config.price(model),
-                    context: &stage.context,
+                    context: &context,
+                    run_record: stage.run_record.as_ref(),
                 };
                 let readable = vec![settings.offload_dir.clone()];
                 let _ = std::fs::create_dir_all(&settings.offload_dir);

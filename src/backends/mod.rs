@@ -7,7 +7,6 @@ pub mod agent_loop;
 pub mod anthropic;
 pub mod chat;
 pub mod cli_agent;
-pub mod compaction;
 pub mod config;
 pub mod http;
 pub mod live;
@@ -65,8 +64,11 @@ pub struct StageEnv<'a> {
     pub cli_agent: Option<&'a str>,
     /// What the stage may still use under the run's ceilings.
     pub usage_left: Option<crate::usage::UsageLeft>,
-    /// How the agent loop trims what it sends (node attributes and graph defaults).
+    /// How the agent loop trims what it sends and compacts (node attributes and graph defaults;
+    /// the backend fills what they leave unset from its configuration).
     pub context: crate::agent_context::ContextSettings,
+    /// What the run's records said when the stage started (for lossless compaction).
+    pub run_record: Option<crate::agent_context::compaction::lossless::RunRecord>,
     /// Where the shell tool's commands and CLI agents run.
     pub confinement: crate::sandbox::Confinement,
     /// Commands run around every agent tool call.
@@ -125,6 +127,10 @@ pub enum BackendError {
     /// A usage ceiling was reached mid-stage: the run pauses and the stage runs again on resume.
     #[error("{0}")]
     Paused(String),
+    /// The provider rejected the request for its size (HTTP 413 or a context-length error): an
+    /// agent stage retries with less ([`crate::agent_context::trim_retry`]), anything else fails.
+    #[error("{0}")]
+    TooLarge(String),
 }
 
 #[async_trait::async_trait]

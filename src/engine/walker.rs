@@ -493,6 +493,7 @@ impl<'e> Walker<'e> {
             cancel: &self.cancel,
             dry_run: scope.options.dry_run,
             preamble: self.conversation.preamble.as_deref(),
+            stages: &self.state.summaries,
             thread: self.conversation.thread(),
             children: &super::ChildLauncher::new(scope.engine, scope.options, scope.children),
             // The ceilings' remainder bounds a stage that makes several model calls.

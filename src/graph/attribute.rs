@@ -80,6 +80,9 @@ pub const ERROR_POLICIES: &[&str] = super::settings::ErrorPolicy::NAMES;
 pub const SANDBOXES: &[&str] = &["none", "bwrap"];
 /// The values of a stage's `backend`.
 pub const BACKENDS: &[&str] = super::settings::Backend::NAMES;
+pub const COMPACTION_PRESETS: &[&str] = super::settings::CompactionPreset::NAMES;
+pub const COMPACTION_MODES: &[&str] = super::settings::CompactionMode::NAMES;
+pub const THREAD_HANDOFFS: &[&str] = super::settings::ThreadHandoff::NAMES;
 
 macro_rules! spec {
     ($name:literal, $ty:expr, $scopes:expr, $doc:literal) => {
@@ -133,6 +136,18 @@ pub static ATTRIBUTES: &[AttributeSpec] = &[
     spec!("default_max_replay_chars", ValueType::Count, GRAPH, "Default max_replay_chars of agent stages."),
     spec!("default_tool_result_aging", ValueType::Boolean, GRAPH, "Default tool_result_aging of agent stages."),
     spec!("default_thread", ValueType::Text, GRAPH, "Thread id for full-fidelity stages that set none."),
+    spec!("default_compaction", ValueType::OneOf(COMPACTION_PRESETS), GRAPH, "Default compaction preset of LLM stages."),
+    spec!("default_compaction_mode", ValueType::OneOf(COMPACTION_MODES), GRAPH, "Default compaction_mode of agent stages."),
+    spec!("default_compaction_trigger_turns", ValueType::Count, GRAPH, "Default compaction_trigger_turns of agent stages."),
+    spec!("default_compaction_keep_turns", ValueType::Count, GRAPH, "Default compaction_keep_turns of agent stages."),
+    spec!("default_compaction_token_budget", ValueType::Count, GRAPH, "Default compaction_token_budget of agent stages."),
+    spec!("default_compaction_threshold", ValueType::Float, GRAPH, "Default compaction_threshold of agent stages."),
+    spec!("default_compaction_model", ValueType::Text, GRAPH, "Default compaction_model of agent stages."),
+    spec!("default_compaction_prune_chars", ValueType::Count, GRAPH, "Default compaction_prune_chars of agent stages."),
+    spec!("default_compaction_anti_thrash_window", ValueType::Count, GRAPH, "Default compaction_anti_thrash_window of agent stages."),
+    spec!("default_compaction_anti_thrash_min_savings", ValueType::Float, GRAPH, "Default compaction_anti_thrash_min_savings of agent stages."),
+    spec!("default_context_budget_warn", ValueType::Count, GRAPH, "Default context_budget_warn of agent stages."),
+    spec!("default_context_budget_cutover", ValueType::Count, GRAPH, "Default context_budget_cutover of agent stages."),
     spec!(
         "max_node_visits",
         ValueType::Count,
@@ -363,6 +378,18 @@ pub static ATTRIBUTES: &[AttributeSpec] = &[
         NODE,
         "Older tool results keep fewer tokens: 2000, 1000, then 500 (default true)."
     ),
+    spec!("compaction", ValueType::OneOf(COMPACTION_PRESETS), NODE, "Compaction preset: aggressive, strong, standard, careful (compact after 7/12/17/27 turns, keep 5/10/15/25) or none (never)."),
+    spec!("compaction_mode", ValueType::OneOf(COMPACTION_MODES), NODE, "How compaction rebuilds old turns: llm (summary, default), window, intent, lossless or hybrid."),
+    spec!("compaction_trigger_turns", ValueType::Count, NODE, "Compact once this many turns are uncompacted (must exceed compaction_keep_turns)."),
+    spec!("compaction_keep_turns", ValueType::Count, NODE, "Turns a compaction keeps verbatim (default 6, or the preset's)."),
+    spec!("compaction_token_budget", ValueType::Count, NODE, "compaction_mode=window drops the oldest turns until under N tokens (default 80% of the window)."),
+    spec!("compaction_threshold", ValueType::Float, NODE, "Compact above this share of the context window (default by model tier: 0.85, 0.65, 0.35; else 0.80)."),
+    spec!("compaction_model", ValueType::Text, NODE, "Model that writes compaction summaries (default the stage's)."),
+    spec!("compaction_prune_chars", ValueType::Count, NODE, "Messages over N characters are cut before summarizing (default 8000)."),
+    spec!("compaction_anti_thrash_window", ValueType::Count, NODE, "Anti-thrash: how many recent compactions are judged (default 10; 0 turns the guard off)."),
+    spec!("compaction_anti_thrash_min_savings", ValueType::Float, NODE, "Anti-thrash: compaction pauses while each judged one saved less than this share (default 0.10)."),
+    spec!("context_budget_warn", ValueType::Count, NODE, "Warn once per compaction cycle when input tokens since the last compaction reach N."),
+    spec!("context_budget_cutover", ValueType::Count, NODE, "Compact at once when input tokens since the last compaction reach N."),
     // Edge
     spec!("condition", ValueType::Text, EDGE, "Guard expression; the edge is eligible only when it is true."),
     spec!("weight", ValueType::Integer, EDGE, "Priority among eligible edges; higher wins (default 0)."),

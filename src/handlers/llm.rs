@@ -13,6 +13,7 @@ use std::path::Path;
 use serde_json::{Map, Value};
 
 use super::{Handler, HandlerError, StageRun};
+use crate::agent_context::compaction::lossless::{RunRecord, StageLine};
 use crate::backends::simulated::SimulatedBackend;
 use crate::backends::{Backend, BackendError, LlmRequest, LlmResponse, StageEnv};
 use crate::context::Context;
@@ -72,6 +73,18 @@ pub(crate) fn request_for<'a>(
     let backend = node.settings.backend.as_ref().map_err(|invalid| {
         HandlerError::Terminal(format!("stage `{}` has an invalid backend: {invalid}", node.id))
     })?;
+    let context = match node.settings.context() {
+        Some(Ok(settings)) => settings.clone(),
+        Some(Err(errors)) => {
+            let reasons: Vec<String> = errors.iter().map(ToString::to_string).collect();
+            return Err(HandlerError::Terminal(format!(
+                "stage `{}` has invalid context settings: {}",
+                node.id,
+                reasons.join("; ")
+            )));
+        }
+        None => Default::default(),
+    };
     Ok(LlmRequest {
         node_id: &node.id,
         visit: stage.visit,
@@ -104,12 +117,55 @@ pub(crate) fn request_for<'a>(
                     post: hook("tool_hooks.post"),
                 }
             },
-            context: crate::agent_context::ContextSettings::from_attributes(
-                attributes,
-                stage.workflow.attributes(),
-            ),
+            context,
+            run_record: Some(run_record(stage)),
         }),
     })
+}
+
+/// What the run's records say as the stage starts, for a lossless compaction inside it.
+fn run_record(stage: &StageRun<'_>) -> RunRecord {
+    let last_status = |node: &str| {
+        stage.stages.iter().rev().find(|s| s.node_id == node).map(|s| match &s.failure_reason {
+            Some(reason) => format!("{}: {reason}", s.status.as_str()),
+            None => s.status.as_str().to_string(),
+        })
+    };
+    RunRecord {
+        run_id: stage.run_id.to_string(),
+        goal: stage.workflow.goal().to_string(),
+        node: stage.node.id.clone(),
+        visit: stage.visit,
+        goal_gates: stage
+            .workflow
+            .nodes()
+            .filter(|node| node.is_goal_gate())
+            .map(|node| (node.id.clone(), last_status(&node.id).unwrap_or_else(|| "not run yet".to_string())))
+            .collect(),
+        stages: stage
+            .stages
+            .iter()
+            .map(|s| StageLine {
+                node: s.node_id.clone(),
+                visit: s.visit,
+                handler: s.handler.as_ref().map(ToString::to_string).unwrap_or_default(),
+                status: s.status.as_str().to_string(),
+                failure_reason: s.failure_reason.clone(),
+                command: s
+                    .script
+                    .as_deref()
+                    .and_then(|script| script.lines().find(|l| !l.trim().is_empty()))
+                    .map(|l| l.trim().to_string()),
+            })
+            .collect(),
+        context_keys: stage
+            .context
+            .iter()
+            .map(|(key, _)| key)
+            .filter(|key| !crate::fidelity::preamble::is_internal_key(key))
+            .map(str::to_string)
+            .collect(),
+    }
 }
 
 /// Sends `request` through the stage's backend (the simulated one under `--dry-run`), giving up
@@ -127,7 +183,7 @@ pub(crate) async fn complete(
     };
     let response = response.map_err(|err| match err {
         BackendError::Retryable(message) => HandlerError::Retryable(message),
-        BackendError::Terminal(message) => HandlerError::Terminal(message),
+        BackendError::Terminal(message) | BackendError::TooLarge(message) => HandlerError::Terminal(message),
         BackendError::Paused(message) => HandlerError::Paused(Pause::new(PauseKind::Ceiling, message)),
     })?;
     Ok((response, backend.name().to_string()))

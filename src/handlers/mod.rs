@@ -138,6 +138,7 @@ pub(crate) mod test_support {
                 cancel: &self.cancel,
                 dry_run: self.dry_run,
                 preamble: None,
+                stages: &[],
                 thread: None,
                 children: &self.children,
                 usage_left: None,

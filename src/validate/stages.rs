@@ -2,7 +2,7 @@
 
 use crate::diagnostic::Diagnostic;
 use crate::fidelity::FidelityMode;
-use crate::graph::settings::ParallelSettingsError;
+use crate::graph::settings::{ContextSettingsError, ParallelSettingsError};
 use crate::graph::{Attributes, Choice, HandlerType, Node, Workflow};
 
 fn nodes_of_type<'w>(
@@ -198,6 +198,25 @@ pub fn parallel_join_settings(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
                     .node(&node.id)
                     .span(error.span())
                     .fix(fix),
+            );
+        }
+    }
+}
+
+/// An LLM stage's context settings that contradict each other (a turn trigger not above the
+/// turns kept, a budget cutover with compaction off, a share outside (0, 1]).
+pub fn context_settings(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
+    for node in workflow.nodes() {
+        let Some(Err(errors)) = node.settings.context() else { continue };
+        for error in errors {
+            if let ContextSettingsError::Attribute(_) = error {
+                continue;
+            }
+            out.push(
+                Diagnostic::error("context_settings", error.to_string())
+                    .node(&node.id)
+                    .span(error.span())
+                    .fix(error.fix()),
             );
         }
     }

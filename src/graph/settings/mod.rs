@@ -8,11 +8,17 @@
 //! exactly the settings it wrote.
 
 mod backend;
+mod context;
 mod manager;
 mod parallel;
 mod retry;
 
 pub use backend::Backend;
+pub use context::{
+    attribute_names as context_attribute_names, CompactionMode, CompactionPreset, ContextSettings,
+    ContextSettingsError, ModelTier, ThreadHandoff, TierThresholds, DEFAULT_MAX_REPLAY_CHARS,
+    TOOL_RESULT_CHARS_PREFIX,
+};
 pub use manager::{
     action_words, ChildReference, ManagerAction, ManagerActions, ManagerSettings, ManagerSettingsError,
     DEFAULT_POLL_INTERVAL, REFERENCE_ATTRIBUTES,
@@ -46,6 +52,8 @@ pub enum KindSettings {
     Parallel(Result<ParallelSettings, Vec<ParallelSettingsError>>),
     /// A manager stage's child workflow and supervision.
     Manager(Box<ManagerSettings>),
+    /// An LLM (agent or prompt) stage's context management.
+    Llm(Box<Result<ContextSettings, Vec<ContextSettingsError>>>),
     /// Nodes of every other kind.
     Other,
 }
@@ -60,6 +68,9 @@ impl NodeSettings {
             HandlerType::Manager => {
                 KindSettings::Manager(Box::new(ManagerSettings::parse(node, graph, base)))
             }
+            kind if kind.is_llm() => {
+                KindSettings::Llm(Box::new(ContextSettings::parse(&node.attributes, graph)))
+            }
             _ => KindSettings::Other,
         };
         NodeSettings {
@@ -73,6 +84,14 @@ impl NodeSettings {
     pub fn parallel(&self) -> Option<&Result<ParallelSettings, Vec<ParallelSettingsError>>> {
         match &self.kind {
             KindSettings::Parallel(settings) => Some(settings),
+            _ => None,
+        }
+    }
+
+    /// The context settings of an LLM stage; `None` for other kinds.
+    pub fn context(&self) -> Option<&Result<ContextSettings, Vec<ContextSettingsError>>> {
+        match &self.kind {
+            KindSettings::Llm(settings) => Some(settings),
             _ => None,
         }
     }
@@ -207,10 +226,11 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn only_parallel_and_manager_stages_have_kind_settings() {
+    fn only_parallel_manager_and_llm_stages_have_kind_settings() {
         let workflow = built(
-            r#"digraph G { p [shape=component]; m [shape=house, stack.child_workflow="c.dot"]; a [join_policy=quorum] }"#,
+            r#"digraph G { p [shape=component]; m [shape=house, stack.child_workflow="c.dot"]; a [shape=parallelogram, join_policy=quorum]; l [shape=box] }"#,
         );
+        assert!(workflow.node("l").unwrap().settings.context().is_some());
         assert!(workflow.node("p").unwrap().settings.parallel().is_some());
         assert!(workflow.node("m").unwrap().settings.manager().is_some());
         let a = &workflow.node("a").unwrap().settings;

@@ -1,0 +1,496 @@
+//! Compaction: when an agent stage's conversation grows too long, its older turns are replaced
+//! by one block and the stage goes on from the turns it keeps. Unlike the per-call layers, this
+//! changes the conversation itself (the transcript keeps everything).
+//!
+//! When ([`Compactor::due`]), after every turn, whichever comes first:
+//! - the estimate (characters / 4, system prompt included) passes a share of the context window
+//!   set by the model's tier (`compaction_threshold`; `window` mode: `compaction_token_budget`);
+//! - the turns since the last compaction reach `compaction_trigger_turns` (or the preset's);
+//! - the input tokens sent since the last compaction reach `context_budget_cutover`.
+//!
+//! An anti-thrash guard holds compaction back while each of the latest compactions saved too
+//! little, until the conversation has grown by a quarter. `compaction=none` never compacts.
+//!
+//! How ([`Compactor::compact`]) is the stage's `compaction_mode`: a model's summary ([`summary`]),
+//! the stage's tool-call log ([`intent`]), the run's records ([`lossless`]), both records and
+//! summary (`hybrid`), or dropping the oldest turns ([`window`]). The stage's prompt and earlier
+//! blocks are never compacted away. A summary that fails leaves a `[COMPACTION FAILED]` block that
+//! sends the model to the files on disk (`hybrid` falls back to its records block).
+
+pub mod intent;
+pub mod lossless;
+pub mod summary;
+pub mod window;
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use crate::backends::chat::{ChatMessage, ChatProvider};
+use crate::backends::Usage;
+use crate::event::{Compaction, Event};
+use crate::graph::settings::{CompactionMode, ContextSettings};
+
+use super::tokens;
+
+/// The first line of the block a failed summary leaves.
+pub const FAILED_HEADER: &str = "[COMPACTION FAILED]";
+
+/// Whether a user message is a compaction block (pinned, and never cut).
+pub fn is_block(content: &str) -> bool {
+    [summary::HEADER, intent::HEADER, lossless::HEADER, FAILED_HEADER]
+        .iter()
+        .any(|header| content.starts_with(header))
+}
+
+/// Why a compaction started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trigger {
+    /// The estimate passed the window threshold (or `window` mode's token budget).
+    Window,
+    /// The turns since the last compaction reached the trigger count.
+    Turns,
+    /// The input tokens since the last compaction reached `context_budget_cutover`.
+    Budget,
+}
+
+impl Trigger {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Trigger::Window => "window",
+            Trigger::Turns => "turns",
+            Trigger::Budget => "budget",
+        }
+    }
+}
+
+/// What a compaction may read besides the conversation.
+pub struct Inputs<'a> {
+    pub provider: &'a dyn ChatProvider,
+    /// The model that writes summaries (`compaction_model`, else the stage's).
+    pub model: &'a str,
+    pub timeout: Duration,
+    /// Estimated tokens of the system prompt.
+    pub system_tokens: u64,
+    /// The file tracker's list and how many files it has.
+    pub files: &'a str,
+    pub file_count: usize,
+    /// The run's records when the stage started (none outside a run).
+    pub record: Option<&'a lossless::RunRecord>,
+}
+
+/// What a compaction did: the events to emit, what its summary call used, the block it left.
+#[derive(Debug, Clone, Default)]
+pub struct Done {
+    pub events: Vec<Event>,
+    pub usage: Usage,
+    pub block: Option<String>,
+    pub saved_tokens: u64,
+}
+
+/// One stage's compaction state.
+#[derive(Debug, Clone)]
+pub struct Compactor {
+    settings: ContextSettings,
+    window: u64,
+    /// Above this estimate a `Window` trigger fires.
+    limit: u64,
+    /// The stage's tool calls, for `intent` and `lossless` blocks.
+    pub operations: Vec<intent::Operation>,
+    /// Where the stage's prompt is in the conversation.
+    prompt_at: usize,
+    /// The last loop turn a compaction covered.
+    compacted_through: u32,
+    /// The share each of the latest compactions saved (anti-thrash guard).
+    savings: VecDeque<f64>,
+    /// The estimate at which the guard held compaction back.
+    held_at: Option<u64>,
+    /// Input tokens sent since the last compaction, and whether the budget warning went out.
+    since_compaction: u64,
+    warned: bool,
+}
+
+impl Compactor {
+    /// The compaction state of a stage on `model` with a `window`-token context, whose prompt is
+    /// message `prompt_at` of its conversation.
+    pub fn new(settings: &ContextSettings, model: &str, window: u64, prompt_at: usize) -> Compactor {
+        let window = window.max(1);
+        let limit = match settings.compaction_mode() {
+            CompactionMode::Window => settings.compaction_token_budget.unwrap_or(window * 8 / 10),
+            _ => (window as f64 * settings.threshold(model)) as u64,
+        };
+        Compactor {
+            settings: settings.clone(),
+            window,
+            limit,
+            operations: Vec::new(),
+            prompt_at,
+            compacted_through: 0,
+            savings: VecDeque::new(),
+            held_at: None,
+            since_compaction: 0,
+            warned: false,
+        }
+    }
+
+    /// Counts a model call's input tokens toward the context budget; the warning goes out once
+    /// per compaction cycle.
+    pub fn count_input(&mut self, tokens: u64) -> Option<Event> {
+        self.since_compaction = self.since_compaction.saturating_add(tokens);
+        let warn_at = self.settings.context_budget_warn?;
+        if self.since_compaction >= warn_at && !self.warned {
+            self.warned = true;
+            return Some(Event::AgentContextBudgetWarning { input_tokens: self.since_compaction, warn_at });
+        }
+        None
+    }
+
+    /// Assistant turns after the prompt (and after the last compaction block, which follows it).
+    fn uncompacted_turns(&self, messages: &[ChatMessage]) -> usize {
+        messages
+            .iter()
+            .skip(self.prompt_at + 1)
+            .filter(|m| matches!(m, ChatMessage::Assistant { .. }))
+            .count()
+    }
+
+    /// Whether the conversation should be compacted now, and the events of the check (a window
+    /// warning, the anti-thrash guard holding back).
+    pub fn due(&mut self, messages: &[ChatMessage], system_tokens: u64) -> (Option<Trigger>, Vec<Event>) {
+        let mut events = Vec::new();
+        let estimated = system_tokens + tokens(messages);
+        if estimated > self.limit {
+            events.push(Event::AgentContextWindowWarning {
+                estimated_tokens: estimated,
+                context_window_size: self.window,
+                usage_percent: estimated * 100 / self.window,
+            });
+        }
+        if !self.settings.compacts() {
+            return (None, events);
+        }
+        let trigger = if self.settings.context_budget_cutover.is_some_and(|at| self.since_compaction >= at) {
+            Trigger::Budget
+        } else if self
+            .settings
+            .compaction_turns()
+            .is_some_and(|(at, _)| self.uncompacted_turns(messages) >= at)
+        {
+            Trigger::Turns
+        } else if estimated > self.limit {
+            Trigger::Window
+        } else {
+            return (None, events);
+        };
+        if let Some((window, min_savings)) = self.settings.anti_thrash() {
+            let thrashing =
+                self.savings.len() >= window && self.savings.iter().all(|saved| *saved < min_savings);
+            if thrashing {
+                match self.held_at {
+                    // Grown by a quarter since the guard held back: try again.
+                    Some(at) if estimated >= at + at / 4 => self.held_at = None,
+                    Some(_) => return (None, events),
+                    None => {
+                        self.held_at = Some(estimated);
+                        events.push(Event::AgentContextCompactionHeld {
+                            estimated_tokens: estimated,
+                            recent_compactions: window,
+                            min_savings,
+                        });
+                        return (None, events);
+                    }
+                }
+            }
+        }
+        (Some(trigger), events)
+    }
+
+    /// Compacts `messages` as the stage's mode says; `None` when there is nothing to compact
+    /// (no more turns than are kept).
+    pub async fn compact(
+        &mut self,
+        trigger: Trigger,
+        messages: &mut Vec<ChatMessage>,
+        inputs: &Inputs<'_>,
+    ) -> Option<Done> {
+        let mode = self.settings.compaction_mode();
+        let keep = self.settings.keep_turns();
+        let before = inputs.system_tokens + tokens(messages);
+        let turn_count = self.uncompacted_turns(messages);
+        let mut done = Done::default();
+        done.events.push(Event::AgentCompactionStarted {
+            estimated_tokens: before,
+            turn_count,
+            mode: mode.as_str().to_string(),
+            trigger: trigger.as_str().to_string(),
+        });
+        if mode == CompactionMode::Window {
+            let prompt_at = self.prompt_at;
+            // Over the budget, only the last turn must stay; a turn or budget trigger keeps the
+            // turns the settings keep.
+            let (max_turns, keep) = if trigger == Trigger::Window { (None, 1) } else { (Some(keep), keep) };
+            let (dropped_turns, dropped) = window::drop_oldest(
+                messages,
+                inputs.system_tokens,
+                self.limit,
+                max_turns,
+                keep,
+                |i, message| {
+                    i == prompt_at || matches!(message, ChatMessage::User { content } if is_block(content))
+                },
+            );
+            if dropped_turns == 0 && !dropped.contains(&true) {
+                return None;
+            }
+            self.prompt_at -= dropped[..prompt_at].iter().filter(|d| **d).count();
+            self.compacted_through += dropped_turns as u32;
+        } else {
+            let starts: Vec<usize> = (self.prompt_at + 1..messages.len())
+                .filter(|&i| matches!(messages[i], ChatMessage::Assistant { .. }))
+                .collect();
+            if starts.len() <= keep {
+                return None;
+            }
+            let cut = starts[starts.len() - keep];
+            let through = self.compacted_through + (starts.len() - keep) as u32;
+            let block = self.block(mode, through, &messages[..cut], inputs, &mut done).await;
+            let prompt = messages[self.prompt_at].clone();
+            messages.splice(..cut, [prompt, ChatMessage::user(block.clone())]);
+            self.prompt_at = 0;
+            self.compacted_through = through;
+            done.block = Some(block);
+        }
+        let after = inputs.system_tokens + tokens(messages);
+        done.saved_tokens = before.saturating_sub(after);
+        if let Some((window, _)) = self.settings.anti_thrash() {
+            self.savings.push_back(done.saved_tokens as f64 / before.max(1) as f64);
+            while self.savings.len() > window {
+                self.savings.pop_front();
+            }
+        }
+        self.since_compaction = 0;
+        self.warned = false;
+        done.events.push(Event::AgentCompactionCompleted(Compaction {
+            original_turn_count: turn_count,
+            preserved_turn_count: self.uncompacted_turns(messages),
+            summary_token_estimate: done.block.as_deref().map_or(0, |b| b.len().div_ceil(4) as u64),
+            tracked_file_count: inputs.file_count,
+            mode: mode.as_str().to_string(),
+            before_tokens: before,
+            after_tokens: after,
+        }));
+        Some(done)
+    }
+
+    /// The block that replaces `compacted` (turns 1..=`through`) under `mode`.
+    async fn block(
+        &self,
+        mode: CompactionMode,
+        through: u32,
+        compacted: &[ChatMessage],
+        inputs: &Inputs<'_>,
+        done: &mut Done,
+    ) -> String {
+        let records = || {
+            let none = lossless::RunRecord::default();
+            lossless::block(inputs.record.unwrap_or(&none), &self.operations, inputs.files, through)
+        };
+        match mode {
+            CompactionMode::Intent => intent::block(&self.operations, 1, through),
+            CompactionMode::Lossless => records(),
+            CompactionMode::Llm | CompactionMode::Hybrid | CompactionMode::Window => {
+                let summarized = summary::summarize(
+                    inputs.provider,
+                    inputs.model,
+                    inputs.timeout,
+                    compacted,
+                    self.settings.prune_chars(),
+                )
+                .await;
+                let hybrid = mode == CompactionMode::Hybrid;
+                match summarized {
+                    Ok((text, usage)) => {
+                        add_usage(&mut done.usage, &usage);
+                        let summary = format!(
+                            "{}\n\n{text}\n\n## File Operations\n{}\n",
+                            summary::HEADER,
+                            inputs.files
+                        );
+                        if hybrid {
+                            format!("{}\n\n{summary}", records())
+                        } else {
+                            summary
+                        }
+                    }
+                    Err((error, usage)) => {
+                        add_usage(&mut done.usage, &usage);
+                        done.events.push(Event::AgentCompactionFailed {
+                            error: error.clone(),
+                            fallback: if hybrid { "lossless" } else { "compaction_failed_marker" }
+                                .to_string(),
+                        });
+                        if hybrid {
+                            records()
+                        } else {
+                            failed_block(through, &error, inputs.files)
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The block a failed summary leaves: the turns are gone, and the model is sent to the files.
+fn failed_block(through: u32, error: &str, files: &str) -> String {
+    format!(
+        "{FAILED_HEADER} Turns 1-{through} of this stage could not be summarized ({error}), so they are no longer \
+         in this conversation. Do not rely on memory of them: read the files on disk and re-run commands to learn \
+         the current state before you go on.\n\n## File Operations (from fabro's file tracker)\n{files}\n"
+    )
+}
+
+pub fn add_usage(total: &mut Usage, more: &Usage) {
+    total.input_tokens = total.input_tokens.saturating_add(more.input_tokens);
+    total.output_tokens = total.output_tokens.saturating_add(more.output_tokens);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::summary::tests::Summarizer;
+    use super::*;
+    use crate::agent_context::tests::conversation;
+    use crate::backends::BackendError;
+    use crate::graph::settings::CompactionPreset;
+
+    fn turns(n: usize) -> Vec<ChatMessage> {
+        let turns: Vec<_> = (0..n)
+            .map(|i| ("read_file", serde_json::json!({"path": format!("f{i}")}), "x".repeat(400)))
+            .collect();
+        conversation(&turns)
+    }
+
+    fn inputs(provider: &dyn ChatProvider) -> Inputs<'_> {
+        Inputs {
+            provider,
+            model: "m",
+            timeout: Duration::from_secs(1),
+            system_tokens: 10,
+            files: "- a.rs (edited)",
+            file_count: 1,
+            record: None,
+        }
+    }
+
+    fn settings(mode: CompactionMode) -> ContextSettings {
+        ContextSettings { compaction_mode: Some(mode), ..ContextSettings::default() }
+    }
+
+    #[tokio::test]
+    async fn a_summary_replaces_old_turns_and_the_prompt_and_recent_turns_stay() {
+        let provider = Summarizer(Ok("## Goal\nFix it"), Default::default());
+        let mut messages = turns(8);
+        let recent = messages[messages.len() - 12..].to_vec();
+        let mut compactor = Compactor::new(&settings(CompactionMode::Llm), "m", 1000, 0);
+        let done = compactor.compact(Trigger::Window, &mut messages, &inputs(&provider)).await.unwrap();
+        assert_eq!(messages.len(), 14);
+        assert_eq!(messages[0], ChatMessage::user("Do the task"));
+        assert_eq!(&messages[2..], &recent[..]);
+        let ChatMessage::User { content } = &messages[1] else { panic!("the block follows the prompt") };
+        assert!(
+            content.starts_with(summary::HEADER)
+                && content.ends_with("## File Operations\n- a.rs (edited)\n")
+        );
+        assert!(done.saved_tokens > 0);
+        let Event::AgentCompactionCompleted(c) = &done.events[1] else { panic!("{:?}", done.events) };
+        assert_eq!((c.original_turn_count, c.preserved_turn_count), (8, 6));
+        // Too few turns: nothing to do.
+        let mut short = turns(6);
+        assert!(compactor.compact(Trigger::Window, &mut short, &inputs(&provider)).await.is_none());
+    }
+
+    #[tokio::test]
+    async fn a_failed_summary_leaves_a_marker_and_hybrid_falls_back_to_the_records() {
+        let provider = Summarizer(Err(BackendError::Retryable("down".into())), Default::default());
+        let mut messages = turns(8);
+        let mut compactor = Compactor::new(&settings(CompactionMode::Llm), "m", 1000, 0);
+        let done = compactor.compact(Trigger::Window, &mut messages, &inputs(&provider)).await.unwrap();
+        assert!(done.block.as_deref().unwrap().starts_with(FAILED_HEADER));
+        assert!(
+            matches!(&done.events[1], Event::AgentCompactionFailed { fallback, .. } if fallback == "compaction_failed_marker")
+        );
+        let mut messages = turns(8);
+        let mut compactor = Compactor::new(&settings(CompactionMode::Hybrid), "m", 1000, 0);
+        let done = compactor.compact(Trigger::Window, &mut messages, &inputs(&provider)).await.unwrap();
+        assert!(done.block.as_deref().unwrap().starts_with(lossless::HEADER));
+    }
+
+    #[tokio::test]
+    async fn deterministic_modes_make_no_model_call() {
+        let provider = Summarizer(Ok("unused"), Default::default());
+        for mode in [CompactionMode::Intent, CompactionMode::Lossless, CompactionMode::Window] {
+            let mut messages = turns(10);
+            let mut compactor = Compactor::new(&settings(mode), "m", 1000, 0);
+            compactor.operations.push(intent::Operation {
+                turn: 1,
+                tool: "read_file".into(),
+                target: "f0".into(),
+                succeeded: true,
+                detail: None,
+            });
+            let done = compactor.compact(Trigger::Turns, &mut messages, &inputs(&provider)).await.unwrap();
+            assert!(done.saved_tokens > 0, "{mode:?}");
+            assert_eq!(compactor.uncompacted_turns(&messages), 6, "{mode:?}");
+        }
+        assert!(provider.1.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn triggers_budget_warnings_and_the_anti_thrash_guard() {
+        let messages = turns(8);
+        let tokens = 10 + crate::agent_context::tokens(&messages);
+        // The window: over the threshold (0.80 for unknown models).
+        let mut compactor = Compactor::new(&ContextSettings::default(), "local", tokens, 0);
+        assert_eq!(compactor.due(&messages, 10).0, Some(Trigger::Window));
+        let mut roomy = Compactor::new(&ContextSettings::default(), "local", tokens * 2, 0);
+        assert_eq!(roomy.due(&messages, 10).0, None);
+        // A preset's turn count.
+        let preset =
+            ContextSettings { compaction: Some(CompactionPreset::Aggressive), ..ContextSettings::default() };
+        assert_eq!(
+            Compactor::new(&preset, "local", tokens * 2, 0).due(&messages, 10).0,
+            Some(Trigger::Turns)
+        );
+        let none = ContextSettings { compaction: Some(CompactionPreset::None), ..ContextSettings::default() };
+        assert_eq!(Compactor::new(&none, "local", 1, 0).due(&messages, 10).0, None);
+        // The budget: one warning per cycle, and the cutover.
+        let budget = ContextSettings {
+            context_budget_warn: Some(100),
+            context_budget_cutover: Some(300),
+            ..ContextSettings::default()
+        };
+        let mut compactor = Compactor::new(&budget, "local", tokens * 2, 0);
+        assert!(compactor.count_input(60).is_none());
+        assert!(matches!(
+            compactor.count_input(60),
+            Some(Event::AgentContextBudgetWarning { input_tokens: 120, .. })
+        ));
+        assert!(compactor.count_input(60).is_none());
+        assert_eq!(compactor.due(&messages, 10).0, None);
+        compactor.count_input(200);
+        assert_eq!(compactor.due(&messages, 10).0, Some(Trigger::Budget));
+        // Anti-thrash: two compactions that saved under half hold the next one back until the
+        // conversation grows by a quarter.
+        let guarded = ContextSettings {
+            compaction_anti_thrash_window: Some(2),
+            compaction_anti_thrash_min_savings: Some(0.5),
+            ..ContextSettings::default()
+        };
+        let mut compactor = Compactor::new(&guarded, "local", tokens, 0);
+        compactor.savings.extend([0.1, 0.2]);
+        let (trigger, events) = compactor.due(&messages, 10);
+        assert_eq!(trigger, None);
+        assert!(events.iter().any(|e| matches!(e, Event::AgentContextCompactionHeld { .. })));
+        assert_eq!(compactor.due(&messages, 10).0, None);
+        assert_eq!(compactor.due(&turns(11), 10).0, Some(Trigger::Window));
+    }
+}
