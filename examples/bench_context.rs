@@ -64,8 +64,13 @@ struct Measured {
     input_tokens: u64,
     largest: u64,
     calls: usize,
+    summary_calls: usize,
+    over_window: usize,
     first_file_known: bool,
 }
+
+/// The stage's context window in the benchmark.
+const WINDOW: u64 = 16_000;
 
 async fn measure(attributes: &str) -> Measured {
     let server = LlmServer::start(script(), vec![summary(); 200]);
@@ -81,7 +86,7 @@ async fn measure(attributes: &str) -> Measured {
     std::env::set_var("FABRO_LLM_MODEL", "bench-model");
     std::env::set_var("FABRO_LLM_MAX_RETRIES", "0");
     let dot = format!(
-        "digraph bench {{\n start [shape=Mdiamond]\n exit [shape=Msquare]\n work [prompt=\"Summarize every file in src/ into out/\", llm_model=\"bench-model\", context_window=16000, max_turns=200{attributes}]\n start -> work -> exit\n}}\n"
+        "digraph bench {{\n start [shape=Mdiamond]\n exit [shape=Msquare]\n work [prompt=\"Summarize every file in src/ into out/\", llm_model=\"bench-model\", context_window={WINDOW}, max_turns=200{attributes}]\n start -> work -> exit\n}}\n"
     );
     let valid = Loader::new()
         .load_source(SourceFile::new("bench.dot", dot))
@@ -105,6 +110,8 @@ async fn measure(attributes: &str) -> Measured {
         input_tokens: sizes.iter().sum(),
         largest: sizes.iter().copied().max().unwrap_or(0),
         calls: requests.len(),
+        summary_calls: requests.len() - server.main_requests().len(),
+        over_window: sizes.iter().filter(|size| **size > WINDOW).count(),
         first_file_known: last_main.contains("out/out0.txt"),
     }
 }
@@ -112,27 +119,34 @@ async fn measure(attributes: &str) -> Measured {
 #[tokio::main]
 async fn main() {
     let configurations = [
-        ("default (80% rule, llm summaries)", ""),
-        ("tool_result_aging=false (no layer)", ", tool_result_aging=false"),
-        ("max_in_turn_tool_pairs=6", ", max_in_turn_tool_pairs=6"),
+        ("before the context layers (`tool_result_aging=false`: the 80% rule with LLM summaries only)", ", tool_result_aging=false"),
+        ("default (age-based truncation, LLM summaries at 80%)", ""),
+        ("`max_in_turn_tool_pairs=6`", ", max_in_turn_tool_pairs=6"),
+        ("`max_in_turn_tool_pairs=3, max_tool_result_chars=8000`", ", max_in_turn_tool_pairs=3, max_tool_result_chars=8000"),
+        ("`compaction=strong, compaction_mode=intent`", ", compaction=strong, compaction_mode=intent"),
+        ("`compaction=strong, compaction_mode=lossless`", ", compaction=strong, compaction_mode=lossless"),
+        ("`compaction=strong, compaction_mode=hybrid`", ", compaction=strong, compaction_mode=hybrid"),
+        ("`compaction_mode=window`", ", compaction_mode=window"),
+        ("`context_budget_cutover=60000, compaction_mode=lossless`", ", context_budget_cutover=60000, compaction_mode=lossless"),
         (
-            "recommended: max_in_turn_tool_pairs=3, max_tool_result_chars=8000",
-            ", max_in_turn_tool_pairs=3, max_tool_result_chars=8000",
+            "recommended for long coding loops: `max_in_turn_tool_pairs=3, max_tool_result_chars=8000, compaction=strong, compaction_mode=lossless`",
+            ", max_in_turn_tool_pairs=3, max_tool_result_chars=8000, compaction=strong, compaction_mode=lossless",
         ),
-        ("max_in_turn_context_tokens=8000", ", max_in_turn_context_tokens=8000"),
     ];
     let mut baseline = None;
-    println!("| configuration | input tokens sent | vs default | largest request | model calls | last request names the first file written |");
-    println!("|---|---:|---:|---:|---:|---|");
+    println!("| configuration | input tokens sent | vs first row | largest request | model calls (summaries) | requests over the window | last request names the first file written |");
+    println!("|---|---:|---:|---:|---:|---:|---|");
     for (name, attributes) in configurations {
         let measured = measure(attributes).await;
         let base = *baseline.get_or_insert(measured.input_tokens);
         println!(
-            "| {name} | {} | {:.0}% | {} | {} | {} |",
+            "| {name} | {} | {:.0}% | {} | {} ({}) | {} | {} |",
             measured.input_tokens,
             measured.input_tokens as f64 * 100.0 / base as f64,
             measured.largest,
             measured.calls,
+            measured.summary_calls,
+            measured.over_window,
             if measured.first_file_known { "yes" } else { "no" }
         );
     }

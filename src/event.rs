@@ -223,6 +223,16 @@ pub enum Event {
         before_tokens: u64,
         after_tokens: u64,
     },
+    /// The filters of a stage's replayed conversation thread changed what it is sent.
+    #[serde(rename = "agent.context.thread_filtered")]
+    AgentContextThreadFiltered {
+        thread: String,
+        filters: Vec<String>,
+        messages_before: usize,
+        messages_after: usize,
+        before_tokens: u64,
+        after_tokens: u64,
+    },
     /// The anti-thrash guard held a compaction back.
     #[serde(rename = "agent.context.compaction_held")]
     AgentContextCompactionHeld { estimated_tokens: u64, recent_compactions: usize, min_savings: f64 },

@@ -158,6 +158,9 @@ pub struct Outcome {
 pub struct Exchange {
     pub prompt: String,
     pub response: String,
+    /// The whole conversation from the prompt to the answer when the stage had tool turns (its
+    /// thread carries them); empty otherwise.
+    pub conversation: Vec<crate::backends::chat::ChatMessage>,
 }
 
 /// Reads a status in any accepted spelling (`failed`, `succeeded`, ...).

@@ -466,3 +466,107 @@ fn a_call_still_too_large_without_tool_messages_fails_the_stage() {
     );
     assert_eq!(events_named(&ran, "agent.context.trim_retry").len(), 3);
 }
+
+// Conversation threads (full fidelity): tool turns carried, filters, task handoff, resume.
+
+fn thread_workflow() -> &'static str {
+    r#"digraph threads {
+        start [shape=Mdiamond]
+        exit [shape=Msquare]
+        node [llm_model="local-model", fidelity=full, thread_id=t]
+        a [prompt="Task A"]
+        b [prompt="Task B"]
+        c [prompt="Task C", thread_text_only=true]
+        d [prompt="Task D", thread_handoff=summary]
+        start -> a -> b -> c -> d -> exit
+    }"#
+}
+
+#[test]
+fn a_thread_carries_tool_turns_and_each_stage_filters_what_it_receives() {
+    let replies = vec![
+        openai_tools(&[("c0", "read_file", json!({"path": "f0.txt"}))]),
+        openai_text("a done", 10, 5),
+        openai_text("b done", 10, 5),
+        openai_text("c done", 10, 5),
+        openai_text("d done", 10, 5),
+    ];
+    let server = LlmServer::start(replies, Vec::new());
+    let ran = with_files(compatible(&server, thread_workflow()), 1, 100)
+        .args(["run", "workflow.dot", "--run-dir", "run", "--workdir", "work", "-q"])
+        .status(0)
+        .run();
+    let requests: Vec<Value> = server.requests().iter().map(|r| r.json()).collect();
+    assert_eq!(requests.len(), 5);
+    let roles = |body: &Value| -> Vec<String> {
+        body["messages"].as_array().unwrap().iter().map(|m| m["role"].as_str().unwrap().to_string()).collect()
+    };
+    // b continues a's session: a's prompt, tool call, result and answer, then b's prompt.
+    assert_eq!(roles(&requests[2]), ["system", "user", "assistant", "tool", "assistant", "user"]);
+    assert!(tool_results(&requests[2])[0].contains("0xxx"));
+    assert_eq!(message(&requests[2], 4), "a done");
+    // c (thread_text_only) gets the text only.
+    assert_eq!(roles(&requests[3]), ["system", "user", "assistant", "user", "assistant", "user"]);
+    // d (thread_handoff=summary) gets one task summary per earlier node, then its prompt.
+    assert_eq!(roles(&requests[4]), ["system", "user", "user", "user", "user"]);
+    let a = message(&requests[4], 1);
+    assert!(a.starts_with("[Task handoff: node `a` finished its task on this thread"), "{a}");
+    assert!(a.contains("✓ read_file → \"f0.txt\" (turn 1)") && a.contains("Its answer:\na done"), "{a}");
+    assert!(message(&requests[4], 3).contains("node `c`"));
+    let filtered = events_named(&ran, "agent.context.thread_filtered");
+    assert_eq!(filtered.len(), 2);
+    assert_eq!(filtered[0]["filters"], json!(["thread_text_only"]));
+    assert_eq!(filtered[1]["filters"], json!(["thread_handoff"]));
+    // The thread on disk keeps every message with the node that added it.
+    let stored = std::fs::read_to_string(ran.dir.path().join("run/threads/t.jsonl")).unwrap();
+    let lines: Vec<Value> = stored.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 4 + 2 * 3);
+    assert_eq!((lines[2]["node"].as_str(), lines[2]["role"].as_str()), (Some("a"), Some("tool_results")));
+}
+
+#[test]
+fn a_resumed_run_continues_a_thread_whose_stage_was_compacted() {
+    let dot = r#"digraph resume {
+        start [shape=Mdiamond]
+        exit [shape=Msquare]
+        node [llm_model="local-model", fidelity=full, thread_id=t]
+        a [prompt="Task A", compaction_mode=intent, compaction_trigger_turns=2, compaction_keep_turns=1]
+        gate [shape=hexagon, label="Ship?"]
+        b [prompt="Task B"]
+        start -> a -> gate
+        gate -> b [label="Go"]
+        b -> exit
+    }"#;
+    let mut replies = write_run_read();
+    replies.pop();
+    replies.push(openai_text("a done", 10, 5));
+    replies.push(openai_text("b done", 10, 5));
+    let server = LlmServer::start(replies, Vec::new());
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("workflow.dot"), dot).unwrap();
+    std::fs::write(dir.path().join("answers.json"), r#"{"gate": ["Go"]}"#).unwrap();
+    std::fs::create_dir_all(dir.path().join("work")).unwrap();
+    std::fs::write(dir.path().join("work/f0.txt"), "0xxx\n").unwrap();
+    let fabro = |args: &[&str]| {
+        common::fabro_command(dir.path(), args)
+            .env("FABRO_LLM_BASE_URL", server.url("/v1"))
+            .env("FABRO_LLM_MAX_RETRIES", "0")
+            .output()
+            .unwrap()
+    };
+    let paused = fabro(&["run", "workflow.dot", "--run-dir", "run", "--workdir", "work", "-q"]);
+    assert_eq!(paused.status.code(), Some(3), "{}", String::from_utf8_lossy(&paused.stderr));
+    let resumed = fabro(&["resume", "run", "--answers", "answers.json", "-q"]);
+    assert_eq!(resumed.status.code(), Some(0), "{}", String::from_utf8_lossy(&resumed.stderr));
+    let requests: Vec<Value> = server.requests().iter().map(|r| r.json()).collect();
+    assert_eq!(requests.len(), 5, "a's four calls before the stop, b's one after");
+    // b, after the resume, continues a's compacted conversation as the thread file kept it: a's
+    // prompt, the intent block, the kept turn and a's answer.
+    let b = &requests[4];
+    assert!(message(b, 1).ends_with("Task A"));
+    assert!(message(b, 2).starts_with("[Intent-derived reconstruction of turns 1-2"), "{}", message(b, 2));
+    assert!(message(b, 2).contains("✓ write_file → \"out/first.txt\" (turn 1)"));
+    assert!(tool_results(b)[0].contains("0xxx"));
+    assert_eq!(message(b, 5), "a done");
+    assert!(message(b, 6).ends_with("Task B"));
+}

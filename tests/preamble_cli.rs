@@ -109,8 +109,8 @@ fn full_fidelity_stages_on_one_thread_share_the_conversation() {
     assert_eq!(
         history,
         [
-            serde_json::json!({"role": "user", "content": draft_prompt}),
-            serde_json::json!({"role": "assistant", "content": draft_response}),
+            serde_json::json!({"node": "draft", "role": "user", "content": draft_prompt}),
+            serde_json::json!({"node": "draft", "role": "assistant", "content": draft_response}),
         ]
     );
     assert!(read(&ran, "run/stages/polish/1/response.md")

@@ -60,6 +60,8 @@ pub struct AgentRun {
     pub hit_turn_limit: bool,
     /// Estimated tokens each context layer kept out of the calls, summed.
     pub context_savings: crate::agent_context::Savings,
+    /// The conversation from the prompt on, as compaction left it, ending with the answer.
+    pub conversation: Vec<ChatMessage>,
 }
 
 /// The system prompt of agent stages.
@@ -143,6 +145,11 @@ pub async fn run(
         transcript.record("assistant", assistant_record(run.turns, &response));
         run.text = response.text.clone();
         if response.tool_calls.is_empty() {
+            messages.push(ChatMessage::Assistant {
+                content: response.text,
+                tool_calls: Vec::new(),
+                reasoning: response.reasoning,
+            });
             break;
         }
         let mut results = Vec::with_capacity(response.tool_calls.len());
@@ -214,6 +221,7 @@ pub async fn run(
         compact_if_due(&mut compactor, &mut messages, &inputs, transcript, &mut run).await;
     }
     run.files_changed = toolbox.tracker.changed();
+    run.conversation = messages.split_off(compactor.prompt_at().min(messages.len()));
     Ok(run)
 }
 

@@ -45,6 +45,7 @@ pub enum ChatMessage {
     },
     Assistant {
         content: String,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
         tool_calls: Vec<ToolCall>,
         /// The provider's own reasoning blocks (Anthropic's signed `thinking` and
         /// `redacted_thinking`), sent back unchanged: a tool loop with extended thinking must

@@ -4,6 +4,9 @@
 //! ([`super::cli_agent`]). Usage and estimated cost come back with the response; everything
 //! recorded is redacted.
 
+use crate::agent_context::thread_filters;
+use crate::agent_context::tokens;
+use crate::agent_context::trim_retry::text_only;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,7 +21,7 @@ use super::openai::{Dialect, OpenAi};
 use super::redaction::Secrets;
 use super::tools::Toolbox;
 use super::transcript::{assistant_record, Transcript};
-use super::{Backend, BackendError, LlmRequest, LlmResponse, Role, StageEnv};
+use super::{Backend, BackendError, LlmRequest, LlmResponse, StageEnv};
 use crate::event::Event;
 use crate::graph::{settings, Workflow};
 
@@ -156,14 +159,35 @@ impl LiveBackend {
             Some(stage_limit) => stage_limit.min(self.config.request_timeout),
             None => self.config.request_timeout,
         };
-        let mut messages: Vec<ChatMessage> = request
-            .history
-            .iter()
-            .map(|message| match message.role {
-                Role::User => ChatMessage::user(message.content.clone()),
-                Role::Assistant => ChatMessage::assistant(message.content.clone(), Vec::new()),
-            })
-            .collect();
+        // The stage's context settings, with the config file's [context] below them.
+        let context =
+            stage.map_or_else(|| self.config.context.clone(), |s| s.context.clone().or(&self.config.context));
+        if let Some(conflict) = context.conflicts(|_| crate::source::Span::default()).first() {
+            return Err(BackendError::Terminal(format!(
+                "stage `{}`: its context settings with the config file's [context]: {conflict}",
+                request.node_id
+            )));
+        }
+        let mut context_savings = crate::agent_context::Savings::new();
+        let (thread, filters) = thread_filters::replay(request.history, request.node_id, &context);
+        let mut messages: Vec<ChatMessage> = thread.into_iter().map(|t| t.message).collect();
+        if !filters.is_empty() {
+            let before: Vec<ChatMessage> = request.history.iter().map(|t| t.message.clone()).collect();
+            let (before_tokens, after_tokens) = (tokens(&before), tokens(&messages));
+            transcript.event(Event::AgentContextThreadFiltered {
+                thread: request.thread.unwrap_or_default().to_string(),
+                filters: filters.iter().map(ToString::to_string).collect(),
+                messages_before: before.len(),
+                messages_after: messages.len(),
+                before_tokens,
+                after_tokens,
+            });
+            context_savings.insert("thread_filters".to_string(), before_tokens.saturating_sub(after_tokens));
+        }
+        if !request.agentic {
+            // A one-shot call offers no tools, so it is sent the thread's text only.
+            messages = text_only(&messages);
+        }
         messages.push(ChatMessage::user(request.prompt));
         transcript.record(
             "request",
@@ -180,13 +204,6 @@ impl LiveBackend {
         }
         let mut response = match stage.filter(|_| request.agentic) {
             Some(stage) => {
-                let context = stage.context.clone().or(&self.config.context);
-                if let Some(conflict) = context.conflicts(|_| crate::source::Span::default()).first() {
-                    return Err(BackendError::Terminal(format!(
-                        "stage `{}`: its context settings with the config file's [context]: {conflict}",
-                        request.node_id
-                    )));
-                }
                 let settings = AgentSettings {
                     model,
                     reasoning_effort,
@@ -222,12 +239,21 @@ impl LiveBackend {
                         settings.max_turns
                     ));
                 }
+                let mut conversation = run.conversation;
+                if !matches!(conversation.last(), Some(ChatMessage::Assistant { tool_calls, .. }) if tool_calls.is_empty())
+                {
+                    conversation.push(ChatMessage::assistant(text.clone(), Vec::new()));
+                }
+                for (layer, saved) in run.context_savings {
+                    *context_savings.entry(layer).or_default() += saved;
+                }
                 LlmResponse {
                     text,
                     model: run.model.or_else(|| Some(model.to_string())),
                     usage: Some(run.usage),
                     files_touched: run.files_changed,
-                    context_savings: run.context_savings,
+                    context_savings,
+                    conversation,
                     ..LlmResponse::default()
                 }
             }
@@ -247,6 +273,7 @@ impl LiveBackend {
                     text: answer.text,
                     model: answer.model.or_else(|| Some(model.to_string())),
                     usage: Some(answer.usage),
+                    context_savings,
                     ..LlmResponse::default()
                 }
             }

@@ -41,7 +41,7 @@ pub struct LlmRequest<'a> {
     /// Under `full` fidelity: the conversation thread this call continues...
     pub thread: Option<&'a str>,
     /// ...and its earlier messages, oldest first (empty for a new thread or other fidelities).
-    pub history: &'a [Message],
+    pub history: &'a [ThreadMessage],
     /// Where the stage runs, for backends that do real work (agent tools, transcripts, events).
     pub stage: Option<StageEnv<'a>>,
 }
@@ -88,18 +88,14 @@ impl std::fmt::Debug for StageEnv<'_> {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Role {
-    User,
-    Assistant,
-}
-
-/// One message of a conversation thread.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Message {
-    pub role: Role,
-    pub content: String,
+/// One message of a conversation thread: what an earlier stage sent or received (tool calls and
+/// results included), and the node of that stage (none in threads written before fabro noted it).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ThreadMessage {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    #[serde(flatten)]
+    pub message: chat::ChatMessage,
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -114,6 +110,9 @@ pub struct LlmResponse {
     pub files_touched: Vec<String>,
     /// Estimated tokens the context layers kept out of an agent stage's calls, per layer.
     pub context_savings: crate::agent_context::Savings,
+    /// An agent stage's conversation from its prompt to its answer, tool turns included (as
+    /// compaction left it), for its thread under `full` fidelity; empty when the backend has none.
+    pub conversation: Vec<chat::ChatMessage>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -9,7 +9,8 @@ use serde_json::Value;
 
 use super::step::{pending_notes, OPERATOR_NOTES_KEY};
 use super::walker::LineState;
-use crate::backends::{Message, Role};
+use crate::backends::chat::ChatMessage;
+use crate::backends::ThreadMessage;
 use crate::child_run::ParentLink;
 use crate::fidelity::preamble::PreambleInput;
 use crate::fidelity::FidelityMode;
@@ -25,7 +26,7 @@ pub(super) struct Conversation {
     /// The thread of the full-fidelity LLM stage about to run.
     pub current_thread: Option<String>,
     /// Conversation threads by key.
-    pub threads: HashMap<String, Vec<Message>>,
+    pub threads: HashMap<String, Vec<ThreadMessage>>,
     /// Set on resume: the first stage cannot continue a conversation thread that did not survive
     /// the stop, so `full` fidelity becomes `summary:high` for it.
     pub degrade_full_fidelity: bool,
@@ -58,7 +59,7 @@ impl Conversation {
     }
 
     /// The thread the stage about to run continues, with its messages so far.
-    pub fn thread(&self) -> Option<(&str, &[Message])> {
+    pub fn thread(&self) -> Option<(&str, &[ThreadMessage])> {
         self.current_thread.as_deref().map(|key| (key, self.threads.get(key).map_or(&[][..], Vec::as_slice)))
     }
 
@@ -110,15 +111,20 @@ impl Conversation {
         state.context.set("internal.thread_id", thread.map_or(Value::Null, Value::from));
     }
 
-    /// Under `full` fidelity: adds the stage's exchange (what it sent, what came back) to its
-    /// thread, in memory and in `threads/<key>.jsonl` of `run_dir`, so the next stage on the
-    /// thread sees it and a resumed run can rebuild it.
-    pub fn extend_thread(&mut self, run_dir: &Path, exchange: Exchange) {
+    /// Under `full` fidelity: adds the exchange of stage `node` (what it sent, its tool turns,
+    /// what came back) to its thread, in memory and in `threads/<key>.jsonl` of `run_dir`, so the
+    /// next stage on the thread sees it and a resumed run can rebuild it.
+    pub fn extend_thread(&mut self, run_dir: &Path, node: &str, exchange: Exchange) {
         let Some(key) = self.current_thread.take() else { return };
-        let exchange = [
-            Message { role: Role::User, content: exchange.prompt },
-            Message { role: Role::Assistant, content: exchange.response },
-        ];
+        let messages = if exchange.conversation.is_empty() {
+            vec![ChatMessage::user(exchange.prompt), ChatMessage::assistant(exchange.response, Vec::new())]
+        } else {
+            exchange.conversation
+        };
+        let exchange: Vec<ThreadMessage> = messages
+            .into_iter()
+            .map(|message| ThreadMessage { node: Some(node.to_string()), message })
+            .collect();
         let path = layout::thread_file(run_dir, &key);
         let lines: String =
             exchange.iter().filter_map(|m| serde_json::to_string(m).ok()).map(|l| l + "\n").collect();
@@ -134,7 +140,7 @@ impl Conversation {
 }
 
 /// Conversation threads persisted in a run directory (`threads/<encoded key>.jsonl`).
-fn load_threads(run_dir: &Path) -> HashMap<String, Vec<Message>> {
+fn load_threads(run_dir: &Path) -> HashMap<String, Vec<ThreadMessage>> {
     let mut threads = HashMap::new();
     for entry in std::fs::read_dir(layout::threads_dir(run_dir)).into_iter().flatten().flatten() {
         let Some(key) = entry.file_name().to_str().and_then(layout::thread_key) else { continue };

@@ -260,7 +260,7 @@ impl<'e> Walker<'e> {
         let exchange = outcome.exchange.take();
         let recorded = self.record(node, visit, stage_files, &outcome, attempts, started_at, duration_ms);
         if let Some(exchange) = exchange {
-            self.conversation.extend_thread(scope.run_dir.root(), exchange);
+            self.conversation.extend_thread(scope.run_dir.root(), &node.id, exchange);
         }
         self.worktree.commit_stage(&scope.events, &scope.run_id, node, visit, outcome.status);
         if node.handler_type() == HandlerType::Exit {

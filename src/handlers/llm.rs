@@ -58,7 +58,8 @@ impl Handler for LlmHandler {
         write_file(&stage.stage_dir.join("response.md"), &response.text).await?;
 
         let outcome = outcome_for(&node.id, &backend_name, &response);
-        Ok(Outcome { exchange: Some(Exchange { prompt, response: response.text }), ..outcome })
+        let exchange = Exchange { prompt, response: response.text, conversation: response.conversation };
+        Ok(Outcome { exchange: Some(exchange), ..outcome })
     }
 }
 

@@ -132,6 +132,11 @@ impl Compactor {
         }
     }
 
+    /// Where the stage's prompt is in the conversation now.
+    pub fn prompt_at(&self) -> usize {
+        self.prompt_at
+    }
+
     /// Counts a model call's input tokens toward the context budget; the warning goes out once
     /// per compaction cycle.
     pub fn count_input(&mut self, tokens: u64) -> Option<Event> {
