@@ -478,7 +478,9 @@ fn thread_workflow() -> &'static str {
         b [prompt="Task B"]
         c [prompt="Task C", thread_text_only=true]
         d [prompt="Task D", thread_handoff=summary]
-        start -> a -> b -> c -> d -> exit
+        e [prompt="Task E", thread_exclude_nodes="a,b"]
+        f [prompt="Task F", thread_max_turn_age=1]
+        start -> a -> b -> c -> d -> e -> f -> exit
     }"#
 }
 
@@ -490,6 +492,8 @@ fn a_thread_carries_tool_turns_and_each_stage_filters_what_it_receives() {
         openai_text("b done", 10, 5),
         openai_text("c done", 10, 5),
         openai_text("d done", 10, 5),
+        openai_text("e done", 10, 5),
+        openai_text("f done", 10, 5),
     ];
     let server = LlmServer::start(replies, Vec::new());
     let ran = with_files(compatible(&server, thread_workflow()), 1, 100)
@@ -497,7 +501,7 @@ fn a_thread_carries_tool_turns_and_each_stage_filters_what_it_receives() {
         .status(0)
         .run();
     let requests: Vec<Value> = server.requests().iter().map(|r| r.json()).collect();
-    assert_eq!(requests.len(), 5);
+    assert_eq!(requests.len(), 7);
     let roles = |body: &Value| -> Vec<String> {
         body["messages"].as_array().unwrap().iter().map(|m| m["role"].as_str().unwrap().to_string()).collect()
     };
@@ -513,14 +517,31 @@ fn a_thread_carries_tool_turns_and_each_stage_filters_what_it_receives() {
     assert!(a.starts_with("[Task handoff: node `a` finished its task on this thread"), "{a}");
     assert!(a.contains("✓ read_file → \"f0.txt\" (turn 1)") && a.contains("Its answer:\na done"), "{a}");
     assert!(message(&requests[4], 3).contains("node `c`"));
+    // e (thread_exclude_nodes="a,b") starts at c's prompt; f (thread_max_turn_age=1) gets e's
+    // prompt and answer only.
+    assert!(message(&requests[5], 1).ends_with("Task C"), "{}", message(&requests[5], 1));
+    assert_eq!(roles(&requests[5]).len(), 1 + 2 * 2 + 1, "c and d, then e's prompt");
+    assert_eq!(roles(&requests[6]), ["system", "user", "assistant", "user"]);
+    assert_eq!(
+        (message(&requests[6], 1), message(&requests[6], 2)),
+        ("Task E".to_string(), "e done".to_string())
+    );
     let filtered = events_named(&ran, "agent.context.thread_filtered");
-    assert_eq!(filtered.len(), 2);
-    assert_eq!(filtered[0]["filters"], json!(["thread_text_only"]));
-    assert_eq!(filtered[1]["filters"], json!(["thread_handoff"]));
+    let filters: Vec<&Value> = filtered.iter().map(|event| &event["filters"]).collect();
+    assert_eq!(
+        filters,
+        [
+            &json!(["thread_text_only"]),
+            &json!(["thread_handoff"]),
+            &json!(["thread_exclude_nodes"]),
+            &json!(["thread_max_turn_age"])
+        ]
+    );
+    assert!(filtered[3]["after_tokens"].as_u64() < filtered[3]["before_tokens"].as_u64());
     // The thread on disk keeps every message with the node that added it.
     let stored = std::fs::read_to_string(ran.dir.path().join("run/threads/t.jsonl")).unwrap();
     let lines: Vec<Value> = stored.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    assert_eq!(lines.len(), 4 + 2 * 3);
+    assert_eq!(lines.len(), 4 + 2 * 5);
     assert_eq!((lines[2]["node"].as_str(), lines[2]["role"].as_str()), (Some("a"), Some("tool_results")));
 }
 
