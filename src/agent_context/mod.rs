@@ -67,6 +67,11 @@ pub(crate) fn cut(text: &str, max: usize, notice: impl FnOnce(usize) -> String) 
     Some(format!("{}{}", &text[..at], notice(dropped)))
 }
 
+/// `text` cut to `max` characters followed by `mark`, or whole when not longer.
+pub(crate) fn shortened(text: &str, max: usize, mark: &str) -> String {
+    cut(text, max, |_| mark.to_string()).unwrap_or_else(|| text.to_string())
+}
+
 /// Every tool result of a conversation, oldest first: (message index, result index).
 pub(crate) fn result_positions(messages: &[ChatMessage]) -> Vec<(usize, usize)> {
     messages

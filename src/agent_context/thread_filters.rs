@@ -12,6 +12,7 @@
 //! A cut never leaves a tool result without its call.
 
 use super::compaction::intent::Operation;
+use super::shortened;
 use super::trim_retry::text_only;
 use crate::backends::chat::{ChatMessage, ToolCall};
 use crate::backends::ThreadMessage;
@@ -184,22 +185,15 @@ fn task_summary(node: Option<&str>, messages: &[ThreadMessage]) -> String {
         "{HANDOFF_HEADER} {node} finished its task on this thread; this is a summary of it, not your current task.]\n"
     );
     if let Some(task) = task {
-        out.push_str(&format!("\nTask:\n{}\n", first_chars(task.trim(), 1000)));
+        out.push_str(&format!("\nTask:\n{}\n", shortened(task.trim(), 1000, " […]")));
     }
     if !operations.is_empty() {
         out.push_str(&format!("\nOperations:\n{}\n", operations.join("\n")));
     }
     if let Some(answer) = answer {
-        out.push_str(&format!("\nIts answer:\n{}\n", first_chars(answer.trim(), 2000)));
+        out.push_str(&format!("\nIts answer:\n{}\n", shortened(answer.trim(), 2000, " […]")));
     }
     out
-}
-
-fn first_chars(text: &str, max: usize) -> String {
-    match text.char_indices().nth(max) {
-        Some((at, _)) => format!("{} […]", &text[..at]),
-        None => text.to_string(),
-    }
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 
 use serde_json::Value;
 
+use crate::agent_context::shortened;
 use crate::backends::chat::ToolCall;
 
 /// The first line of every intent block.
@@ -37,7 +38,7 @@ impl Operation {
         let detail = match exit_code {
             Some(code) => Some(format!("exit {code}")),
             None if is_error => {
-                content.lines().find(|l| !l.trim().is_empty()).map(|line| first_chars(line, 120))
+                content.lines().find(|l| !l.trim().is_empty()).map(|line| shortened(line, 120, "…"))
             }
             None => None,
         };
@@ -55,7 +56,7 @@ impl Operation {
         let target = if self.target.is_empty() {
             String::new()
         } else {
-            format!(" → \"{}\"", first_chars(&self.target, 200))
+            format!(" → \"{}\"", shortened(&self.target, 200, "…"))
         };
         let detail = self.detail.as_ref().map(|d| format!(" — {d}")).unwrap_or_default();
         format!("{mark} {}{target}{detail} (turn {})", self.tool, self.turn)
@@ -75,13 +76,6 @@ pub fn block(operations: &[Operation], first: u32, last: u32) -> String {
          RESUMPTION NOTE: these turns were compacted from the stage's tool-call log, which is ground truth. Do not \
          redo operations marked ✓ (they took effect); retry operations marked ✗ if the task still needs them."
     )
-}
-
-fn first_chars(text: &str, max: usize) -> String {
-    match text.char_indices().nth(max) {
-        Some((at, _)) => format!("{}…", &text[..at]),
-        None => text.to_string(),
-    }
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use crate::agent_context::shortened;
 use crate::backends::chat::{ChatMessage, ChatProvider, ChatRequest};
 use crate::backends::{BackendError, Usage};
 
@@ -98,7 +99,9 @@ pub fn render_for_summary(messages: &[ChatMessage], prune_chars: usize) -> Strin
                     // The turn was pruned: its calls on one line.
                     let calls: Vec<String> = tool_calls
                         .iter()
-                        .map(|call| format!("{}({})", call.name, cut(&call.arguments.to_string(), 80)))
+                        .map(|call| {
+                            format!("{}({})", call.name, shortened(&call.arguments.to_string(), 80, " […]"))
+                        })
                         .collect();
                     out.push_str(&format!("TOOL CALLS OF THIS TURN: {}\n\n", calls.join(", ")));
                     continue;
@@ -107,7 +110,7 @@ pub fn render_for_summary(messages: &[ChatMessage], prune_chars: usize) -> Strin
                     out.push_str(&format!(
                         "TOOL CALL {}: {}\n\n",
                         call.name,
-                        cut(&call.arguments.to_string(), SUMMARY_FIELD_CHARS)
+                        shortened(&call.arguments.to_string(), SUMMARY_FIELD_CHARS, " […]")
                     ));
                 }
             }
@@ -117,7 +120,7 @@ pub fn render_for_summary(messages: &[ChatMessage], prune_chars: usize) -> Strin
                     out.push_str(&format!(
                         "TOOL RESULT {}{mark}: {}\n\n",
                         result.name,
-                        cut(&result.content, SUMMARY_FIELD_CHARS)
+                        shortened(&result.content, SUMMARY_FIELD_CHARS, " […]")
                     ));
                 }
             }
@@ -126,19 +129,9 @@ pub fn render_for_summary(messages: &[ChatMessage], prune_chars: usize) -> Strin
     out
 }
 
-fn cut(text: &str, max: usize) -> String {
-    match text.char_indices().nth(max) {
-        Some((at, _)) => format!("{} […]", &text[..at]),
-        None => text.to_string(),
-    }
-}
-
 /// A message over `max` characters, cut with a note of its full length.
 fn prune(text: &str, max: usize) -> String {
-    match text.char_indices().nth(max) {
-        Some((at, _)) => format!("{} [TRUNCATED — {} chars total]", &text[..at], text.chars().count()),
-        None => text.to_string(),
-    }
+    shortened(text, max, &format!(" [TRUNCATED — {} chars total]", text.chars().count()))
 }
 
 #[cfg(test)]
