@@ -527,4 +527,30 @@ mod tests {
         let bad: Result<FileConfig, _> = toml::from_str("[providers.x]\nbase = 1");
         assert!(bad.is_err());
     }
+
+    #[test]
+    fn the_context_section_sets_defaults_and_contradictions_are_refused() {
+        let file = r#"
+            [context]
+            max_in_turn_tool_pairs = 3
+            compaction_mode = "lossless"
+            thread_exclude_nodes = ["lint"]
+            [context.tool_result_chars]
+            grep = 20000
+            [context.compaction_thresholds]
+            small = 0.30
+        "#;
+        let context = config(&[], file).unwrap().context;
+        assert_eq!(context.max_in_turn_tool_pairs, Some(3));
+        assert_eq!(context.compaction_mode, Some(crate::graph::settings::CompactionMode::Lossless));
+        assert_eq!(context.thread_exclude_nodes, Some(vec!["lint".to_string()]));
+        assert_eq!(context.tool_result_chars["grep"], 20000);
+        assert_eq!(context.threshold("claude-haiku-4-5"), 0.30);
+        let contradiction = config(&[], "[context]\ncompaction = \"none\"\ncontext_budget_cutover = 1000\n");
+        assert!(
+            matches!(contradiction, Err(ConfigError::Context(message)) if message.contains("compaction=none"))
+        );
+        let unknown: Result<FileConfig, _> = toml::from_str("[context]\ncompaction_style = 1");
+        assert!(unknown.is_err());
+    }
 }
