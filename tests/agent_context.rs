@@ -591,3 +591,69 @@ fn a_resumed_run_continues_a_thread_whose_stage_was_compacted() {
     assert_eq!(message(b, 5), "a done");
     assert!(message(b, 6).ends_with("Task B"));
 }
+
+// The runtime block (issue 14).
+
+#[test]
+fn agent_stages_are_told_their_runtime_and_the_gitignore_unless_turned_off() {
+    let server = LlmServer::start(vec![openai_text("Done.", 10, 5)], Vec::new());
+    let ran = compatible(&server, &workflow(""))
+        .file("work/.gitignore", "target/\n*.log\n")
+        .args(["run", "workflow.dot", "--run-dir", "run", "--workdir", "work", "-q"])
+        .status(0)
+        .run();
+    let system = message(&server.requests()[0].json(), 0);
+    let work = std::fs::canonicalize(ran.dir.path().join("work")).unwrap();
+    assert!(system.starts_with("## Runtime environment\nOS: linux\n"), "{system}");
+    assert!(system.contains(&format!("Working directory: {}\n", work.display())), "{system}");
+    assert!(system.contains("Shell: sh") && system.contains("Date/time: 20"), "{system}");
+    assert!(
+        system.contains("## .gitignore of the working directory") && system.contains("target/\n*.log\n"),
+        "{system}"
+    );
+    assert!(system.contains("You are a coding agent"), "the agent's instructions follow");
+
+    let server = LlmServer::start(vec![openai_text("Done.", 10, 5)], Vec::new());
+    compatible(&server, &workflow(", runtime_context=false"))
+        .file("work/.gitignore", "target/\n")
+        .args(["run", "workflow.dot", "--run-dir", "run", "--workdir", "work", "-q"])
+        .status(0)
+        .run();
+    let system = message(&server.requests()[0].json(), 0);
+    assert!(
+        system.starts_with("You are a coding agent") && !system.contains("Runtime environment"),
+        "{system}"
+    );
+}
+
+#[test]
+fn the_watchdog_warns_stops_the_stage_or_stays_quiet() {
+    let same_call = || -> Vec<Reply> {
+        let mut replies: Vec<Reply> =
+            (0..6).map(|i| openai_tools(&[(format!("c{i}").as_str(), "list_dir", json!({}))])).collect();
+        replies.push(openai_text("Done.", 10, 5));
+        replies
+    };
+    let server = LlmServer::start(same_call(), Vec::new());
+    let ran = compatible(&server, &workflow(", watchdog=stop"))
+        .file("work/a.txt", "a")
+        .args(["run", "workflow.dot", "--run-dir", "run", "--workdir", "work", "-q"])
+        .status(1)
+        .run();
+    assert!(
+        ran.stderr().contains("watchdog=stop: the agent made the same `list_dir` call 5 times in a row ({})"),
+        "{}",
+        ran.stderr()
+    );
+    assert_eq!(server.requests().len(), 5, "no call after the fifth repeat");
+    assert_eq!(events_named(&ran, "agent.watchdog").len(), 1);
+
+    let server = LlmServer::start(same_call(), Vec::new());
+    let ran = compatible(&server, &workflow(", watchdog=off"))
+        .file("work/a.txt", "a")
+        .args(["run", "workflow.dot", "--run-dir", "run", "--workdir", "work", "-q"])
+        .status(0)
+        .run();
+    assert!(events_named(&ran, "agent.watchdog").is_empty());
+    assert!(tool_results(&server.requests()[6].json()).iter().all(|r| !r.contains("[fabro:")));
+}

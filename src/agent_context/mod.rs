@@ -15,6 +15,7 @@
 pub mod aging;
 pub mod compaction;
 pub mod replay_caps;
+pub mod runtime;
 pub mod sliding_window;
 pub mod thread_filters;
 pub mod trim_retry;

@@ -24,6 +24,8 @@ use crate::event::Event;
 pub const OFFLOAD_CHARS: usize = 40_000;
 /// The same call this many times in a row is reported once as `agent.watchdog`.
 pub const WATCHDOG_REPEATS: u32 = 5;
+pub use crate::graph::settings::WatchdogMode;
+
 /// Turns of an agent stage without `max_turns`.
 pub const DEFAULT_MAX_TURNS: u32 = 50;
 
@@ -45,6 +47,7 @@ pub struct AgentSettings<'a> {
     pub context: &'a crate::agent_context::ContextSettings,
     /// What the run's records said when the stage started (for lossless compaction).
     pub run_record: Option<&'a RunRecord>,
+    pub watchdog: WatchdogMode,
 }
 
 /// What the loop produced.
@@ -64,9 +67,10 @@ pub struct AgentRun {
     pub conversation: Vec<ChatMessage>,
 }
 
-/// The system prompt of agent stages.
-pub fn system_prompt(work_dir: &Path) -> String {
-    format!(
+/// The system prompt of agent stages, after the runtime block when `runtime` is set.
+pub fn system_prompt(work_dir: &Path, runtime: bool) -> String {
+    let runtime = if runtime { crate::agent_context::runtime::block(work_dir) + "\n" } else { String::new() };
+    runtime + &format!(
         "You are a coding agent running one stage of a fabro workflow. You work in the directory {} with the \
          tools read_file, write_file, edit_file, list_dir, glob, grep and shell; paths are relative to it and \
          tools cannot leave it. Read before you edit, make the changes the task asks for, check them (for \
@@ -84,7 +88,7 @@ pub async fn run(
     mut messages: Vec<ChatMessage>,
     transcript: &Transcript<'_>,
 ) -> Result<AgentRun, BackendError> {
-    let system = system_prompt(toolbox.root());
+    let system = system_prompt(toolbox.root(), settings.context.runtime_context());
     let definitions = tools::definitions();
     let system_tokens = system.len().div_ceil(crate::agent_context::CHARS_PER_TOKEN) as u64;
     let mut run = AgentRun::default();
@@ -179,12 +183,21 @@ pub async fn run(
                     }
                 }
             }
-            if watchdog.observe(&call.name, &call.arguments.to_string()) {
+            if settings.watchdog != WatchdogMode::Off
+                && watchdog.observe(&call.name, &call.arguments.to_string())
+            {
+                let arguments = super::http::excerpt(&call.arguments.to_string(), 500);
                 transcript.event(Event::AgentWatchdog {
                     tool: call.name.clone(),
-                    arguments: super::http::excerpt(&call.arguments.to_string(), 500),
+                    arguments: arguments.clone(),
                     repeats: WATCHDOG_REPEATS,
                 });
+                if settings.watchdog == WatchdogMode::Stop {
+                    return Err(BackendError::Terminal(format!(
+                        "watchdog=stop: the agent made the same `{}` call {WATCHDOG_REPEATS} times in a row ({arguments})",
+                        call.name
+                    )));
+                }
                 content.push_str(&format!(
                     "\n\n[fabro: this is the {WATCHDOG_REPEATS}th identical `{}` call in a row; try something different]",
                     call.name

@@ -218,6 +218,7 @@ impl LiveBackend {
                     price: self.config.price(model),
                     context: &context,
                     run_record: stage.run_record.as_ref(),
+                    watchdog: stage.watchdog,
                 };
                 let readable = vec![settings.offload_dir.clone()];
                 let _ = std::fs::create_dir_all(&settings.offload_dir);

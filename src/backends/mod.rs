@@ -73,6 +73,8 @@ pub struct StageEnv<'a> {
     pub confinement: crate::sandbox::Confinement,
     /// Commands run around every agent tool call.
     pub tool_hooks: tools::ToolHooks,
+    /// What the agent loop does when the same tool call repeats.
+    pub watchdog: agent_loop::WatchdogMode,
 }
 
 impl std::fmt::Debug for StageEnv<'_> {

@@ -14,6 +14,7 @@ use serde_json::{Map, Value};
 
 use super::{Handler, HandlerError, StageRun};
 use crate::agent_context::compaction::lossless::{RunRecord, StageLine};
+use crate::backends::agent_loop::WatchdogMode;
 use crate::backends::simulated::SimulatedBackend;
 use crate::backends::{Backend, BackendError, LlmRequest, LlmResponse, StageEnv};
 use crate::context::Context;
@@ -120,6 +121,11 @@ pub(crate) fn request_for<'a>(
             },
             context,
             run_record: Some(run_record(stage)),
+            watchdog: attributes
+                .non_empty_text("watchdog")
+                .or_else(|| stage.workflow.attributes().non_empty_text("default_watchdog"))
+                .and_then(|name| WatchdogMode::from_name(name.trim()))
+                .unwrap_or_default(),
         }),
     })
 }

@@ -192,6 +192,8 @@ pub struct ContextSettings {
     pub tool_result_chars: BTreeMap<String, usize>,
     pub max_replay_chars: Option<usize>,
     pub tool_result_aging: Option<bool>,
+    /// The runtime block at the top of the system prompt (on by default).
+    pub runtime_context: Option<bool>,
     // Compaction.
     pub compaction: Option<CompactionPreset>,
     pub compaction_mode: Option<CompactionMode>,
@@ -327,6 +329,7 @@ impl ContextSettings {
             tool_result_chars,
             max_replay_chars: count("max_replay_chars"),
             tool_result_aging: flag("tool_result_aging"),
+            runtime_context: flag("runtime_context"),
             compaction: word("compaction").and_then(CompactionPreset::from_name),
             compaction_mode: word("compaction_mode").and_then(CompactionMode::from_name),
             compaction_trigger_turns: count("compaction_trigger_turns"),
@@ -361,7 +364,7 @@ impl ContextSettings {
     pub fn or(mut self, lower: &ContextSettings) -> ContextSettings {
         fill!(self, lower;
             max_in_turn_tool_pairs, max_in_turn_context_tokens, max_tool_result_chars, max_replay_chars,
-            tool_result_aging, compaction, compaction_mode, compaction_trigger_turns, compaction_keep_turns,
+            tool_result_aging, runtime_context, compaction, compaction_mode, compaction_trigger_turns, compaction_keep_turns,
             compaction_token_budget, compaction_threshold, compaction_model, compaction_prune_chars,
             compaction_anti_thrash_window, compaction_anti_thrash_min_savings, context_budget_warn,
             context_budget_cutover, thread_text_only, thread_max_turn_age, thread_max_tail_messages,
@@ -410,6 +413,10 @@ impl ContextSettings {
 
     pub fn tool_result_aging(&self) -> bool {
         self.tool_result_aging.unwrap_or(true)
+    }
+
+    pub fn runtime_context(&self) -> bool {
+        self.runtime_context.unwrap_or(true)
     }
 
     /// Whether the stage ever compacts (not with `compaction=none`).
@@ -477,6 +484,7 @@ const NAMES: &[(&str, &str)] = &[
     ("max_tool_result_chars", "default_max_tool_result_chars"),
     ("max_replay_chars", "default_max_replay_chars"),
     ("tool_result_aging", "default_tool_result_aging"),
+    ("runtime_context", "default_runtime_context"),
     ("compaction", "default_compaction"),
     ("compaction_mode", "default_compaction_mode"),
     ("compaction_trigger_turns", "default_compaction_trigger_turns"),

@@ -12,6 +12,7 @@ mod context;
 mod manager;
 mod parallel;
 mod retry;
+mod watchdog;
 
 pub use backend::Backend;
 pub use context::{
@@ -25,6 +26,7 @@ pub use manager::{
 };
 pub use parallel::{ErrorPolicy, JoinPolicy, ParallelSettings, ParallelSettingsError, DEFAULT_MAX_PARALLEL};
 pub use retry::{RetryPreset, RetrySettings};
+pub use watchdog::WatchdogMode;
 
 use std::time::Duration;
 
