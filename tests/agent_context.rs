@@ -657,3 +657,39 @@ fn the_watchdog_warns_stops_the_stage_or_stays_quiet() {
     assert!(events_named(&ran, "agent.watchdog").is_empty());
     assert!(tool_results(&server.requests()[6].json()).iter().all(|r| !r.contains("[fabro:")));
 }
+
+#[test]
+fn an_agent_on_a_small_tier_model_is_warned_about_refused_or_allowed() {
+    let dot = |extra: &str| {
+        format!(
+            r#"digraph g {{
+        start [shape=Mdiamond]
+        exit [shape=Msquare]
+        work [prompt="Fix it", llm_model="claude-haiku-4-5"{extra}]
+        brief [shape=tab, prompt="Say hi", llm_model="claude-haiku-4-5"]
+        start -> work -> brief -> exit
+    }}"#
+        )
+    };
+    let ran = Test::new()
+        .workflow(&dot(""))
+        .args(["validate", "workflow.dot"])
+        .status(0)
+        .stdout_contains("warning[small_tier_parent]")
+        .stdout_contains("agent stage `work` runs on `claude-haiku-4-5`, a small-tier model")
+        .stdout_contains("use a stronger model such as `claude-sonnet-4-5`")
+        .run();
+    assert_eq!(ran.stdout().matches("small_tier_parent]").count(), 1, "a prompt stage may be small");
+    Test::new()
+        .workflow(&dot(", small_tier_parent=refuse"))
+        .args(["validate", "workflow.dot"])
+        .status(2)
+        .stdout_contains("error[small_tier_parent]")
+        .run();
+    Test::new()
+        .workflow(&dot(", small_tier_parent=allow"))
+        .args(["validate", "workflow.dot"])
+        .status(0)
+        .stdout_lacks("small_tier_parent")
+        .run();
+}

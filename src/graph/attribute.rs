@@ -84,6 +84,7 @@ pub const COMPACTION_PRESETS: &[&str] = super::settings::CompactionPreset::NAMES
 pub const COMPACTION_MODES: &[&str] = super::settings::CompactionMode::NAMES;
 pub const THREAD_HANDOFFS: &[&str] = super::settings::ThreadHandoff::NAMES;
 pub const WATCHDOG_MODES: &[&str] = super::settings::WatchdogMode::NAMES;
+pub const SMALL_TIER_PARENT: &[&str] = &["warn", "refuse", "allow"];
 
 macro_rules! spec {
     ($name:literal, $ty:expr, $scopes:expr, $doc:literal) => {
@@ -137,6 +138,7 @@ pub static ATTRIBUTES: &[AttributeSpec] = &[
     spec!("default_max_replay_chars", ValueType::Count, GRAPH, "Default max_replay_chars of agent stages."),
     spec!("default_tool_result_aging", ValueType::Boolean, GRAPH, "Default tool_result_aging of agent stages."),
     spec!("default_runtime_context", ValueType::Boolean, GRAPH, "Default runtime_context of agent stages."),
+    spec!("default_small_tier_parent", ValueType::OneOf(SMALL_TIER_PARENT), GRAPH, "Default small_tier_parent of agent stages."),
     spec!("default_watchdog", ValueType::OneOf(WATCHDOG_MODES), GRAPH, "Default watchdog of agent stages."),
     spec!("default_thread", ValueType::Text, GRAPH, "Thread id for full-fidelity stages that set none."),
     spec!("default_thread_text_only", ValueType::Boolean, GRAPH, "Default thread_text_only of LLM stages."),
@@ -387,6 +389,7 @@ pub static ATTRIBUTES: &[AttributeSpec] = &[
         "Older tool results keep fewer tokens: 2000, 1000, then 500 (default true)."
     ),
     spec!("watchdog", ValueType::OneOf(WATCHDOG_MODES), NODE, "The same tool call 5 times in a row: warn (event and a note to the model, default), off, or stop (the stage fails)."),
+    spec!("small_tier_parent", ValueType::OneOf(SMALL_TIER_PARENT), NODE, "An agent stage on a small-tier model: warn (default), refuse (a validation error) or allow."),
     spec!("runtime_context", ValueType::Boolean, NODE, "The system prompt starts with the OS, architecture, shell, work directory, date and time, and the .gitignore (default true)."),
     spec!("compaction", ValueType::OneOf(COMPACTION_PRESETS), NODE, "Compaction preset: aggressive, strong, standard, careful (compact after 7/12/17/27 turns, keep 5/10/15/25) or none (never)."),
     spec!("compaction_mode", ValueType::OneOf(COMPACTION_MODES), NODE, "How compaction rebuilds old turns: llm (summary, default), window, intent, lossless or hybrid."),
