@@ -16,7 +16,7 @@ use super::tools::{self, Toolbox};
 use super::transcript::{assistant_record, Transcript};
 use super::{BackendError, Usage};
 use crate::agent_context::compaction::{
-    add_usage, intent::Operation, lossless::RunRecord, Compactor, Inputs,
+    add_usage, intent::Operation, lossless::RunRecord, Compactor, Inputs, Trigger,
 };
 use crate::event::Event;
 
@@ -222,16 +222,21 @@ pub async fn run(
             reasoning: response.reasoning,
         });
         messages.push(ChatMessage::ToolResults { results });
-        let inputs = Inputs {
-            provider,
-            model: settings.context.compaction_model.as_deref().unwrap_or(settings.model),
-            timeout: settings.request_timeout,
-            system_tokens,
-            files: &toolbox.tracker.render(),
-            file_count: toolbox.tracker.len(),
-            record: settings.run_record,
-        };
-        compact_if_due(&mut compactor, &mut messages, &inputs, transcript, &mut run).await;
+        let (trigger, events) = compactor.due(&messages, system_tokens);
+        events.into_iter().for_each(|event| transcript.event(event));
+        if let Some(trigger) = trigger {
+            // Only now: the file list is rendered for a compaction, not for every turn.
+            let inputs = Inputs {
+                provider,
+                model: settings.context.compaction_model.as_deref().unwrap_or(settings.model),
+                timeout: settings.request_timeout,
+                system_tokens,
+                files: &toolbox.tracker.render(),
+                file_count: toolbox.tracker.len(),
+                record: settings.run_record,
+            };
+            compact(&mut compactor, trigger, &mut messages, &inputs, transcript, &mut run).await;
+        }
     }
     run.files_changed = toolbox.tracker.changed();
     run.conversation = messages.split_off(compactor.prompt_at().min(messages.len()));
@@ -275,17 +280,15 @@ async fn send_smaller(
     )))
 }
 
-/// After a turn: compacts the conversation when it is due, and reports what happened.
-async fn compact_if_due(
+/// Compacts the conversation (a compaction is due), and reports what happened.
+async fn compact(
     compactor: &mut Compactor,
+    trigger: Trigger,
     messages: &mut Vec<ChatMessage>,
     inputs: &Inputs<'_>,
     transcript: &Transcript<'_>,
     run: &mut AgentRun,
 ) {
-    let (trigger, events) = compactor.due(messages, inputs.system_tokens);
-    events.into_iter().for_each(|event| transcript.event(event));
-    let Some(trigger) = trigger else { return };
     let Some(done) = compactor.compact(trigger, messages, inputs).await else { return };
     add_usage(&mut run.usage, &done.usage);
     *run.context_savings.entry("compaction".to_string()).or_default() += done.saved_tokens;

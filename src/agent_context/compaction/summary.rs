@@ -131,7 +131,8 @@ pub fn render_for_summary(messages: &[ChatMessage], prune_chars: usize) -> Strin
 
 /// A message over `max` characters, cut with a note of its full length.
 fn prune(text: &str, max: usize) -> String {
-    shortened(text, max, &format!(" [TRUNCATED — {} chars total]", text.chars().count()))
+    let total = |dropped: usize| format!(" [TRUNCATED — {} chars total]", max + dropped);
+    crate::agent_context::cut(text, max, total).unwrap_or_else(|| text.to_string())
 }
 
 #[cfg(test)]
