@@ -184,6 +184,14 @@ pub enum Event {
     // Model calls and agent loops.
     #[serde(rename = "llm.reasoning_effort_ignored")]
     LlmReasoningEffortIgnored { provider: String, model: String, reasoning_effort: String },
+    /// A stage reached its own ceiling (`bound`: max_stage_tokens or max_stage_cost; `limit` in
+    /// tokens or US dollars) and stops before its next model call; the run pauses.
+    #[serde(rename = "llm.cost_ceiling")]
+    LlmCostCeiling { bound: String, limit: f64, spent_tokens: u64, spent_usd: f64 },
+    /// An agent stage runs its tool loop on a small-tier model (known only at run time: from
+    /// `--model` or the config file); `fix` names a stronger model.
+    #[serde(rename = "agent.small_tier_parent")]
+    AgentSmallTierParent { model: String, fix: String },
     #[serde(rename = "agent.turn_limit")]
     AgentTurnLimit { max_turns: u32 },
     /// Context layers dropped or shortened old turns before a call; tokens saved per layer.

@@ -10,6 +10,8 @@ pub enum PauseKind {
     Answer,
     /// A `--max-tokens`/`--max-cost` ceiling was reached.
     Ceiling,
+    /// A stage reached its own ceiling (`max_stage_tokens` or `max_stage_cost`).
+    StageCeiling(crate::usage::StageBound),
     /// Step mode stopped after a stage.
     Step,
     /// A record or stage file could not be written (a full disk): free space, then resume.
@@ -17,15 +19,18 @@ pub enum PauseKind {
 }
 
 /// Why a run (or a stage) paused: what it waits for, and the sentence that says so.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Pause {
     pub kind: PauseKind,
     pub reason: String,
+    /// The stage ceiling a stage stopped at (`max_stage_tokens`/`max_stage_cost`): the run keeps
+    /// it so the stage runs again only with a higher bound.
+    pub stage_ceiling: Option<crate::usage::StageCeiling>,
 }
 
 impl Pause {
     pub fn new(kind: PauseKind, reason: impl Into<String>) -> Pause {
-        Pause { kind, reason: reason.into() }
+        Pause { kind, reason: reason.into(), stage_ceiling: None }
     }
 }
 

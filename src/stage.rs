@@ -52,6 +52,8 @@ pub struct StageRun<'a> {
     pub children: &'a dyn crate::child_run::ChildRunner,
     /// What the stage may still use under `--max-tokens`/`--max-cost` (none without ceilings).
     pub usage_left: Option<crate::usage::UsageLeft>,
+    /// The stage's own ceilings (`max_stage_tokens`/`max_stage_cost`, resolved).
+    pub stage_limits: crate::usage::StageLimits,
     /// `--max-output`: the most bytes a command stage may write (node `max_output` wins).
     pub max_output: Option<u64>,
     /// Where the stage's programs run (commands, the agent's shell tool, CLI agents).
@@ -65,7 +67,7 @@ pub struct Services {
 }
 
 /// Why a handler could not produce an outcome.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum HandlerError {
     /// Worth trying again (rate limit, network): counts against `max_retries`.
     #[error("{0}")]

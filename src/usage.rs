@@ -2,7 +2,13 @@
 //! run before its next LLM stage once the run's LLM stages have used that much (the engine checks
 //! them), and bound what a stage's model calls may still use (handlers and backends read that). A
 //! paused run resumes with a raised limit.
+//!
+//! Stage ceilings (`--max-stage-tokens`/`--max-stage-cost`, the node's `max_stage_tokens`/
+//! `max_stage_cost`, the graph's `default_max_stage_*`) bound what one visit of a stage may use:
+//! the agent loop stops before its next model call once the stage's own spend reaches one, the run
+//! pauses, and the stage runs again on resume only when that bound was raised.
 
+use crate::graph::Node;
 use crate::graph::Workflow;
 use crate::run_dir::{StageRecord, UsageTotals};
 
@@ -20,6 +26,8 @@ pub struct UsageLimits {
     pub max_tokens: Option<u64>,
     /// Estimated US dollars, summed over the run's stages whose price is known.
     pub max_cost: Option<f64>,
+    /// `--max-stage-tokens` / `--max-stage-cost`: every LLM stage's own ceilings, over the node's.
+    pub stage: StageLimits,
 }
 
 impl UsageLimits {
@@ -31,6 +39,7 @@ impl UsageLimits {
                 .max_tokens
                 .or_else(|| graph.integer("max_tokens").and_then(|n| u64::try_from(n).ok())),
             max_cost: given.max_cost.or_else(|| graph.float("max_cost")),
+            stage: given.stage,
         }
     }
 
@@ -94,6 +103,120 @@ impl UsageLeft {
     }
 }
 
+/// What one visit of a stage may use: tokens in and out, and estimated US dollars, counting
+/// every model call the stage makes (its small-model sub-conversations included).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct StageLimits {
+    pub max_tokens: Option<u64>,
+    pub max_cost: Option<f64>,
+}
+
+impl StageLimits {
+    /// The command line's stage ceilings, else the node's `max_stage_tokens`/`max_stage_cost`,
+    /// else the graph's `default_max_stage_tokens`/`default_max_stage_cost`.
+    pub fn resolve(given: StageLimits, node: &Node, workflow: &Workflow) -> StageLimits {
+        let graph = workflow.attributes();
+        let integer = |key: &str| {
+            node.attributes
+                .integer(key)
+                .or_else(|| graph.integer(&format!("default_{key}")))
+                .and_then(|n| u64::try_from(n).ok())
+        };
+        let float = |key: &str| node.attributes.float(key).or_else(|| graph.float(&format!("default_{key}")));
+        StageLimits {
+            max_tokens: given.max_tokens.or_else(|| integer("max_stage_tokens")),
+            max_cost: given.max_cost.or_else(|| float("max_stage_cost")),
+        }
+    }
+
+    pub fn is_unbounded(&self) -> bool {
+        self.max_tokens.is_none() && self.max_cost.is_none()
+    }
+
+    /// The ceiling a stage that has used `tokens` and `cost_usd` has reached, if any.
+    pub fn reached(&self, tokens: u64, cost_usd: f64) -> Option<StageCeiling> {
+        let hit = |bound: StageBound, limit: f64| StageCeiling {
+            bound,
+            limit,
+            spent_tokens: tokens,
+            spent_usd: cost_usd,
+        };
+        if let Some(max) = self.max_tokens.filter(|max| tokens >= *max) {
+            return Some(hit(StageBound::Tokens, max as f64));
+        }
+        self.max_cost.filter(|max| cost_usd >= *max).map(|max| hit(StageBound::Cost, max))
+    }
+
+    /// Whether a stage stopped at `ceiling` may run again under these limits: the bound it reached
+    /// is now higher, or gone.
+    pub fn raised_past(&self, ceiling: &StageCeiling) -> bool {
+        let now = match ceiling.bound {
+            StageBound::Tokens => self.max_tokens.map(|max| max as f64),
+            StageBound::Cost => self.max_cost,
+        };
+        now.is_none_or(|limit| limit > ceiling.limit)
+    }
+}
+
+/// Which stage ceiling was reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum StageBound {
+    #[serde(rename = "max_stage_tokens")]
+    Tokens,
+    #[serde(rename = "max_stage_cost")]
+    Cost,
+}
+
+impl StageBound {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StageBound::Tokens => "max_stage_tokens",
+            StageBound::Cost => "max_stage_cost",
+        }
+    }
+
+    /// What the bound counts, as a command line placeholder.
+    pub fn unit(self) -> &'static str {
+        match self {
+            StageBound::Tokens => "N",
+            StageBound::Cost => "USD",
+        }
+    }
+}
+
+/// A stage that stopped at one of its ceilings: the bound, its limit (tokens or US dollars) and
+/// what the stage had used. Kept in the run's context while the run is paused for it.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct StageCeiling {
+    pub bound: StageBound,
+    pub limit: f64,
+    pub spent_tokens: u64,
+    pub spent_usd: f64,
+}
+
+impl StageCeiling {
+    /// The context key that remembers a paused stage's ceiling until it runs again.
+    pub fn context_key(node_id: &str) -> String {
+        format!("internal.stage_ceiling.{node_id}")
+    }
+
+    /// Why the run paused, and how to go on.
+    pub fn reason(&self, node_id: &str) -> String {
+        match self.bound {
+            StageBound::Tokens => format!(
+                "stage `{node_id}` reached its token ceiling: {} tokens used, max_stage_tokens is {}; resume with a \
+                 higher --max-stage-tokens (or raise the node's max_stage_tokens)",
+                self.spent_tokens, self.limit as u64
+            ),
+            StageBound::Cost => format!(
+                "stage `{node_id}` reached its cost ceiling: an estimated ${:.4} used, max_stage_cost is ${:.4}; \
+                 resume with a higher --max-stage-cost (or raise the node's max_stage_cost)",
+                self.spent_usd, self.limit
+            ),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -117,11 +240,11 @@ mod tests {
 
     #[test]
     fn ceilings_are_reached_at_the_limit() {
-        let limits = UsageLimits { max_tokens: Some(100), max_cost: None };
+        let limits = UsageLimits { max_tokens: Some(100), ..UsageLimits::default() };
         assert_eq!(limits.reached(&[stage(60, None)]), None);
         let reason = limits.reached(&[stage(60, None), stage(40, None)]).unwrap();
         assert!(reason.contains("used 100 tokens and the limit is 100"), "{reason}");
-        let limits = UsageLimits { max_tokens: None, max_cost: Some(0.5) };
+        let limits = UsageLimits { max_cost: Some(0.5), ..UsageLimits::default() };
         assert_eq!(limits.reached(&[stage(1, Some(0.2))]), None);
         assert!(limits.reached(&[stage(1, Some(0.2)), stage(1, Some(0.3))]).unwrap().contains("$0.5000"));
         assert_eq!(UsageLimits::default().reached(&[stage(1_000_000, Some(100.0))]), None);
@@ -129,12 +252,30 @@ mod tests {
 
     #[test]
     fn what_is_left_bounds_a_stage() {
-        let limits = UsageLimits { max_tokens: Some(100), max_cost: Some(1.0) };
+        let limits = UsageLimits { max_tokens: Some(100), max_cost: Some(1.0), ..UsageLimits::default() };
         let left = limits.left(&[stage(30, Some(0.5))]).unwrap();
         assert_eq!(left, UsageLeft { tokens: Some(70), cost_usd: Some(0.5) });
         assert_eq!(left.exhausted_by(69, 0.1), None);
         assert!(left.exhausted_by(70, 0.1).unwrap().contains("70 tokens used, 70 were left"));
         assert!(left.exhausted_by(1, 0.6).unwrap().contains("cost ceiling"));
         assert_eq!(UsageLimits::default().left(&[]), None);
+    }
+
+    #[test]
+    fn a_stage_ceiling_is_reached_at_its_bound_and_resumes_only_raised() {
+        let limits = StageLimits { max_tokens: Some(1_000), max_cost: Some(0.5) };
+        assert_eq!(limits.reached(999, 0.49), None);
+        let tokens = limits.reached(1_000, 0.1).unwrap();
+        assert_eq!((tokens.bound, tokens.limit), (StageBound::Tokens, 1_000.0));
+        assert!(tokens.reason("fix").contains("1000 tokens used, max_stage_tokens is 1000"));
+        let cost = limits.reached(10, 0.5).unwrap();
+        assert_eq!(cost.bound, StageBound::Cost);
+        assert!(cost.reason("fix").contains("--max-stage-cost"), "{}", cost.reason("fix"));
+        assert!(!limits.raised_past(&cost));
+        assert!(StageLimits { max_cost: Some(0.75), ..limits }.raised_past(&cost));
+        assert!(StageLimits { max_cost: None, ..limits }.raised_past(&cost));
+        // Raising the other bound does not let it go on.
+        assert!(!StageLimits { max_tokens: Some(5_000), ..limits }.raised_past(&cost));
+        assert!(StageLimits::default().is_unbounded());
     }
 }

@@ -693,3 +693,157 @@ fn an_agent_on_a_small_tier_model_is_warned_about_refused_or_allowed() {
         .stdout_lacks("small_tier_parent")
         .run();
 }
+
+// Stage ceilings (issue 14).
+
+/// A run directory driven by several fabro commands against one loopback server.
+struct Session {
+    dir: tempfile::TempDir,
+    server: LlmServer,
+}
+
+impl Session {
+    fn new(replies: Vec<Reply>, dot: &str) -> Session {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("workflow.dot"), dot).unwrap();
+        std::fs::create_dir_all(dir.path().join("work")).unwrap();
+        for i in 0..4 {
+            std::fs::write(dir.path().join(format!("work/f{i}.txt")), format!("{i}xxx\n")).unwrap();
+        }
+        Session { dir, server: LlmServer::start(replies, Vec::new()) }
+    }
+
+    fn fabro(&self, args: &[&str]) -> std::process::Output {
+        common::fabro_command(self.dir.path(), args)
+            .env("FABRO_LLM_BASE_URL", self.server.url("/v1"))
+            .env("FABRO_LLM_MAX_RETRIES", "0")
+            .env("FABRO_CONFIG", self.dir.path().join("fabro.toml"))
+            .output()
+            .unwrap()
+    }
+
+    fn events(&self) -> Vec<Value> {
+        let text = std::fs::read_to_string(self.dir.path().join("run/events.jsonl")).unwrap();
+        text.lines().map(|line| serde_json::from_str(line).unwrap()).collect()
+    }
+}
+
+fn exit_code(output: &std::process::Output) -> Option<i32> {
+    assert!(output.status.code().is_some(), "{}", String::from_utf8_lossy(&output.stderr));
+    output.status.code()
+}
+
+#[test]
+fn a_stage_token_ceiling_pauses_the_run_and_only_a_raised_bound_resumes_it() {
+    // Every tool turn reports 60 tokens: the third one reaches 150, and the stage stops before a
+    // fourth call.
+    let session = Session::new(reads(4), &workflow(", max_stage_tokens=150"));
+    std::fs::write(session.dir.path().join("fabro.toml"), "").unwrap();
+    let paused = session.fabro(&["run", "workflow.dot", "--run-dir", "run", "--workdir", "work", "-q"]);
+    assert_eq!(exit_code(&paused), Some(3));
+    assert!(String::from_utf8_lossy(&paused.stderr).contains("max_stage_tokens is 150"), "{paused:?}");
+    assert!(String::from_utf8_lossy(&paused.stderr).contains("fabro resume run --max-stage-tokens N"));
+    assert_eq!(session.server.requests().len(), 3);
+    let ceiling: Vec<Value> =
+        session.events().into_iter().filter(|e| e["event"] == "llm.cost_ceiling").collect();
+    assert_eq!(ceiling.len(), 1);
+    assert_eq!(ceiling[0]["bound"], "max_stage_tokens");
+    assert_eq!(ceiling[0]["limit"], 150.0);
+    assert_eq!(ceiling[0]["spent_tokens"], 180);
+    let status: Value =
+        serde_json::from_str(&std::fs::read_to_string(session.dir.path().join("run/result.json")).unwrap())
+            .unwrap();
+    assert_eq!(status["status"], "paused");
+
+    // The same bound pauses again at once, without a model call.
+    let again = session.fabro(&["resume", "run", "-q"]);
+    assert_eq!(exit_code(&again), Some(3));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("resume with a higher --max-stage-tokens"));
+    assert_eq!(session.server.requests().len(), 3);
+
+    // A higher bound runs the stage again, which finishes.
+    let resumed = session.fabro(&["resume", "run", "-q", "--max-stage-tokens", "1000"]);
+    assert_eq!(exit_code(&resumed), Some(0), "{}", String::from_utf8_lossy(&resumed.stdout));
+    assert_eq!(session.server.requests().len(), 5);
+}
+
+#[test]
+fn a_stage_cost_ceiling_counts_the_priced_spend_and_the_command_line_bound_wins() {
+    // 60 tokens a turn at $10 per million in and out: $0.0006 a turn.
+    let dot = r#"digraph cost {
+        start [shape=Mdiamond]
+        exit [shape=Msquare]
+        default_max_stage_cost=0.001
+        work [prompt="Read the files", llm_model="local-model", max_turns=20]
+        start -> work -> exit
+    }"#;
+    let session = Session::new(reads(4), dot);
+    std::fs::write(
+        session.dir.path().join("fabro.toml"),
+        "[models.local-model]\ninput_per_mtok = 10.0\noutput_per_mtok = 10.0\n",
+    )
+    .unwrap();
+    let paused = session.fabro(&["run", "workflow.dot", "--run-dir", "run", "--workdir", "work", "-q"]);
+    assert_eq!(exit_code(&paused), Some(3));
+    assert_eq!(session.server.requests().len(), 2, "$0.0012 after two turns is past $0.001");
+    let ceiling = session.events().into_iter().find(|e| e["event"] == "llm.cost_ceiling").unwrap();
+    assert_eq!(ceiling["bound"], "max_stage_cost");
+    assert!((ceiling["spent_usd"].as_f64().unwrap() - 0.0012).abs() < 1e-9, "{ceiling}");
+    let lower = session.fabro(&["resume", "run", "-q", "--max-stage-cost", "0.0005"]);
+    assert_eq!(exit_code(&lower), Some(3), "a lower bound is not a raised one");
+    assert_eq!(session.server.requests().len(), 2);
+    let resumed = session.fabro(&["resume", "run", "-q", "--max-stage-cost", "0.01"]);
+    assert_eq!(exit_code(&resumed), Some(0), "{}", String::from_utf8_lossy(&resumed.stdout));
+    assert_eq!(session.server.requests().len(), 5);
+}
+
+#[test]
+fn a_small_tier_model_known_only_at_run_time_is_guarded_by_the_node_or_the_config_file() {
+    // The workflow names no model: --model gives the agent a small one.
+    let dot = |extra: &str| {
+        format!(
+            r#"digraph g {{
+        start [shape=Mdiamond]
+        exit [shape=Msquare]
+        work [prompt="Fix it"{extra}]
+        start -> work -> exit
+    }}"#
+        )
+    };
+    let run = |dot: String, config: &str, status: i32| {
+        let server = LlmServer::start(vec![openai_text("Done.", 10, 5)], Vec::new());
+        let ran = compatible(&server, &dot)
+            .file("fabro.toml", config)
+            .env("FABRO_CONFIG", "fabro.toml")
+            .args([
+                "run",
+                "workflow.dot",
+                "--run-dir",
+                "run",
+                "--model",
+                "gpt-5-mini",
+                "--provider",
+                "openai_compatible",
+            ])
+            .status(status)
+            .run();
+        (ran, server.requests().len())
+    };
+    let (warned, calls) = run(dot(""), "", 0);
+    assert_eq!(calls, 1);
+    let events = std::fs::read_to_string(warned.dir.path().join("run/events.jsonl")).unwrap();
+    let event =
+        events.lines().find(|line| line.contains("\"agent.small_tier_parent\"")).expect("the warning event");
+    assert!(event.contains("\"model\":\"gpt-5-mini\"") && event.contains("such as `gpt-5`"), "{event}");
+
+    let (refused, calls) = run(dot(""), "small_tier_parent = \"refuse\"\n", 2);
+    assert_eq!(calls, 0, "refused before any call");
+    assert!(refused.stderr().contains("runs on `gpt-5-mini`, a small-tier model"), "{}", refused.stderr());
+    assert!(refused.stderr().contains("small_tier_parent=refuse"), "{}", refused.stderr());
+
+    // The node's own setting wins over the config file's.
+    let (allowed, calls) = run(dot(", small_tier_parent=allow"), "small_tier_parent = \"refuse\"\n", 0);
+    assert_eq!(calls, 1);
+    let events = std::fs::read_to_string(allowed.dir.path().join("run/events.jsonl")).unwrap();
+    assert!(!events.contains("agent.small_tier_parent"));
+}

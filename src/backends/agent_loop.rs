@@ -41,6 +41,8 @@ pub struct AgentSettings<'a> {
     pub offload_dir: PathBuf,
     /// What the stage may still use under the run's ceilings, and the model's price to count cost.
     pub usage_left: Option<crate::usage::UsageLeft>,
+    /// The stage's own ceilings (`max_stage_tokens`/`max_stage_cost`).
+    pub stage_limits: crate::usage::StageLimits,
     pub price: Option<super::models::Price>,
     /// The context layers: what each call sends is a trimmed view of the conversation; and how
     /// the conversation is compacted.
@@ -101,13 +103,8 @@ pub async fn run(
             transcript.event(Event::AgentTurnLimit { max_turns: settings.max_turns });
             break;
         }
-        if let Some(left) = &settings.usage_left {
-            let cost = settings.price.map_or(0.0, |price| price.cost(&run.usage));
-            let tokens = run.usage.input_tokens.saturating_add(run.usage.output_tokens);
-            if let Some(reason) = left.exhausted_by(tokens, cost).filter(|_| run.turns > 0) {
-                transcript.record("paused", json!({"turn": run.turns, "reason": reason}));
-                return Err(BackendError::Paused(reason));
-            }
+        if run.turns > 0 {
+            stop_at_ceilings(settings, &run, transcript)?;
         }
         run.turns += 1;
         let (view, saved) = crate::agent_context::view(&messages, settings.context);
@@ -241,6 +238,33 @@ pub async fn run(
     run.files_changed = toolbox.tracker.changed();
     run.conversation = messages.split_off(compactor.prompt_at().min(messages.len()));
     Ok(run)
+}
+
+/// Stops the stage before its next model call once it has reached the run's remaining usage or
+/// one of its own ceilings.
+fn stop_at_ceilings(
+    settings: &AgentSettings<'_>,
+    run: &AgentRun,
+    transcript: &Transcript<'_>,
+) -> Result<(), BackendError> {
+    let cost = settings.price.map_or(0.0, |price| price.cost(&run.usage));
+    let tokens = run.usage.input_tokens.saturating_add(run.usage.output_tokens);
+    if let Some(reason) = settings.usage_left.and_then(|left| left.exhausted_by(tokens, cost)) {
+        transcript.record("paused", json!({"turn": run.turns, "reason": reason}));
+        return Err(BackendError::Paused(reason));
+    }
+    if let Some(ceiling) = settings.stage_limits.reached(tokens, cost) {
+        transcript.event(Event::LlmCostCeiling {
+            bound: ceiling.bound.as_str().to_string(),
+            limit: ceiling.limit,
+            spent_tokens: ceiling.spent_tokens,
+            spent_usd: ceiling.spent_usd,
+        });
+        let node = transcript.node_id().to_string();
+        transcript.record("paused", json!({"turn": run.turns, "reason": ceiling.reason(&node)}));
+        return Err(BackendError::StageCeiling { node, ceiling });
+    }
+    Ok(())
 }
 
 /// Sends a call the provider rejected for its size again, smaller at each step of the trim

@@ -79,6 +79,9 @@ pub struct LlmConfig {
     /// The config file's `[context]`: the user's default context settings of LLM stages (below
     /// the graph's `default_<name>` and the node's own).
     pub context: crate::graph::settings::ContextSettings,
+    /// The config file's `small_tier_parent`: the guard of agent stages that set none (below the
+    /// graph's `default_small_tier_parent`).
+    pub small_tier_parent: Option<crate::graph::settings::SmallTierParent>,
 }
 
 /// The default per-call request timeout.
@@ -120,6 +123,8 @@ struct FileConfig {
     /// Default context settings of LLM stages (the node attribute names).
     #[serde(default)]
     context: crate::graph::settings::ContextSettings,
+    /// What agent stages on small-tier models get: warn, refuse or allow.
+    small_tier_parent: Option<crate::graph::settings::SmallTierParent>,
 }
 
 #[derive(Debug, Default, serde::Deserialize)]
@@ -175,6 +180,7 @@ impl LlmConfig {
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             models: file.models,
             context: file.context,
+            small_tier_parent: file.small_tier_parent,
             ..LlmConfig::default()
         };
         let conflicts = config.context.conflicts(|_| crate::source::Span::default());

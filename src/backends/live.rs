@@ -87,11 +87,21 @@ impl LiveBackend {
                     }
                 }
                 settings::Backend::Api => {
-                    self.config.resolve(
+                    let resolved = self.config.resolve(
                         &node.id,
                         node.attributes.non_empty_text("llm_model"),
                         node.attributes.non_empty_text("llm_provider"),
                     )?;
+                    let guard = settings::SmallTierParent::of(node, workflow);
+                    if node.handler_type() == crate::graph::HandlerType::Agent
+                        && settings::is_small_tier(&resolved.model)
+                        && self.small_tier_parent(guard) == settings::SmallTierParent::Refuse
+                    {
+                        let (problem, fix) = settings::small_tier_complaint(&node.id, &resolved.model);
+                        return Err(ConfigError::Backend(format!(
+                            "{problem}, and small_tier_parent=refuse; {fix}"
+                        )));
+                    }
                 }
             }
         }
@@ -100,6 +110,11 @@ impl LiveBackend {
 
     pub fn config(&self) -> &LlmConfig {
         &self.config
+    }
+
+    /// The stage's small-tier guard, else the config file's, else `warn`.
+    fn small_tier_parent(&self, stage: Option<settings::SmallTierParent>) -> settings::SmallTierParent {
+        stage.or(self.config.small_tier_parent).unwrap_or_default()
     }
 
     async fn run_cli(
@@ -204,6 +219,20 @@ impl LiveBackend {
         }
         let mut response = match stage.filter(|_| request.agentic) {
             Some(stage) => {
+                if settings::is_small_tier(model) {
+                    let (problem, fix) = settings::small_tier_complaint(request.node_id, model);
+                    match self.small_tier_parent(stage.small_tier_parent) {
+                        settings::SmallTierParent::Allow => {}
+                        settings::SmallTierParent::Warn => {
+                            transcript.event(Event::AgentSmallTierParent { model: model.to_string(), fix })
+                        }
+                        settings::SmallTierParent::Refuse => {
+                            return Err(BackendError::Terminal(format!(
+                                "{problem}, and small_tier_parent=refuse; {fix}"
+                            )))
+                        }
+                    }
+                }
                 let settings = AgentSettings {
                     model,
                     reasoning_effort,
@@ -215,6 +244,7 @@ impl LiveBackend {
                         .root()
                         .join("tool_output"),
                     usage_left: stage.usage_left,
+                    stage_limits: stage.stage_limits,
                     price: self.config.price(model),
                     context: &context,
                     run_record: stage.run_record.as_ref(),

@@ -64,6 +64,8 @@ pub struct StageEnv<'a> {
     pub cli_agent: Option<&'a str>,
     /// What the stage may still use under the run's ceilings.
     pub usage_left: Option<crate::usage::UsageLeft>,
+    /// The stage's own ceilings: the agent loop stops before a model call once one is reached.
+    pub stage_limits: crate::usage::StageLimits,
     /// How the agent loop trims what it sends and compacts (node attributes and graph defaults;
     /// the backend fills what they leave unset from its configuration).
     pub context: crate::agent_context::ContextSettings,
@@ -75,6 +77,8 @@ pub struct StageEnv<'a> {
     pub tool_hooks: tools::ToolHooks,
     /// What the agent loop does when the same tool call repeats.
     pub watchdog: agent_loop::WatchdogMode,
+    /// The node's (or graph's) small-tier guard; the config file's applies when unset.
+    pub small_tier_parent: Option<crate::graph::settings::SmallTierParent>,
 }
 
 impl std::fmt::Debug for StageEnv<'_> {
@@ -117,7 +121,7 @@ pub struct LlmResponse {
     pub conversation: Vec<chat::ChatMessage>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum BackendError {
     /// Rate limits, timeouts, 5xx: the engine's retry policy applies.
     #[error("{0}")]
@@ -132,6 +136,10 @@ pub enum BackendError {
     /// agent stage retries with less ([`crate::agent_context::trim_retry`]), anything else fails.
     #[error("{0}")]
     TooLarge(String),
+    /// The stage reached its own ceiling (`max_stage_tokens`/`max_stage_cost`): the run pauses
+    /// and the stage runs again on resume only with a higher bound.
+    #[error("{}", ceiling.reason(node))]
+    StageCeiling { node: String, ceiling: crate::usage::StageCeiling },
 }
 
 #[async_trait::async_trait]

@@ -116,6 +116,15 @@ pub struct LaunchArgs {
     /// Pause the run before the next LLM stage once the estimated cost reaches this many US dollars.
     #[arg(long, value_name = "USD")]
     pub max_cost: Option<f64>,
+    /// Stop an LLM stage before its next model call once the stage itself has used this many
+    /// tokens (in + out, its small-model calls included) and pause the run; over the node's
+    /// max_stage_tokens. A resume goes on only with a higher bound.
+    #[arg(long, value_name = "N")]
+    pub max_stage_tokens: Option<u64>,
+    /// Like --max-stage-tokens, for the stage's estimated cost in US dollars (over the node's
+    /// max_stage_cost).
+    #[arg(long, value_name = "USD")]
+    pub max_stage_cost: Option<f64>,
     /// After every stage, show what it did and ask: Enter goes on, q pauses the run, any other
     /// text is a note for the next LLM stage. Needs a terminal.
     #[arg(long)]
@@ -188,9 +197,16 @@ impl LaunchArgs {
         }
     }
 
-    /// `--max-tokens` and `--max-cost`.
+    /// `--max-tokens`, `--max-cost` and the stage ceilings.
     pub fn limits(&self) -> fabro::usage::UsageLimits {
-        fabro::usage::UsageLimits { max_tokens: self.max_tokens, max_cost: self.max_cost }
+        fabro::usage::UsageLimits {
+            max_tokens: self.max_tokens,
+            max_cost: self.max_cost,
+            stage: fabro::usage::StageLimits {
+                max_tokens: self.max_stage_tokens,
+                max_cost: self.max_stage_cost,
+            },
+        }
     }
 }
 
@@ -340,8 +356,10 @@ pub fn report_diagnostics(
 /// The engine with the built-in handlers, the backend and the interviewer the options ask for;
 /// refuses workflows with stages this version cannot run.
 pub fn engine_for(launch: &LaunchArgs, valid: &fabro::ValidWorkflow) -> Result<Engine, Refusal> {
-    if let Some(cost) = launch.max_cost.filter(|cost| !cost.is_finite() || *cost < 0.0) {
-        return Err(Refusal::Message(format!("--max-cost {cost} is not a cost in US dollars (0 or more)")));
+    for (flag, cost) in [("--max-cost", launch.max_cost), ("--max-stage-cost", launch.max_stage_cost)] {
+        if let Some(cost) = cost.filter(|cost| !cost.is_finite() || *cost < 0.0) {
+            return Err(Refusal::Message(format!("{flag} {cost} is not a cost in US dollars (0 or more)")));
+        }
     }
     let console = person_can_answer().then(|| Arc::new(Console::new()));
     if launch.step && console.is_none() {
@@ -399,6 +417,11 @@ pub fn conclude(
             PauseKind::Ceiling => {
                 eprintln!("resume with: fabro resume {dir} --max-tokens N / --max-cost USD (a higher limit)")
             }
+            PauseKind::StageCeiling(bound) => eprintln!(
+                "resume with: fabro resume {dir} --{} {} (higher than the stage's bound)",
+                bound.as_str().replace('_', "-"),
+                bound.unit()
+            ),
             PauseKind::Answer => {
                 eprintln!("resume with: fabro resume {dir} --answers FILE (or --auto-approve)")
             }

@@ -30,6 +30,7 @@ use crate::graph::{HandlerType, Node, Workflow};
 use crate::outcome::{Outcome, Pause, PauseKind, StageStatus};
 use crate::run_dir::{Durability, RunStatus, StageRecord, StageStatusFile};
 use crate::stage::{Handler, HandlerError, StageRun};
+use crate::usage::{StageCeiling, StageLimits};
 
 /// Default cap on how often any one node may run (graph `max_node_visits` overrides it).
 const DEFAULT_MAX_NODE_VISITS: i64 = 1000;
@@ -188,13 +189,14 @@ impl<'e> Walker<'e> {
             return Step::Finish(RunStatus::Failed, Some(reason));
         }
         // Usage ceilings pause the run before an LLM stage.
-        if let Some(reason) = self.usage_ceiling_reached(node) {
+        let ceiling = self.usage_ceiling_reached(node).map(|reason| Pause::new(PauseKind::Ceiling, reason));
+        if let Some(pause) = ceiling.or_else(|| self.stage_ceiling_not_raised(node)) {
             self.uncount_visit(&node.id);
             let _ = self.save_checkpoint(RunStatus::Paused, &node.id, Some(&node.id));
             if self.is_main() {
-                scope.events.stage_event(&node.id, visit, Event::RunPaused { reason: reason.clone() });
+                scope.events.stage_event(&node.id, visit, Event::RunPaused { reason: pause.reason.clone() });
             }
-            return Step::Pause(Pause::new(PauseKind::Ceiling, reason));
+            return Step::Pause(pause);
         }
         let keeps_files = self.keeps_stage_files(node);
         let stage_dir = if keeps_files {
@@ -236,6 +238,10 @@ impl<'e> Walker<'e> {
             StageEnd::Done { outcome, attempts } => (outcome, attempts),
             StageEnd::Paused(pause) => {
                 self.uncount_visit(&node.id);
+                if let Some(ceiling) = &pause.stage_ceiling {
+                    let remembered = serde_json::to_value(ceiling).unwrap_or_default();
+                    self.context_set(&StageCeiling::context_key(&node.id), remembered);
+                }
                 let _ = self.save_checkpoint(RunStatus::Paused, &node.id, Some(&node.id));
                 if self.is_main() {
                     scope.events.stage_event(
@@ -375,6 +381,30 @@ impl<'e> Walker<'e> {
         crate::usage::UsageLimits::resolve(scope.options.limits, scope.workflow).reached(&self.state.stages)
     }
 
+    /// A stage that stopped at its own ceiling runs again only once that bound is higher (or
+    /// gone): until then the run pauses again before it, with the same reason.
+    fn stage_ceiling_not_raised(&mut self, node: &Node) -> Option<Pause> {
+        let key = StageCeiling::context_key(&node.id);
+        let ceiling: StageCeiling = serde_json::from_value(self.state.context.get(&key)?.clone()).ok()?;
+        if self.stage_limits(node).raised_past(&ceiling) {
+            self.state.context.remove(&key);
+            return None;
+        }
+        Some(Pause {
+            stage_ceiling: Some(ceiling),
+            ..Pause::new(PauseKind::StageCeiling(ceiling.bound), ceiling.reason(&node.id))
+        })
+    }
+
+    /// The node's own ceilings under this run's options (none in a dry run).
+    fn stage_limits(&self, node: &Node) -> StageLimits {
+        let scope = &self.scope;
+        if scope.options.dry_run {
+            return StageLimits::default();
+        }
+        StageLimits::resolve(scope.options.limits.stage, node, scope.workflow)
+    }
+
     /// `max_visits` on the node, graph `max_node_visits`, and the dry-run cap.
     fn visit_limit_exceeded(&self, node: &Node, visit: u32) -> Option<String> {
         let visit = i64::from(visit);
@@ -500,6 +530,7 @@ impl<'e> Walker<'e> {
             usage_left: crate::usage::UsageLimits::resolve(scope.options.limits, scope.workflow)
                 .left(&self.state.stages)
                 .filter(|_| !scope.options.dry_run),
+            stage_limits: self.stage_limits(node),
             max_output: scope.options.max_output,
             confinement: crate::sandbox::Confinement::of(
                 node,

@@ -84,7 +84,7 @@ pub const COMPACTION_PRESETS: &[&str] = super::settings::CompactionPreset::NAMES
 pub const COMPACTION_MODES: &[&str] = super::settings::CompactionMode::NAMES;
 pub const THREAD_HANDOFFS: &[&str] = super::settings::ThreadHandoff::NAMES;
 pub const WATCHDOG_MODES: &[&str] = super::settings::WatchdogMode::NAMES;
-pub const SMALL_TIER_PARENT: &[&str] = &["warn", "refuse", "allow"];
+pub const SMALL_TIER_PARENT: &[&str] = super::settings::SmallTierParent::NAMES;
 
 macro_rules! spec {
     ($name:literal, $ty:expr, $scopes:expr, $doc:literal) => {
@@ -140,6 +140,8 @@ pub static ATTRIBUTES: &[AttributeSpec] = &[
     spec!("default_runtime_context", ValueType::Boolean, GRAPH, "Default runtime_context of agent stages."),
     spec!("default_small_tier_parent", ValueType::OneOf(SMALL_TIER_PARENT), GRAPH, "Default small_tier_parent of agent stages."),
     spec!("default_watchdog", ValueType::OneOf(WATCHDOG_MODES), GRAPH, "Default watchdog of agent stages."),
+    spec!("default_max_stage_tokens", ValueType::Count, GRAPH, "Default max_stage_tokens of LLM stages."),
+    spec!("default_max_stage_cost", ValueType::Float, GRAPH, "Default max_stage_cost of LLM stages."),
     spec!("default_thread", ValueType::Text, GRAPH, "Thread id for full-fidelity stages that set none."),
     spec!("default_thread_text_only", ValueType::Boolean, GRAPH, "Default thread_text_only of LLM stages."),
     spec!("default_thread_max_turn_age", ValueType::Count, GRAPH, "Default thread_max_turn_age of LLM stages."),
@@ -389,6 +391,8 @@ pub static ATTRIBUTES: &[AttributeSpec] = &[
         "Older tool results keep fewer tokens: 2000, 1000, then 500 (default true)."
     ),
     spec!("watchdog", ValueType::OneOf(WATCHDOG_MODES), NODE, "The same tool call 5 times in a row: warn (event and a note to the model, default), off, or stop (the stage fails)."),
+    spec!("max_stage_tokens", ValueType::Count, NODE, "The stage stops before its next model call once it has used this many tokens (in + out, small-model calls included); the run pauses (exit 3) and resumes only with a higher bound."),
+    spec!("max_stage_cost", ValueType::Float, NODE, "Like max_stage_tokens, for the stage's estimated cost in US dollars."),
     spec!("small_tier_parent", ValueType::OneOf(SMALL_TIER_PARENT), NODE, "An agent stage on a small-tier model: warn (default), refuse (a validation error) or allow."),
     spec!("runtime_context", ValueType::Boolean, NODE, "The system prompt starts with the OS, architecture, shell, work directory, date and time, and the .gitignore (default true)."),
     spec!("compaction", ValueType::OneOf(COMPACTION_PRESETS), NODE, "Compaction preset: aggressive, strong, standard, careful (compact after 7/12/17/27 turns, keep 5/10/15/25) or none (never)."),

@@ -108,6 +108,7 @@ pub(crate) fn request_for<'a>(
             backend: *backend,
             cli_agent: attributes.non_empty_text("cli_agent"),
             usage_left: stage.usage_left,
+            stage_limits: stage.stage_limits,
             confinement: stage.confinement.clone(),
             tool_hooks: {
                 let graph = stage.workflow.attributes();
@@ -126,6 +127,7 @@ pub(crate) fn request_for<'a>(
                 .or_else(|| stage.workflow.attributes().non_empty_text("default_watchdog"))
                 .and_then(|name| WatchdogMode::from_name(name.trim()))
                 .unwrap_or_default(),
+            small_tier_parent: crate::graph::settings::SmallTierParent::of(stage.node, stage.workflow),
         }),
     })
 }
@@ -192,6 +194,10 @@ pub(crate) async fn complete(
         BackendError::Retryable(message) => HandlerError::Retryable(message),
         BackendError::Terminal(message) | BackendError::TooLarge(message) => HandlerError::Terminal(message),
         BackendError::Paused(message) => HandlerError::Paused(Pause::new(PauseKind::Ceiling, message)),
+        BackendError::StageCeiling { node, ceiling } => HandlerError::Paused(Pause {
+            stage_ceiling: Some(ceiling),
+            ..Pause::new(PauseKind::StageCeiling(ceiling.bound), ceiling.reason(&node))
+        }),
     })?;
     Ok((response, backend.name().to_string()))
 }

@@ -142,6 +142,7 @@ pub(crate) mod test_support {
                 thread: None,
                 children: &self.children,
                 usage_left: None,
+                stage_limits: crate::usage::StageLimits::default(),
                 max_output: None,
                 confinement: crate::sandbox::Confinement::default(),
             }

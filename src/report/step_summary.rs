@@ -74,6 +74,11 @@ pub fn render(
                     "Resume with `fabro resume {dir} --max-tokens N` or `--max-cost USD` (a higher limit)."
                 )
             }
+            (RunStatus::Paused, Some(PauseKind::StageCeiling(bound))) => format!(
+                "Resume with `fabro resume {dir} --{} {}` (higher than the stage's bound).",
+                bound.as_str().replace('_', "-"),
+                bound.unit()
+            ),
             (RunStatus::Paused, Some(PauseKind::Step)) => {
                 format!("Resume with `fabro resume {dir}` (add `--step` to keep stepping).")
             }

@@ -2,7 +2,9 @@
 
 use crate::diagnostic::Diagnostic;
 use crate::fidelity::FidelityMode;
-use crate::graph::settings::{ContextSettingsError, ModelTier, ParallelSettingsError};
+use crate::graph::settings::{
+    is_small_tier, small_tier_complaint, ContextSettingsError, ParallelSettingsError, SmallTierParent,
+};
 use crate::graph::{Attributes, Choice, HandlerType, Node, Workflow};
 
 fn nodes_of_type<'w>(
@@ -226,36 +228,17 @@ pub fn context_settings(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
 /// of long tool loops. `small_tier_parent=warn` (the default) warns, `refuse` is an error, `allow`
 /// says nothing; the node's value wins over the graph's `default_small_tier_parent`.
 pub fn small_tier_parent(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
-    let graph = workflow.attributes();
     for node in nodes_of_type(workflow, HandlerType::Agent) {
         let Some(attr) = node.attributes.get("llm_model") else { continue };
         let model = attr.value.to_string();
-        if ModelTier::of(&model) != Some(ModelTier::Small) {
+        if !is_small_tier(&model) {
             continue;
         }
-        let mode = node
-            .attributes
-            .non_empty_text("small_tier_parent")
-            .or_else(|| graph.non_empty_text("default_small_tier_parent"))
-            .unwrap_or("warn");
-        let stronger = match crate::backends::models::infer_provider(&model) {
-            Some("anthropic") => "claude-sonnet-4-5",
-            Some("gemini") => "gemini-2.5-pro",
-            _ => "gpt-5",
-        };
-        let message = format!(
-            "agent stage `{}` runs on `{model}`, a small-tier model: small models lose track of long tool loops \
-             and often cost more in the end",
-            node.id
-        );
-        let fix = format!(
-            "use a stronger model such as `{stronger}` for the agent (a small model suits one-shot prompts), or \
-             set small_tier_parent=allow"
-        );
-        let diagnostic = match mode.trim() {
-            "refuse" => Diagnostic::error("small_tier_parent", message),
-            "allow" => continue,
-            _ => Diagnostic::warning("small_tier_parent", message),
+        let (message, fix) = small_tier_complaint(&node.id, &model);
+        let diagnostic = match SmallTierParent::of(node, workflow).unwrap_or_default() {
+            SmallTierParent::Refuse => Diagnostic::error("small_tier_parent", message),
+            SmallTierParent::Allow => continue,
+            SmallTierParent::Warn => Diagnostic::warning("small_tier_parent", message),
         };
         out.push(diagnostic.node(&node.id).span(attr.span).fix(fix));
     }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::agent_context::shortened;
 use crate::backends::chat::{ChatMessage, ChatProvider, ChatRequest};
-use crate::backends::{BackendError, Usage};
+use crate::backends::Usage;
 
 /// Tool arguments and results are cut to this many characters for the summarizer.
 pub const SUMMARY_FIELD_CHARS: usize = 500;
@@ -55,15 +55,7 @@ pub async fn summarize(
         max_output_tokens: 4096,
         timeout,
     };
-    let response = provider.chat(&request).await.map_err(|error| {
-        let message = match error {
-            BackendError::Retryable(m)
-            | BackendError::Terminal(m)
-            | BackendError::Paused(m)
-            | BackendError::TooLarge(m) => m,
-        };
-        (message, Usage::default())
-    })?;
+    let response = provider.chat(&request).await.map_err(|error| (error.to_string(), Usage::default()))?;
     let summary = strip_file_section(&response.text).trim();
     if summary.is_empty() {
         return Err(("the summary came back empty".to_string(), response.usage));
@@ -139,6 +131,7 @@ fn prune(text: &str, max: usize) -> String {
 pub(super) mod tests {
     use super::*;
     use crate::backends::chat::{ChatResponse, ToolCall};
+    use crate::backends::BackendError;
 
     pub struct Summarizer(pub Result<&'static str, BackendError>, pub std::sync::Mutex<Vec<String>>);
 

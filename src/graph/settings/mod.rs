@@ -12,6 +12,7 @@ mod context;
 mod manager;
 mod parallel;
 mod retry;
+mod small_tier;
 mod watchdog;
 
 pub use backend::Backend;
@@ -26,6 +27,7 @@ pub use manager::{
 };
 pub use parallel::{ErrorPolicy, JoinPolicy, ParallelSettings, ParallelSettingsError, DEFAULT_MAX_PARALLEL};
 pub use retry::{RetryPreset, RetrySettings};
+pub use small_tier::{complaint as small_tier_complaint, is_small_tier, SmallTierParent};
 pub use watchdog::WatchdogMode;
 
 use std::time::Duration;
