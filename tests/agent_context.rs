@@ -847,3 +847,102 @@ fn a_small_tier_model_known_only_at_run_time_is_guarded_by_the_node_or_the_confi
     let events = std::fs::read_to_string(allowed.dir.path().join("run/events.jsonl")).unwrap();
     assert!(!events.contains("agent.small_tier_parent"));
 }
+
+// Reference files (issue 14).
+
+#[test]
+fn reference_files_are_indexed_in_the_system_prompt_and_readable_outside_the_work_directory() {
+    let dot = r#"digraph refs {
+        context_files="docs/schema.sql, specs/"
+        start [shape=Mdiamond]
+        exit [shape=Msquare]
+        work [prompt="Use the schema", llm_model="local-model"]
+        start -> work -> exit
+    }"#;
+    let replies = vec![
+        openai_tools(&[("c1", "read_file", json!({"path": "../docs/schema.sql"}))]),
+        openai_tools(&[("c2", "write_file", json!({"path": "../docs/schema.sql", "content": "x"}))]),
+        openai_text("Done.", 10, 5),
+    ];
+    let session = Session::new(replies, dot);
+    let root = session.dir.path();
+    std::fs::create_dir_all(root.join("docs")).unwrap();
+    std::fs::create_dir_all(root.join("specs/api")).unwrap();
+    std::fs::write(root.join("docs/schema.sql"), "CREATE TABLE users (id int);\n").unwrap();
+    std::fs::write(root.join("specs/api/orders.md"), "# Orders API\n").unwrap();
+    std::fs::write(root.join("specs/.draft.md"), "hidden\n").unwrap();
+    std::fs::write(root.join("notes.txt"), "Deploy on Tuesdays.\n").unwrap();
+    std::fs::write(root.join("fabro.toml"), "").unwrap();
+    let ran = session.fabro(&[
+        "run",
+        "workflow.dot",
+        "--run-dir",
+        "run",
+        "--workdir",
+        "work",
+        "-q",
+        "--context-file",
+        "notes.txt=team notes",
+    ]);
+    assert_eq!(exit_code(&ran), Some(0), "{}", String::from_utf8_lossy(&ran.stderr));
+    let requests: Vec<Value> = session.server.requests().iter().map(|r| r.json()).collect();
+    let system = message(&requests[0], 0);
+    let root = std::fs::canonicalize(root).unwrap();
+    assert!(system.contains("REFERENCE FILES: 3 file(s)"), "{system}");
+    let line =
+        |name: &str, path: &str, rest: &str| format!("- {name} ({rest}) {}", root.join(path).display());
+    assert!(
+        system.contains(&format!(
+            "{} | CREATE TABLE users (id int);\n",
+            line("docs/schema.sql", "docs/schema.sql", "29 B")
+        )),
+        "{system}"
+    );
+    assert!(
+        system.contains(&format!(
+            "{} | # Orders API",
+            line("specs/api/orders.md", "specs/api/orders.md", "13 B")
+        )),
+        "{system}"
+    );
+    assert!(
+        system.ends_with(&format!("{} | Deploy on Tuesdays.", line("team notes", "notes.txt", "20 B"))),
+        "{system}"
+    );
+    assert!(!system.contains("draft"), "hidden files are left out");
+    // Read, but not written.
+    assert!(tool_results(&requests[1])[0].contains("CREATE TABLE users"), "{:?}", tool_results(&requests[1]));
+    assert!(
+        tool_results(&requests[2])[1].contains("outside the work directory"),
+        "{:?}",
+        tool_results(&requests[2])
+    );
+    // The run directory keeps them for a resume.
+    let manifest = std::fs::read_to_string(session.dir.path().join("run/manifest.json")).unwrap();
+    assert!(manifest.contains("\"context_files\"") && manifest.contains("team notes"), "{manifest}");
+}
+
+#[test]
+fn a_missing_reference_file_is_an_error_with_its_path() {
+    let dot = r#"digraph refs {
+        context_files="docs/schema.sql"
+        start [shape=Mdiamond]
+        exit [shape=Msquare]
+        work [prompt="Use the schema"]
+        start -> work -> exit
+    }"#;
+    Test::new()
+        .workflow(dot)
+        .args(["validate", "workflow.dot"])
+        .status(2)
+        .stdout_contains("error[context_files]")
+        .stdout_contains("the context file docs/schema.sql does not exist")
+        .stdout_contains("workflow.dot:2:")
+        .run();
+    Test::new()
+        .workflow(&workflow(""))
+        .args(["run", "workflow.dot", "--simulate", "--context-file", "nope.md"])
+        .status(2)
+        .stderr_contains("--context-file: the context file nope.md does not exist")
+        .run();
+}

@@ -14,6 +14,7 @@
 
 pub mod aging;
 pub mod compaction;
+pub mod reference_files;
 pub mod replay_caps;
 pub mod runtime;
 pub mod sliding_window;

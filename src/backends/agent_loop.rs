@@ -50,6 +50,8 @@ pub struct AgentSettings<'a> {
     /// What the run's records said when the stage started (for lossless compaction).
     pub run_record: Option<&'a RunRecord>,
     pub watchdog: WatchdogMode,
+    /// The run's reference files, indexed in the system prompt.
+    pub reference_files: &'a [crate::agent_context::reference_files::ReferenceFile],
 }
 
 /// What the loop produced.
@@ -69,9 +71,18 @@ pub struct AgentRun {
     pub conversation: Vec<ChatMessage>,
 }
 
-/// The system prompt of agent stages, after the runtime block when `runtime` is set.
-pub fn system_prompt(work_dir: &Path, runtime: bool) -> String {
+/// The system prompt of agent stages: the runtime block when `runtime` is set, the instructions,
+/// then the index of the run's reference files.
+pub fn system_prompt(
+    work_dir: &Path,
+    runtime: bool,
+    references: &[crate::agent_context::reference_files::ReferenceFile],
+) -> String {
     let runtime = if runtime { crate::agent_context::runtime::block(work_dir) + "\n" } else { String::new() };
+    let references = match crate::agent_context::reference_files::index(references) {
+        index if index.is_empty() => index,
+        index => format!("\n\n{}", index.trim_end()),
+    };
     runtime + &format!(
         "You are a coding agent running one stage of a fabro workflow. You work in the directory {} with the \
          tools read_file, write_file, edit_file, list_dir, glob, grep and shell; paths are relative to it and \
@@ -79,7 +90,7 @@ pub fn system_prompt(work_dir: &Path, runtime: bool) -> String {
          example by running the tests with shell), then answer with a short summary of what you did and stop \
          calling tools. If the task asks you to report an outcome as JSON, end your answer with that JSON.",
         work_dir.display()
-    )
+    ) + &references
 }
 
 /// Runs the loop. `messages` holds any earlier thread and ends with the stage's prompt.
@@ -90,7 +101,7 @@ pub async fn run(
     mut messages: Vec<ChatMessage>,
     transcript: &Transcript<'_>,
 ) -> Result<AgentRun, BackendError> {
-    let system = system_prompt(toolbox.root(), settings.context.runtime_context());
+    let system = system_prompt(toolbox.root(), settings.context.runtime_context(), settings.reference_files);
     let definitions = tools::definitions();
     let system_tokens = system.len().div_ceil(crate::agent_context::CHARS_PER_TOKEN) as u64;
     let mut run = AgentRun::default();

@@ -249,8 +249,10 @@ impl LiveBackend {
                     context: &context,
                     run_record: stage.run_record.as_ref(),
                     watchdog: stage.watchdog,
+                    reference_files: stage.reference_files,
                 };
-                let readable = vec![settings.offload_dir.clone()];
+                let mut readable = vec![settings.offload_dir.clone()];
+                readable.extend(stage.reference_files.iter().map(|file| file.path.clone()));
                 let _ = std::fs::create_dir_all(&settings.offload_dir);
                 let mut toolbox = Toolbox::new(stage.work_dir, readable)
                     .map_err(|error| {

@@ -77,6 +77,8 @@ pub struct StageEnv<'a> {
     pub tool_hooks: tools::ToolHooks,
     /// What the agent loop does when the same tool call repeats.
     pub watchdog: agent_loop::WatchdogMode,
+    /// The run's reference files: indexed in the system prompt, readable by the tools.
+    pub reference_files: &'a [crate::agent_context::reference_files::ReferenceFile],
     /// The node's (or graph's) small-tier guard; the config file's applies when unset.
     pub small_tier_parent: Option<crate::graph::settings::SmallTierParent>,
 }

@@ -69,7 +69,14 @@ async fn continue_run(args: &mut ResumeArgs) -> Result<u8, Refusal> {
         worktree: false,
         keep_worktrees: args.launch.keep_worktrees,
         parent: None,
-        launch: args.launch.record(),
+        // The run's reference files stay as they were resolved; --context-file adds to them.
+        launch: fabro::run_dir::LaunchRecord {
+            context_files: fabro::agent_context::reference_files::merged(
+                saved.manifest.launch.context_files.clone(),
+                args.launch.reference_files(None)?,
+            ),
+            ..args.launch.record()
+        },
         max_output: args.launch.max_output,
         sandbox: args.launch.sandbox,
         user_sandbox,

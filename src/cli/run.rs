@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use fabro::agent_context::reference_files::{self, ReferenceEntry, ReferenceFile};
 use fabro::engine::{Engine, RunOptions};
 use fabro::graph::Workflow;
 use fabro::interview::console::Console;
@@ -125,6 +126,10 @@ pub struct LaunchArgs {
     /// max_stage_cost).
     #[arg(long, value_name = "USD")]
     pub max_stage_cost: Option<f64>,
+    /// A reference file (or folder) every agent stage is told about and may read, named NAME in
+    /// the index (default: the path); repeatable, added to the graph's context_files.
+    #[arg(long = "context-file", value_name = "PATH[=NAME]")]
+    pub context_files: Vec<String>,
     /// After every stage, show what it did and ask: Enter goes on, q pauses the run, any other
     /// text is a note for the next LLM stage. Needs a terminal.
     #[arg(long)]
@@ -158,7 +163,23 @@ impl LaunchArgs {
             model: non_empty(&self.model),
             provider: non_empty(&self.provider),
             sandbox: self.sandbox.map(|kind| kind.as_str().to_string()),
+            context_files: Vec::new(),
         }
+    }
+
+    /// The run's reference files: the workflow's `context_files` (relative to its file) then
+    /// `--context-file` (relative to the current directory).
+    pub fn reference_files(&self, workflow: Option<&Workflow>) -> Result<Vec<ReferenceFile>, Refusal> {
+        let files = match workflow {
+            Some(workflow) => reference_files::of_workflow(workflow).map_err(Refusal::error)?,
+            None => Vec::new(),
+        };
+        let given: Vec<ReferenceEntry> =
+            self.context_files.iter().filter_map(|text| ReferenceEntry::parse(text)).collect();
+        let cwd = std::env::current_dir().map_err(Refusal::error)?;
+        let flags = reference_files::expand(&given, &cwd)
+            .map_err(|error| format!("--context-file: {error}; the run did not start"))?;
+        Ok(reference_files::merged(files, flags))
     }
 
     /// The flags as given, unresolved (for choosing the backend and for a resume's policy).
@@ -170,6 +191,7 @@ impl LaunchArgs {
             model: self.model.clone(),
             provider: self.provider.clone(),
             sandbox: self.sandbox.map(|kind| kind.as_str().to_string()),
+            context_files: Vec::new(),
         }
     }
 
@@ -299,7 +321,10 @@ async fn start(args: &RunArgs) -> Result<u8, Refusal> {
         worktree: args.worktree,
         keep_worktrees: args.launch.keep_worktrees,
         parent: None,
-        launch: args.launch.record(),
+        launch: LaunchRecord {
+            context_files: args.launch.reference_files(Some(&valid.workflow))?,
+            ..args.launch.record()
+        },
         max_output: args.launch.max_output,
         sandbox: args.launch.sandbox,
         user_sandbox,

@@ -531,6 +531,7 @@ impl<'e> Walker<'e> {
                 .left(&self.state.stages)
                 .filter(|_| !scope.options.dry_run),
             stage_limits: self.stage_limits(node),
+            reference_files: &scope.options.launch.context_files,
             max_output: scope.options.max_output,
             confinement: crate::sandbox::Confinement::of(
                 node,

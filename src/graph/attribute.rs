@@ -140,6 +140,7 @@ pub static ATTRIBUTES: &[AttributeSpec] = &[
     spec!("default_runtime_context", ValueType::Boolean, GRAPH, "Default runtime_context of agent stages."),
     spec!("default_small_tier_parent", ValueType::OneOf(SMALL_TIER_PARENT), GRAPH, "Default small_tier_parent of agent stages."),
     spec!("default_watchdog", ValueType::OneOf(WATCHDOG_MODES), GRAPH, "Default watchdog of agent stages."),
+    spec!("context_files", ValueType::Text, GRAPH, "Reference files every agent stage is told about (an index in its system prompt) and may read: comma-separated paths relative to the workflow file, PATH=NAME to name one; folders expand."),
     spec!("default_max_stage_tokens", ValueType::Count, GRAPH, "Default max_stage_tokens of LLM stages."),
     spec!("default_max_stage_cost", ValueType::Float, GRAPH, "Default max_stage_cost of LLM stages."),
     spec!("default_thread", ValueType::Text, GRAPH, "Thread id for full-fidelity stages that set none."),

@@ -109,6 +109,7 @@ pub(crate) fn request_for<'a>(
             cli_agent: attributes.non_empty_text("cli_agent"),
             usage_left: stage.usage_left,
             stage_limits: stage.stage_limits,
+            reference_files: stage.reference_files,
             confinement: stage.confinement.clone(),
             tool_hooks: {
                 let graph = stage.workflow.attributes();

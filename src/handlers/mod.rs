@@ -143,6 +143,7 @@ pub(crate) mod test_support {
                 children: &self.children,
                 usage_left: None,
                 stage_limits: crate::usage::StageLimits::default(),
+                reference_files: &[],
                 max_output: None,
                 confinement: crate::sandbox::Confinement::default(),
             }

@@ -106,6 +106,10 @@ pub struct LaunchRecord {
     /// `--sandbox`: a resume runs the rest of the run in the same sandbox.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<String>,
+    /// The run's reference files (the graph's `context_files` and `--context-file`), resolved to
+    /// absolute paths when the run started, so a resume shows the same ones.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub context_files: Vec<crate::agent_context::reference_files::ReferenceFile>,
 }
 
 impl LaunchRecord {

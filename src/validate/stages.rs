@@ -224,6 +224,20 @@ pub fn context_settings(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
     }
 }
 
+/// The graph's `context_files` name files or folders that exist, relative to the workflow file.
+pub fn context_files(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
+    use crate::agent_context::reference_files::{base_of, expand, ReferenceEntry};
+    let Some(attr) = workflow.attributes().get("context_files") else { return };
+    let base = base_of(workflow);
+    for entry in ReferenceEntry::list(&attr.value.to_string()) {
+        if let Err(error) = expand(std::slice::from_ref(&entry), &base) {
+            out.push(Diagnostic::error("context_files", error.to_string()).span(attr.span).fix(
+                "correct the path (relative to the workflow file's folder) or take it out of context_files",
+            ));
+        }
+    }
+}
+
 /// An agent stage on a small-tier model (haiku, flash, mini, nano): small models lose the thread
 /// of long tool loops. `small_tier_parent=warn` (the default) warns, `refuse` is an error, `allow`
 /// says nothing; the node's value wins over the graph's `default_small_tier_parent`.
