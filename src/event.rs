@@ -192,6 +192,18 @@ pub enum Event {
     /// `--model` or the config file); `fix` names a stronger model.
     #[serde(rename = "agent.small_tier_parent")]
     AgentSmallTierParent { model: String, fix: String },
+    /// The agent called `mark_task_done`: the finished task's `replaced_turns` turns were replaced
+    /// by its completion record (`fallback` says why the task's operations stand in instead).
+    #[serde(rename = "agent.task_checkpoint")]
+    AgentTaskCheckpoint {
+        turn: u32,
+        detail: String,
+        replaced_turns: usize,
+        before_tokens: u64,
+        after_tokens: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        fallback: Option<String>,
+    },
     #[serde(rename = "agent.turn_limit")]
     AgentTurnLimit { max_turns: u32 },
     /// Context layers dropped or shortened old turns before a call; tokens saved per layer.

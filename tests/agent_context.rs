@@ -946,3 +946,85 @@ fn a_missing_reference_file_is_an_error_with_its_path() {
         .stderr_contains("--context-file: the context file nope.md does not exist")
         .run();
 }
+
+// Task checkpoints (issue 14).
+
+#[test]
+fn mark_task_done_replaces_the_finished_task_by_its_completion_record() {
+    let replies = vec![
+        openai_tools(&[("c0", "write_file", json!({"path": "out/login.rs", "content": "fn login() {}"}))]),
+        openai_tools(&[("c1", "read_file", json!({"path": "f0.txt"}))]),
+        openai_tools(&[("c2", "mark_task_done", json!({"detail": "login written"}))]),
+        openai_tools(&[("c3", "read_file", json!({"path": "f1.txt"}))]),
+        openai_text("Both tasks done.", 10, 5),
+    ];
+    let record = "# Task\nWrite login\n\n# Files & changes\nWrote out/login.rs\n\n# Technical context\nplain fn\n\n\
+                  # Strategy & approach\ndirect\n\n# Verification & next steps\nnone\n\n# Where we are\nlogin done";
+    let server = LlmServer::start(replies, vec![openai_text(record, 300, 80)]);
+    let ran = with_files(compatible(&server, &workflow("")), 2, 4000)
+        .args(["run", "workflow.dot", "--run-dir", "run", "--workdir", "work", "-q"])
+        .status(0)
+        .run();
+    let main: Vec<Value> = server.main_requests().iter().map(|r| r.json()).collect();
+    assert_eq!(main.len(), 5);
+    let tools: Vec<&str> = main[0]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    assert!(tools.contains(&"mark_task_done"), "{tools:?}");
+    // The record call saw the finished task's turns.
+    let all = server.requests();
+    let record_call = all.iter().find(|r| r.body.contains("You write the completion record")).unwrap();
+    assert!(record_call.body.contains("login written") && record_call.body.contains("out/login.rs"));
+    // After the checkpoint: the prompt, then the record in place of the three turns.
+    let next = &main[3];
+    assert_eq!(next["messages"].as_array().unwrap().len(), 3, "{next}");
+    assert!(message(next, 1).ends_with("Read the files"));
+    let block = message(next, 2);
+    assert!(block.starts_with("[Task checkpoint") && block.contains("Marked done: login written"), "{block}");
+    assert!(
+        block.contains("Wrote out/login.rs\n\nFiles this stage touched (fabro's file tracker):\n- f0.txt (read)\n- out/login.rs (written)\n"),
+        "{block}"
+    );
+    assert!(!next.to_string().contains(&"x".repeat(4000)), "the task's read is gone");
+    // The next task goes on from there.
+    assert_eq!(main[4]["messages"].as_array().unwrap().len(), 5);
+    let events = std::fs::read_to_string(ran.dir.path().join("run/events.jsonl")).unwrap();
+    let event =
+        events.lines().find(|l| l.contains("\"agent.task_checkpoint\"")).expect("the checkpoint event");
+    assert!(event.contains("\"replaced_turns\":3") && event.contains("\"turn\":3"), "{event}");
+    let status = std::fs::read_to_string(ran.dir.path().join("run/stages/work/1/status.json")).unwrap();
+    assert!(status.contains("\"task_checkpoint\""), "{status}");
+
+    // task_checkpoints=false: no tool.
+    let server = LlmServer::start(vec![openai_text("Done.", 10, 5)], Vec::new());
+    compatible(&server, &workflow(", task_checkpoints=false"))
+        .file("work/.keep", "")
+        .args(["run", "workflow.dot", "--run-dir", "run", "--workdir", "work", "-q"])
+        .status(0)
+        .run();
+    assert!(!server.requests()[0].body.contains("mark_task_done"));
+}
+
+#[test]
+fn a_task_checkpoint_whose_record_fails_keeps_the_task_operations() {
+    let replies = vec![
+        openai_tools(&[("c0", "shell", json!({"command": "exit 4"}))]),
+        openai_tools(&[("c1", "mark_task_done", json!({"detail": "tried the build"}))]),
+        openai_text("Done.", 10, 5),
+    ];
+    let server = LlmServer::start(replies, vec![Reply::status(500, r#"{"error": {"message": "down"}}"#)]);
+    compatible(&server, &workflow(""))
+        .file("work/.keep", "")
+        .args(["run", "workflow.dot", "--run-dir", "run", "--workdir", "work", "-q"])
+        .status(0)
+        .run();
+    let main = server.main_requests();
+    let block = message(&main[2].json(), 2);
+    assert!(
+        block.contains("could not be written") && block.contains("✗ shell → \"exit 4\" — exit 4 (turn 1)"),
+        "{block}"
+    );
+}

@@ -16,7 +16,7 @@ use super::tools::{self, Toolbox};
 use super::transcript::{assistant_record, Transcript};
 use super::{BackendError, Usage};
 use crate::agent_context::compaction::{
-    add_usage, intent::Operation, lossless::RunRecord, Compactor, Inputs, Trigger,
+    add_usage, checkpoint, intent::Operation, lossless::RunRecord, Compactor, Done, Inputs,
 };
 use crate::event::Event;
 
@@ -102,7 +102,13 @@ pub async fn run(
     transcript: &Transcript<'_>,
 ) -> Result<AgentRun, BackendError> {
     let system = system_prompt(toolbox.root(), settings.context.runtime_context(), settings.reference_files);
-    let definitions = tools::definitions();
+    let mut definitions = tools::definitions();
+    let task_checkpoints = settings.context.task_checkpoints();
+    if task_checkpoints {
+        definitions.push(checkpoint::definition());
+    }
+    // The detail of a `mark_task_done` call of this turn: a checkpoint follows the turn.
+    let mut task_done: Option<String> = None;
     let system_tokens = system.len().div_ceil(crate::agent_context::CHARS_PER_TOKEN) as u64;
     let mut run = AgentRun::default();
     let mut watchdog = Watchdog::default();
@@ -170,7 +176,17 @@ pub async fn run(
                 "tool_call",
                 json!({"turn": run.turns, "id": call.id, "name": call.name, "arguments": call.arguments}),
             );
-            let output = run_with_hooks(toolbox, transcript, run.turns, call).await;
+            let output = if call.name == checkpoint::TOOL && task_checkpoints {
+                let detail = call.arguments.get("detail").and_then(|d| d.as_str()).unwrap_or("").trim();
+                task_done = Some(if detail.is_empty() {
+                    "(no detail given)".to_string()
+                } else {
+                    detail.to_string()
+                });
+                tools::ToolOutput { content: checkpoint::ACKNOWLEDGED.to_string(), is_error: false }
+            } else {
+                run_with_hooks(toolbox, transcript, run.turns, call).await
+            };
             let mut content = transcript.secrets().redact(&output.content);
             let original_chars = content.chars().count();
             let mut offloaded = None;
@@ -230,20 +246,30 @@ pub async fn run(
             reasoning: response.reasoning,
         });
         messages.push(ChatMessage::ToolResults { results });
+        // Only when needed: the file list is rendered for a checkpoint or a compaction, not for
+        // every turn.
+        let files = || toolbox.tracker.render();
+        let inputs = |files| Inputs {
+            provider,
+            model: settings.context.compaction_model.as_deref().unwrap_or(settings.model),
+            timeout: settings.request_timeout,
+            system_tokens,
+            files,
+            file_count: toolbox.tracker.len(),
+            record: settings.run_record,
+        };
+        if let Some(detail) = task_done.take() {
+            let files = files();
+            let done = compactor.checkpoint(run.turns, &detail, &mut messages, &inputs(&files)).await;
+            report(done, transcript, &mut run, "task_checkpoint");
+            continue;
+        }
         let (trigger, events) = compactor.due(&messages, system_tokens);
         events.into_iter().for_each(|event| transcript.event(event));
         if let Some(trigger) = trigger {
-            // Only now: the file list is rendered for a compaction, not for every turn.
-            let inputs = Inputs {
-                provider,
-                model: settings.context.compaction_model.as_deref().unwrap_or(settings.model),
-                timeout: settings.request_timeout,
-                system_tokens,
-                files: &toolbox.tracker.render(),
-                file_count: toolbox.tracker.len(),
-                record: settings.run_record,
-            };
-            compact(&mut compactor, trigger, &mut messages, &inputs, transcript, &mut run).await;
+            let files = files();
+            let done = compactor.compact(trigger, &mut messages, &inputs(&files)).await;
+            report(done, transcript, &mut run, "compaction");
         }
     }
     run.files_changed = toolbox.tracker.changed();
@@ -315,23 +341,21 @@ async fn send_smaller(
     )))
 }
 
-/// Compacts the conversation (a compaction is due), and reports what happened.
-async fn compact(
-    compactor: &mut Compactor,
-    trigger: Trigger,
-    messages: &mut Vec<ChatMessage>,
-    inputs: &Inputs<'_>,
-    transcript: &Transcript<'_>,
-    run: &mut AgentRun,
-) {
-    let Some(done) = compactor.compact(trigger, messages, inputs).await else { return };
+/// Reports what a compaction or a task checkpoint did (`layer` names it in the savings), and
+/// counts its usage.
+fn report(done: Option<Done>, transcript: &Transcript<'_>, run: &mut AgentRun, layer: &str) {
+    let Some(done) = done else { return };
     add_usage(&mut run.usage, &done.usage);
-    *run.context_savings.entry("compaction".to_string()).or_default() += done.saved_tokens;
+    *run.context_savings.entry(layer.to_string()).or_default() += done.saved_tokens;
     for event in done.events {
         match &event {
             Event::AgentCompactionCompleted(compaction) => transcript.record(
                 "compaction",
                 json!({"event": compaction, "summary": done.block, "usage": done.usage}),
+            ),
+            Event::AgentTaskCheckpoint { .. } => transcript.record(
+                "task_checkpoint",
+                json!({"event": event, "record": done.block, "usage": done.usage}),
             ),
             Event::AgentCompactionFailed { error, fallback } => {
                 transcript.record("compaction_failed", json!({"error": error, "fallback": fallback}))

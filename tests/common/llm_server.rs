@@ -74,8 +74,13 @@ pub struct LlmServer {
     script: Arc<Mutex<Script>>,
 }
 
-/// Marks summarizer calls (see `src/backends/compaction.rs`).
-const SUMMARY_MARKER: &str = "You summarize the history";
+/// Mark summarizer calls (`src/agent_context/compaction/summary.rs`) and completion records of
+/// task checkpoints (`checkpoint.rs`): both are served from the `summaries` replies.
+const SUMMARY_MARKERS: &[&str] = &["You summarize the history", "You write the completion record"];
+
+fn is_summary(body: &str) -> bool {
+    SUMMARY_MARKERS.iter().any(|marker| body.contains(marker))
+}
 
 impl LlmServer {
     /// Serves `main` replies in order, and `summaries` for summarizer calls.
@@ -108,7 +113,7 @@ impl LlmServer {
 
     /// Requests that were not summarizer calls.
     pub fn main_requests(&self) -> Vec<Request> {
-        self.requests().into_iter().filter(|r| !r.body.contains(SUMMARY_MARKER)).collect()
+        self.requests().into_iter().filter(|r| !is_summary(&r.body)).collect()
     }
 
     pub fn unused_replies(&self) -> usize {
@@ -150,7 +155,7 @@ fn serve(stream: TcpStream, script: &Mutex<Script>) {
     let body = String::from_utf8_lossy(&body).into_owned();
     let reply = {
         let mut script = script.lock().unwrap();
-        let summary = body.contains(SUMMARY_MARKER);
+        let summary = is_summary(&body);
         script.requests.push(Request { path, headers, body });
         let queue = if summary { &mut script.summaries } else { &mut script.main };
         queue.pop_front().unwrap_or_else(|| {

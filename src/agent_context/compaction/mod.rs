@@ -17,6 +17,7 @@
 //! blocks are never compacted away. A summary that fails leaves a `[COMPACTION FAILED]` block that
 //! sends the model to the files on disk (`hybrid` falls back to its records block).
 
+pub mod checkpoint;
 pub mod intent;
 pub mod lossless;
 pub mod summary;
@@ -37,7 +38,7 @@ pub const FAILED_HEADER: &str = "[COMPACTION FAILED]";
 
 /// Whether a user message is a compaction block (pinned, and never cut).
 pub fn is_block(content: &str) -> bool {
-    [summary::HEADER, intent::HEADER, lossless::HEADER, FAILED_HEADER]
+    [summary::HEADER, intent::HEADER, lossless::HEADER, FAILED_HEADER, checkpoint::HEADER]
         .iter()
         .any(|header| content.starts_with(header))
 }
@@ -283,6 +284,68 @@ impl Compactor {
             before_tokens: before,
             after_tokens: after,
         }));
+        Some(done)
+    }
+
+    /// Replaces the finished task, the turns after the stage's prompt and its earlier blocks up to
+    /// loop turn `through`, by its completion record ([`checkpoint`]), or by the task's operations
+    /// when the record cannot be written. `None` when no turn follows the prompt.
+    pub async fn checkpoint(
+        &mut self,
+        through: u32,
+        detail: &str,
+        messages: &mut Vec<ChatMessage>,
+        inputs: &Inputs<'_>,
+    ) -> Option<Done> {
+        let start = (self.prompt_at + 1..messages.len())
+            .find(|&i| matches!(messages[i], ChatMessage::Assistant { .. }))?;
+        let before = inputs.system_tokens + tokens(messages);
+        let mut done = Done::default();
+        let written = checkpoint::write_record(
+            inputs.provider,
+            inputs.model,
+            inputs.timeout,
+            &messages[start..],
+            detail,
+            self.settings.prune_chars(),
+        )
+        .await;
+        let (block, fallback) = match written {
+            Ok((record, usage)) => {
+                add_usage(&mut done.usage, &usage);
+                (checkpoint::block(detail, &record, inputs.files), None)
+            }
+            Err((error, usage)) => {
+                add_usage(&mut done.usage, &usage);
+                let block = checkpoint::fallback_block(
+                    detail,
+                    &error,
+                    &self.operations,
+                    self.compacted_through + 1,
+                    through,
+                    inputs.files,
+                );
+                (block, Some(error))
+            }
+        };
+        let turn_count =
+            messages[start..].iter().filter(|m| matches!(m, ChatMessage::Assistant { .. })).count();
+        messages.truncate(start);
+        messages.push(ChatMessage::user(block.clone()));
+        self.compacted_through = through;
+        self.since_compaction = 0;
+        self.warned = false;
+        let after = inputs.system_tokens + tokens(messages);
+        done.saved_tokens = before.saturating_sub(after);
+        done.events.push(Event::AgentTaskCheckpoint {
+            turn: through,
+            detail: detail.to_string(),
+            replaced_turns: turn_count,
+            before_tokens: before,
+            after_tokens: after,
+            fallback: fallback.map(|error| format!("operations ({error})")),
+        });
+        done.block = Some(block);
         Some(done)
     }
 
