@@ -204,6 +204,10 @@ pub enum Event {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         fallback: Option<String>,
     },
+    /// A stage with memory wrote an entry of the project's memory (`source`: `tool` for
+    /// `remember`, `extract` for `memory_extract`).
+    #[serde(rename = "agent.memory.remembered")]
+    AgentMemoryRemembered { kind: String, name: String, replaced: bool, source: String },
     #[serde(rename = "agent.turn_limit")]
     AgentTurnLimit { max_turns: u32 },
     /// Context layers dropped or shortened old turns before a call; tokens saved per layer.

@@ -21,6 +21,7 @@ pub mod handlers;
 pub mod interview;
 pub mod join;
 pub mod load;
+pub mod memory;
 pub mod outcome;
 pub mod process_group;
 pub mod regular_file;

@@ -152,6 +152,9 @@ pub struct Outcome {
     /// Estimated tokens the context layers kept out of an agent stage's model calls, per layer.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub context_tokens_saved: crate::agent_context::Savings,
+    /// Names of the project memory entries an agent stage wrote.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub memory_added: Vec<String>,
     /// What an LLM stage sent and what came back, for its conversation thread under `full`
     /// fidelity; kept in memory only (the stage's `prompt.md` and `response.md` record it).
     #[serde(skip)]
@@ -188,6 +191,7 @@ impl Outcome {
             cost_usd: None,
             files_touched: Vec::new(),
             context_tokens_saved: Default::default(),
+            memory_added: Vec::new(),
             exchange: None,
         }
     }

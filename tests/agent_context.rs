@@ -1028,3 +1028,130 @@ fn a_task_checkpoint_whose_record_fails_keeps_the_task_operations() {
         "{block}"
     );
 }
+
+// Project memory (issue 14).
+
+#[test]
+fn memory_written_by_one_workflow_is_recalled_by_another_and_managed_with_fabro_memory() {
+    let root = tempfile::tempdir().unwrap();
+    let repo = root.path().join("repo");
+    for dir in ["flows", "other", "work"] {
+        std::fs::create_dir_all(repo.join(dir)).unwrap();
+    }
+    common::git(&repo, &["init", "-q"]);
+    let agent = |name: &str, attributes: &str| {
+        format!(
+            r#"digraph {name} {{
+        start [shape=Mdiamond]
+        exit [shape=Msquare]
+        work [prompt="Work", llm_model="local-model", memory=true{attributes}]
+        start -> work -> exit
+    }}"#
+        )
+    };
+    std::fs::write(repo.join("flows/a.dot"), agent("a", ", memory_extract=true")).unwrap();
+    std::fs::write(repo.join("other/b.dot"), agent("b", "")).unwrap();
+    let server = LlmServer::start(
+        vec![
+            openai_tools(&[
+                (
+                    "c0",
+                    "remember",
+                    json!({"kind": "fact", "name": "db", "text": "Postgres 16 in docker-compose"}),
+                ),
+                ("c1", "remember", json!({"kind": "rumour", "name": "x", "text": "y"})),
+            ]),
+            openai_tools(&[(
+                "c2",
+                "remember",
+                json!({"kind": "warning", "name": "flaky", "text": "net tests are flaky"}),
+            )]),
+            openai_text("Done.", 10, 5),
+            openai_text(
+                r#"[{"kind": "decision", "name": "orm", "text": "We use sqlx, not diesel."}]"#,
+                10,
+                5,
+            ),
+            openai_text("Done too.", 10, 5),
+            openai_text("Done again.", 10, 5),
+        ],
+        Vec::new(),
+    );
+    let fabro = |args: &[&str]| {
+        common::fabro_command(root.path(), args)
+            .env("FABRO_LLM_BASE_URL", server.url("/v1"))
+            .env("FABRO_LLM_MAX_RETRIES", "0")
+            .output()
+            .unwrap()
+    };
+    let stdout = |output: &std::process::Output| String::from_utf8_lossy(&output.stdout).to_string();
+    let first = fabro(&["run", "repo/flows/a.dot", "--run-dir", "run-a", "--workdir", "repo/work", "-q"]);
+    assert_eq!(exit_code(&first), Some(0), "{}", String::from_utf8_lossy(&first.stderr));
+    let requests: Vec<Value> = server.requests().iter().map(|r| r.json()).collect();
+    assert!(!message(&requests[0], 0).contains("MEMORY:"), "nothing to recall yet");
+    assert!(tool_results(&requests[1])[1].contains("not remembered: kind `rumour` is not one of fact"));
+    assert!(message(&requests[3], 0).contains("later runs of a coding project"), "the extraction call");
+    let status = std::fs::read_to_string(root.path().join("run-a/stages/work/1/status.json")).unwrap();
+    assert!(
+        status.contains(
+            r#""memory_added": [
+    "db",
+    "flaky",
+    "orm"
+  ]"#
+        ),
+        "{status}"
+    );
+    let store = repo.join(".fabro/memory");
+    assert_eq!(std::fs::read_dir(&store).unwrap().count(), 3);
+
+    // Another workflow of the repository recalls them, ordered by kind then name.
+    let second = fabro(&["run", "repo/other/b.dot", "--run-dir", "run-b", "--workdir", "repo/work", "-q"]);
+    assert_eq!(exit_code(&second), Some(0));
+    let system = message(&server.requests()[4].json(), 0);
+    assert!(system.contains("MEMORY: facts recalled from earlier runs (3 entries)"), "{system}");
+    assert!(
+        system.ends_with(
+            "- [fact] db: Postgres 16 in docker-compose\n- [decision] orm: We use sqlx, not diesel.\n- [warning] flaky: net tests are flaky"
+        ),
+        "{system}"
+    );
+
+    // The cap: 40 more long entries, most of them left out.
+    for i in 0..40 {
+        let entry = json!({"kind": "preference", "name": format!("p{i:02}"), "text": "z".repeat(400), "updated_at": "2026-11-25T00:00:00Z"});
+        std::fs::write(store.join(format!("p{i:02}.json")), entry.to_string()).unwrap();
+    }
+    let third = fabro(&["run", "repo/other/b.dot", "--run-dir", "run-c", "--workdir", "repo/work", "-q"]);
+    assert_eq!(exit_code(&third), Some(0));
+    let system = message(&server.requests()[5].json(), 0);
+    assert!(system.contains("MEMORY: facts recalled from earlier runs (19 of 43 entries; 24 left out past the 8000-character cap)"), "{system}");
+
+    // fabro memory.
+    let list = fabro(&["memory", "list", "--dir", "repo/work"]);
+    assert_eq!(exit_code(&list), Some(0));
+    assert!(stdout(&list).starts_with("43 entries in "), "{}", stdout(&list));
+    assert!(
+        stdout(&list).contains("fact       db                       Postgres 16 in docker-compose\n"),
+        "{}",
+        stdout(&list)
+    );
+    let json: Value =
+        serde_json::from_slice(&fabro(&["memory", "list", "--json", "--dir", "repo"]).stdout).unwrap();
+    assert_eq!(json[0]["name"], "db");
+    assert_eq!(json.as_array().unwrap().len(), 43);
+    let show = fabro(&["memory", "show", "orm", "--dir", "repo"]);
+    assert!(
+        stdout(&show).starts_with("decision orm\nWe use sqlx, not diesel.\n(written "),
+        "{}",
+        stdout(&show)
+    );
+    assert!(stdout(&show).contains("stage work)"), "{}", stdout(&show));
+    assert_eq!(exit_code(&fabro(&["memory", "rm", "db", "--dir", "repo"])), Some(0));
+    let again = fabro(&["memory", "rm", "db", "--dir", "repo"]);
+    assert_eq!(exit_code(&again), Some(2));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("no memory entry is named `db`"));
+    let cleared = fabro(&["memory", "clear", "--dir", "repo"]);
+    assert!(stdout(&cleared).starts_with("removed 42 entries"), "{}", stdout(&cleared));
+    assert!(stdout(&fabro(&["memory", "list", "--dir", "repo"])).starts_with("no memory entries"));
+}

@@ -93,7 +93,10 @@ fn an_agent_stage_edits_a_file_over_several_turns_and_later_stages_see_it() {
     assert_eq!(first["model"], "claude-sonnet-4-5");
     let tools: Vec<&str> =
         first["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
-    assert_eq!(tools, ["read_file", "write_file", "edit_file", "list_dir", "glob", "grep", "shell", "mark_task_done"]);
+    assert_eq!(
+        tools,
+        ["read_file", "write_file", "edit_file", "list_dir", "glob", "grep", "shell", "mark_task_done"]
+    );
     let second = requests[1].json();
     let result = &second["messages"][2]["content"][0];
     assert_eq!(result["type"], "tool_result");

@@ -50,6 +50,8 @@ pub struct AgentSettings<'a> {
     /// What the run's records said when the stage started (for lossless compaction).
     pub run_record: Option<&'a RunRecord>,
     pub watchdog: WatchdogMode,
+    /// The project memory of a stage with `memory=true`.
+    pub memory: Option<&'a crate::memory::StageMemory>,
     /// The run's reference files, indexed in the system prompt.
     pub reference_files: &'a [crate::agent_context::reference_files::ReferenceFile],
 }
@@ -69,14 +71,17 @@ pub struct AgentRun {
     pub context_savings: crate::agent_context::Savings,
     /// The conversation from the prompt on, as compaction left it, ending with the answer.
     pub conversation: Vec<ChatMessage>,
+    /// Names of the memory entries the stage wrote.
+    pub memory_added: Vec<String>,
 }
 
 /// The system prompt of agent stages: the runtime block when `runtime` is set, the instructions,
-/// then the index of the run's reference files.
+/// the index of the run's reference files, then the recalled memory block (may be empty).
 pub fn system_prompt(
     work_dir: &Path,
     runtime: bool,
     references: &[crate::agent_context::reference_files::ReferenceFile],
+    memory: &str,
 ) -> String {
     let runtime = if runtime { crate::agent_context::runtime::block(work_dir) + "\n" } else { String::new() };
     let references = match crate::agent_context::reference_files::index(references) {
@@ -91,6 +96,22 @@ pub fn system_prompt(
          calling tools. If the task asks you to report an outcome as JSON, end your answer with that JSON.",
         work_dir.display()
     ) + &references
+        + &match memory.trim_end() {
+            "" => String::new(),
+            block => format!("\n\n{block}"),
+        }
+}
+
+/// The memory block of a stage with memory: its project's entries as the stage starts.
+fn recalled(memory: Option<&crate::memory::StageMemory>) -> String {
+    let Some(memory) = memory else { return String::new() };
+    match memory.store.list() {
+        Ok(entries) => crate::memory::block(&entries),
+        Err(error) => {
+            tracing::warn!(%error, "project memory not recalled");
+            format!("MEMORY: the project's memory could not be read ({error}).")
+        }
+    }
 }
 
 /// Runs the loop. `messages` holds any earlier thread and ends with the stage's prompt.
@@ -101,11 +122,19 @@ pub async fn run(
     mut messages: Vec<ChatMessage>,
     transcript: &Transcript<'_>,
 ) -> Result<AgentRun, BackendError> {
-    let system = system_prompt(toolbox.root(), settings.context.runtime_context(), settings.reference_files);
+    let system = system_prompt(
+        toolbox.root(),
+        settings.context.runtime_context(),
+        settings.reference_files,
+        &recalled(settings.memory),
+    );
     let mut definitions = tools::definitions();
     let task_checkpoints = settings.context.task_checkpoints();
     if task_checkpoints {
         definitions.push(checkpoint::definition());
+    }
+    if settings.memory.is_some() {
+        definitions.push(crate::memory::tool_definition());
     }
     // The detail of a `mark_task_done` call of this turn: a checkpoint follows the turn.
     let mut task_done: Option<String> = None;
@@ -184,6 +213,8 @@ pub async fn run(
                     detail.to_string()
                 });
                 tools::ToolOutput { content: checkpoint::ACKNOWLEDGED.to_string(), is_error: false }
+            } else if let (crate::memory::REMEMBER, Some(memory)) = (call.name.as_str(), settings.memory) {
+                remember(memory, call, transcript, &mut run)
             } else {
                 run_with_hooks(toolbox, transcript, run.turns, call).await
             };
@@ -272,9 +303,98 @@ pub async fn run(
             report(done, transcript, &mut run, "compaction");
         }
     }
+    if let Some(memory) = settings.memory.filter(|memory| memory.extract && !run.hit_turn_limit) {
+        extract_memory(provider, settings, memory, &messages[compactor.prompt_at()..], transcript, &mut run)
+            .await;
+    }
     run.files_changed = toolbox.tracker.changed();
     run.conversation = messages.split_off(compactor.prompt_at().min(messages.len()));
     Ok(run)
+}
+
+/// Runs a `remember` call: the entry is written to the project's memory, or the model is told
+/// what is wrong with it.
+fn remember(
+    memory: &crate::memory::StageMemory,
+    call: &super::chat::ToolCall,
+    transcript: &Transcript<'_>,
+    run: &mut AgentRun,
+) -> tools::ToolOutput {
+    let argument = |key: &str| call.arguments.get(key).and_then(|v| v.as_str()).unwrap_or("");
+    match memory.remember(transcript.node_id(), argument("kind"), argument("name"), argument("text")) {
+        Ok((entry, replaced)) => {
+            note_remembered(&entry, replaced, "tool", transcript, run);
+            let verb = if replaced { "Replaced" } else { "Remembered" };
+            tools::ToolOutput {
+                content: format!("{verb} {} `{}` for later runs.", entry.kind.as_str(), entry.name),
+                is_error: false,
+            }
+        }
+        Err(error) => tools::ToolOutput { content: format!("not remembered: {error}"), is_error: true },
+    }
+}
+
+fn note_remembered(
+    entry: &crate::memory::Entry,
+    replaced: bool,
+    source: &str,
+    transcript: &Transcript<'_>,
+    run: &mut AgentRun,
+) {
+    transcript.event(Event::AgentMemoryRemembered {
+        kind: entry.kind.as_str().to_string(),
+        name: entry.name.clone(),
+        replaced,
+        source: source.to_string(),
+    });
+    if !run.memory_added.contains(&entry.name) {
+        run.memory_added.push(entry.name.clone());
+    }
+}
+
+/// `memory_extract=true`: at the end of the stage, the model is asked (one call without tools, on
+/// the stage's work as text) for up to five entries worth keeping; they are written like
+/// `remember`'s. A failed call only costs the entries.
+async fn extract_memory(
+    provider: &dyn ChatProvider,
+    settings: &AgentSettings<'_>,
+    memory: &crate::memory::StageMemory,
+    conversation: &[ChatMessage],
+    transcript: &Transcript<'_>,
+    run: &mut AgentRun,
+) {
+    let work = crate::agent_context::compaction::summary::render_for_summary(
+        conversation,
+        settings.context.prune_chars(),
+    );
+    let messages = [ChatMessage::user(format!(
+        "<stage_work>\n{work}\n</stage_work>\n\n{}",
+        crate::memory::EXTRACT_REQUEST
+    ))];
+    let request = ChatRequest {
+        model: settings.model,
+        system: "You choose what later runs of a coding project should remember.",
+        messages: &messages,
+        tools: &[],
+        reasoning_effort: None,
+        max_output_tokens: 2048,
+        timeout: settings.request_timeout,
+    };
+    let answer = match provider.chat(&request).await {
+        Ok(answer) => answer,
+        Err(error) => {
+            transcript.record("memory_extract_failed", json!({"error": error.to_string()}));
+            return;
+        }
+    };
+    add_usage(&mut run.usage, &answer.usage);
+    transcript.record("memory_extract", json!({"answer": answer.text, "usage": answer.usage}));
+    for entry in crate::memory::parse_extracted(&answer.text) {
+        match memory.remember(transcript.node_id(), entry.kind.as_str(), &entry.name, &entry.text) {
+            Ok((entry, replaced)) => note_remembered(&entry, replaced, "extract", transcript, run),
+            Err(error) => tracing::warn!(%error, "extracted memory entry not written"),
+        }
+    }
 }
 
 /// Stops the stage before its next model call once it has reached the run's remaining usage or

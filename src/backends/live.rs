@@ -250,6 +250,7 @@ impl LiveBackend {
                     run_record: stage.run_record.as_ref(),
                     watchdog: stage.watchdog,
                     reference_files: stage.reference_files,
+                    memory: stage.memory.as_ref(),
                 };
                 let mut readable = vec![settings.offload_dir.clone()];
                 readable.extend(stage.reference_files.iter().map(|file| file.path.clone()));
@@ -287,6 +288,7 @@ impl LiveBackend {
                     files_touched: run.files_changed,
                     context_savings,
                     conversation,
+                    memory_added: run.memory_added,
                     ..LlmResponse::default()
                 }
             }

@@ -77,6 +77,8 @@ pub struct StageEnv<'a> {
     pub tool_hooks: tools::ToolHooks,
     /// What the agent loop does when the same tool call repeats.
     pub watchdog: agent_loop::WatchdogMode,
+    /// The project memory of a stage with `memory=true`.
+    pub memory: Option<crate::memory::StageMemory>,
     /// The run's reference files: indexed in the system prompt, readable by the tools.
     pub reference_files: &'a [crate::agent_context::reference_files::ReferenceFile],
     /// The node's (or graph's) small-tier guard; the config file's applies when unset.
@@ -121,6 +123,8 @@ pub struct LlmResponse {
     /// An agent stage's conversation from its prompt to its answer, tool turns included (as
     /// compaction left it), for its thread under `full` fidelity; empty when the backend has none.
     pub conversation: Vec<chat::ChatMessage>,
+    /// Names of the memory entries the stage wrote (`remember`, `memory_extract`).
+    pub memory_added: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

@@ -43,6 +43,7 @@ mod fork;
 mod graph;
 mod inspect;
 mod logs;
+mod memory;
 mod new;
 mod progress;
 mod render;
@@ -125,6 +126,8 @@ enum Command {
     Report(report::ReportArgs),
     /// Serve a local web view of the runs: progress live, stage details, answering gates.
     Serve(serve::ServeArgs),
+    /// List, show or remove the project memory agent stages with memory=true recall.
+    Memory(memory::Args),
     /// Write a starter workflow that validates cleanly.
     New(new::NewArgs),
     /// Print shell completions.
@@ -169,6 +172,7 @@ pub fn main() -> ExitCode {
         Command::Logs(args) => logs::run(args),
         Command::Inspect(args) => inspect::run(args),
         Command::New(args) => new::run(args),
+        Command::Memory(args) => memory::run(args),
         Command::Completions(args) => completions::run(args),
     };
     ExitCode::from(code)

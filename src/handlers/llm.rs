@@ -110,6 +110,23 @@ pub(crate) fn request_for<'a>(
             usage_left: stage.usage_left,
             stage_limits: stage.stage_limits,
             reference_files: stage.reference_files,
+            memory: {
+                let flag = |key: &str| {
+                    attributes
+                        .boolean(key)
+                        .or_else(|| stage.workflow.attributes().boolean(&format!("default_{key}")))
+                };
+                flag("memory").unwrap_or(false).then(|| {
+                    let source = stage.workflow.source().path();
+                    let start =
+                        source.parent().filter(|dir| !dir.as_os_str().is_empty()).unwrap_or(stage.work_dir);
+                    crate::memory::StageMemory {
+                        store: crate::memory::MemoryStore::of_project(start, stage.work_dir),
+                        extract: flag("memory_extract").unwrap_or(false),
+                        run_id: stage.run_id.to_string(),
+                    }
+                })
+            },
             confinement: stage.confinement.clone(),
             tool_hooks: {
                 let graph = stage.workflow.attributes();
@@ -232,6 +249,7 @@ fn outcome_for(node_id: &str, backend_name: &str, response: &LlmResponse) -> Out
             cost_usd: response.cost_usd,
             files_touched: response.files_touched.clone(),
             context_tokens_saved: response.context_savings.clone(),
+            memory_added: response.memory_added.clone(),
             ..outcome
         }
         .with_notes(notes.clone())
