@@ -46,7 +46,7 @@ fn stage(i: usize) -> StageSummary {
         0 => {
             s.handler = Some(HandlerType::Agent);
             s.model = Some("claude-sonnet-4-5".into());
-            s.usage = Some(Usage { input_tokens: 12_400, output_tokens: 3_200 });
+            s.usage = Some(Usage::new(12_400, 3_200));
             s.files_touched = vec!["src/lib.rs".into(), format!("src/stage_{i}.rs")];
             s.response_excerpt = Some("Implemented the change and updated the tests. ".repeat(10));
         }

@@ -96,7 +96,7 @@ pub enum BackendChoice {
     Scripted(PathBuf),
     /// The providers configured in the environment and the config file, with the model and
     /// provider overrides (`--model`, `--provider`; empty means none).
-    Live { model: Option<String>, provider: Option<String> },
+    Live { model: Option<String>, provider: Option<String>, small_model: Option<String> },
 }
 
 impl BackendChoice {
@@ -109,24 +109,29 @@ impl BackendChoice {
         if launch.simulate || launch.dry_run {
             return BackendChoice::Simulated;
         }
-        BackendChoice::Live { model: launch.model.clone(), provider: launch.provider.clone() }
+        BackendChoice::Live {
+            model: launch.model.clone(),
+            provider: launch.provider.clone(),
+            small_model: launch.small_model.clone(),
+        }
     }
 
     /// The backend for `workflow`. A workflow without LLM stages needs no provider; with real
     /// providers, every LLM stage must have one.
     pub fn backend_for(&self, workflow: &Workflow) -> Result<Arc<dyn Backend>, SetupError> {
-        let (model, provider) = match self {
+        let (model, provider, small_model) = match self {
             BackendChoice::Scripted(path) => return Ok(Arc::new(ScriptedBackend::from_file(path)?)),
             BackendChoice::Simulated => return Ok(Arc::new(SimulatedBackend)),
             BackendChoice::Live { .. } if !workflow.nodes().any(|node| node.handler_type().is_llm()) => {
                 return Ok(Arc::new(SimulatedBackend))
             }
-            BackendChoice::Live { model, provider } => (model, provider),
+            BackendChoice::Live { model, provider, small_model } => (model, provider, small_model),
         };
         let non_empty = |value: &Option<String>| value.clone().filter(|text| !text.trim().is_empty());
         let mut config = LlmConfig::from_env().map_err(SetupError::Config)?;
         config.model_override = non_empty(model);
         config.provider_override = non_empty(provider);
+        config.small_model_override = non_empty(small_model);
         let no_provider = config.providers.is_empty();
         let backend = LiveBackend::new(config)?;
         match backend.check(workflow) {
@@ -268,6 +273,7 @@ pub fn resumed_launch(
     };
     inherit(&mut launch.model, &started.model, "model");
     inherit(&mut launch.provider, &started.provider, "provider");
+    inherit(&mut launch.small_model, &started.small_model, "small-model");
     let sandbox = started.sandbox.as_deref().and_then(|text| crate::sandbox::SandboxKind::parse(text).ok());
     inherit(&mut launch.sandbox, &sandbox.map(|kind| kind.as_str().to_string()), "sandbox");
     (launch, taken)
@@ -360,7 +366,7 @@ mod tests {
         assert_eq!(BackendChoice::of(&launch(|l| l.dry_run = true)), BackendChoice::Simulated);
         assert_eq!(
             BackendChoice::of(&launch(|l| l.model = Some("m".into()))),
-            BackendChoice::Live { model: Some("m".into()), provider: None }
+            BackendChoice::Live { model: Some("m".into()), provider: None, small_model: None }
         );
     }
 }

@@ -17,6 +17,39 @@ use crate::run_dir::{StageRecord, UsageTotals};
 pub struct Usage {
     pub input_tokens: u64,
     pub output_tokens: u64,
+    /// The part of these tokens a stage's small model used (the sub-conversations of its agentic
+    /// tool wrappers); already counted above, so every ceiling counts it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub small_model: Option<Tokens>,
+}
+
+impl Usage {
+    pub const fn new(input_tokens: u64, output_tokens: u64) -> Usage {
+        Usage { input_tokens, output_tokens, small_model: None }
+    }
+
+    /// Adds `more` (its small-model part too).
+    pub fn add(&mut self, more: &Usage) {
+        self.input_tokens = self.input_tokens.saturating_add(more.input_tokens);
+        self.output_tokens = self.output_tokens.saturating_add(more.output_tokens);
+        if let Some(small) = more.small_model {
+            self.add_small_model(small.input_tokens, small.output_tokens);
+        }
+    }
+
+    /// Notes that `input`/`output` of these tokens (already counted) were the small model's.
+    pub fn add_small_model(&mut self, input: u64, output: u64) {
+        let small = self.small_model.get_or_insert_with(Tokens::default);
+        small.input_tokens = small.input_tokens.saturating_add(input);
+        small.output_tokens = small.output_tokens.saturating_add(output);
+    }
+}
+
+/// Tokens in and out.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Tokens {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
 }
 
 /// The ceilings of a run; `None` means no ceiling.
@@ -231,7 +264,7 @@ mod tests {
             duration_ms: 1,
             handler: Some(crate::graph::HandlerType::Agent),
             failure_reason: None,
-            usage: Some(Usage { input_tokens: tokens, output_tokens: 0 }),
+            usage: Some(Usage::new(tokens, 0)),
             cost_usd: cost,
             branch: None,
             dir: None,

@@ -1155,3 +1155,127 @@ fn memory_written_by_one_workflow_is_recalled_by_another_and_managed_with_fabro_
     assert!(stdout(&cleared).starts_with("removed 42 entries"), "{}", stdout(&cleared));
     assert!(stdout(&fabro(&["memory", "list", "--dir", "repo"])).starts_with("no memory entries"));
 }
+
+// Agentic tool wrappers (issue 14).
+
+/// The tool names a request offered.
+fn offered_tools(body: &Value) -> Vec<String> {
+    body["tools"]
+        .as_array()
+        .map(|tools| {
+            tools.iter().map(|t| t["function"]["name"].as_str().unwrap_or_default().to_string()).collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn agentic_read_file_digests_a_file_on_the_small_model_in_a_fresh_context() {
+    let dot = r#"digraph wrap {
+        start [shape=Mdiamond]
+        exit [shape=Msquare]
+        work [prompt="Find the port", llm_model="local-model", small_model="tiny-model"]
+        start -> work -> exit
+    }"#;
+    let replies = vec![
+        openai_tools(&[("p1", "agentic_read_file", json!({"path": "big.txt", "question": "Which port?"}))]),
+        openai_tools(&[("s1", "read_file", json!({"path": "big.txt"}))]),
+        openai_text("The port is 8123 (big.txt line 501).", 20_000, 15),
+        openai_text("Port 8123.", 10, 5),
+    ];
+    let session = Session::new(replies, dot);
+    let big: String = (0..1000)
+        .map(|i| {
+            if i == 500 {
+                "SERVICE_PORT=8123\n".to_string()
+            } else {
+                format!("line {i} {}\n", "y".repeat(40))
+            }
+        })
+        .collect();
+    std::fs::write(session.dir.path().join("work/big.txt"), &big).unwrap();
+    std::fs::write(
+        session.dir.path().join("fabro.toml"),
+        "[models.local-model]\ninput_per_mtok = 10.0\noutput_per_mtok = 10.0\n\n[models.tiny-model]\ninput_per_mtok = 1.0\noutput_per_mtok = 1.0\n",
+    )
+    .unwrap();
+    let ran = session.fabro(&["run", "workflow.dot", "--run-dir", "run", "--workdir", "work", "-q"]);
+    assert_eq!(exit_code(&ran), Some(0), "{}", String::from_utf8_lossy(&ran.stderr));
+    let requests: Vec<Value> = session.server.requests().iter().map(|r| r.json()).collect();
+    assert_eq!(requests.len(), 4);
+    let parent_tools = offered_tools(&requests[0]);
+    assert!(["agentic_read_file", "agentic_grep", "agentic_research"]
+        .iter()
+        .all(|t| parent_tools.contains(&t.to_string())));
+    assert!(requests[0].to_string().contains("INSTEAD OF read_file"));
+    // The sub-conversation: the small model, its system prompt and the question only.
+    let sub = &requests[1];
+    assert_eq!(sub["model"], "tiny-model");
+    assert_eq!(sub["messages"].as_array().unwrap().len(), 2, "{sub}");
+    assert_eq!(message(sub, 1), "File: big.txt\nQuestion: Which port?");
+    assert!(!sub.to_string().contains("Find the port"), "the parent's history stays out");
+    assert_eq!(offered_tools(sub), ["read_file", "grep"]);
+    assert!(tool_results(&requests[2])[0].contains("SERVICE_PORT=8123"));
+    // The parent gets the digest, never the file.
+    assert_eq!(requests[3]["model"], "local-model");
+    assert_eq!(tool_results(&requests[3]), ["The port is 8123 (big.txt line 501)."]);
+    assert!(!requests[3].to_string().contains("SERVICE_PORT"));
+    // Usage: the stage's total, with the small model's share; the cost prices each at its own.
+    let status: Value = serde_json::from_str(
+        &std::fs::read_to_string(session.dir.path().join("run/stages/work/1/status.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(status["usage"]["input_tokens"], 50 + 50 + 20_000 + 10);
+    assert_eq!(status["usage"]["small_model"], json!({"input_tokens": 20_050, "output_tokens": 25}));
+    let cost = status["cost_usd"].as_f64().unwrap();
+    assert!((cost - (75.0 * 10.0 + 20_075.0) / 1e6).abs() < 1e-9, "{cost}");
+    let subtask =
+        std::fs::read_to_string(session.dir.path().join("run/stages/work/1/subtasks/1.jsonl")).unwrap();
+    assert!(
+        subtask.contains("\"type\":\"digest\"") && subtask.contains("\"model\":\"tiny-model\""),
+        "{subtask}"
+    );
+}
+
+#[test]
+fn agentic_grep_and_research_each_run_their_own_sub_conversation_and_can_be_turned_off() {
+    let replies = vec![
+        openai_tools(&[
+            ("p1", "agentic_grep", json!({"pattern": "x+", "question": "Where are the x lines?"})),
+            ("p2", "agentic_research", json!({"question": "What files are there?", "paths": ["."]})),
+        ]),
+        openai_tools(&[("s1", "grep", json!({"pattern": "x+"}))]),
+        openai_text("f0.txt line 1.", 30, 5),
+        openai_tools(&[("s2", "list_dir", json!({})), ("s3", "shell", json!({"command": "touch hacked"}))]),
+        openai_text("Two files.", 30, 5),
+        openai_text("Done.", 10, 5),
+    ];
+    let server = LlmServer::start(replies, Vec::new());
+    let ran = with_files(compatible(&server, &workflow("")), 2, 10)
+        .args(["run", "workflow.dot", "--run-dir", "run", "--workdir", "work", "-q"])
+        .status(0)
+        .run();
+    let requests: Vec<Value> = server.requests().iter().map(|r| r.json()).collect();
+    assert_eq!(requests.len(), 6);
+    assert_eq!(
+        message(&requests[1], 1),
+        "Search: the regular expression `x+` in the work directory\nQuestion: Where are the x lines?"
+    );
+    assert_eq!(offered_tools(&requests[1]), ["read_file", "grep"]);
+    assert_eq!(message(&requests[3], 1), "Question: What files are there?\nStart with: .");
+    assert_eq!(offered_tools(&requests[3]), ["read_file", "list_dir", "glob", "grep"]);
+    // A helper cannot write or run commands.
+    assert!(tool_results(&requests[4])[1].contains("`shell` is not available here"));
+    assert!(!ran.dir.path().join("work/hacked").exists());
+    assert_eq!(tool_results(&requests[5]), ["f0.txt line 1.", "Two files."]);
+    for n in [1, 2] {
+        assert!(ran.dir.path().join(format!("run/stages/work/1/subtasks/{n}.jsonl")).exists());
+    }
+
+    let server = LlmServer::start(vec![openai_text("Done.", 10, 5)], Vec::new());
+    compatible(&server, &workflow(", agentic_tools=false"))
+        .file("work/.keep", "")
+        .args(["run", "workflow.dot", "--run-dir", "run", "--workdir", "work", "-q"])
+        .status(0)
+        .run();
+    assert!(!server.requests()[0].body.contains("agentic_"));
+}

@@ -205,12 +205,12 @@ fn fixed_result() -> RunResult {
     let mut test = stage("test", StageStatus::Fail, 2_345, "command");
     test.failure_reason = Some("command exited with code 101\nassert a < b & 'c'".to_string());
     let mut explain = stage("explain", StageStatus::Success, 61_500, "prompt");
-    explain.usage = Some(Usage { input_tokens: 1200, output_tokens: 345 });
+    explain.usage = Some(Usage::new(1200, 345));
     explain.cost_usd = Some(0.0123);
     let mut explain_again = explain.clone();
     explain_again.visit = 2;
     explain_again.duration_ms = 900;
-    explain_again.usage = Some(Usage { input_tokens: 800, output_tokens: 55 });
+    explain_again.usage = Some(Usage::new(800, 55));
     explain_again.cost_usd = Some(0.0021);
     RunResult {
         run_id: "run-1".to_string(),

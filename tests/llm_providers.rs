@@ -95,7 +95,19 @@ fn an_agent_stage_edits_a_file_over_several_turns_and_later_stages_see_it() {
         first["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
     assert_eq!(
         tools,
-        ["read_file", "write_file", "edit_file", "list_dir", "glob", "grep", "shell", "mark_task_done"]
+        [
+            "read_file",
+            "write_file",
+            "edit_file",
+            "list_dir",
+            "glob",
+            "grep",
+            "shell",
+            "mark_task_done",
+            "agentic_read_file",
+            "agentic_grep",
+            "agentic_research"
+        ]
     );
     let second = requests[1].json();
     let result = &second["messages"][2]["content"][0];

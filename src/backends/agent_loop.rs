@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
+use super::agentic_tools;
 use super::chat::{ChatMessage, ChatProvider, ChatRequest, ToolResult};
 use super::tools::{self, Toolbox};
 use super::transcript::{assistant_record, Transcript};
@@ -44,6 +45,10 @@ pub struct AgentSettings<'a> {
     /// The stage's own ceilings (`max_stage_tokens`/`max_stage_cost`).
     pub stage_limits: crate::usage::StageLimits,
     pub price: Option<super::models::Price>,
+    /// The small model of the agentic tool wrappers (none: the stage has no wrappers), and its
+    /// price.
+    pub small_model: Option<agentic_tools::SmallModel<'a>>,
+    pub small_price: Option<super::models::Price>,
     /// The context layers: what each call sends is a trimmed view of the conversation; and how
     /// the conversation is compacted.
     pub context: &'a crate::agent_context::ContextSettings,
@@ -136,6 +141,10 @@ pub async fn run(
     if settings.memory.is_some() {
         definitions.push(crate::memory::tool_definition());
     }
+    if settings.small_model.is_some() {
+        definitions.extend(agentic_tools::definitions());
+    }
+    let mut subtasks = 0;
     // The detail of a `mark_task_done` call of this turn: a checkpoint follows the turn.
     let mut task_done: Option<String> = None;
     let system_tokens = system.len().div_ceil(crate::agent_context::CHARS_PER_TOKEN) as u64;
@@ -213,6 +222,14 @@ pub async fn run(
                     detail.to_string()
                 });
                 tools::ToolOutput { content: checkpoint::ACKNOWLEDGED.to_string(), is_error: false }
+            } else if let Some(small) =
+                settings.small_model.as_ref().filter(|_| agentic_tools::is_wrapper(&call.name))
+            {
+                subtasks += 1;
+                let digest = agentic_tools::run(small, toolbox, call, subtasks, transcript).await;
+                run.usage.add(&digest.usage);
+                run.usage.add_small_model(digest.usage.input_tokens, digest.usage.output_tokens);
+                digest.output
             } else if let (crate::memory::REMEMBER, Some(memory)) = (call.name.as_str(), settings.memory) {
                 remember(memory, call, transcript, &mut run)
             } else {
@@ -404,7 +421,7 @@ fn stop_at_ceilings(
     run: &AgentRun,
     transcript: &Transcript<'_>,
 ) -> Result<(), BackendError> {
-    let cost = settings.price.map_or(0.0, |price| price.cost(&run.usage));
+    let cost = super::models::cost_of(&run.usage, settings.price, settings.small_price).unwrap_or(0.0);
     let tokens = run.usage.input_tokens.saturating_add(run.usage.output_tokens);
     if let Some(reason) = settings.usage_left.and_then(|left| left.exhausted_by(tokens, cost)) {
         transcript.record("paused", json!({"turn": run.turns, "reason": reason}));

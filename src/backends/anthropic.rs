@@ -181,6 +181,7 @@ pub fn parse_response(value: &Value) -> Result<ChatResponse, String> {
             + count("cache_creation_input_tokens")
             + count("cache_read_input_tokens"),
         output_tokens: count("output_tokens"),
+        ..Usage::default()
     };
     Ok(response)
 }
@@ -245,7 +246,7 @@ mod tests {
         let response = parse_response(&value).unwrap();
         assert_eq!(response.text, "Let me look.");
         assert_eq!(response.tool_calls[0].name, "glob");
-        assert_eq!(response.usage, Usage { input_tokens: 15, output_tokens: 3 });
+        assert_eq!(response.usage, Usage::new(15, 3));
         assert!(parse_response(&json!({"id": 1})).is_err());
     }
 

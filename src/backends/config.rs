@@ -82,6 +82,10 @@ pub struct LlmConfig {
     /// The config file's `small_tier_parent`: the guard of agent stages that set none (below the
     /// graph's `default_small_tier_parent`).
     pub small_tier_parent: Option<crate::graph::settings::SmallTierParent>,
+    /// The config file's `small_model`, and `--small-model` (which wins): the model of agentic
+    /// tool wrappers' sub-conversations for stages that name none.
+    pub small_model: Option<String>,
+    pub small_model_override: Option<String>,
 }
 
 /// The default per-call request timeout.
@@ -125,6 +129,8 @@ struct FileConfig {
     context: crate::graph::settings::ContextSettings,
     /// What agent stages on small-tier models get: warn, refuse or allow.
     small_tier_parent: Option<crate::graph::settings::SmallTierParent>,
+    /// The model of agentic tool wrappers' sub-conversations.
+    small_model: Option<String>,
 }
 
 #[derive(Debug, Default, serde::Deserialize)]
@@ -181,6 +187,7 @@ impl LlmConfig {
             models: file.models,
             context: file.context,
             small_tier_parent: file.small_tier_parent,
+            small_model: file.small_model.filter(|model| !model.trim().is_empty()),
             ..LlmConfig::default()
         };
         let conflicts = config.context.conflicts(|_| crate::source::Span::default());
@@ -339,6 +346,35 @@ impl LlmConfig {
 
     /// The provider a model name belongs to: one that lists it in the config file, the one its
     /// name implies (when configured), else the OpenAI-compatible server or the default.
+    /// The provider and model of the agentic tool wrappers of a stage running on `stage`: the
+    /// node's `small_model`, else `--small-model`, else the config file's `small_model` (served by
+    /// the provider that serves it, else the stage's), else the stage provider's cheap tier
+    /// (claude-haiku-4-5, gpt-5-mini, gemini-2.5-flash), else the stage's own model.
+    pub fn small_model(&self, stage: &Resolved, node_small_model: Option<&str>) -> Resolved {
+        let requested = node_small_model
+            .or(self.small_model_override.as_deref())
+            .or(self.small_model.as_deref())
+            .map(str::trim)
+            .filter(|model| !model.is_empty());
+        if let Some(model) = requested {
+            let provider = self
+                .provider_for_model(model)
+                .filter(|provider| self.providers.contains_key(provider))
+                .unwrap_or_else(|| stage.provider.clone());
+            return Resolved { provider, model: model.to_string() };
+        }
+        let cheap = match self.providers.get(&stage.provider).map(|settings| settings.kind) {
+            Some(ProviderKind::Anthropic) => Some("claude-haiku-4-5"),
+            Some(ProviderKind::OpenAi) => Some("gpt-5-mini"),
+            _ if stage.provider == "gemini" => Some("gemini-2.5-flash"),
+            _ => None,
+        };
+        Resolved {
+            provider: stage.provider.clone(),
+            model: cheap.map_or_else(|| stage.model.clone(), str::to_string),
+        }
+    }
+
     fn provider_for_model(&self, model: &str) -> Option<String> {
         if let Some((name, _)) = self.providers.iter().find(|(_, p)| p.models.iter().any(|m| m == model)) {
             return Some(name.clone());
@@ -476,6 +512,36 @@ mod tests {
         // No model anywhere: the first configured provider's default.
         assert_eq!(config.resolve("plan", None, None).unwrap().model, "claude-sonnet-4-5");
         assert_eq!(config.secrets().redact("sk-ant-xyz12345"), "[REDACTED]");
+    }
+
+    #[test]
+    fn the_small_model_is_the_node_s_the_flag_s_the_file_s_or_the_provider_s_cheap_tier() {
+        let vars = [
+            ("ANTHROPIC_API_KEY", "sk-ant-xyz12345"),
+            ("OPENAI_API_KEY", "sk-openai-12345"),
+            ("FABRO_LLM_BASE_URL", "http://127.0.0.1:9/v1"),
+        ];
+        let mut config = config(&vars, "").unwrap();
+        let on = |provider: &str, model: &str| Resolved { provider: provider.into(), model: model.into() };
+        let small =
+            |config: &LlmConfig, stage: &Resolved, node: Option<&str>| config.small_model(stage, node);
+        assert_eq!(
+            small(&config, &on("anthropic", "claude-opus-4-6"), None),
+            on("anthropic", "claude-haiku-4-5")
+        );
+        assert_eq!(small(&config, &on("openai", "gpt-5.2"), None), on("openai", "gpt-5-mini"));
+        // A provider with no known small model: the stage's model.
+        assert_eq!(small(&config, &on(COMPATIBLE, "qwen"), None), on(COMPATIBLE, "qwen"));
+        config.small_model = Some("gpt-5-nano".into());
+        assert_eq!(small(&config, &on("anthropic", "claude-opus-4-6"), None), on("openai", "gpt-5-nano"));
+        config.small_model_override = Some("claude-haiku-4-5".into());
+        assert_eq!(small(&config, &on("openai", "gpt-5.2"), None), on("anthropic", "claude-haiku-4-5"));
+        assert_eq!(small(&config, &on("openai", "gpt-5.2"), Some("tiny")), on(COMPATIBLE, "tiny"));
+        // A model whose provider is not configured runs on the stage's.
+        assert_eq!(
+            small(&config, &on("openai", "gpt-5.2"), Some("gemini-2.5-flash")),
+            on("openai", "gemini-2.5-flash")
+        );
     }
 
     #[test]

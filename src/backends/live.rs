@@ -217,6 +217,8 @@ impl LiveBackend {
                 reasoning_effort: effort.to_string(),
             });
         }
+        // The agentic tool wrappers' model, to price its share of the usage.
+        let mut small_model: Option<String> = None;
         let mut response = match stage.filter(|_| request.agentic) {
             Some(stage) => {
                 if settings::is_small_tier(model) {
@@ -233,6 +235,10 @@ impl LiveBackend {
                         }
                     }
                 }
+                let small =
+                    context.agentic_tools().then(|| self.config.small_model(&resolved, stage.small_model));
+                let small_provider = small.as_ref().and_then(|small| self.providers.get(&small.provider));
+                small_model = small.as_ref().map(|small| small.model.clone());
                 let settings = AgentSettings {
                     model,
                     reasoning_effort,
@@ -246,6 +252,17 @@ impl LiveBackend {
                     usage_left: stage.usage_left,
                     stage_limits: stage.stage_limits,
                     price: self.config.price(model),
+                    small_model: small.as_ref().zip(small_provider).map(|(small, provider)| {
+                        super::agentic_tools::SmallModel {
+                            provider: provider.as_ref(),
+                            model: &small.model,
+                            timeout: request_timeout,
+                            max_output_tokens: (self.config.context_window(&small.model) / 4)
+                                .clamp(256, MAX_OUTPUT_TOKENS)
+                                as u32,
+                        }
+                    }),
+                    small_price: small.as_ref().and_then(|small| self.config.price(&small.model)),
                     context: &context,
                     run_record: stage.run_record.as_ref(),
                     watchdog: stage.watchdog,
@@ -314,8 +331,9 @@ impl LiveBackend {
             }
         };
         response.text = self.secrets.redact(&response.text);
-        if let (Some(price), Some(usage)) = (self.config.price(model), &response.usage) {
-            response.cost_usd = Some(price.cost(usage));
+        if let Some(usage) = &response.usage {
+            let small_price = small_model.as_deref().and_then(|small| self.config.price(small));
+            response.cost_usd = super::models::cost_of(usage, self.config.price(model), small_price);
         }
         Ok(response)
     }

@@ -4,6 +4,7 @@
 //! runs an installed CLI agent for `backend="cli"` stages.
 
 pub mod agent_loop;
+pub mod agentic_tools;
 pub mod anthropic;
 pub mod chat;
 pub mod cli_agent;
@@ -77,6 +78,8 @@ pub struct StageEnv<'a> {
     pub tool_hooks: tools::ToolHooks,
     /// What the agent loop does when the same tool call repeats.
     pub watchdog: agent_loop::WatchdogMode,
+    /// The node's `small_model` (else the graph's `default_small_model`).
+    pub small_model: Option<&'a str>,
     /// The project memory of a stage with `memory=true`.
     pub memory: Option<crate::memory::StageMemory>,
     /// The run's reference files: indexed in the system prompt, readable by the tools.

@@ -12,6 +12,20 @@ pub struct Price {
     pub output_per_mtok: f64,
 }
 
+/// The estimated cost of `usage` when its small-model share (if any) is priced at `small` and the
+/// rest at `main`; `None` when a price it needs is unknown.
+pub fn cost_of(usage: &Usage, main: Option<Price>, small: Option<Price>) -> Option<f64> {
+    let Some(share) = usage.small_model.filter(|s| s.input_tokens + s.output_tokens > 0) else {
+        return main.map(|price| price.cost(usage));
+    };
+    let own = Usage::new(
+        usage.input_tokens.saturating_sub(share.input_tokens),
+        usage.output_tokens.saturating_sub(share.output_tokens),
+    );
+    let own_cost = if own == Usage::default() { Some(0.0) } else { main.map(|price| price.cost(&own)) };
+    Some(own_cost? + small?.cost(&Usage::new(share.input_tokens, share.output_tokens)))
+}
+
 impl Price {
     /// The estimated cost of `usage` in US dollars.
     pub fn cost(&self, usage: &Usage) -> f64 {
@@ -98,7 +112,7 @@ mod tests {
     #[test]
     fn costs_are_per_million_tokens() {
         let price = Price { input_per_mtok: 3.0, output_per_mtok: 15.0 };
-        let cost = price.cost(&Usage { input_tokens: 1_000_000, output_tokens: 100_000 });
+        let cost = price.cost(&Usage::new(1_000_000, 100_000));
         assert!((cost - 4.5).abs() < 1e-9);
     }
 

@@ -158,6 +158,7 @@ pub fn parse_response(value: &Value) -> Result<ChatResponse, String> {
     response.usage = Usage {
         input_tokens: usage["prompt_tokens"].as_u64().unwrap_or(0),
         output_tokens: usage["completion_tokens"].as_u64().unwrap_or(0),
+        ..Usage::default()
     };
     Ok(response)
 }
@@ -222,7 +223,7 @@ mod tests {
         assert_eq!(response.text, "");
         assert_eq!(response.tool_calls[0].arguments["pattern"], "x");
         assert_eq!(response.tool_calls[1].arguments, json!("{oops"));
-        assert_eq!(response.usage, Usage { input_tokens: 7, output_tokens: 2 });
+        assert_eq!(response.usage, Usage::new(7, 2));
         assert!(parse_response(&json!({"choices": []})).is_err());
     }
 }

@@ -147,6 +147,7 @@ impl Backend for ScriptedBackend {
         let usage = Usage {
             input_tokens: request.prompt.len().div_ceil(4) as u64,
             output_tokens: text.len().div_ceil(4) as u64,
+            ..Usage::default()
         };
         Ok(LlmResponse {
             text: text.to_string(),
@@ -209,7 +210,7 @@ mod tests {
         let backend = ScriptedBackend::from_json(r#"{"plan": "12345678"}"#, "r.json").unwrap();
         let response = backend.complete(&request("plan", 1)).await.unwrap();
         assert_eq!(response.model.as_deref(), Some("scripted"));
-        assert_eq!(response.usage, Some(Usage { input_tokens: 3, output_tokens: 2 }));
+        assert_eq!(response.usage, Some(Usage::new(3, 2)));
     }
 
     #[tokio::test]

@@ -32,6 +32,7 @@ impl Backend for SimulatedBackend {
         let usage = Usage {
             input_tokens: request.prompt.len().div_ceil(4) as u64,
             output_tokens: text.len().div_ceil(4) as u64,
+            ..Usage::default()
         };
         Ok(LlmResponse {
             text,

@@ -80,6 +80,28 @@ impl<'a> Transcript<'a> {
         }
     }
 
+    /// The transcript of the stage's sub-conversation `n` (an agentic tool wrapper's):
+    /// `<stage_dir>/subtasks/<n>.jsonl`, with the stage's events.
+    pub fn subtask(&self, n: u32) -> Transcript<'a> {
+        let path =
+            self.path.as_ref().and_then(|path| path.parent()).map(|dir| dir.join("subtasks")).and_then(
+                |dir| match std::fs::create_dir_all(&dir) {
+                    Ok(()) => Some(dir.join(format!("{n}.jsonl"))),
+                    Err(error) => {
+                        tracing::warn!(%error, dir = %dir.display(), "subtask transcript not written");
+                        None
+                    }
+                },
+            );
+        Transcript {
+            path,
+            events: self.events,
+            node_id: self.node_id,
+            visit: self.visit,
+            secrets: self.secrets.clone(),
+        }
+    }
+
     pub fn secrets(&self) -> &Secrets {
         &self.secrets
     }

@@ -103,6 +103,11 @@ pub struct LaunchArgs {
     /// from the config file.
     #[arg(long, value_name = "NAME")]
     pub provider: Option<String>,
+    /// The model of agentic tool wrappers' sub-conversations (agentic_read_file, agentic_grep,
+    /// agentic_research) for stages without small_model; default: the config file's small_model,
+    /// else the provider's cheap tier.
+    #[arg(long, value_name = "MODEL")]
+    pub small_model: Option<String>,
     /// Where command stages, the agent's shell tool and CLI agents run: none (default), or bwrap
     /// (read-only system, home hidden, no network, no API keys). A stage's `sandbox` wins.
     #[arg(long, value_name = "none|bwrap", value_parser = parse_sandbox)]
@@ -162,6 +167,7 @@ impl LaunchArgs {
                 .map(|path| std::path::absolute(path).unwrap_or_else(|_| path.clone()).display().to_string()),
             model: non_empty(&self.model),
             provider: non_empty(&self.provider),
+            small_model: non_empty(&self.small_model),
             sandbox: self.sandbox.map(|kind| kind.as_str().to_string()),
             context_files: Vec::new(),
         }
@@ -190,6 +196,7 @@ impl LaunchArgs {
             responses: self.responses.as_ref().map(|path| path.display().to_string()),
             model: self.model.clone(),
             provider: self.provider.clone(),
+            small_model: self.small_model.clone(),
             sandbox: self.sandbox.map(|kind| kind.as_str().to_string()),
             context_files: Vec::new(),
         }
@@ -205,6 +212,7 @@ impl LaunchArgs {
         self.responses = launch.responses.map(PathBuf::from);
         self.model = launch.model;
         self.provider = launch.provider;
+        self.small_model = launch.small_model;
         self.sandbox =
             launch.sandbox.as_deref().and_then(|text| fabro::sandbox::SandboxKind::parse(text).ok());
         (!taken.is_empty()).then(|| taken.join(" "))

@@ -110,6 +110,9 @@ pub(crate) fn request_for<'a>(
             usage_left: stage.usage_left,
             stage_limits: stage.stage_limits,
             reference_files: stage.reference_files,
+            small_model: attributes
+                .non_empty_text("small_model")
+                .or_else(|| stage.workflow.attributes().non_empty_text("default_small_model")),
             memory: {
                 let flag = |key: &str| {
                     attributes

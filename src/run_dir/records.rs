@@ -103,6 +103,9 @@ pub struct LaunchRecord {
     pub model: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provider: Option<String>,
+    /// `--small-model`: the model of agentic tool wrappers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub small_model: Option<String>,
     /// `--sandbox`: a resume runs the rest of the run in the same sandbox.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<String>,

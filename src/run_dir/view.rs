@@ -228,7 +228,7 @@ mod tests {
             duration_ms: ms,
             handler: Some(crate::graph::HandlerType::Agent),
             failure_reason: None,
-            usage: tokens.map(|(input_tokens, output_tokens)| Usage { input_tokens, output_tokens }),
+            usage: tokens.map(|(input_tokens, output_tokens)| Usage::new(input_tokens, output_tokens)),
             branch: None,
             cost_usd: None,
             dir: None,

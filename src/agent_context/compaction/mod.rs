@@ -418,8 +418,7 @@ fn failed_block(through: u32, error: &str, files: &str) -> String {
 }
 
 pub fn add_usage(total: &mut Usage, more: &Usage) {
-    total.input_tokens = total.input_tokens.saturating_add(more.input_tokens);
-    total.output_tokens = total.output_tokens.saturating_add(more.output_tokens);
+    total.add(more);
 }
 
 #[cfg(test)]

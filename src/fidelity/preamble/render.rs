@@ -250,7 +250,7 @@ pub(super) mod fixtures {
     pub(in crate::fidelity::preamble) fn fixture_stages() -> Vec<StageSummary> {
         let mut plan = stage("plan", 1, "agent", StageStatus::Success);
         plan.model = Some("claude-sonnet-4-5".into());
-        plan.usage = Some(Usage { input_tokens: 12_400, output_tokens: 3_150 });
+        plan.usage = Some(Usage::new(12_400, 3_150));
         plan.files_touched = vec!["docs/plan.md".into()];
         plan.response_excerpt = Some("Plan: add a /health route\nthen test it.".into());
         plan.duration_ms = 42_000;
@@ -270,7 +270,7 @@ pub(super) mod fixtures {
 
         let mut fix2 = stage("fix", 2, "agent", StageStatus::Success);
         fix2.model = Some("claude-sonnet-4-5".into());
-        fix2.usage = Some(Usage { input_tokens: 950, output_tokens: 1_000 });
+        fix2.usage = Some(Usage::new(950, 1_000));
         fix2.notes = Some("patched handler".into());
         vec![plan, test, fix, review, fix2]
     }

@@ -277,7 +277,7 @@ mod tests {
         assert!(excerpt.ends_with('…'));
         assert_eq!(summary.notes.as_deref(), Some("ran the tests"));
         assert_eq!(summary.model.as_deref(), Some("m-1"));
-        assert_eq!(summary.usage, Some(Usage { input_tokens: 5, output_tokens: 7 }));
+        assert_eq!(summary.usage, Some(Usage::new(5, 7)));
         assert_eq!(summary.script.as_deref(), Some("make test"));
         assert_eq!((summary.node_id.as_str(), summary.visit, summary.duration_ms), ("test", 3, 1234));
         assert_eq!(summary.failure_reason.as_deref(), Some("exited with code 1"));

@@ -319,7 +319,7 @@ then test it.
                             StageStatus::Success,
                         );
                         s.model = Some("claude-sonnet-4-5".into());
-                        s.usage = Some(Usage { input_tokens: 12_345 + i as u64, output_tokens: 987 });
+                        s.usage = Some(Usage::new(12_345 + i as u64, 987));
                         s.files_touched = (0..30).map(|f| format!("src/module_{f}/file_{i}.rs")).collect();
                         s.response_excerpt = Some("The change is done. ".repeat(40));
                         s

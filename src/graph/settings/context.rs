@@ -196,6 +196,8 @@ pub struct ContextSettings {
     pub runtime_context: Option<bool>,
     /// The `mark_task_done` tool and the task checkpoints it writes (on by default).
     pub task_checkpoints: Option<bool>,
+    /// The agentic tool wrappers (on by default).
+    pub agentic_tools: Option<bool>,
     // Compaction.
     pub compaction: Option<CompactionPreset>,
     pub compaction_mode: Option<CompactionMode>,
@@ -333,6 +335,7 @@ impl ContextSettings {
             tool_result_aging: flag("tool_result_aging"),
             runtime_context: flag("runtime_context"),
             task_checkpoints: flag("task_checkpoints"),
+            agentic_tools: flag("agentic_tools"),
             compaction: word("compaction").and_then(CompactionPreset::from_name),
             compaction_mode: word("compaction_mode").and_then(CompactionMode::from_name),
             compaction_trigger_turns: count("compaction_trigger_turns"),
@@ -367,7 +370,7 @@ impl ContextSettings {
     pub fn or(mut self, lower: &ContextSettings) -> ContextSettings {
         fill!(self, lower;
             max_in_turn_tool_pairs, max_in_turn_context_tokens, max_tool_result_chars, max_replay_chars,
-            tool_result_aging, runtime_context, task_checkpoints, compaction, compaction_mode, compaction_trigger_turns, compaction_keep_turns,
+            tool_result_aging, runtime_context, task_checkpoints, agentic_tools, compaction, compaction_mode, compaction_trigger_turns, compaction_keep_turns,
             compaction_token_budget, compaction_threshold, compaction_model, compaction_prune_chars,
             compaction_anti_thrash_window, compaction_anti_thrash_min_savings, context_budget_warn,
             context_budget_cutover, thread_text_only, thread_max_turn_age, thread_max_tail_messages,
@@ -424,6 +427,10 @@ impl ContextSettings {
 
     pub fn task_checkpoints(&self) -> bool {
         self.task_checkpoints.unwrap_or(true)
+    }
+
+    pub fn agentic_tools(&self) -> bool {
+        self.agentic_tools.unwrap_or(true)
     }
 
     /// Whether the stage ever compacts (not with `compaction=none`).
@@ -493,6 +500,7 @@ const NAMES: &[(&str, &str)] = &[
     ("tool_result_aging", "default_tool_result_aging"),
     ("runtime_context", "default_runtime_context"),
     ("task_checkpoints", "default_task_checkpoints"),
+    ("agentic_tools", "default_agentic_tools"),
     ("compaction", "default_compaction"),
     ("compaction_mode", "default_compaction_mode"),
     ("compaction_trigger_turns", "default_compaction_trigger_turns"),
