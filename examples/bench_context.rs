@@ -9,6 +9,11 @@
 //! fabro's own records: tool calls still in view, the file tracker's list, an intent or lossless
 //! block).
 //!
+//! A second session reads five 200 KB files to answer questions about them, once with bare
+//! `read_file` (the parent pages through every file) and once with `agentic_read_file` (a small
+//! model pages through each file in its own sub-conversation and the parent gets a digest). It
+//! reports each model's tokens at the wire and the estimated cost from fabro's price table.
+//!
 //! Run with `cargo run --release --example bench_context`.
 
 #[path = "../tests/common/llm_server.rs"]
@@ -86,25 +91,10 @@ async fn measure(attributes: &str) -> Measured {
     }
     std::env::set_var("FABRO_LLM_BASE_URL", server.url("/v1"));
     std::env::set_var("FABRO_LLM_MODEL", "bench-model");
-    std::env::set_var("FABRO_LLM_MAX_RETRIES", "0");
     let dot = format!(
         "digraph bench {{\n start [shape=Mdiamond]\n exit [shape=Msquare]\n work [prompt=\"Summarize every file in src/ into out/\", llm_model=\"bench-model\", context_window={WINDOW}, max_turns=200{attributes}]\n start -> work -> exit\n}}\n"
     );
-    let valid = Loader::new()
-        .load_source(SourceFile::new("bench.dot", dot))
-        .expect("parses")
-        .into_valid()
-        .unwrap_or_else(|invalid| panic!("invalid: {:?}", invalid.diagnostics));
-    let config = LlmConfig::from_env().expect("config");
-    let backend = LiveBackend::new(config).expect("backend");
-    let engine = Engine::new(
-        builtin_handlers(),
-        Services { backend: Arc::new(backend), interviewer: Arc::new(NoAnswers) },
-    );
-    let options =
-        RunOptions { run_dir: Some(dir.path().join("run")), work_dir: work, ..RunOptions::default() };
-    let report = engine.run(&valid, &options, |_| {}, CancellationToken::new()).await.expect("runs");
-    assert_eq!(report.result.status.as_str(), "succeeded", "{:?}", report.result.failure_reason);
+    run_workflow(&dot, dir.path(), work).await;
     let requests = server.requests();
     let sizes: Vec<u64> = requests.iter().map(|r| r.body.len().div_ceil(4) as u64).collect();
     let last_main = server.main_requests().last().map(|r| r.body.clone()).unwrap_or_default();
@@ -118,8 +108,145 @@ async fn measure(attributes: &str) -> Measured {
     }
 }
 
+/// The reading session: five files of [`BIG_LINES`] lines of 100 bytes, read in pages of
+/// [`PAGE_LINES`] lines (each page stays under the 40,000-character offload threshold).
+const BIG_FILES: usize = 5;
+const BIG_LINES: usize = 2_000;
+const PAGE_LINES: usize = 350;
+const PARENT_MODEL: &str = "claude-sonnet-4-5";
+const SMALL_MODEL: &str = "claude-haiku-4-5";
+
+/// The page-by-page reads of file `i`, as tool calls named `prefix`.
+fn pages(i: usize, prefix: &str) -> Vec<Reply> {
+    (0..BIG_LINES.div_ceil(PAGE_LINES))
+        .map(|page| {
+            openai_tools(&[(
+                format!("{prefix}{i}-{page}").as_str(),
+                "read_file",
+                json!({"path": format!("docs/big{i}.txt"), "offset": page * PAGE_LINES + 1, "limit": PAGE_LINES}),
+            )])
+        })
+        .collect()
+}
+
+/// Tokens (in at the wire, out as the scripted replies report) of one model's requests.
+#[derive(Default)]
+struct ModelTokens {
+    calls: usize,
+    input: u64,
+    output: u64,
+}
+
+impl ModelTokens {
+    fn cost(&self, model: &str) -> f64 {
+        let price = fabro::backends::models::builtin_price(model).expect("a priced model");
+        price.cost(&fabro::usage::Usage::new(self.input, self.output))
+    }
+}
+
+/// Runs the reading session with or without the wrappers; returns the parent's and the small
+/// model's tokens.
+async fn measure_reads(wrappers: bool) -> (ModelTokens, ModelTokens) {
+    let mut replies = Vec::new();
+    for i in 0..BIG_FILES {
+        if wrappers {
+            replies.push(openai_tools(&[(
+                format!("a{i}").as_str(),
+                "agentic_read_file",
+                json!({"path": format!("docs/big{i}.txt"), "question": "Which limits and defaults does this file set?"}),
+            )]));
+            replies.extend(pages(i, "s"));
+            replies.push(openai_text(
+                &format!("docs/big{i}.txt sets: timeout 30 s (line 120), retries 3 (line 845), pool size 16 (line 1630). Nothing else is configurable."),
+                0,
+                60,
+            ));
+        } else {
+            replies.extend(pages(i, "r"));
+        }
+    }
+    replies.push(openai_text("The five files set timeouts, retries and pool sizes; see above.", 0, 40));
+    let server = LlmServer::start(replies, vec![summary(); 50]);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let work = dir.path().join("work");
+    std::fs::create_dir_all(work.join("docs")).expect("work dir");
+    for i in 0..BIG_FILES {
+        let text: String = (0..BIG_LINES)
+            .map(|n| format!("{:<99}\n", format!("file {i} line {n}: setting_{n} = value")))
+            .collect();
+        std::fs::write(work.join(format!("docs/big{i}.txt")), text).expect("file");
+    }
+    std::env::set_var("FABRO_LLM_BASE_URL", server.url("/v1"));
+    let dot = format!(
+        "digraph reads {{\n start [shape=Mdiamond]\n exit [shape=Msquare]\n work [prompt=\"Which limits and defaults do the files in docs/ set?\", llm_model=\"{PARENT_MODEL}\", llm_provider=\"openai_compatible\", small_model=\"{SMALL_MODEL}\", small_tier_parent=allow, max_turns=100, agentic_tools={wrappers}]\n start -> work -> exit\n}}\n"
+    );
+    run_workflow(&dot, dir.path(), work).await;
+    let mut parent = ModelTokens::default();
+    let mut small = ModelTokens::default();
+    for request in server.requests() {
+        let body = request.json();
+        let tokens = if body["model"] == SMALL_MODEL { &mut small } else { &mut parent };
+        tokens.calls += 1;
+        tokens.input += request.body.len().div_ceil(4) as u64;
+    }
+    // Output: what the scripted replies report (a tool call 10 tokens, answers as given).
+    let status: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("run/stages/work/1/status.json")).expect("status.json"),
+    )
+    .expect("status");
+    let small_output = status["usage"]["small_model"]["output_tokens"].as_u64().unwrap_or(0);
+    small.output = small_output;
+    parent.output = status["usage"]["output_tokens"].as_u64().unwrap_or(0) - small_output;
+    (parent, small)
+}
+
+/// Loads and runs `dot` with the live backend, its run directory in `dir`.
+async fn run_workflow(dot: &str, dir: &std::path::Path, work: std::path::PathBuf) {
+    std::env::set_var("FABRO_LLM_MAX_RETRIES", "0");
+    let valid = Loader::new()
+        .load_source(SourceFile::new("bench.dot", dot.to_string()))
+        .expect("parses")
+        .into_valid()
+        .unwrap_or_else(|invalid| panic!("invalid: {:?}", invalid.diagnostics));
+    let config = LlmConfig::from_env().expect("config");
+    let backend = LiveBackend::new(config).expect("backend");
+    let engine = Engine::new(
+        builtin_handlers(),
+        Services { backend: Arc::new(backend), interviewer: Arc::new(NoAnswers) },
+    );
+    let options = RunOptions { run_dir: Some(dir.join("run")), work_dir: work, ..RunOptions::default() };
+    let report = engine.run(&valid, &options, |_| {}, CancellationToken::new()).await.expect("runs");
+    assert_eq!(report.result.status.as_str(), "succeeded", "{:?}", report.result.failure_reason);
+}
+
+async fn reading_session() {
+    let (bare, _) = measure_reads(false).await;
+    let (parent, small) = measure_reads(true).await;
+    println!("\n| reading five 200 KB files | parent input tokens | parent calls | small-model input tokens | small-model calls | estimated cost |");
+    println!("|---|---:|---:|---:|---:|---:|");
+    let bare_cost = bare.cost(PARENT_MODEL);
+    println!(
+        "| bare `read_file` ({PARENT_MODEL}) | {} | {} | 0 | 0 | ${bare_cost:.4} |",
+        bare.input, bare.calls
+    );
+    let cost = parent.cost(PARENT_MODEL) + small.cost(SMALL_MODEL);
+    println!(
+        "| `agentic_read_file` ({PARENT_MODEL}, small model {SMALL_MODEL}) | {} | {} | {} | {} | ${cost:.4} |",
+        parent.input, parent.calls, small.input, small.calls
+    );
+    let cut = 100.0 - parent.input as f64 * 100.0 / bare.input as f64;
+    println!(
+        "\nThe wrappers cut the parent's input tokens by {cut:.1}% and the estimated cost by {:.1}%.",
+        100.0 - cost * 100.0 / bare_cost
+    );
+}
+
 #[tokio::main]
 async fn main() {
+    if std::env::args().any(|arg| arg == "--reads") {
+        reading_session().await;
+        return;
+    }
     let configurations = [
         ("before the context layers (`tool_result_aging=false`: the 80% rule with LLM summaries only)", ", tool_result_aging=false"),
         ("default (age-based truncation, LLM summaries at 80%)", ""),
@@ -161,4 +288,5 @@ async fn main() {
             if measured.first_file_known { "yes" } else { "no" }
         );
     }
+    reading_session().await;
 }
