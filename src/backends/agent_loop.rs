@@ -288,12 +288,7 @@ pub async fn run(
                 is_error: output.is_error,
             });
         }
-        messages.push(ChatMessage::Assistant {
-            content: response.text,
-            tool_calls: response.tool_calls,
-            reasoning: response.reasoning,
-        });
-        messages.push(ChatMessage::ToolResults { results });
+        messages.extend(response.into_tool_turn(results));
         // Only when needed: the file list is rendered for a checkpoint or a compaction, not for
         // every turn.
         let files = || toolbox.tracker.render();

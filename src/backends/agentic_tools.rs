@@ -208,12 +208,7 @@ pub async fn run(
                 is_error: output.is_error,
             });
         }
-        messages.push(ChatMessage::Assistant {
-            content: response.text,
-            tool_calls: response.tool_calls,
-            reasoning: response.reasoning,
-        });
-        messages.push(ChatMessage::ToolResults { results });
+        messages.extend(response.into_tool_turn(results));
     }
     Digest { output: error("the helper gave no answer".to_string()), usage }
 }

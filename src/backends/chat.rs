@@ -114,6 +114,19 @@ pub struct ChatResponse {
 }
 
 impl ChatResponse {
+    /// The two messages a tool turn adds to a conversation: this answer with its tool calls, then
+    /// their results.
+    pub fn into_tool_turn(self, results: Vec<ToolResult>) -> [ChatMessage; 2] {
+        [
+            ChatMessage::Assistant {
+                content: self.text,
+                tool_calls: self.tool_calls,
+                reasoning: self.reasoning,
+            },
+            ChatMessage::ToolResults { results },
+        ]
+    }
+
     /// The readable text of the reasoning blocks, for the transcript (`None` without any).
     pub fn thinking(&self) -> Option<String> {
         let parts: Vec<&str> = self

@@ -106,12 +106,7 @@ pub fn fallback_block(
     last: u32,
     files: &str,
 ) -> String {
-    let lines: Vec<String> = operations
-        .iter()
-        .filter(|op| op.turn >= first && op.turn <= last)
-        .map(|op| format!("  {}", op.line()))
-        .collect();
-    let listed = if lines.is_empty() { "  (no tool calls)".to_string() } else { lines.join("\n") };
+    let listed = intent::listing(operations, first, last);
     format!(
         "{HEADER}\nMarked done: {detail}\n\nThe completion record could not be written ({error}); the task's \
          operations from the stage's own tool-call log (ground truth) stand in:\n{listed}\n\n# {}\nFiles this \

@@ -63,14 +63,23 @@ impl Operation {
     }
 }
 
-/// The block that replaces turns `first..=last`, made from the operations of those turns.
-pub fn block(operations: &[Operation], first: u32, last: u32) -> String {
+/// The operations of turns `first..=last`, one indented line each.
+pub fn listing(operations: &[Operation], first: u32, last: u32) -> String {
     let lines: Vec<String> = operations
         .iter()
         .filter(|op| op.turn >= first && op.turn <= last)
         .map(|op| format!("  {}", op.line()))
         .collect();
-    let listed = if lines.is_empty() { "  (no tool calls)".to_string() } else { lines.join("\n") };
+    if lines.is_empty() {
+        "  (no tool calls)".to_string()
+    } else {
+        lines.join("\n")
+    }
+}
+
+/// The block that replaces turns `first..=last`, made from the operations of those turns.
+pub fn block(operations: &[Operation], first: u32, last: u32) -> String {
+    let listed = listing(operations, first, last);
     format!(
         "{HEADER} of turns 1-{last} of this stage, from its own tool-call log]\n\nOPERATIONS (chronological):\n{listed}\n\n\
          RESUMPTION NOTE: these turns were compacted from the stage's tool-call log, which is ground truth. Do not \
