@@ -275,13 +275,11 @@ async fn browse(
     yes.click().await.map_err(|e| e.to_string())?;
     let started = Instant::now();
     loop {
-        let status = client
-            .find(Locator::Css("#status"))
-            .await
-            .map_err(|e| e.to_string())?
-            .text()
-            .await
-            .unwrap_or_default();
+        // The choice posts a form: while the next page loads there may be no #status yet.
+        let status = match client.find(Locator::Css("#status")).await {
+            Ok(status) => status.text().await.unwrap_or_default(),
+            Err(_) => String::new(),
+        };
         if status == "succeeded" {
             break;
         }
@@ -298,13 +296,15 @@ async fn browse(
         .click()
         .await
         .map_err(|e| e.to_string())?;
-    let stdout = client
-        .find(Locator::Css("pre.stdout"))
-        .await
-        .map_err(|e| e.to_string())?
-        .text()
-        .await
-        .unwrap_or_default();
+    // A click on a link: the stage page may still be loading.
+    let started = Instant::now();
+    let stdout = loop {
+        match client.find(Locator::Css("pre.stdout")).await {
+            Ok(stdout) => break stdout.text().await.unwrap_or_default(),
+            Err(error) if started.elapsed() > Duration::from_secs(30) => return Err(error.to_string()),
+            Err(_) => wait("stage page").await,
+        };
+    };
     if stdout != "built" {
         return Err(format!("the stage page shows stdout {stdout:?}"));
     }
