@@ -455,12 +455,13 @@ fn rule_attribute_type() {
     assert_eq!(
         found,
         [
+            // Another dialect's bare seconds: read, with a warning.
             (
-                "attribute_type",
-                Severity::Error,
+                "dialect_value",
+                Severity::Warning,
                 Some("plan"),
-                "`timeout` is `900`, expected a duration such as 250ms, 900s, 15m, 2h or 1d",
-                Some("add a unit, e.g. `timeout=900s`"),
+                "`timeout=900` reads as 900s (bare numbers are seconds)",
+                Some("write `timeout=900s`")
             ),
             (
                 "attribute_type",

@@ -552,9 +552,9 @@ impl Value {
         let invalid = || Value::Invalid { raw: raw.to_string(), expected: value_type };
         match value_type {
             ValueType::Text => Value::Text(raw.to_string()),
-            ValueType::Integer => text.parse().map_or_else(|_| invalid(), Value::Integer),
-            ValueType::Count => match text.parse::<i64>() {
-                Ok(n) if n >= 0 => Value::Integer(n),
+            ValueType::Integer => whole_number(text).map_or_else(invalid, Value::Integer),
+            ValueType::Count => match whole_number(text) {
+                Some(n) if n >= 0 => Value::Integer(n),
                 _ => invalid(),
             },
             ValueType::Float => match text.parse::<f64>() {
@@ -566,7 +566,11 @@ impl Value {
                 "false" => Value::Boolean(false),
                 _ => invalid(),
             },
-            ValueType::Duration => parse_duration(text).map_or_else(invalid, Value::Duration),
+            // Other dialects write bare seconds (`timeout=300`): read as such, and the
+            // `dialect_value` lint rule suggests the unit.
+            ValueType::Duration => parse_duration(text)
+                .or_else(|| text.parse::<u64>().ok().map(Duration::from_secs))
+                .map_or_else(invalid, Value::Duration),
             ValueType::OneOf(words) if words.contains(&text) => Value::Text(text.to_string()),
             ValueType::OneOf(_) => invalid(),
         }
@@ -590,6 +594,31 @@ impl fmt::Display for Value {
             Value::Duration(d) => f.write_str(&format_duration(*d)),
             Value::Invalid { raw, .. } => f.write_str(raw),
         }
+    }
+}
+
+/// A whole number, also written as an integral float (`1.0`, as other dialects write weights; the
+/// `dialect_value` lint rule suggests the integer).
+fn whole_number(text: &str) -> Option<i64> {
+    text.parse().ok().or_else(|| {
+        let x = text.parse::<f64>().ok().filter(|x| x.is_finite() && x.fract() == 0.0 && x.abs() < 9.0e15)?;
+        Some(x as i64)
+    })
+}
+
+/// How another dialect wrote a value this dialect reads the same: the canonical spelling of
+/// `raw` for `value_type`, when `raw` is not already canonical (`300` for a duration: `300s`;
+/// `1.0` for a whole number: `1`).
+pub fn canonical_spelling(raw: &str, value_type: ValueType) -> Option<String> {
+    let text = raw.trim();
+    match value_type {
+        ValueType::Duration if parse_duration(text).is_none() => {
+            text.parse::<u64>().ok().map(|n| format!("{n}s"))
+        }
+        ValueType::Integer | ValueType::Count if text.parse::<i64>().is_err() => {
+            whole_number(text).map(|n| n.to_string())
+        }
+        _ => None,
     }
 }
 

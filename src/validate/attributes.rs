@@ -77,12 +77,7 @@ pub fn attribute_type(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
             if !seen.first_time(attr, attr.span) {
                 continue;
             }
-            let fix = match expected {
-                attribute::ValueType::Duration if raw.trim().parse::<u64>().is_ok() => {
-                    format!("add a unit, e.g. `{}={}s`", key, raw.trim())
-                }
-                _ => format!("write {expected}"),
-            };
+            let fix = format!("write {expected}");
             out.push(
                 owner.attach(
                     Diagnostic::error(
@@ -91,6 +86,42 @@ pub fn attribute_type(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
                     )
                     .span(attr.span)
                     .fix(fix),
+                ),
+            );
+        }
+    }
+}
+
+/// Values another dialect writes differently and fabro reads the same: bare seconds for a
+/// duration (`timeout=300`, the Attractor examples), an integral float for a whole number
+/// (`weight=1.0`). A warning, with the canonical spelling as the fix.
+pub fn dialect_value(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
+    let source = workflow.source().text();
+    let mut seen = Seen::default();
+    for (owner, attributes) in all_attributes(workflow) {
+        for (key, attr) in attributes.iter() {
+            let Some(spec) = attribute::spec(key) else { continue };
+            let Some(raw) =
+                source.get(attr.span.start..attr.span.end).map(|raw| raw.trim().trim_matches('"'))
+            else {
+                continue;
+            };
+            let Some(canonical) = attribute::canonical_spelling(raw, spec.value_type) else { continue };
+            if matches!(attr.value, Value::Invalid { .. }) || !seen.first_time(attr, attr.span) {
+                continue;
+            }
+            let meaning = match spec.value_type {
+                attribute::ValueType::Duration => format!("reads as {canonical} (bare numbers are seconds)"),
+                _ => format!("reads as {canonical}"),
+            };
+            out.push(
+                owner.attach(
+                    Diagnostic::warning(
+                        "dialect_value",
+                        format!("{}`{key}={raw}` {meaning}", owner.prefix()),
+                    )
+                    .span(attr.span)
+                    .fix(format!("write `{key}={canonical}`")),
                 ),
             );
         }

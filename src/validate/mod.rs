@@ -53,7 +53,7 @@ pub fn builtin_rules_with_children(
     custom_types: Vec<String>,
     child_failures: Vec<(String, Arc<ChildWorkflowError>)>,
 ) -> Vec<Box<dyn Rule>> {
-    let table: [(&'static str, Check); 29] = [
+    let table: [(&'static str, Check); 30] = [
         ("start_node", structure::start_node),
         ("terminal_node", structure::terminal_node),
         ("start_no_incoming", structure::start_no_incoming),
@@ -62,6 +62,7 @@ pub fn builtin_rules_with_children(
         ("edge_target_exists", structure::edge_target_exists),
         ("node_id_syntax", structure::node_id_syntax),
         ("attribute_type", attributes::attribute_type),
+        ("dialect_value", attributes::dialect_value),
         ("unknown_attribute", attributes::unknown_attribute),
         ("fidelity_valid", attributes::fidelity_valid),
         ("stylesheet_syntax", attributes::stylesheet_syntax),

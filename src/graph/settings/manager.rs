@@ -236,14 +236,14 @@ mod tests {
     fn every_error_is_kept_and_what_was_read_stays() {
         let settings = manager(
             r#"digraph P { m [shape=house, manager.actions="observe,poke steer", manager.stop_condition="ready ==",
-                manager.poll_interval=5] }"#,
+                manager.poll_interval=soon] }"#,
         );
         let messages: Vec<String> = settings.errors.iter().map(ToString::to_string).collect();
         assert_eq!(
             messages,
             [
                 "manager stage `m` names no child workflow",
-                "`manager.poll_interval` is `5`, expected a duration such as 250ms, 900s, 15m, 2h or 1d",
+                "`manager.poll_interval` is `soon`, expected a duration such as 250ms, 900s, 15m, 2h or 1d",
                 "invalid manager.stop_condition: expected a value after `==`, found the end of the condition (column 9 of the condition)",
                 "unknown manager action `poke` on `m`",
             ]
