@@ -64,3 +64,16 @@ fn bare_seconds_and_integral_floats_are_read_with_a_warning_and_a_fix() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stdout).contains("`weight` is `2.5`, expected an integer"));
 }
+
+#[test]
+fn negated_contains_routes_as_written() {
+    let file = repo_root().join("tests/fixtures/dialects/negated_contains.dot");
+    let dir = tempfile::tempdir().unwrap();
+    let ran = fabro_in(dir.path(), &["run", &file.display().to_string(), "-q", "--run-dir", "run"]);
+    assert_eq!(ran.status.code(), Some(0), "{}", String::from_utf8_lossy(&ran.stderr));
+    let result: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("run/result.json")).unwrap()).unwrap();
+    let stages: Vec<&str> =
+        result["stages"].as_array().unwrap().iter().map(|s| s["node_id"].as_str().unwrap()).collect();
+    assert_eq!(stages, ["start", "check", "exit"], "the output has no FAIL, so check goes to exit");
+}

@@ -61,12 +61,15 @@ impl Clause {
                 OrderOp::Greater => number > *bound,
                 OrderOp::GreaterOrEqual => number >= *bound,
             }),
-            Test::Contains(literal) => match value {
-                Resolved::Json(Json::Array(items)) => {
-                    items.iter().any(|item| equals(Resolved::Json(item), literal))
-                }
-                _ => as_text(value).contains(literal.text.as_str()),
-            },
+            Test::Contains { literal, negated } => {
+                let found = match value {
+                    Resolved::Json(Json::Array(items)) => {
+                        items.iter().any(|item| equals(Resolved::Json(item), literal))
+                    }
+                    _ => as_text(value).contains(literal.text.as_str()),
+                };
+                found != *negated
+            }
             Test::Matches(regex) => regex.is_match(&as_text(value)),
         }
     }

@@ -11,7 +11,7 @@
 //! recursive-descent parser (`parser.rs`, whose doc comment gives the grammar in EBNF): clauses
 //! `key OP value` or a bare `key` (truthiness), combined with `!`, `&&`, `||` and parentheses, in
 //! that order of precedence. Operators: `=` (also `==`), `!=`, `<`, `<=`, `>`, `>=`, `contains`,
-//! `matches`.
+//! `!contains` (also `not contains`), `matches`.
 
 mod eval;
 mod parser;
@@ -200,7 +200,11 @@ enum Test {
         op: OrderOp,
         bound: f64,
     },
-    Contains(Literal),
+    /// `contains` (`negated`: `!contains` / `not contains`).
+    Contains {
+        literal: Literal,
+        negated: bool,
+    },
     Matches(Regex),
 }
 

@@ -14,7 +14,8 @@
 //! key       = segment , { "." , segment } ;
 //! segment   = ( ALPHA | "_" ) , { ALPHA | DIGIT | "_" | "-" } ;
 //! operator  = "==" | "!=" | "<=" | ">=" | "=" | "<" | ">"
-//!           | ( "contains" | "matches" ) , ? not followed by ALPHA, DIGIT, "_" or "-" ? ;
+//!           | ( "contains" | "!contains" | "not" , WS , { WS } , "contains" | "matches" ) ,
+//!             ? not followed by ALPHA, DIGIT, "_" or "-" ? ;   (* WS: space or tab *)
 //! value     = dq_string | sq_string | bare_word ;
 //! dq_string = '"' , { "\" , CHAR | CHAR - '"' } , [ '"' ] ;   (* escapes: \" \\ \n \t *)
 //! sq_string = "'" , { CHAR - "'" } , [ "'" ] ;               (* no escapes *)
@@ -128,6 +129,8 @@ enum Operator {
     Greater,
     GreaterOrEqual,
     Contains,
+    /// `!contains`, or `not contains` (other dialects' spellings).
+    NotContains,
     Matches,
 }
 
@@ -142,6 +145,7 @@ impl Operator {
             Operator::Greater => ">",
             Operator::GreaterOrEqual => ">=",
             Operator::Contains => "contains",
+            Operator::NotContains => "!contains",
             Operator::Matches => "matches",
         }
     }
@@ -216,6 +220,11 @@ impl<'t> Lexer<'t> {
         let rest = self.bytes.get(self.pos..)?;
         let (operator, length) = match rest {
             [b'=', b'=', ..] => (Operator::DoubleEqual, 2),
+            [b'!', b'c', ..] => (Operator::NotContains, word_operator(rest, 1)?),
+            [b'n', b'o', b't', b' ' | b'\t', ..] => {
+                let gap = rest[3..].iter().take_while(|b| matches!(b, b' ' | b'\t')).count();
+                (Operator::NotContains, word_operator(rest, 3 + gap)?)
+            }
             [b'!', b'=', ..] => (Operator::NotEqual, 2),
             [b'<', b'=', ..] => (Operator::LessOrEqual, 2),
             [b'>', b'=', ..] => (Operator::GreaterOrEqual, 2),
@@ -289,7 +298,7 @@ const EXPECTATIONS: [(u16, &str); 11] = [
     (KEY, "a key such as `outcome` or `context.name`"),
     (NOT, "`!`"),
     (OPEN, "`(`"),
-    (OPERATOR, "an operator (=, !=, <, <=, >, >=, contains, matches)"),
+    (OPERATOR, "an operator (=, !=, <, <=, >, >=, contains, !contains, matches)"),
     (VALUE, "a value"),
     (AND, "`&&`"),
     (OR, "`||`"),
@@ -502,6 +511,15 @@ fn combine(first: Expr, mut rest: Vec<Expr>, list: fn(Vec<Expr>) -> Expr) -> Exp
     list(rest)
 }
 
+/// `at` plus the length of `contains` when `rest[at..]` starts with it as a whole word (not the
+/// start of a longer one such as `containsx`).
+fn word_operator(rest: &[u8], at: usize) -> Option<usize> {
+    let end = at + "contains".len();
+    let whole = rest.get(at..end) == Some(b"contains".as_slice())
+        && !rest.get(end).copied().is_some_and(is_segment_char);
+    whole.then_some(end)
+}
+
 // ---------------------------------------------------------------------------------------------
 // Clause semantics
 
@@ -540,7 +558,10 @@ fn build_test(
             })?;
             Ok(Test::Order { op, bound })
         }
-        Operator::Contains => Ok(Test::Contains(Literal::new(text.into_owned()))),
+        Operator::Contains | Operator::NotContains => Ok(Test::Contains {
+            literal: Literal::new(text.into_owned()),
+            negated: operator == Operator::NotContains,
+        }),
         Operator::Matches => Regex::new(&text).map(Test::Matches).map_err(|error| {
             let message = format!("invalid regex `{text}`: {}", summarize_regex_error(&error));
             ConditionError::new(value_offset, message)

@@ -179,6 +179,23 @@ fn contains_checks_array_elements_or_substrings() {
 }
 
 #[test]
+fn not_contains_is_spelled_as_other_dialects_write_it() {
+    let scope = with_context(json!({"files": ["src/main.rs"], "log": "3 tests passed"}));
+    for negated in ["!contains", "not contains", "not \t contains"] {
+        assert!(eval(&format!("context.log {negated} failed"), &scope), "{negated}");
+        assert!(!eval(&format!("context.log {negated} passed"), &scope), "{negated}");
+        assert!(!eval(&format!("context.files {negated} \"src/main.rs\""), &scope), "{negated}");
+        assert!(eval(&format!("context.missing {negated} x && context.log contains tests"), &scope));
+    }
+    // A word that only starts like the operator is not one.
+    parse_error("context.log !containsx y");
+    parse_error("context.log not containing y");
+    assert!(parse_error("outcome !contains fail")
+        .to_string()
+        .contains("cannot be compared with `!contains`"));
+}
+
+#[test]
 fn matches_uses_the_regex_on_the_comparison_text() {
     let scope = with_context(json!({"branch": "feat/login", "n": 42}));
     assert!(eval("context.branch matches \"^feat/.*\"", &scope));
@@ -281,7 +298,7 @@ fn error_messages_are_plain_words() {
     let message = |text: &str| parse_error(text).message;
     assert_eq!(
         message("outcome %"),
-        "expected an operator (=, !=, <, <=, >, >=, contains, matches), `&&`, `||` or the end \
+        "expected an operator (=, !=, <, <=, >, >=, contains, !contains, matches), `&&`, `||` or the end \
          of the condition after `outcome`, found `%`"
     );
     assert_eq!(message("outcome = "), "expected a value after `=`, found the end of the condition");
