@@ -798,6 +798,22 @@ fn a_stage_cost_ceiling_counts_the_priced_spend_and_the_command_line_bound_wins(
 }
 
 #[test]
+fn a_negative_cost_ceiling_is_a_validation_error() {
+    Test::new()
+        .workflow(&workflow(", max_stage_cost=-1"))
+        .args(["validate", "workflow.dot"])
+        .status(2)
+        .stdout_contains("`max_stage_cost` is `-1`, expected an amount of US dollars (0 or more)")
+        .run();
+    Test::new()
+        .workflow(&workflow(""))
+        .args(["run", "workflow.dot", "--simulate", "--max-stage-cost=-1"])
+        .status(2)
+        .stderr_contains("--max-stage-cost -1 is not a cost in US dollars (0 or more)")
+        .run();
+}
+
+#[test]
 fn a_small_tier_model_known_only_at_run_time_is_guarded_by_the_node_or_the_config_file() {
     // The workflow names no model: --model gives the agent a small one.
     let dot = |extra: &str| {

@@ -34,6 +34,8 @@ pub enum ValueType {
     /// An integer that is 0 or more.
     Count,
     Float,
+    /// An amount of US dollars, 0 or more (cost ceilings).
+    Dollars,
     Boolean,
     /// `250ms`, `900s`, `15m`, `2h`, `1d`, or a sum such as `1h30m`.
     Duration,
@@ -48,6 +50,7 @@ impl fmt::Display for ValueType {
             ValueType::Integer => f.write_str("an integer"),
             ValueType::Count => f.write_str("a whole number (0 or more)"),
             ValueType::Float => f.write_str("a number"),
+            ValueType::Dollars => f.write_str("an amount of US dollars (0 or more)"),
             ValueType::Boolean => f.write_str("true or false"),
             ValueType::Duration => f.write_str("a duration such as 250ms, 900s, 15m, 2h or 1d"),
             ValueType::OneOf(words) => write!(f, "one of {}", words.join(", ")),
@@ -147,7 +150,7 @@ pub static ATTRIBUTES: &[AttributeSpec] = &[
     spec!("default_watchdog", ValueType::OneOf(WATCHDOG_MODES), GRAPH, "Default watchdog of agent stages."),
     spec!("context_files", ValueType::Text, GRAPH, "Reference files every agent stage is told about (an index in its system prompt) and may read: comma-separated paths relative to the workflow file, PATH=NAME to name one; folders expand."),
     spec!("default_max_stage_tokens", ValueType::Count, GRAPH, "Default max_stage_tokens of LLM stages."),
-    spec!("default_max_stage_cost", ValueType::Float, GRAPH, "Default max_stage_cost of LLM stages."),
+    spec!("default_max_stage_cost", ValueType::Dollars, GRAPH, "Default max_stage_cost of LLM stages."),
     spec!("default_thread", ValueType::Text, GRAPH, "Thread id for full-fidelity stages that set none."),
     spec!("default_thread_text_only", ValueType::Boolean, GRAPH, "Default thread_text_only of LLM stages."),
     spec!("default_thread_max_turn_age", ValueType::Count, GRAPH, "Default thread_max_turn_age of LLM stages."),
@@ -186,7 +189,7 @@ pub static ATTRIBUTES: &[AttributeSpec] = &[
     ),
     spec!(
         "max_cost",
-        ValueType::Float,
+        ValueType::Dollars,
         GRAPH,
         "Pause before the next LLM stage once the run's estimated cost reaches this many US dollars."
     ),
@@ -398,7 +401,7 @@ pub static ATTRIBUTES: &[AttributeSpec] = &[
     ),
     spec!("watchdog", ValueType::OneOf(WATCHDOG_MODES), NODE, "The same tool call 5 times in a row: warn (event and a note to the model, default), off, or stop (the stage fails)."),
     spec!("max_stage_tokens", ValueType::Count, NODE, "The stage stops before its next model call once it has used this many tokens (in + out, small-model calls included); the run pauses (exit 3) and resumes only with a higher bound."),
-    spec!("max_stage_cost", ValueType::Float, NODE, "Like max_stage_tokens, for the stage's estimated cost in US dollars."),
+    spec!("max_stage_cost", ValueType::Dollars, NODE, "Like max_stage_tokens, for the stage's estimated cost in US dollars."),
     spec!("small_tier_parent", ValueType::OneOf(SMALL_TIER_PARENT), NODE, "An agent stage on a small-tier model: warn (default), refuse (a validation error) or allow."),
     spec!("agentic_tools", ValueType::Boolean, NODE, "The agent gets agentic_read_file, agentic_grep and agentic_research: a sub-conversation on the small model reads and returns only a digest (default true)."),
     spec!("small_model", ValueType::Text, NODE, "The model of the agentic tool wrappers (default --small-model, the config file's small_model, else the provider's cheap tier: claude-haiku-4-5, gpt-5-mini, gemini-2.5-flash)."),
@@ -559,6 +562,10 @@ impl Value {
             },
             ValueType::Float => match text.parse::<f64>() {
                 Ok(x) if x.is_finite() => Value::Float(x),
+                _ => invalid(),
+            },
+            ValueType::Dollars => match text.parse::<f64>() {
+                Ok(x) if x.is_finite() && x >= 0.0 => Value::Float(x),
                 _ => invalid(),
             },
             ValueType::Boolean => match text.to_ascii_lowercase().as_str() {
@@ -843,6 +850,8 @@ mod tests {
         assert_eq!(Value::typed("true", ValueType::Boolean), Value::Boolean(true));
         assert!(matches!(Value::typed("yes", ValueType::Boolean), Value::Invalid { .. }));
         assert_eq!(Value::typed("0.5", ValueType::Float), Value::Float(0.5));
+        assert_eq!(Value::typed("2", ValueType::Dollars), Value::Float(2.0));
+        assert!(matches!(Value::typed("-1", ValueType::Dollars), Value::Invalid { .. }));
         assert_eq!(Value::typed("high", ValueType::OneOf(REASONING_EFFORTS)), Value::Text("high".into()));
         assert!(matches!(Value::typed("max", ValueType::OneOf(REASONING_EFFORTS)), Value::Invalid { .. }));
     }
