@@ -526,6 +526,7 @@ fn attribute_value(rng: &mut Rng, value_type: ValueType) -> String {
             rng.pick(&["0", "3", "-2", "99999999999999999999"]).to_string()
         }
         ValueType::Float => rng.pick(&["0.5", "1", "0", "1.5", "NaN", "inf"]).to_string(),
+        ValueType::Dollars => rng.pick(&["0.5", "20", "0", "-1", "inf"]).to_string(),
         ValueType::Boolean => rng.pick(&["true", "false", "TRUE", "yes"]).to_string(),
         ValueType::Duration => {
             rng.pick(&["250ms", "15m", "1h30m", "2d", "10", "5x", "99999999999999999999d"]).to_string()
