@@ -17,7 +17,7 @@ use super::tools::{self, Toolbox};
 use super::transcript::{assistant_record, Transcript};
 use super::{BackendError, Usage};
 use crate::agent_context::compaction::{
-    add_usage, checkpoint, intent::Operation, lossless::RunRecord, Compactor, Done, Inputs,
+    checkpoint, intent::Operation, lossless::RunRecord, Compactor, Done, Inputs,
 };
 use crate::event::Event;
 
@@ -189,7 +189,7 @@ pub async fn run(
             }
             answered => answered?,
         };
-        add_usage(&mut run.usage, &response.usage);
+        run.usage.add(&response.usage);
         let sent = match response.usage.input_tokens {
             0 => system_tokens + crate::agent_context::tokens(&view),
             reported => reported,
@@ -379,27 +379,19 @@ async fn extract_memory(
         conversation,
         settings.context.prune_chars(),
     );
-    let messages = [ChatMessage::user(format!(
-        "<stage_work>\n{work}\n</stage_work>\n\n{}",
-        crate::memory::EXTRACT_REQUEST
-    ))];
-    let request = ChatRequest {
-        model: settings.model,
-        system: "You choose what later runs of a coding project should remember.",
-        messages: &messages,
-        tools: &[],
-        reasoning_effort: None,
-        max_output_tokens: 2048,
-        timeout: settings.request_timeout,
-    };
-    let answer = match provider.chat(&request).await {
-        Ok(answer) => answer,
-        Err(error) => {
-            transcript.record("memory_extract_failed", json!({"error": error.to_string()}));
-            return;
-        }
-    };
-    add_usage(&mut run.usage, &answer.usage);
+    let question = format!("<stage_work>\n{work}\n</stage_work>\n\n{}", crate::memory::EXTRACT_REQUEST);
+    let system = "You choose what later runs of a coding project should remember.";
+    let answer =
+        match super::chat::ask(provider, settings.model, system, question, 2048, settings.request_timeout)
+            .await
+        {
+            Ok(answer) => answer,
+            Err(error) => {
+                transcript.record("memory_extract_failed", json!({"error": error.to_string()}));
+                return;
+            }
+        };
+    run.usage.add(&answer.usage);
     transcript.record("memory_extract", json!({"answer": answer.text, "usage": answer.usage}));
     for entry in crate::memory::parse_extracted(&answer.text) {
         match memory.remember(transcript.node_id(), entry.kind.as_str(), &entry.name, &entry.text) {
@@ -477,7 +469,7 @@ async fn send_smaller(
 /// counts its usage.
 fn report(done: Option<Done>, transcript: &Transcript<'_>, run: &mut AgentRun, layer: &str) {
     let Some(done) = done else { return };
-    add_usage(&mut run.usage, &done.usage);
+    run.usage.add(&done.usage);
     *run.context_savings.entry(layer.to_string()).or_default() += done.saved_tokens;
     for event in done.events {
         match &event {

@@ -148,3 +148,26 @@ pub trait ChatProvider: Send + Sync {
     fn applies_reasoning_effort(&self, model: &str) -> bool;
     async fn chat(&self, request: &ChatRequest<'_>) -> Result<ChatResponse, BackendError>;
 }
+
+/// One question to `model` with no tools and no history: the side calls of an agent stage
+/// (compaction summaries, task completion records, memory extraction).
+pub async fn ask(
+    provider: &dyn ChatProvider,
+    model: &str,
+    system: &str,
+    question: String,
+    max_output_tokens: u32,
+    timeout: Duration,
+) -> Result<ChatResponse, BackendError> {
+    let messages = [ChatMessage::user(question)];
+    let request = ChatRequest {
+        model,
+        system,
+        messages: &messages,
+        tools: &[],
+        reasoning_effort: None,
+        max_output_tokens,
+        timeout,
+    };
+    provider.chat(&request).await
+}

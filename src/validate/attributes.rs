@@ -100,6 +100,10 @@ pub fn dialect_value(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
     let mut seen = Seen::default();
     for (owner, attributes) in all_attributes(workflow) {
         for (key, attr) in attributes.iter() {
+            // Only a duration or a whole number can have been read from another spelling.
+            if !matches!(attr.value, Value::Duration(_) | Value::Integer(_)) {
+                continue;
+            }
             let Some(spec) = attribute::spec(key) else { continue };
             let Some(raw) =
                 source.get(attr.span.start..attr.span.end).map(|raw| raw.trim().trim_matches('"'))
@@ -107,7 +111,7 @@ pub fn dialect_value(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
                 continue;
             };
             let Some(canonical) = attribute::canonical_spelling(raw, spec.value_type) else { continue };
-            if matches!(attr.value, Value::Invalid { .. }) || !seen.first_time(attr, attr.span) {
+            if !seen.first_time(attr, attr.span) {
                 continue;
             }
             let meaning = match spec.value_type {

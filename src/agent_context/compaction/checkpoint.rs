@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::{intent, summary};
-use crate::backends::chat::{ChatMessage, ChatProvider, ChatRequest, ToolDefinition};
+use crate::backends::chat::{ask, ChatMessage, ChatProvider, ToolDefinition};
 use crate::backends::Usage;
 
 /// The tool the model calls at a task boundary.
@@ -64,17 +64,10 @@ pub async fn write_record(
         SECTIONS.iter().map(|s| format!("# {s}")).collect::<Vec<_>>().join("\n"),
         summary::render_for_summary(turns, prune_chars)
     );
-    let messages = [ChatMessage::user(request_text)];
-    let request = ChatRequest {
-        model,
-        system: "You write the completion record of a finished task of a coding agent.",
-        messages: &messages,
-        tools: &[],
-        reasoning_effort: None,
-        max_output_tokens: 4096,
-        timeout,
-    };
-    let response = provider.chat(&request).await.map_err(|error| (error.to_string(), Usage::default()))?;
+    let system = "You write the completion record of a finished task of a coding agent.";
+    let response = ask(provider, model, system, request_text, 4096, timeout)
+        .await
+        .map_err(|error| (error.to_string(), Usage::default()))?;
     let text = response.text.trim();
     if text.is_empty() {
         return Err(("the completion record came back empty".to_string(), response.usage));

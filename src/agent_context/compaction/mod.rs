@@ -312,11 +312,11 @@ impl Compactor {
         .await;
         let (block, fallback) = match written {
             Ok((record, usage)) => {
-                add_usage(&mut done.usage, &usage);
+                done.usage.add(&usage);
                 (checkpoint::block(detail, &record, inputs.files), None)
             }
             Err((error, usage)) => {
-                add_usage(&mut done.usage, &usage);
+                done.usage.add(&usage);
                 let block = checkpoint::fallback_block(
                     detail,
                     &error,
@@ -377,7 +377,7 @@ impl Compactor {
                 let hybrid = mode == CompactionMode::Hybrid;
                 match summarized {
                     Ok((text, usage)) => {
-                        add_usage(&mut done.usage, &usage);
+                        done.usage.add(&usage);
                         let summary = format!(
                             "{}\n\n{text}\n\n## File Operations\n{}\n",
                             summary::HEADER,
@@ -390,7 +390,7 @@ impl Compactor {
                         }
                     }
                     Err((error, usage)) => {
-                        add_usage(&mut done.usage, &usage);
+                        done.usage.add(&usage);
                         done.events.push(Event::AgentCompactionFailed {
                             error: error.clone(),
                             fallback: if hybrid { "lossless" } else { "compaction_failed_marker" }
@@ -415,10 +415,6 @@ fn failed_block(through: u32, error: &str, files: &str) -> String {
          in this conversation. Do not rely on memory of them: read the files on disk and re-run commands to learn \
          the current state before you go on.\n\n## File Operations (from fabro's file tracker)\n{files}\n"
     )
-}
-
-pub fn add_usage(total: &mut Usage, more: &Usage) {
-    total.add(more);
 }
 
 #[cfg(test)]

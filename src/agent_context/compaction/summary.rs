@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use crate::agent_context::shortened;
-use crate::backends::chat::{ChatMessage, ChatProvider, ChatRequest};
+use crate::backends::chat::{ask, ChatMessage, ChatProvider};
 use crate::backends::Usage;
 
 /// Tool arguments and results are cut to this many characters for the summarizer.
@@ -45,17 +45,9 @@ pub async fn summarize(
         SECTIONS.iter().map(|s| format!("## {s}")).collect::<Vec<_>>().join(", "),
         render_for_summary(messages, prune_chars)
     );
-    let request_messages = [ChatMessage::user(request_text)];
-    let request = ChatRequest {
-        model,
-        system: SYSTEM,
-        messages: &request_messages,
-        tools: &[],
-        reasoning_effort: None,
-        max_output_tokens: 4096,
-        timeout,
-    };
-    let response = provider.chat(&request).await.map_err(|error| (error.to_string(), Usage::default()))?;
+    let response = ask(provider, model, SYSTEM, request_text, 4096, timeout)
+        .await
+        .map_err(|error| (error.to_string(), Usage::default()))?;
     let summary = strip_file_section(&response.text).trim();
     if summary.is_empty() {
         return Err(("the summary came back empty".to_string(), response.usage));
@@ -130,7 +122,7 @@ fn prune(text: &str, max: usize) -> String {
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
-    use crate::backends::chat::{ChatResponse, ToolCall};
+    use crate::backends::chat::{ChatRequest, ChatResponse, ToolCall};
     use crate::backends::BackendError;
 
     pub struct Summarizer(pub Result<&'static str, BackendError>, pub std::sync::Mutex<Vec<String>>);
