@@ -296,6 +296,9 @@ pub struct SelectedEdge {
     pub gate: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gate_status: Option<String>,
+    /// Why a dry run took this edge where a real run decides (`dry_run_*` reasons).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub assumption: Option<String>,
 }
 
 impl SelectedEdge {
@@ -309,6 +312,7 @@ impl SelectedEdge {
             branch_id: None,
             gate: None,
             gate_status: None,
+            assumption: None,
         }
     }
 }

@@ -228,6 +228,7 @@ fn fixed_result() -> RunResult {
         ],
         run_dir: ".fabro/runs/run-1".to_string(),
         usage: None,
+        dry_run: None,
     }
 }
 
@@ -512,6 +513,7 @@ fn a_run_that_fails_without_a_failed_stage_is_a_junit_failure() {
         }],
         run_dir: "run".into(),
         usage: None,
+        dry_run: None,
     };
     let xml = fabro::report::junit::render(&result, Path::new("/nonexistent"), "gated");
     let doc = roxmltree::Document::parse(&xml).expect("valid XML");

@@ -77,3 +77,126 @@ fn negated_contains_routes_as_written() {
         result["stages"].as_array().unwrap().iter().map(|s| s["node_id"].as_str().unwrap()).collect();
     assert_eq!(stages, ["start", "check", "exit"], "the output has no FAIL, so check goes to exit");
 }
+
+/// The run's `result.json` in `dir/run`.
+fn result(dir: &std::path::Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(dir.join("run/result.json")).unwrap()).unwrap()
+}
+
+fn stages(result: &serde_json::Value) -> Vec<&str> {
+    result["stages"].as_array().unwrap().iter().map(|s| s["node_id"].as_str().unwrap()).collect()
+}
+
+#[test]
+fn any_exit_ends_the_run_and_an_exit_with_outcome_fail_ends_it_failed() {
+    let file = repo_root().join("tests/fixtures/dialects/several_exits.dot").display().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let failed = fabro_in(dir.path(), &["run", &file, "-q", "--run-dir", "run"]);
+    assert_eq!(failed.status.code(), Some(1), "{}", String::from_utf8_lossy(&failed.stderr));
+    let ended = result(dir.path());
+    assert_eq!(stages(&ended), ["start", "check", "fail_exit"]);
+    assert_eq!(ended["status"], "failed");
+    assert_eq!(ended["failure_reason"], "the run reached `fail_exit`, an exit node with outcome=fail");
+
+    std::fs::write(dir.path().join("build.ok"), "").unwrap();
+    let succeeded = fabro_in(dir.path(), &["run", &file, "-q", "--run-dir", "run2"]);
+    assert_eq!(succeeded.status.code(), Some(0), "{}", String::from_utf8_lossy(&succeeded.stderr));
+    let ended: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("run2/result.json")).unwrap()).unwrap();
+    assert_eq!(stages(&ended), ["start", "check", "success_exit"]);
+}
+
+#[test]
+fn goal_gates_are_checked_at_every_exit() {
+    let dir = tempfile::tempdir().unwrap();
+    // The failed gate routes straight to an exit without outcome=fail: the gate still fails the run.
+    let text = std::fs::read_to_string(repo_root().join("tests/fixtures/dialects/several_exits.dot"))
+        .unwrap()
+        .replace("check -> fail_exit", "check -> success_exit");
+    std::fs::write(dir.path().join("gated.dot"), text).unwrap();
+    let ran = fabro_in(dir.path(), &["run", "gated.dot", "-q", "--run-dir", "run"]);
+    assert_eq!(ran.status.code(), Some(1), "{}", String::from_utf8_lossy(&ran.stderr));
+    assert_eq!(
+        result(dir.path())["failure_reason"],
+        "goal gate `check` has not succeeded (fail) and has no retry target"
+    );
+}
+
+#[test]
+fn a_stage_without_outgoing_edges_ends_the_run_with_its_outcome() {
+    let file = repo_root().join("tests/fixtures/dialects/dead_end_terminal.dot").display().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let validated = fabro_in(dir.path(), &["validate", &file]);
+    let text = String::from_utf8_lossy(&validated.stdout);
+    assert_eq!(validated.status.code(), Some(0), "{text}");
+    assert!(text.contains("warning[dead_end]"), "{text}");
+    assert!(text.contains("`deploy` has no outgoing edges: the run ends there"), "{text}");
+    assert!(text.contains("add `deploy -> exit`"), "{text}");
+
+    // `deploy` fails (no `ready` file): the run ends failed with its reason.
+    let ran = fabro_in(dir.path(), &["run", &file, "-q", "--auto-approve", "--run-dir", "run"]);
+    assert_eq!(ran.status.code(), Some(1), "{}", String::from_utf8_lossy(&ran.stderr));
+    let ended = result(dir.path());
+    assert_eq!(stages(&ended), ["start", "approve", "deploy"]);
+    let reason = ended["failure_reason"].as_str().unwrap();
+    assert!(reason.contains("it has no outgoing edges, so the run ends there"), "{reason}");
+
+    std::fs::write(dir.path().join("ready"), "").unwrap();
+    let ran = fabro_in(dir.path(), &["run", &file, "-q", "--auto-approve", "--run-dir", "run2"]);
+    assert_eq!(ran.status.code(), Some(0), "{}", String::from_utf8_lossy(&ran.stderr));
+}
+
+#[test]
+fn a_dry_run_follows_the_outcome_clause_leaves_capped_loops_and_lists_edges_never_taken() {
+    let file = repo_root().join("tests/fixtures/dialects/dry_run_walk.dot").display().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let ran = fabro_in(dir.path(), &["run", &file, "--dry-run", "--run-dir", "run"]);
+    let stderr = String::from_utf8_lossy(&ran.stderr);
+    assert_eq!(ran.status.code(), Some(0), "{stderr}");
+    let ended = result(dir.path());
+    assert_eq!(
+        stages(&ended),
+        ["start", "implement", "test", "implement", "test", "implement", "test", "review", "exit"]
+    );
+    let walk = &ended["dry_run"];
+    assert_eq!(
+        walk["assumed"],
+        serde_json::json!([
+            {"from": "test", "to": "review", "reason": "dry_run_loop_exit",
+             "why": "node `implement` would run a 4th time, but the dry-run visit cap is 3: left the loop"},
+            {"from": "review", "to": "exit", "reason": "dry_run_outcome",
+             "why": "no condition held (a dry run sets no context); the edge tests outcome=success"},
+        ])
+    );
+    assert_eq!(
+        walk["never_taken"],
+        serde_json::json!([
+            {"from": "test", "to": "fix"}, {"from": "fix", "to": "test"}, {"from": "review", "to": "implement"},
+        ])
+    );
+    // The summary says both, and ends with the edges never taken.
+    assert!(
+        stderr.contains("assumed by the dry run (2):\n  test -> review: node `implement` would run"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.ends_with("edges never taken (3):\n  test -> fix\n  fix -> test\n  review -> implement\n"),
+        "{stderr}"
+    );
+    // So do the events.
+    let events = std::fs::read_to_string(dir.path().join("run/events.jsonl")).unwrap();
+    let assumed: Vec<serde_json::Value> = events
+        .lines()
+        .map(|line| serde_json::from_str::<serde_json::Value>(line).unwrap())
+        .filter(|event| event["event"] == "edge.selected" && event["assumption"].is_string())
+        .collect();
+    assert_eq!(assumed.len(), 2);
+    assert_eq!(assumed[1]["reason"], "dry_run_outcome");
+
+    // A real run decides by the context: it does not assume.
+    let real = fabro_in(dir.path(), &["run", &file, "-q", "--run-dir", "real"]);
+    assert_eq!(real.status.code(), Some(1));
+    let ended: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("real/result.json")).unwrap()).unwrap();
+    assert!(ended.get("dry_run").is_none());
+}

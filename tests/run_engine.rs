@@ -1435,7 +1435,7 @@ fn max_visits_fails_the_run_on_the_visit_after_the_limit() {
 }
 
 /// --dry-run simulates commands (a failing script succeeds), waits and LLM calls, and caps loops
-/// at 3 visits of a node.
+/// at 3 visits of a node: it leaves the loop by another edge, or fails when there is none.
 #[test]
 fn dry_run_caps_loops_at_3_visits_and_simulates_commands() {
     let endless = r#"digraph endless {
@@ -1448,16 +1448,23 @@ fn dry_run_caps_loops_at_3_visits_and_simulates_commands() {
     again -> exit
 }
 "#;
-    let ran = run(endless, &[], &["--dry-run", "-q"], 1);
+    let ran = run(endless, &[], &["--dry-run", "-q"], 0);
     let result = ran.result();
-    assert_eq!(result["status"], "failed");
-    assert_eq!(result["failure_reason"], "node `work` would run a 4th time, but the dry-run visit cap is 3");
-    assert_eq!(ran.completed(), ["start", "work", "again", "work", "again", "work", "again"]);
+    assert_eq!(result["status"], "succeeded");
+    assert_eq!(ran.completed(), ["start", "work", "again", "work", "again", "work", "again", "exit"]);
+    assert_eq!(result["dry_run"]["assumed"][0]["reason"], "dry_run_loop_exit");
     let status = ran.stage_status("work", 1);
     assert_eq!(status["outcome"], "success");
     assert_eq!(status["notes"], "dry run: would run `touch ran; exit 1`");
     assert!(!ran.stage("work", 1).join("stdout.log").exists());
     assert!(!ran.dir.path().join("ran").exists(), "dry runs run no commands");
+
+    // A loop with no way out fails at the cap.
+    let endless = endless.replace("    again -> exit\n", "");
+    let ran = run(&endless, &[], &["--dry-run", "-q"], 1);
+    let result = ran.result();
+    assert_eq!(result["failure_reason"], "node `work` would run a 4th time, but the dry-run visit cap is 3");
+    assert_eq!(ran.completed(), ["start", "work", "again", "work", "again", "work", "again"]);
 
     // A failing command, a long wait, an LLM stage (no --simulate needed) and a human gate.
     let workflow = r#"digraph wiring {

@@ -590,5 +590,28 @@ fn summary(result: &RunResult) -> String {
     if let Some(reason) = &result.failure_reason {
         out.push_str(&format!("reason: {reason}\n"));
     }
+    if let Some(walk) = &result.dry_run {
+        out.push_str(&dry_run_walk(walk));
+    }
+    out
+}
+
+/// A dry run's assumptions (where a real run decides), then the edges it never took.
+fn dry_run_walk(walk: &fabro::run_dir::DryRunWalk) -> String {
+    let mut out = String::new();
+    if !walk.assumed.is_empty() {
+        out.push_str(&format!("\nassumed by the dry run ({}):\n", walk.assumed.len()));
+        for edge in &walk.assumed {
+            out.push_str(&format!("  {} -> {}: {}\n", edge.from, edge.to, edge.why));
+        }
+    }
+    if walk.never_taken.is_empty() {
+        out.push_str("\nevery edge was taken\n");
+    } else {
+        out.push_str(&format!("\nedges never taken ({}):\n", walk.never_taken.len()));
+        for edge in &walk.never_taken {
+            out.push_str(&format!("  {} -> {}\n", edge.from, edge.to));
+        }
+    }
     out
 }

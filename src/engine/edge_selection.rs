@@ -20,6 +20,12 @@ pub enum SelectionReason {
     SuggestedNextId,
     Weight,
     Lexical,
+    /// Dry run: no condition held, and the edge's outcome clause matches the stage's outcome.
+    DryRunOutcome,
+    /// Dry run: no condition held, and no edge tests this outcome: the best by weight and id.
+    DryRunWeight,
+    /// Dry run: the chosen edge led back into a loop at its visit cap; this one leaves it.
+    DryRunLoopExit,
 }
 
 impl SelectionReason {
@@ -30,6 +36,9 @@ impl SelectionReason {
             SelectionReason::SuggestedNextId => "suggested_next_id",
             SelectionReason::Weight => "weight",
             SelectionReason::Lexical => "lexical",
+            SelectionReason::DryRunOutcome => "dry_run_outcome",
+            SelectionReason::DryRunWeight => "dry_run_weight",
+            SelectionReason::DryRunLoopExit => "dry_run_loop_exit",
         }
     }
 }
@@ -82,6 +91,55 @@ pub fn select_edge<'w>(
     let best = unconditional.iter().min_by(|a, b| rank(a, b))?;
     let tied = unconditional.iter().filter(|e| e.edge.weight() == best.edge.weight()).count() > 1;
     Some((**best, if tied { SelectionReason::Lexical } else { SelectionReason::Weight }))
+}
+
+/// Whether the edge's condition says nothing against `status`: it tests no outcome, or names
+/// `status` in an `outcome=` clause.
+fn allows_outcome(edge: &EdgeRef<'_>, status: StageStatus) -> bool {
+    edge.edge.condition().is_none_or(|condition| {
+        let tested = condition.tested_outcomes();
+        tested.is_empty() || tested.contains(&status)
+    })
+}
+
+/// A dry run's edge when no edge is eligible: simulated stages set no context, so a condition on
+/// it cannot hold. The conditional edge whose outcome clause matches the stage's outcome, else the
+/// best (by weight and id) of the edges whose conditions do not test another outcome.
+pub fn assumed_edge<'w>(
+    workflow: &'w Workflow,
+    from: NodeIndex,
+    outcome: &Outcome,
+) -> Option<(EdgeRef<'w>, SelectionReason)> {
+    let edges = workflow.outgoing(from);
+    let status = outcome.status;
+    let naming = edges
+        .iter()
+        .filter(|e| e.edge.condition().is_some_and(|c| c.tested_outcomes().contains(&status)))
+        .min_by(|a, b| rank(a, b));
+    if let Some(edge) = naming {
+        return Some((*edge, SelectionReason::DryRunOutcome));
+    }
+    let allowed = edges.iter().filter(|e| allows_outcome(e, status)).min_by(|a, b| rank(a, b));
+    allowed
+        .or_else(|| edges.iter().min_by(|a, b| rank(a, b)))
+        .map(|edge| (*edge, SelectionReason::DryRunWeight))
+}
+
+/// A dry run's way out of a loop: among the edges from `from` whose target may still run
+/// (`may_run`) and whose conditions do not test another outcome, the one into the least visited
+/// target, then the best by weight and id.
+pub fn loop_exit<'w>(
+    workflow: &'w Workflow,
+    from: NodeIndex,
+    outcome: &Outcome,
+    visits: impl Fn(&str) -> u32,
+    may_run: impl Fn(&EdgeRef<'w>) -> bool,
+) -> Option<EdgeRef<'w>> {
+    workflow
+        .outgoing(from)
+        .into_iter()
+        .filter(|e| allows_outcome(e, outcome.status) && may_run(e))
+        .min_by(|a, b| visits(&a.to.id).cmp(&visits(&b.to.id)).then_with(|| rank(a, b)))
 }
 
 #[cfg(test)]

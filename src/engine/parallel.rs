@@ -143,10 +143,13 @@ async fn run_branches(parent: &mut Walker<'_>, index: NodeIndex, visit: u32) -> 
     let mut branch_walks = Vec::new();
     let mut failed_to_start: Vec<(String, String)> = Vec::new();
     for plan in plans.iter().filter(|plan| !journaled.contains_key(&plan.id)) {
-        scope.events.run_event(Event::EdgeSelected(SelectedEdge {
-            branch_id: Some(plan.id.clone()),
-            ..SelectedEdge::new(&node.id, &workflow.node_at(plan.start).id, "fan_out")
-        }));
+        scope.edge_selected(
+            SelectedEdge {
+                branch_id: Some(plan.id.clone()),
+                ..SelectedEdge::new(&node.id, &workflow.node_at(plan.start).id, "fan_out")
+            },
+            None,
+        );
         let mut context = base.fork();
         context.set("parallel.branch_id", plan.id.clone());
         let worktree = match &git_base {
@@ -396,7 +399,12 @@ async fn walk_branch(
             Step::Pause(pause) => break Err(BranchStop::Paused(pause)),
             Step::Finish(RunStatus::Interrupted, _) => break Err(BranchStop::Cancelled),
             Step::Finish(_, reason) => {
-                break Err(BranchStop::Failed(reason.unwrap_or_else(|| "the branch stopped".to_string())))
+                break Err(BranchStop::Failed(reason.unwrap_or_else(|| {
+                    format!(
+                        "the branch ended at `{}`, a stage without outgoing edges, without joining at `{}`",
+                        node.id, join_node.id
+                    )
+                })))
             }
         }
     };

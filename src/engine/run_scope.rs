@@ -6,10 +6,11 @@ use std::sync::{Mutex, MutexGuard};
 
 use super::scheduler::{Engine, RunOptions, RunTimings};
 use crate::context::artifacts::ArtifactStore;
+use crate::event::{Event, SelectedEdge};
 use crate::events::EventLog;
 use crate::graph::Workflow;
 use crate::run_dir::journal;
-use crate::run_dir::RunDir;
+use crate::run_dir::{AssumedEdge, DryRunWalk, RunDir, WalkedEdge};
 
 /// What every line of a run shares; branches borrow it concurrently.
 pub(super) struct RunScope<'e> {
@@ -28,6 +29,33 @@ pub(super) struct RunScope<'e> {
     pub timings: Mutex<RunTimings>,
     /// The run's journal (`journal.jsonl`), appended to by the main line.
     pub journal: Mutex<journal::Writer>,
+    /// A dry run's walk over all lines: the edges taken, and those taken on an assumption.
+    pub walk: Mutex<Walk>,
+}
+
+/// The edges a run took (recorded in a dry run, to list those never taken) and the ones a dry run
+/// took on an assumption.
+#[derive(Debug, Default)]
+pub(super) struct Walk {
+    taken: BTreeSet<WalkedEdge>,
+    assumed: Vec<AssumedEdge>,
+}
+
+impl Walk {
+    /// The dry run's report: its assumptions, and the workflow's edges it never took.
+    pub fn report(&self, workflow: &Workflow) -> DryRunWalk {
+        let graph = workflow.graph();
+        let mut never_taken = Vec::new();
+        // Edge indices follow the file's order.
+        for edge in graph.edge_indices() {
+            let Some((from, to)) = graph.edge_endpoints(edge) else { continue };
+            let walked = WalkedEdge { from: graph[from].id.clone(), to: graph[to].id.clone() };
+            if !self.taken.contains(&walked) && !never_taken.contains(&walked) {
+                never_taken.push(walked);
+            }
+        }
+        DryRunWalk { assumed: self.assumed.clone(), never_taken }
+    }
 }
 
 /// Visit counters per node, and which changed since the journal last recorded them.
@@ -104,5 +132,24 @@ impl RunScope<'_> {
 
     pub fn timings(&self) -> MutexGuard<'_, RunTimings> {
         self.timings.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    pub fn walk(&self) -> MutexGuard<'_, Walk> {
+        self.walk.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Emits `edge.selected`; a dry run also records the edge as taken, and as assumed when a
+    /// dry-run rule chose it (`why` says which).
+    pub fn edge_selected(&self, mut edge: SelectedEdge, why: Option<String>) {
+        if self.options.dry_run {
+            let mut walk = self.walk();
+            walk.taken.insert(WalkedEdge { from: edge.from.clone(), to: edge.to.clone() });
+            if let Some(why) = &why {
+                let (from, to, reason) = (edge.from.clone(), edge.to.clone(), edge.reason.clone());
+                walk.assumed.push(AssumedEdge { from, to, reason, why: why.clone() });
+            }
+        }
+        edge.assumption = why;
+        self.events.run_event(Event::EdgeSelected(edge));
     }
 }

@@ -361,6 +361,7 @@ impl Engine {
             visits: Mutex::new(start.visits),
             timings: Mutex::default(),
             journal: Mutex::new(start.journal),
+            walk: Mutex::default(),
         };
         let main = Walker::main(Arc::new(scope), start.state, start.conversation, start.worktree, cancel);
         Run { main, manifest: start.manifest, started: Instant::now(), _lock: start.lock }
@@ -465,6 +466,7 @@ impl Run<'_> {
             stages: self.main.state.stages.clone(),
             run_dir: scope.run_dir.root().display().to_string(),
             usage: crate::run_dir::UsageTotals::of(&self.main.state.stages),
+            dry_run: scope.options.dry_run.then(|| scope.walk().report(scope.workflow)),
         };
         if let Err(error) = scope.run_dir.write_json("result.json", &result) {
             tracing::warn!(%error, "result.json not written");

@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 use super::conversation::{Conversation, RunFacts};
-use super::edge_selection::select_edge;
+use super::edge_selection::{assumed_edge, loop_exit, select_edge, SelectionReason};
 use super::line_worktree::LineWorktree;
 use super::retry::RetryPolicy;
 use super::run_scope::RunScope;
@@ -26,7 +26,7 @@ use crate::context::Context;
 use crate::event::{Event, SelectedEdge};
 use crate::events::now_rfc3339;
 use crate::fidelity::preamble::StageSummary;
-use crate::graph::{HandlerType, Node, Workflow};
+use crate::graph::{EdgeRef, HandlerType, Node, Workflow};
 use crate::outcome::{Outcome, Pause, PauseKind, StageStatus};
 use crate::run_dir::{Durability, RunStatus, StageRecord, StageStatusFile};
 use crate::stage::{Handler, HandlerError, StageRun};
@@ -177,7 +177,8 @@ impl<'e> Walker<'e> {
         let scope = Arc::clone(&self.scope);
         let workflow: &'e Workflow = scope.workflow;
         let node = workflow.node_at(index);
-        if node.handler_type() == HandlerType::Exit && self.is_main() {
+        // An exit with outcome=fail ends the run failed anyway: its goal gates are moot.
+        if node.handler_type() == HandlerType::Exit && !node.is_failing_exit() && self.is_main() {
             if let Some(step) = self.enforce_goal_gates(node) {
                 return step;
             }
@@ -270,7 +271,10 @@ impl<'e> Walker<'e> {
         }
         self.worktree.commit_stage(&scope.events, &scope.run_id, node, visit, outcome.status);
         if node.handler_type() == HandlerType::Exit {
-            return Step::Finish(RunStatus::Succeeded, None);
+            return match outcome.status {
+                StageStatus::Fail => Step::Finish(RunStatus::Failed, outcome.failure_reason.clone()),
+                _ => Step::Finish(RunStatus::Succeeded, None),
+            };
         }
         let step = self.next_step(index, &outcome);
         let next_id = match &step {
@@ -688,19 +692,24 @@ impl<'e> Walker<'e> {
             // A parallel stage's edges are its branches; it continues where they joined.
             if let Some(join) = workflow.join_of(index) {
                 let to = &workflow.node_at(join).id;
-                scope.events.run_event(Event::EdgeSelected(SelectedEdge::new(&node.id, to, "join")));
+                scope.edge_selected(SelectedEdge::new(&node.id, to, "join"), None);
                 return Step::Next(join);
             }
         }
         if node.handler_type() != HandlerType::Parallel {
-            if let Some((edge, reason)) =
-                select_edge(workflow, index, outcome, &self.state.context, Some(&scope.artifacts))
-            {
+            let mut selected =
+                select_edge(workflow, index, outcome, &self.state.context, Some(&scope.artifacts));
+            if scope.options.dry_run && selected.is_none() && outcome.status != StageStatus::Fail {
+                selected = assumed_edge(workflow, index, outcome);
+            }
+            if let Some((edge, reason)) = selected {
+                let (edge, reason, why) = self.dry_run_loop_exit(index, outcome, edge, reason);
                 let restart = edge.edge.attributes.boolean("loop_restart").unwrap_or(false);
-                scope.events.run_event(Event::EdgeSelected(SelectedEdge {
+                let chosen = SelectedEdge {
                     loop_restart: Some(restart),
                     ..SelectedEdge::new(&node.id, &edge.to.id, reason.as_str())
-                }));
+                };
+                scope.edge_selected(chosen, why);
                 self.entered_by = Some(edge.index);
                 let step = if restart { Step::Restart } else { Step::Next };
                 return workflow.index_of(&edge.to.id).map_or(Step::Finish(RunStatus::Failed, None), step);
@@ -708,15 +717,19 @@ impl<'e> Walker<'e> {
         }
         if outcome.status == StageStatus::Fail {
             if let Some(target) = workflow.failure_target(index) {
-                scope.events.run_event(Event::EdgeSelected(SelectedEdge::new(
-                    &node.id,
-                    target,
-                    "retry_target",
-                )));
+                scope.edge_selected(SelectedEdge::new(&node.id, target, "retry_target"), None);
                 return workflow.index_of(target).map_or(Step::Finish(RunStatus::Failed, None), Step::Next);
             }
             let reason = outcome.failure_reason.clone().unwrap_or_else(|| "no reason given".to_string());
             let id = &node.id;
+            if workflow.outgoing(index).is_empty() {
+                return Step::Finish(
+                    RunStatus::Failed,
+                    Some(format!(
+                        "stage `{id}` failed: {reason} (it has no outgoing edges, so the run ends there)"
+                    )),
+                );
+            }
             return Step::Finish(
                 RunStatus::Failed,
                 Some(format!(
@@ -724,6 +737,16 @@ impl<'e> Walker<'e> {
                      `fallback_retry_target` from `{id}`, so the run ends)"
                 )),
             );
+        }
+        // A stage without outgoing edges is a terminal (as in Fabro's own workflows): the run
+        // ends there with the stage's outcome, its goal gates checked as at an exit.
+        if workflow.outgoing(index).is_empty() {
+            if self.is_main() {
+                if let Some(step) = self.enforce_goal_gates(node) {
+                    return step;
+                }
+            }
+            return Step::Finish(RunStatus::Succeeded, None);
         }
         Step::Finish(
             RunStatus::Failed,
@@ -734,8 +757,45 @@ impl<'e> Walker<'e> {
         )
     }
 
-    /// At the exit node: every goal gate must have succeeded; otherwise jump to the first
-    /// unsatisfied gate's retry target, or fail the run.
+    /// A dry run walks as far as a real run could: when `edge` leads to a node whose next visit
+    /// its visit cap refuses, it leaves the loop by another edge, if one may run. Also says why a
+    /// dry-run rule chose the edge, for the run's summary.
+    fn dry_run_loop_exit(
+        &self,
+        from: NodeIndex,
+        outcome: &Outcome,
+        edge: EdgeRef<'e>,
+        reason: SelectionReason,
+    ) -> (EdgeRef<'e>, SelectionReason, Option<String>) {
+        let scope = &self.scope;
+        if !scope.options.dry_run {
+            return (edge, reason, None);
+        }
+        let workflow: &'e Workflow = scope.workflow;
+        let visits = |id: &str| scope.visits().counts().get(id).copied().unwrap_or(0);
+        let refused = |target: &Node| self.visit_limit_exceeded(target, visits(&target.id) + 1);
+        if let Some(refusal) = refused(edge.to) {
+            if let Some(exit) = loop_exit(workflow, from, outcome, visits, |e| refused(e.to).is_none()) {
+                return (exit, SelectionReason::DryRunLoopExit, Some(format!("{refusal}: left the loop")));
+            }
+        }
+        let why = match reason {
+            SelectionReason::DryRunOutcome => Some(format!(
+                "no condition held (a dry run sets no context); the edge tests outcome={}",
+                outcome.status
+            )),
+            SelectionReason::DryRunWeight => Some(
+                "no condition held (a dry run sets no context), and no edge tests this outcome: the best by \
+                 weight and id"
+                    .to_string(),
+            ),
+            _ => None,
+        };
+        (edge, reason, why)
+    }
+
+    /// At an exit node (or a stage without outgoing edges): every goal gate must have succeeded;
+    /// otherwise jump to the first unsatisfied gate's retry target, or fail the run.
     fn enforce_goal_gates(&mut self, exit: &Node) -> Option<Step> {
         let scope = Arc::clone(&self.scope);
         let workflow: &'e Workflow = scope.workflow;
@@ -753,11 +813,12 @@ impl<'e> Walker<'e> {
         match candidates.into_iter().flatten().map(str::trim).find_map(|t| workflow.index_of(t)) {
             Some(target) => {
                 let to = &workflow.node_at(target).id;
-                scope.events.run_event(Event::EdgeSelected(SelectedEdge {
+                let chosen = SelectedEdge {
                     gate: Some(gate.id.clone()),
                     gate_status: Some(status),
                     ..SelectedEdge::new(&exit.id, to, "goal_gate")
-                }));
+                };
+                scope.edge_selected(chosen, None);
                 Some(Step::Next(target))
             }
             None => Some(Step::Finish(

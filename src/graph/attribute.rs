@@ -81,6 +81,8 @@ pub const RETRY_POLICIES: &[&str] = super::settings::RetryPreset::NAMES;
 pub const JOIN_POLICIES: &[&str] = super::settings::JoinPolicy::NAMES;
 pub const ERROR_POLICIES: &[&str] = super::settings::ErrorPolicy::NAMES;
 pub const SANDBOXES: &[&str] = &["none", "bwrap"];
+/// The values of an exit node's `outcome`.
+pub const EXIT_OUTCOMES: &[&str] = &["success", "fail"];
 /// The values of a stage's `backend`.
 pub const BACKENDS: &[&str] = super::settings::Backend::NAMES;
 pub const COMPACTION_PRESETS: &[&str] = super::settings::CompactionPreset::NAMES;
@@ -259,6 +261,7 @@ pub static ATTRIBUTES: &[AttributeSpec] = &[
         "Exhausted retries end in partial_success instead of fail."
     ),
     spec!("max_visits", ValueType::Count, NODE, "How often this node may run in one run."),
+    spec!("outcome", ValueType::OneOf(EXIT_OUTCOMES), NODE, "On an exit node: fail ends the run failed (exit 1) when it reaches this exit; success (the default) ends it succeeded."),
     spec!(
         "join_policy",
         ValueType::OneOf(JOIN_POLICIES),

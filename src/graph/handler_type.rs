@@ -32,19 +32,20 @@ pub enum HandlerType<S> {
     Custom(S),
 }
 
-/// Built-in handler types: canonical name, accepted aliases, and the shape that implies it.
-const BUILT_INS: &[(HandlerType<&'static str>, &str, &[&str], &str)] = &[
-    (HandlerType::Start, "start", &[], "Mdiamond"),
-    (HandlerType::Exit, "exit", &[], "Msquare"),
-    (HandlerType::Agent, "agent", &["codergen"], "box"),
-    (HandlerType::Prompt, "prompt", &[], "tab"),
-    (HandlerType::Human, "human", &["wait.human"], "hexagon"),
-    (HandlerType::Conditional, "conditional", &[], "diamond"),
-    (HandlerType::Parallel, "parallel", &[], "component"),
-    (HandlerType::FanIn, "fan_in", &["parallel.fan_in"], "tripleoctagon"),
-    (HandlerType::Command, "command", &["tool", "script"], "parallelogram"),
-    (HandlerType::Wait, "wait", &[], "insulator"),
-    (HandlerType::Manager, "manager", &["stack.manager_loop"], "house"),
+/// Built-in handler types: canonical name, accepted aliases, and the shapes that imply it (the
+/// first is the one fabro writes; `doublecircle` is how kilroy draws an exit).
+const BUILT_INS: &[(HandlerType<&'static str>, &str, &[&str], &[&str])] = &[
+    (HandlerType::Start, "start", &[], &["Mdiamond"]),
+    (HandlerType::Exit, "exit", &[], &["Msquare", "doublecircle"]),
+    (HandlerType::Agent, "agent", &["codergen"], &["box"]),
+    (HandlerType::Prompt, "prompt", &[], &["tab"]),
+    (HandlerType::Human, "human", &["wait.human"], &["hexagon"]),
+    (HandlerType::Conditional, "conditional", &[], &["diamond"]),
+    (HandlerType::Parallel, "parallel", &[], &["component"]),
+    (HandlerType::FanIn, "fan_in", &["parallel.fan_in"], &["tripleoctagon"]),
+    (HandlerType::Command, "command", &["tool", "script"], &["parallelogram"]),
+    (HandlerType::Wait, "wait", &[], &["insulator"]),
+    (HandlerType::Manager, "manager", &["stack.manager_loop"], &["house"]),
 ];
 
 impl<'a> HandlerType<&'a str> {
@@ -58,7 +59,7 @@ impl<'a> HandlerType<&'a str> {
 
     /// The handler a Graphviz shape implies, if the shape has one.
     pub fn from_shape(shape: &str) -> Option<HandlerType<&'static str>> {
-        BUILT_INS.iter().find(|(.., s)| *s == shape).map(|(kind, ..)| *kind)
+        BUILT_INS.iter().find(|(.., shapes)| shapes.contains(&shape)).map(|(kind, ..)| *kind)
     }
 }
 
@@ -72,7 +73,7 @@ impl HandlerType<&'static str> {
 
     /// Every shape with a handler, for suggestions.
     pub fn known_shapes() -> impl Iterator<Item = &'static str> {
-        BUILT_INS.iter().map(|(.., shape)| *shape)
+        BUILT_INS.iter().flat_map(|(.., shapes)| shapes.iter().copied())
     }
 }
 
@@ -190,6 +191,7 @@ mod tests {
         assert_eq!(HandlerType::from_type_name("mine"), HandlerType::Custom("mine"));
         assert_eq!(HandlerType::from_shape("insulator"), Some(HandlerType::Wait));
         assert_eq!(HandlerType::from_shape("ellipse"), None);
+        assert_eq!(HandlerType::from_shape("doublecircle"), Some(HandlerType::Exit));
         assert_eq!(HandlerType::FanIn.name(), "fan_in");
     }
 

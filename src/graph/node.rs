@@ -67,6 +67,11 @@ impl Node {
     pub fn is_goal_gate(&self) -> bool {
         self.attributes.boolean("goal_gate").unwrap_or(false)
     }
+
+    /// An exit node with `outcome=fail`: reaching it ends the run failed, on purpose.
+    pub fn is_failing_exit(&self) -> bool {
+        self.handler_type() == HandlerType::Exit && self.attributes.text("outcome") == Some("fail")
+    }
 }
 
 #[derive(Debug, Clone)]

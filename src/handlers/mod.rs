@@ -17,9 +17,8 @@ pub use crate::stage::{Handler, HandlerError, HandlerRegistry, Services, StageRu
 /// The built-in handlers. (Parallel fan-out needs none: the engine runs the branches itself.)
 pub fn builtin_handlers() -> HandlerRegistry {
     let mut registry = HandlerRegistry::new();
-    let pass_through: Arc<dyn Handler> = Arc::new(pass_through::PassThrough);
-    registry.register("start", pass_through.clone());
-    registry.register("exit", pass_through);
+    registry.register("start", Arc::new(pass_through::PassThrough));
+    registry.register("exit", Arc::new(pass_through::Exit));
     registry.register("conditional", Arc::new(pass_through::Conditional));
     registry.register("command", Arc::new(command::CommandHandler));
     registry.register("wait", Arc::new(wait::WaitHandler));

@@ -1,5 +1,5 @@
 //! Start and exit stages do nothing and succeed (goal gates are checked by the scheduler before
-//! the exit stage). A conditional stage does nothing either, but passes the outcome and preferred
+//! the exit stage), except an exit with `outcome=fail`, which ends the run failed on purpose. A conditional stage does nothing either, but passes the outcome and preferred
 //! label of the stage before it through, so its edges can route on them
 //! (`validate -> gate; gate -> fix [condition="outcome=fail"]`).
 
@@ -12,6 +12,25 @@ pub struct PassThrough;
 impl Handler for PassThrough {
     async fn run(&self, _stage: &StageRun<'_>) -> Result<Outcome, HandlerError> {
         Ok(Outcome::success())
+    }
+
+    fn keeps_stage_files(&self) -> bool {
+        false
+    }
+}
+
+/// An exit node: the run ends here, succeeded unless the node says `outcome=fail` (kilroy's
+/// `fail_exit`).
+pub struct Exit;
+
+#[async_trait::async_trait]
+impl Handler for Exit {
+    async fn run(&self, stage: &StageRun<'_>) -> Result<Outcome, HandlerError> {
+        Ok(if stage.node.is_failing_exit() {
+            Outcome::fail(format!("the run reached `{}`, an exit node with outcome=fail", stage.node.id))
+        } else {
+            Outcome::success()
+        })
     }
 
     fn keeps_stage_files(&self) -> bool {

@@ -169,6 +169,7 @@ mod tests {
             stages: vec![],
             run_dir: "run".into(),
             usage: None,
+            dry_run: None,
         };
         let line = |status, pause| {
             let text = render(&result(status), pause, "w", "run");

@@ -298,6 +298,7 @@ fn resumable_result(
         completed_nodes: checkpoint.completed_nodes.clone(),
         duration_ms: stages.iter().map(|stage| stage.duration_ms).sum(),
         usage: super::UsageTotals::of(&stages),
+        dry_run: None,
         stages,
         run_dir: root.display().to_string(),
     }

@@ -277,6 +277,36 @@ pub struct RunResult {
     /// Tokens and estimated cost of all LLM stages.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<UsageTotals>,
+    /// A dry run's walk: the edges it assumed where a real run decides, and those never taken.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dry_run: Option<DryRunWalk>,
+}
+
+/// What a dry run assumed where a real run would decide (no condition held because simulated
+/// stages set no context, or a loop reached the dry-run visit cap), and the workflow's edges it
+/// never took, in the order the file declares them.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct DryRunWalk {
+    pub assumed: Vec<AssumedEdge>,
+    pub never_taken: Vec<WalkedEdge>,
+}
+
+/// An edge a dry run took on an assumption, and which.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct AssumedEdge {
+    pub from: String,
+    pub to: String,
+    /// `dry_run_outcome`, `dry_run_weight` or `dry_run_loop_exit`, as in its `edge.selected` event.
+    pub reason: String,
+    /// The sentence that says why.
+    pub why: String,
+}
+
+/// An edge of the workflow, by its ends.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+pub struct WalkedEdge {
+    pub from: String,
+    pub to: String,
 }
 
 /// `stages/<node>/<visit>/status.json`: the stage's outcome plus how it ran.

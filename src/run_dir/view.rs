@@ -281,6 +281,7 @@ mod tests {
             ],
             run_dir: "x".into(),
             usage: None,
+            dry_run: None,
         };
         write_json_file(&temp.path().join("result.json"), &result).unwrap();
         let checkpoint = Checkpoint {

@@ -53,11 +53,13 @@ pub fn builtin_rules_with_children(
     custom_types: Vec<String>,
     child_failures: Vec<(String, Arc<ChildWorkflowError>)>,
 ) -> Vec<Box<dyn Rule>> {
-    let table: [(&'static str, Check); 30] = [
+    let table: [(&'static str, Check); 32] = [
         ("start_node", structure::start_node),
         ("terminal_node", structure::terminal_node),
         ("start_no_incoming", structure::start_no_incoming),
         ("exit_no_outgoing", structure::exit_no_outgoing),
+        ("exit_outcome", structure::exit_outcome),
+        ("dead_end", structure::dead_end),
         ("reachability", structure::reachability),
         ("edge_target_exists", structure::edge_target_exists),
         ("node_id_syntax", structure::node_id_syntax),

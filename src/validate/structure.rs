@@ -1,4 +1,4 @@
-//! Structure rules: one start, one exit, entry and exit edges, reachability, node ids.
+//! Structure rules: one start, at least one exit, entry and exit edges, reachability, node ids.
 
 use std::collections::VecDeque;
 
@@ -13,14 +13,37 @@ pub fn start_node(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
     exactly_one(workflow, out, "start_node", HandlerType::Start, "start", "start [shape=Mdiamond]");
 }
 
+/// At least one exit: reaching any of them ends the run (kilroy's `success_exit` and `fail_exit`).
 pub fn terminal_node(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
-    exactly_one(workflow, out, "terminal_node", HandlerType::Exit, "exit", "exit [shape=Msquare]");
+    if nodes_of(workflow, HandlerType::Exit).is_empty() {
+        out.push(missing(workflow, "terminal_node", "exit", "exit [shape=Msquare]"));
+    }
 }
 
 /// `an agent`, `a command`.
 fn with_article(word: &str) -> String {
     let article = if word.starts_with(['a', 'e', 'i', 'o', 'u']) { "an" } else { "a" };
     format!("{article} {word}")
+}
+
+/// The workflow has no `what` node. A node named like it but given another shape or type is the
+/// usual cause.
+fn missing(workflow: &Workflow, rule: &str, what: &str, example: &str) -> Diagnostic {
+    match workflow.node(what) {
+        Some(named) => Diagnostic::error(
+            rule,
+            format!(
+                "the workflow has no {what} node: the node `{what}` runs as {} stage, because an explicit \
+                 shape or type decides a node's kind (only a node without one is the {what} by its id)",
+                with_article(&named.handler_type().to_string())
+            ),
+        )
+        .node(&named.id)
+        .span(named.span)
+        .fix(format!("give it the {what} shape: `{example}` (or drop its shape and type)")),
+        None => Diagnostic::error(rule, format!("the workflow has no {what} node"))
+            .fix(format!("add `{example}` (a node with id `{what}` also counts)")),
+    }
 }
 
 fn exactly_one(
@@ -33,22 +56,7 @@ fn exactly_one(
 ) {
     let nodes = nodes_of(workflow, kind);
     match nodes.as_slice() {
-        // A node named like the missing one but given another shape or type is the usual cause.
-        [] => out.push(match workflow.node(what) {
-            Some(named) => Diagnostic::error(
-                rule,
-                format!(
-                    "the workflow has no {what} node: the node `{what}` runs as {} stage, because an explicit \
-                     shape or type decides a node's kind (only a node without one is the {what} by its id)",
-                    with_article(&named.handler_type().to_string())
-                ),
-            )
-            .node(&named.id)
-            .span(named.span)
-            .fix(format!("give it the {what} shape: `{example}` (or drop its shape and type)")),
-            None => Diagnostic::error(rule, format!("the workflow has no {what} node"))
-                .fix(format!("add `{example}` (a node with id `{what}` also counts)")),
-        }),
+        [] => out.push(missing(workflow, rule, what, example)),
         [_] => {}
         [first, rest @ ..] => {
             for node in rest {
@@ -100,6 +108,55 @@ pub fn exit_no_outgoing(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
                 .fix("remove the edge: the run ends at the exit node"),
             );
         }
+    }
+}
+
+/// A stage without outgoing edges ends the run with its own outcome (Fabro's workflows write
+/// such terminals on purpose); an edge to an exit says so explicitly.
+pub fn dead_end(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
+    let graph = workflow.graph();
+    for index in graph.node_indices() {
+        let node = &graph[index];
+        // Exits end runs; a parallel stage or a human gate without edges is an error of its own.
+        let other_rule =
+            matches!(node.handler_type(), HandlerType::Exit | HandlerType::Parallel | HandlerType::Human);
+        if other_rule || !workflow.outgoing(index).is_empty() || workflow.incoming(index).is_empty() {
+            continue;
+        }
+        let exit = nodes_of(workflow, HandlerType::Exit).first().map_or("exit", |exit| exit.id.as_str());
+        out.push(
+            Diagnostic::warning(
+                "dead_end",
+                format!(
+                    "`{}` has no outgoing edges: the run ends there, succeeded unless the stage fails",
+                    node.id
+                ),
+            )
+            .node(&node.id)
+            .span(node.span)
+            .fix(format!("add `{} -> {exit}` to end the run at an exit explicitly", node.id)),
+        );
+    }
+}
+
+/// `outcome` means something on an exit node only.
+pub fn exit_outcome(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
+    for node in workflow.nodes().filter(|node| node.handler_type() != HandlerType::Exit) {
+        let Some(attr) = node.attributes.get("outcome").filter(|attr| !attr.inherited) else { continue };
+        out.push(
+            Diagnostic::warning(
+                "exit_outcome",
+                format!(
+                    "`outcome={}` on {} stage `{}` has no effect: only an exit node takes an outcome",
+                    attr.value,
+                    with_article(&node.handler_type().to_string()),
+                    node.id
+                ),
+            )
+            .node(&node.id)
+            .span(attr.span)
+            .fix("remove it, or make the node an exit (`shape=Msquare`) that ends the run with that outcome"),
+        );
     }
 }
 
