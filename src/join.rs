@@ -42,7 +42,8 @@ impl BranchStatus {
     /// The branch status of a branch whose last stage ended with `status`.
     pub fn of(status: StageStatus) -> BranchStatus {
         match status {
-            StageStatus::Success | StageStatus::Skipped => BranchStatus::Success,
+            // A custom outcome ended the branch without failing it.
+            StageStatus::Success | StageStatus::Skipped | StageStatus::Custom(_) => BranchStatus::Success,
             StageStatus::PartialSuccess => BranchStatus::PartialSuccess,
             StageStatus::Retry => BranchStatus::Retry,
             StageStatus::Fail => BranchStatus::Fail,

@@ -41,17 +41,20 @@ impl fmt::Display for Pause {
 }
 
 /// How a stage ended. Conditions compare against it as `outcome=...`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum StageStatus {
     Success,
     PartialSuccess,
     Retry,
     Fail,
     Skipped,
+    /// An outcome a workflow names for its own routing (kilroy's `needs_dod`): not a failure,
+    /// and not a success that satisfies a goal gate.
+    Custom(CustomOutcome),
 }
 
 impl StageStatus {
+    /// The built-in statuses.
     pub const ALL: [StageStatus; 5] = [
         StageStatus::Success,
         StageStatus::PartialSuccess,
@@ -68,12 +71,26 @@ impl StageStatus {
             StageStatus::Retry => "retry",
             StageStatus::Fail => "fail",
             StageStatus::Skipped => "skipped",
+            StageStatus::Custom(custom) => custom.as_str(),
         }
     }
 
     /// True for the statuses that satisfy a goal gate.
     pub fn is_successful(self) -> bool {
         matches!(self, StageStatus::Success | StageStatus::PartialSuccess)
+    }
+
+    /// The built-in status a spelling names (`fail`, `failed`, `failure`, ... in any case).
+    fn built_in(text: &str) -> Option<StageStatus> {
+        let known = |lower: &str| match lower {
+            "success" | "succeeded" => Some(StageStatus::Success),
+            "partial_success" | "partially_succeeded" => Some(StageStatus::PartialSuccess),
+            "retry" => Some(StageStatus::Retry),
+            "fail" | "failed" | "failure" => Some(StageStatus::Fail),
+            "skipped" | "skip" => Some(StageStatus::Skipped),
+            _ => None,
+        };
+        known(text).or_else(|| known(&text.to_ascii_lowercase()))
     }
 }
 
@@ -83,24 +100,118 @@ impl fmt::Display for StageStatus {
     }
 }
 
-/// The spelling was not one of the accepted status names.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown outcome `{0}`; expected success, partial_success, retry, fail or skipped")]
+/// Spellings of the built-in statuses, for "did you mean".
+const STATUS_SPELLINGS: [&str; 10] = [
+    "success",
+    "partial_success",
+    "retry",
+    "fail",
+    "skipped",
+    "succeeded",
+    "partially_succeeded",
+    "failed",
+    "failure",
+    "skip",
+];
+
+/// The built-in status spelling `text` is a near miss of (`sucess`: `success`), if any: one edit
+/// away, or two for a long word (`ready` is not a typo of `retry`).
+pub fn closest_status_spelling(text: &str) -> Option<&'static str> {
+    let lowered = text.to_ascii_lowercase();
+    let near = |distance: usize| distance == 1 || (distance == 2 && lowered.len() >= 8);
+    STATUS_SPELLINGS
+        .iter()
+        .map(|spelling| (strsim::levenshtein(&lowered, spelling), *spelling))
+        .min_by_key(|(distance, _)| *distance)
+        .filter(|(distance, _)| near(*distance))
+        .map(|(_, spelling)| spelling)
+}
+
+/// The name of a custom outcome: a lower-case identifier (letters, digits and `_`, starting with
+/// a letter) of at most [`CustomOutcome::MAX_LEN`] bytes that is not a near miss of a built-in
+/// spelling (`sucess` is a typo, not an outcome). Names are interned, so a
+/// [`StageStatus`] stays `Copy`; a run meets a handful of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct CustomOutcome(&'static str);
+
+impl CustomOutcome {
+    pub const MAX_LEN: usize = 64;
+    /// Distinct names one process interns at most; beyond, a new name is refused.
+    const MAX_NAMES: usize = 4096;
+
+    /// The outcome named `text` (lower-cased), or `None` when `text` is not such a name.
+    pub fn new(text: &str) -> Option<CustomOutcome> {
+        let name = text.trim().to_ascii_lowercase();
+        let mut chars = name.chars();
+        let well_formed = name.len() <= Self::MAX_LEN
+            && chars.next().is_some_and(|first| first.is_ascii_lowercase())
+            && chars.all(|ch| ch.is_ascii_lowercase() || ch.is_ascii_digit() || ch == '_');
+        if !well_formed || closest_status_spelling(&name).is_some() {
+            return None;
+        }
+        static NAMES: std::sync::LazyLock<std::sync::Mutex<std::collections::HashSet<&'static str>>> =
+            std::sync::LazyLock::new(Default::default);
+        let mut names = NAMES.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(known) = names.get(name.as_str()) {
+            return Some(CustomOutcome(known));
+        }
+        if names.len() >= Self::MAX_NAMES {
+            return None;
+        }
+        let interned: &'static str = Box::leak(name.into_boxed_str());
+        names.insert(interned);
+        Some(CustomOutcome(interned))
+    }
+
+    pub fn as_str(self) -> &'static str {
+        self.0
+    }
+}
+
+/// The spelling was neither a built-in status nor a custom outcome name.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UnknownStatus(pub String);
+
+impl fmt::Display for UnknownStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "unknown outcome `{}`", self.0)?;
+        if let Some(meant) = closest_status_spelling(self.0.trim()) {
+            write!(f, " (did you mean `{meant}`?)")?;
+        }
+        f.write_str(
+            "; expected success, partial_success, retry, fail, skipped or a custom outcome (a lower-case name \
+             of letters, digits and _)",
+        )
+    }
+}
+
+impl std::error::Error for UnknownStatus {}
 
 impl FromStr for StageStatus {
     type Err = UnknownStatus;
 
-    /// Accepts both the Attractor and the Fabro spellings (`fail`/`failed`, ...), case-insensitively.
+    /// Accepts both the Attractor and the Fabro spellings (`fail`/`failed`, ...),
+    /// case-insensitively, and any other well-formed name as a custom outcome.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "success" | "succeeded" => Ok(StageStatus::Success),
-            "partial_success" | "partially_succeeded" => Ok(StageStatus::PartialSuccess),
-            "retry" => Ok(StageStatus::Retry),
-            "fail" | "failed" | "failure" => Ok(StageStatus::Fail),
-            "skipped" | "skip" => Ok(StageStatus::Skipped),
-            _ => Err(UnknownStatus(s.to_string())),
-        }
+        let text = s.trim();
+        StageStatus::built_in(text)
+            .or_else(|| CustomOutcome::new(text).map(StageStatus::Custom))
+            .ok_or_else(|| UnknownStatus(s.to_string()))
+    }
+}
+
+/// Written by its canonical spelling.
+impl serde::Serialize for StageStatus {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+/// Read from any accepted spelling.
+impl<'de> serde::Deserialize<'de> for StageStatus {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = <std::borrow::Cow<'de, str> as serde::Deserialize>::deserialize(deserializer)?;
+        text.parse().map_err(serde::de::Error::custom)
     }
 }
 
@@ -113,9 +224,22 @@ mod tests {
         assert_eq!("succeeded".parse(), Ok(StageStatus::Success));
         assert_eq!("FAILED".parse(), Ok(StageStatus::Fail));
         assert_eq!("partially_succeeded".parse(), Ok(StageStatus::PartialSuccess));
-        assert!("sucess".parse::<StageStatus>().is_err());
         for status in StageStatus::ALL {
             assert_eq!(status.as_str().parse(), Ok(status));
+        }
+    }
+
+    #[test]
+    fn other_names_are_custom_outcomes_and_nonsense_is_refused() {
+        let needs_dod: StageStatus = "Needs_DoD".parse().unwrap();
+        assert_eq!(needs_dod.as_str(), "needs_dod");
+        assert_eq!("needs_dod".parse(), Ok(needs_dod));
+        assert_eq!("ready".parse::<StageStatus>().map(|status| status.as_str()), Ok("ready"));
+        assert!(!needs_dod.is_successful());
+        assert_eq!(serde_json::to_value(needs_dod).unwrap(), "needs_dod");
+        assert_eq!(serde_json::from_value::<StageStatus>("needs_dod".into()).unwrap(), needs_dod);
+        for nonsense in ["", "2fast", "needs dod", "ça", "sucess", "partial_sucess", &"x".repeat(65)] {
+            assert!(nonsense.parse::<StageStatus>().is_err(), "{nonsense}");
         }
     }
 }
@@ -230,6 +354,8 @@ mod outcome_tests {
         assert_eq!(attractor.context_updates["a"], 1);
         let written = serde_json::to_value(Outcome::success()).unwrap();
         assert_eq!(written, serde_json::json!({"outcome": "success"}));
-        assert!(serde_json::from_str::<Outcome>(r#"{"outcome":"great"}"#).is_err());
+        let custom: Outcome = serde_json::from_str(r#"{"outcome":"needs_dod"}"#).unwrap();
+        assert_eq!(custom.status.as_str(), "needs_dod");
+        assert!(serde_json::from_str::<Outcome>(r#"{"outcome":"not good"}"#).is_err());
     }
 }

@@ -200,3 +200,39 @@ fn a_dry_run_follows_the_outcome_clause_leaves_capped_loops_and_lists_edges_neve
         serde_json::from_str(&std::fs::read_to_string(dir.path().join("real/result.json")).unwrap()).unwrap();
     assert!(ended.get("dry_run").is_none());
 }
+
+#[test]
+fn custom_outcomes_from_status_files_and_responses_route_the_run() {
+    let file = repo_root().join("tests/fixtures/dialects/custom_outcomes.dot").display().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("responses.json"), r#"{"plan": "{\"outcome\": \"ready\"}"}"#).unwrap();
+    let ran =
+        fabro_in(dir.path(), &["run", &file, "-q", "--responses", "responses.json", "--run-dir", "run"]);
+    assert_eq!(ran.status.code(), Some(0), "{}", String::from_utf8_lossy(&ran.stderr));
+    let ended = result(dir.path());
+    assert_eq!(stages(&ended), ["start", "check_dod", "define_dod", "check_dod", "plan", "done"]);
+    let outcomes: Vec<&str> =
+        ended["stages"].as_array().unwrap().iter().map(|s| s["status"].as_str().unwrap()).collect();
+    assert_eq!(outcomes, ["success", "needs_dod", "success", "has_dod", "ready", "success"]);
+    let status: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("run/stages/check_dod/1/status.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(status["outcome"], "needs_dod");
+
+    // A custom outcome tested where no stage can report one: a warning.
+    let text = std::fs::read_to_string(&file)
+        .unwrap()
+        .replace("start -> check_dod", "start -> check_dod [condition=\"outcome=needs_dod\"]");
+    std::fs::write(dir.path().join("never.dot"), text).unwrap();
+    let validated = fabro_in(dir.path(), &["validate", "never.dot"]);
+    let report = String::from_utf8_lossy(&validated.stdout);
+    assert_eq!(validated.status.code(), Some(0), "{report}");
+    assert!(report.contains("warning[custom_outcome]"), "{report}");
+    assert!(
+        report.contains(
+            "`outcome=needs_dod` can never hold: start stage `start` never ends with a custom outcome"
+        ),
+        "{report}"
+    );
+}

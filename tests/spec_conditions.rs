@@ -328,8 +328,8 @@ fn both_outcome_spellings() {
     assert_eq!(error.offset, 8);
     assert_eq!(
         error.message,
-        "unknown outcome `sucess`; expected success, partial_success, retry, fail or skipped (did you mean \
-         `success`?)"
+        "unknown outcome `sucess` (did you mean `success`?); expected success, partial_success, retry, fail, \
+         skipped or a custom outcome (a lower-case name of letters, digits and _)"
     );
 }
 

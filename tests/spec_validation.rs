@@ -312,8 +312,9 @@ fn condition_expressions_parse_without_errors() {
     assert_eq!(first.edge, edge("gate", "exit"));
     assert_eq!(
         first.message,
-        "invalid condition: unknown outcome `sucess`; expected success, partial_success, retry, fail or \
-         skipped (did you mean `success`?) (column 9 of the condition)"
+        "invalid condition: unknown outcome `sucess` (did you mean `success`?); expected success, \
+         partial_success, retry, fail, skipped or a custom outcome (a lower-case name of letters, digits and _) \
+         (column 9 of the condition)"
     );
     // `s` of `sucess`: the condition starts at column 30 of line 6
     assert_eq!(position(&checked, first), Some((6, 38)));

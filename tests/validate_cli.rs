@@ -263,8 +263,9 @@ fn edge_errors_name_the_edge() {
     let ran = validate(NODE_AND_EDGE_ERRORS, 2);
     assert_diagnostic(
         &ran.stdout(),
-        "error[condition_syntax] workflow.dot:5:37 edge start -> plan: invalid condition: unknown outcome `sucess`; \
-         expected success, partial_success, retry, fail or skipped (did you mean `success`?) (column 9 of the condition)",
+        "error[condition_syntax] workflow.dot:5:37 edge start -> plan: invalid condition: unknown outcome `sucess` \
+         (did you mean `success`?); expected success, partial_success, retry, fail, skipped or a custom outcome \
+         (a lower-case name of letters, digits and _) (column 9 of the condition)",
         Some((5, 37, "sucess")),
         Some("conditions look like `outcome=success`, `context.tests_passed=true && preferred_label!=Skip`"),
     );
@@ -726,13 +727,14 @@ fn non_ascii_text_before_the_error_counts_characters_not_bytes() {
     assert_diagnostic(&output, first, Some((2, 28, ";")), None);
     assert_position(&diagnostics(&validate_json(source, 2))[0], 2, 28);
 
-    let source = "digraph G {\n  start [shape=Mdiamond, label=\"Début\"]\n  exit [shape=Msquare]\n  start -> exit [label=\"é\", condition=\"context.x contains 'é😀' && outcome=bad\"]\n  start -> exit\n}\n";
+    let source = "digraph G {\n  start [shape=Mdiamond, label=\"Début\"]\n  exit [shape=Msquare]\n  start -> exit [label=\"é\", condition=\"context.x contains 'é😀' && outcome=sucess\"]\n  start -> exit\n}\n";
     let ran = validate(source, 2);
     assert_diagnostic(
         &ran.stdout(),
-        "error[condition_syntax] workflow.dot:4:75 edge start -> exit: invalid condition: unknown outcome `bad`; \
-         expected success, partial_success, retry, fail or skipped (column 40 of the condition)",
-        Some((4, 75, "bad")),
+        "error[condition_syntax] workflow.dot:4:75 edge start -> exit: invalid condition: unknown outcome `sucess` \
+         (did you mean `success`?); expected success, partial_success, retry, fail, skipped or a custom outcome \
+         (a lower-case name of letters, digits and _) (column 40 of the condition)",
+        Some((4, 75, "sucess")),
         Some("conditions look like `outcome=success`, `context.tests_passed=true && preferred_label!=Skip`"),
     );
 }

@@ -611,20 +611,6 @@ fn unescape(raw: &str, start: usize) -> Result<Cow<'_, str>, ConditionError> {
     Ok(Cow::Owned(text))
 }
 
-/// Spellings [`StageStatus::from_str`] accepts, for "did you mean".
-const STATUS_SPELLINGS: [&str; 10] = [
-    "success",
-    "partial_success",
-    "retry",
-    "fail",
-    "skipped",
-    "succeeded",
-    "partially_succeeded",
-    "failed",
-    "failure",
-    "skip",
-];
-
 fn parse_status(text: &str, offset: usize) -> Result<StageStatus, ConditionError> {
     // The usual lower-case spellings without the allocation `from_str` makes to lower-case.
     let known = match text {
@@ -639,20 +625,16 @@ fn parse_status(text: &str, offset: usize) -> Result<StageStatus, ConditionError
         return Ok(status);
     }
     if text.is_empty() {
-        let message = "expected an outcome (success, partial_success, retry, fail or skipped), \
-                       found an empty value";
+        let message = "expected an outcome (success, partial_success, retry, fail, skipped or a custom \
+                       outcome), found an empty value";
         return Err(ConditionError::new(offset, message));
     }
-    let lowered = text.to_ascii_lowercase();
-    let suggestion = STATUS_SPELLINGS
-        .iter()
-        .map(|spelling| (strsim::levenshtein(&lowered, spelling), spelling))
-        .min_by_key(|(distance, _)| *distance)
-        .filter(|(distance, _)| *distance <= 2)
-        .map(|(_, spelling)| format!(" (did you mean `{spelling}`?)"))
+    let suggestion = crate::outcome::closest_status_spelling(text)
+        .map(|spelling| format!(" (did you mean `{spelling}`?)"))
         .unwrap_or_default();
     let message = format!(
-        "unknown outcome `{text}`; expected success, partial_success, retry, fail or skipped{suggestion}"
+        "unknown outcome `{text}`{suggestion}; expected success, partial_success, retry, fail, skipped or a \
+         custom outcome (a lower-case name of letters, digits and _)"
     );
     Err(ConditionError::new(offset, message))
 }

@@ -126,8 +126,9 @@ pub fn assumed_edge<'w>(
 }
 
 /// A dry run's way out of a loop: among the edges from `from` whose target may still run
-/// (`may_run`) and whose conditions do not test another outcome, the one into the least visited
-/// target, then the best by weight and id.
+/// (`may_run`), preferring those whose conditions do not test another outcome (a stage could
+/// report any custom outcome), the one into the least visited target, then the best by weight
+/// and id.
 pub fn loop_exit<'w>(
     workflow: &'w Workflow,
     from: NodeIndex,
@@ -135,11 +136,13 @@ pub fn loop_exit<'w>(
     visits: impl Fn(&str) -> u32,
     may_run: impl Fn(&EdgeRef<'w>) -> bool,
 ) -> Option<EdgeRef<'w>> {
-    workflow
-        .outgoing(from)
-        .into_iter()
-        .filter(|e| allows_outcome(e, outcome.status) && may_run(e))
-        .min_by(|a, b| visits(&a.to.id).cmp(&visits(&b.to.id)).then_with(|| rank(a, b)))
+    workflow.outgoing(from).into_iter().filter(|e| may_run(e)).min_by(|a, b| {
+        let contradicts = |e: &EdgeRef<'_>| !allows_outcome(e, outcome.status);
+        contradicts(a)
+            .cmp(&contradicts(b))
+            .then_with(|| visits(&a.to.id).cmp(&visits(&b.to.id)))
+            .then_with(|| rank(a, b))
+    })
 }
 
 #[cfg(test)]

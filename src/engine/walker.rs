@@ -774,8 +774,14 @@ impl<'e> Walker<'e> {
         let workflow: &'e Workflow = scope.workflow;
         let visits = |id: &str| scope.visits().counts().get(id).copied().unwrap_or(0);
         let refused = |target: &Node| self.visit_limit_exceeded(target, visits(&target.id) + 1);
-        if let Some(refusal) = refused(edge.to) {
-            if let Some(exit) = loop_exit(workflow, from, outcome, visits, |e| refused(e.to).is_none()) {
+        // The loop is closed when the edge's target may not run again, or when this node may not
+        // and the edge leads back to a node the run has been to (the way back would be refused).
+        let here = workflow.node_at(from);
+        let closed = refused(edge.to).or_else(|| refused(here).filter(|_| visits(&edge.to.id) > 0));
+        if let Some(refusal) = closed {
+            let exit = loop_exit(workflow, from, outcome, visits, |e| refused(e.to).is_none())
+                .filter(|exit| visits(&exit.to.id) < visits(&edge.to.id) || refused(edge.to).is_some());
+            if let Some(exit) = exit {
                 return (exit, SelectionReason::DryRunLoopExit, Some(format!("{refusal}: left the loop")));
             }
         }

@@ -668,11 +668,15 @@ Done."#;
     }
 
     #[tokio::test]
-    async fn unknown_outcomes_fail_the_stage_clearly() {
-        let outcome = run_with_response(r#"{"outcome": "great"}"#).await;
+    async fn custom_outcomes_route_and_malformed_ones_fail_the_stage_clearly() {
+        let outcome = run_with_response(r#"{"outcome": "needs_dod"}"#).await;
+        assert_eq!(outcome.status.as_str(), "needs_dod");
+        assert_eq!(outcome.failure_reason, None);
+
+        let outcome = run_with_response(r#"{"outcome": "pretty great"}"#).await;
         assert_eq!(outcome.status, StageStatus::Fail);
         let reason = outcome.failure_reason.unwrap();
-        assert!(reason.contains("unknown outcome `great`"), "{reason}");
+        assert!(reason.contains("unknown outcome `pretty great`"), "{reason}");
         assert_eq!(outcome.context_updates["last_stage"], "plan");
 
         let outcome = run_with_response(r#"{"outcome": 3}"#).await;

@@ -175,7 +175,10 @@ impl Overlay {
             return NodeState::Active;
         }
         match self.outcomes.get(id) {
-            Some(StageStatus::Success | StageStatus::PartialSuccess) => NodeState::Succeeded,
+            // A custom outcome (kilroy's `needs_dod`) ended the stage without failing it.
+            Some(StageStatus::Success | StageStatus::PartialSuccess | StageStatus::Custom(_)) => {
+                NodeState::Succeeded
+            }
             Some(StageStatus::Fail) => NodeState::Failed,
             Some(StageStatus::Retry) => NodeState::Retry,
             Some(StageStatus::Skipped) => NodeState::Skipped,

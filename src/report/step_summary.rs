@@ -113,6 +113,7 @@ fn stage_icon(status: StageStatus) -> &'static str {
         StageStatus::Retry => "🔁",
         StageStatus::Fail => "❌",
         StageStatus::Skipped => "⏭️",
+        StageStatus::Custom(_) => "🔀",
     }
 }
 

@@ -53,7 +53,7 @@ pub fn builtin_rules_with_children(
     custom_types: Vec<String>,
     child_failures: Vec<(String, Arc<ChildWorkflowError>)>,
 ) -> Vec<Box<dyn Rule>> {
-    let table: [(&'static str, Check); 32] = [
+    let table: [(&'static str, Check); 33] = [
         ("start_node", structure::start_node),
         ("terminal_node", structure::terminal_node),
         ("start_no_incoming", structure::start_no_incoming),
@@ -70,6 +70,7 @@ pub fn builtin_rules_with_children(
         ("stylesheet_syntax", attributes::stylesheet_syntax),
         ("condition_syntax", routing::condition_syntax),
         ("condition_key_typo", routing::condition_key_typo),
+        ("custom_outcome", routing::custom_outcome),
         ("unquoted_value", structure::unquoted_value),
         ("all_conditional_edges", routing::all_conditional_edges),
         ("retry_target_exists", routing::retry_target_exists),

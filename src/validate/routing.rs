@@ -22,6 +22,45 @@ pub fn condition_syntax(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
     }
 }
 
+/// `outcome=needs_dod`: a custom outcome (kilroy) that only a stage reporting it produces. An edge
+/// out of a stage that never reports custom outcomes (start, human gate, wait, parallel) can never
+/// be taken that way. (A near miss of a built-in outcome, `sucess`, is a condition syntax error.)
+pub fn custom_outcome(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
+    for edge in workflow.edges() {
+        let Some(condition) = edge.edge.condition() else { continue };
+        let span = edge.edge.attributes.get("condition").map_or(edge.edge.span, |attr| attr.span);
+        let from = &edge.from;
+        let never_custom = matches!(
+            from.handler_type(),
+            HandlerType::Start
+                | HandlerType::Exit
+                | HandlerType::Human
+                | HandlerType::Wait
+                | HandlerType::Parallel
+        );
+        if !never_custom {
+            continue;
+        }
+        for status in condition.tested_outcomes() {
+            let StageStatus::Custom(custom) = status else { continue };
+            out.push(
+                Diagnostic::warning(
+                    "custom_outcome",
+                    format!(
+                        "`outcome={}` can never hold: {} stage `{}` never ends with a custom outcome",
+                        custom.as_str(),
+                        from.handler_type(),
+                        from.id
+                    ),
+                )
+                .fix("route on success or fail; custom outcomes come from agent, prompt and command stages")
+                .edge(&from.id, &edge.to.id)
+                .span(span),
+            );
+        }
+    }
+}
+
 /// A condition key that is a near miss of `outcome` or `preferred_label` (`outcom=success`)
 /// reads a context key that is never set, so the edge would silently never match.
 pub fn condition_key_typo(workflow: &Workflow, out: &mut Vec<Diagnostic>) {

@@ -96,15 +96,17 @@ pub(super) fn render(facts: &PreambleFacts<'_>, level: Level) -> String {
 
 /// `Completed stages: 5 (success 3, fail 1, skipped 1)`
 fn push_counts(out: &mut String, stages: &[StageSummary]) {
-    let mut counts = [0usize; StageStatus::ALL.len()];
+    // Built-in statuses first, then custom outcomes in the order they came.
+    let mut counts: Vec<(StageStatus, usize)> = StageStatus::ALL.iter().map(|status| (*status, 0)).collect();
     for stage in stages {
-        if let Some(index) = StageStatus::ALL.iter().position(|s| *s == stage.status) {
-            counts[index] += 1;
+        match counts.iter_mut().find(|(status, _)| *status == stage.status) {
+            Some((_, count)) => *count += 1,
+            None => counts.push((stage.status, 1)),
         }
     }
     let _ = write!(out, "Completed stages: {}", stages.len());
     let mut first = true;
-    for (status, count) in StageStatus::ALL.iter().zip(counts) {
+    for (status, count) in counts {
         if count > 0 {
             out.push_str(if first { " (" } else { ", " });
             let _ = write!(out, "{} {count}", status.as_str());
