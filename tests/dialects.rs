@@ -236,3 +236,68 @@ fn custom_outcomes_from_status_files_and_responses_route_the_run() {
         "{report}"
     );
 }
+
+#[test]
+fn forge_join_policies_and_underscore_attributes_read_the_canonical_way() {
+    let file = repo_root().join("tests/fixtures/dialects/forge_join_policies.dot");
+    let dir = tempfile::tempdir().unwrap();
+    let validated = fabro_in(dir.path(), &["validate", &file.display().to_string()]);
+    let text = String::from_utf8_lossy(&validated.stdout);
+    assert_eq!(validated.status.code(), Some(0), "{text}");
+    for (warning, fix) in [
+        (
+            "node review: `join_policy=all_success` reads as wait_all (forge's name; forge reports partial success \
+             when every branch fails, fabro fails the stage)",
+            "write `join_policy=wait_all`",
+        ),
+        ("node probe: `join_policy=any_success` reads as first_success (forge's name)", "write `join_policy=first_success`"),
+        (
+            "node ship: `human_default_choice` is forge's name for `human.default_choice`",
+            "rename it to `human.default_choice`",
+        ),
+    ] {
+        assert!(text.contains(warning), "{warning}\n{text}");
+        assert!(text.contains(fix), "{fix}\n{text}");
+    }
+    // The underscore spelling is read: a default naming no choice is the usual error.
+    let broken = std::fs::read_to_string(&file)
+        .unwrap()
+        .replace("human_default_choice=\"exit\"", "human_default_choice=\"nowhere\"");
+    std::fs::write(dir.path().join("broken.dot"), broken).unwrap();
+    let out = fabro_in(dir.path(), &["validate", "broken.dot"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("error[human_gate_has_choices]"));
+
+    // The first-success probe joins after one branch: the run's events say which policy ran.
+    let ran = fabro_in(
+        dir.path(),
+        &["run", &file.display().to_string(), "-q", "--auto-approve", "--run-dir", "run"],
+    );
+    assert_eq!(ran.status.code(), Some(0), "{}", String::from_utf8_lossy(&ran.stderr));
+    let events = std::fs::read_to_string(dir.path().join("run/events.jsonl")).unwrap();
+    assert!(events.contains("\"join_policy\":\"first_success\""), "{events}");
+    assert!(events.contains("\"join_policy\":\"wait_all\""), "{events}");
+}
+
+#[test]
+fn child_workflows_and_prompt_files_resolve_against_the_workflow_file_from_any_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let nested = dir.path().join("somewhere/else");
+    std::fs::create_dir_all(&nested).unwrap();
+    let parent = repo_root().join("tests/fixtures/dialects/relative_paths/parent.dot");
+    // An absolute path from an unrelated directory, and a relative one from the repository's tests.
+    let validated = fabro_in(&nested, &["validate", &parent.display().to_string()]);
+    assert_eq!(validated.status.code(), Some(0), "{}", String::from_utf8_lossy(&validated.stdout));
+    let validated =
+        fabro_in(&repo_root().join("tests"), &["validate", "fixtures/dialects/relative_paths/parent.dot"]);
+    assert_eq!(validated.status.code(), Some(0), "{}", String::from_utf8_lossy(&validated.stdout));
+    let run_dir = dir.path().join("run").display().to_string();
+    let ran =
+        fabro_in(&nested, &["run", &parent.display().to_string(), "--simulate", "-q", "--run-dir", &run_dir]);
+    assert_eq!(ran.status.code(), Some(0), "{}", String::from_utf8_lossy(&ran.stderr));
+    let prompt = std::fs::read_to_string(dir.path().join("run/stages/plan/1/prompt.md")).unwrap();
+    assert!(
+        prompt.contains("Plan the change for Plan, then let a child workflow build it in three steps."),
+        "{prompt}"
+    );
+}

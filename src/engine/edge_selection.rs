@@ -9,7 +9,7 @@ use petgraph::graph::NodeIndex;
 use crate::condition::Scope;
 use crate::context::artifacts::ArtifactStore;
 use crate::context::Context;
-use crate::graph::{normalize_label, EdgeRef, Workflow};
+use crate::graph::{normalize_label, EdgeRef, HandlerType, Node, Workflow};
 use crate::outcome::{Outcome, StageStatus};
 
 /// Which step chose the edge; recorded in the `edge.selected` event.
@@ -125,10 +125,29 @@ pub fn assumed_edge<'w>(
         .map(|edge| (*edge, SelectionReason::DryRunWeight))
 }
 
+/// Whether a run at `start` can still end (at an exit, or a stage without outgoing edges) without
+/// passing a node that is `capped` (whose visit cap refuses its next visit).
+pub fn can_end(workflow: &Workflow, start: NodeIndex, capped: impl Fn(&Node) -> bool) -> bool {
+    let graph = workflow.graph();
+    let mut seen = vec![false; graph.node_count()];
+    let mut stack = vec![start];
+    while let Some(index) = stack.pop() {
+        let node = &graph[index];
+        if std::mem::replace(&mut seen[index.index()], true) || capped(node) {
+            continue;
+        }
+        let mut next = graph.neighbors(index).peekable();
+        if node.handler_type() == HandlerType::Exit || next.peek().is_none() {
+            return true;
+        }
+        stack.extend(next);
+    }
+    false
+}
+
 /// A dry run's way out of a loop: among the edges from `from` whose target may still run
-/// (`may_run`), preferring those whose conditions do not test another outcome (a stage could
-/// report any custom outcome), the one into the least visited target, then the best by weight
-/// and id.
+/// (`may_run`), the one into the least visited target; among those, one whose condition does not
+/// test another outcome (a stage could report any custom outcome), then the best by weight and id.
 pub fn loop_exit<'w>(
     workflow: &'w Workflow,
     from: NodeIndex,
@@ -138,9 +157,9 @@ pub fn loop_exit<'w>(
 ) -> Option<EdgeRef<'w>> {
     workflow.outgoing(from).into_iter().filter(|e| may_run(e)).min_by(|a, b| {
         let contradicts = |e: &EdgeRef<'_>| !allows_outcome(e, outcome.status);
-        contradicts(a)
-            .cmp(&contradicts(b))
-            .then_with(|| visits(&a.to.id).cmp(&visits(&b.to.id)))
+        visits(&a.to.id)
+            .cmp(&visits(&b.to.id))
+            .then_with(|| contradicts(a).cmp(&contradicts(b)))
             .then_with(|| rank(a, b))
     })
 }

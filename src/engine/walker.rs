@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 use super::conversation::{Conversation, RunFacts};
-use super::edge_selection::{assumed_edge, loop_exit, select_edge, SelectionReason};
+use super::edge_selection::{assumed_edge, can_end, loop_exit, select_edge, SelectionReason};
 use super::line_worktree::LineWorktree;
 use super::retry::RetryPolicy;
 use super::run_scope::RunScope;
@@ -704,7 +704,10 @@ impl<'e> Walker<'e> {
             }
             if let Some((edge, reason)) = selected {
                 let (edge, reason, why) = self.dry_run_loop_exit(index, outcome, edge, reason);
-                let restart = edge.edge.attributes.boolean("loop_restart").unwrap_or(false);
+                // A dry run follows a loop_restart edge as a plain one: a fresh run directory would
+                // forget the visits that cap its loops.
+                let restart =
+                    !scope.options.dry_run && edge.edge.attributes.boolean("loop_restart").unwrap_or(false);
                 let chosen = SelectedEdge {
                     loop_restart: Some(restart),
                     ..SelectedEdge::new(&node.id, &edge.to.id, reason.as_str())
@@ -757,9 +760,10 @@ impl<'e> Walker<'e> {
         )
     }
 
-    /// A dry run walks as far as a real run could: when `edge` leads to a node whose next visit
-    /// its visit cap refuses, it leaves the loop by another edge, if one may run. Also says why a
-    /// dry-run rule chose the edge, for the run's summary.
+    /// A dry run walks as far as a real run could: when every way on from `edge`'s target passes
+    /// a node whose visit cap refuses its next visit (the loop it is in is used up), it leaves by
+    /// another edge from which the run can still end, if there is one. Also says why a dry-run
+    /// rule chose the edge, for the run's summary.
     fn dry_run_loop_exit(
         &self,
         from: NodeIndex,
@@ -774,15 +778,15 @@ impl<'e> Walker<'e> {
         let workflow: &'e Workflow = scope.workflow;
         let visits = |id: &str| scope.visits().counts().get(id).copied().unwrap_or(0);
         let refused = |target: &Node| self.visit_limit_exceeded(target, visits(&target.id) + 1);
-        // The loop is closed when the edge's target may not run again, or when this node may not
-        // and the edge leads back to a node the run has been to (the way back would be refused).
-        let here = workflow.node_at(from);
-        let closed = refused(edge.to).or_else(|| refused(here).filter(|_| visits(&edge.to.id) > 0));
-        if let Some(refusal) = closed {
-            let exit = loop_exit(workflow, from, outcome, visits, |e| refused(e.to).is_none())
-                .filter(|exit| visits(&exit.to.id) < visits(&edge.to.id) || refused(edge.to).is_some());
-            if let Some(exit) = exit {
-                return (exit, SelectionReason::DryRunLoopExit, Some(format!("{refusal}: left the loop")));
+        let capped = |node: &Node| refused(node).is_some();
+        let can_end =
+            |target: &Node| workflow.index_of(&target.id).is_some_and(|i| can_end(workflow, i, capped));
+        if !can_end(edge.to) {
+            if let Some(exit) = loop_exit(workflow, from, outcome, visits, |e| can_end(e.to)) {
+                let why = refused(edge.to).unwrap_or_else(|| {
+                    format!("every way on from `{}` passes a node at its visit cap", edge.to.id)
+                });
+                return (exit, SelectionReason::DryRunLoopExit, Some(format!("{why}: left the loop")));
             }
         }
         let why = match reason {
@@ -800,22 +804,24 @@ impl<'e> Walker<'e> {
         (edge, reason, why)
     }
 
-    /// At an exit node (or a stage without outgoing edges): every goal gate must have succeeded;
-    /// otherwise jump to the first unsatisfied gate's retry target, or fail the run.
+    /// At an exit node (or a stage without outgoing edges): every goal gate the run visited must
+    /// have succeeded at its last visit (gates never visited are not checked, as in the Attractor
+    /// specification and Fabro); otherwise jump to the first unsatisfied gate's retry target, or
+    /// fail the run.
     fn enforce_goal_gates(&mut self, exit: &Node) -> Option<Step> {
         let scope = Arc::clone(&self.scope);
         let workflow: &'e Workflow = scope.workflow;
-        let gate = workflow
-            .nodes()
-            .filter(|node| node.is_goal_gate())
-            .find(|node| !self.state.outcomes.get(&node.id).is_some_and(|status| status.is_successful()))?;
+        let (gate, status) = workflow.nodes().filter(|node| node.is_goal_gate()).find_map(|node| {
+            let status = *self.state.outcomes.get(&node.id)?;
+            (!status.is_successful()).then_some((node, status))
+        })?;
         let candidates = [
             gate.attributes.non_empty_text("retry_target"),
             gate.attributes.non_empty_text("fallback_retry_target"),
             workflow.attributes().non_empty_text("retry_target"),
             workflow.attributes().non_empty_text("fallback_retry_target"),
         ];
-        let status = self.state.outcomes.get(&gate.id).map_or("not run".to_string(), |s| s.to_string());
+        let status = status.to_string();
         match candidates.into_iter().flatten().map(str::trim).find_map(|t| workflow.index_of(t)) {
             Some(target) => {
                 let to = &workflow.node_at(target).id;

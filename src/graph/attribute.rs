@@ -242,7 +242,7 @@ pub static ATTRIBUTES: &[AttributeSpec] = &[
     spec!("script", ValueType::Text, NODE, "Shell script of a command stage (alias `tool_command`)."),
     spec!("max_retries", ValueType::Count, NODE, "Additional attempts after a fail or retry outcome."),
     spec!("retry_policy", ValueType::OneOf(RETRY_POLICIES), NODE, "Backoff preset between attempts."),
-    spec!("goal_gate", ValueType::Boolean, NODE, "The run may only exit once this node has succeeded."),
+    spec!("goal_gate", ValueType::Boolean, NODE, "Once this node has run, the run may only exit when its last visit succeeded (a gate never visited is not checked)."),
     spec!("class", ValueType::Text, NODE, "Comma-separated classes for stylesheet `.class` selectors."),
     spec!("timeout", ValueType::Duration, NODE, "Longest a stage may run."),
     spec!("llm_model", ValueType::Text, NODE, "Model id, e.g. claude-opus-4-6 or gpt-5.2."),
@@ -448,8 +448,33 @@ pub const ALIASES: &[(&str, &str)] = &[
     ("provider", "llm_provider"),
 ];
 
-/// Aliases that are another tool's dialect (Fabro's), accepted with a `dialect_alias` warning.
-pub const DIALECT_ALIASES: &[&str] = &["model", "provider"];
+/// Aliases that are another tool's dialect, with the tool: accepted with a `dialect_alias` warning.
+/// forge also reads every dotted attribute spelled with `_` (`human_default_choice`).
+pub const DIALECT_ALIASES: &[(&str, &str)] = &[("model", "Fabro"), ("provider", "Fabro")];
+
+/// The tool whose dialect spells an attribute `written` (fabro reading it as `canonical`), if
+/// `written` is such a spelling.
+pub fn dialect_of_alias(written: &str, canonical: &str) -> Option<&'static str> {
+    if written == canonical {
+        return None;
+    }
+    DIALECT_ALIASES
+        .iter()
+        .find(|(alias, _)| *alias == written)
+        .map(|(_, tool)| *tool)
+        .or_else(|| (canonical.contains('.') && canonical.replace('.', "_") == written).then_some("forge"))
+}
+
+/// Words of other dialects for a value of a fixed set of words, each with the word fabro reads
+/// and what differs: forge's join policies.
+pub const WORD_ALIASES: &[(&str, &str, &str)] = &[
+    (
+        "all_success",
+        "wait_all",
+        "forge's name; forge reports partial success when every branch fails, fabro fails the stage",
+    ),
+    ("any_success", "first_success", "forge's name"),
+];
 
 /// Graphviz display attributes: accepted anywhere, meaningless to fabro, never warned about.
 pub const DISPLAY_ATTRIBUTES: &[&str] = &[
@@ -529,7 +554,18 @@ pub fn spec(name: &str) -> Option<&'static AttributeSpec> {
 
 /// The canonical name of an attribute: aliases folded, everything else unchanged.
 pub fn canonical_name(name: &str) -> &str {
-    ALIASES.iter().find(|(alias, _)| *alias == name).map_or(name, |(_, canonical)| canonical)
+    if let Some((_, canonical)) = ALIASES.iter().find(|(alias, _)| *alias == name) {
+        return canonical;
+    }
+    // forge's spelling of a dotted attribute: `human_default_choice`.
+    if name.contains('_') && spec(name).is_none() {
+        if let Some(dotted) =
+            ATTRIBUTES.iter().find(|s| s.name.contains('.') && s.name.replace('.', "_") == name)
+        {
+            return dotted.name;
+        }
+    }
+    name
 }
 
 pub fn is_display_attribute(name: &str) -> bool {
@@ -582,7 +618,14 @@ impl Value {
                 .or_else(|| text.parse::<u64>().ok().map(Duration::from_secs))
                 .map_or_else(invalid, Value::Duration),
             ValueType::OneOf(words) if words.contains(&text) => Value::Text(text.to_string()),
-            ValueType::OneOf(_) => invalid(),
+            // Another dialect's word for one of the words (forge's `all_success`): the
+            // `dialect_value` lint rule suggests fabro's.
+            ValueType::OneOf(words) => {
+                match word_alias(text).filter(|(canonical, _)| words.contains(canonical)) {
+                    Some((canonical, _)) => Value::Text(canonical.to_string()),
+                    None => invalid(),
+                }
+            }
         }
     }
 
@@ -628,8 +671,16 @@ pub fn canonical_spelling(raw: &str, value_type: ValueType) -> Option<String> {
         ValueType::Integer | ValueType::Count if text.parse::<i64>().is_err() => {
             whole_number(text).map(|n| n.to_string())
         }
+        ValueType::OneOf(words) => word_alias(text)
+            .filter(|(canonical, _)| words.contains(canonical))
+            .map(|(canonical, _)| canonical.to_string()),
         _ => None,
     }
+}
+
+/// The word fabro reads for another dialect's `word`, and what differs.
+pub fn word_alias(word: &str) -> Option<(&'static str, &'static str)> {
+    WORD_ALIASES.iter().find(|(alias, ..)| *alias == word).map(|(_, canonical, note)| (*canonical, *note))
 }
 
 /// Parses `250ms`, `900s`, `15m`, `2h`, `1d` and sums of them such as `1h30m`.

@@ -33,9 +33,10 @@ pub enum HandlerType<S> {
 }
 
 /// Built-in handler types: canonical name, accepted aliases, and the shapes that imply it (the
-/// first is the one fabro writes; `doublecircle` is how kilroy draws an exit).
+/// first is the one fabro writes; `circle` and `doublecircle` are how kilroy draws a start and an
+/// exit).
 const BUILT_INS: &[(HandlerType<&'static str>, &str, &[&str], &[&str])] = &[
-    (HandlerType::Start, "start", &[], &["Mdiamond"]),
+    (HandlerType::Start, "start", &[], &["Mdiamond", "circle"]),
     (HandlerType::Exit, "exit", &[], &["Msquare", "doublecircle"]),
     (HandlerType::Agent, "agent", &["codergen"], &["box"]),
     (HandlerType::Prompt, "prompt", &[], &["tab"]),
@@ -192,6 +193,7 @@ mod tests {
         assert_eq!(HandlerType::from_shape("insulator"), Some(HandlerType::Wait));
         assert_eq!(HandlerType::from_shape("ellipse"), None);
         assert_eq!(HandlerType::from_shape("doublecircle"), Some(HandlerType::Exit));
+        assert_eq!(HandlerType::from_shape("circle"), Some(HandlerType::Start));
         assert_eq!(HandlerType::FanIn.name(), "fan_in");
     }
 

@@ -84,11 +84,12 @@ impl Transform for DialectAliases {
         for node in workflow.nodes_mut() {
             for (key, attr) in node.attributes.iter() {
                 let written = source.text().get(attr.key_span.start..attr.key_span.end).unwrap_or("");
-                if !attr.inherited && written != key && super::attribute::DIALECT_ALIASES.contains(&written) {
+                let dialect = super::attribute::dialect_of_alias(written, key);
+                if let Some(tool) = dialect.filter(|_| !attr.inherited) {
                     found.push(
                         Diagnostic::warning(
                             "dialect_alias",
-                            format!("`{written}` is Fabro's name for `{key}`; fabro reads it as `{key}`"),
+                            format!("`{written}` is {tool}'s name for `{key}`; fabro reads it as `{key}`"),
                         )
                         .node(&node.id)
                         .span(attr.key_span)

@@ -100,8 +100,8 @@ pub fn dialect_value(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
     let mut seen = Seen::default();
     for (owner, attributes) in all_attributes(workflow) {
         for (key, attr) in attributes.iter() {
-            // Only a duration or a whole number can have been read from another spelling.
-            if !matches!(attr.value, Value::Duration(_) | Value::Integer(_)) {
+            // Only a duration, a whole number or a word can have been read from another spelling.
+            if !matches!(attr.value, Value::Duration(_) | Value::Integer(_) | Value::Text(_)) {
                 continue;
             }
             let Some(spec) = attribute::spec(key) else { continue };
@@ -116,6 +116,10 @@ pub fn dialect_value(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
             }
             let meaning = match spec.value_type {
                 attribute::ValueType::Duration => format!("reads as {canonical} (bare numbers are seconds)"),
+                attribute::ValueType::OneOf(_) => match attribute::word_alias(raw) {
+                    Some((_, note)) => format!("reads as {canonical} ({note})"),
+                    None => format!("reads as {canonical}"),
+                },
                 _ => format!("reads as {canonical}"),
             };
             out.push(
