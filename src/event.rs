@@ -186,6 +186,16 @@ pub enum Event {
     LlmReasoningEffortIgnored { provider: String, model: String, reasoning_effort: String },
     /// A stage reached its own ceiling (`bound`: max_stage_tokens or max_stage_cost; `limit` in
     /// tokens or US dollars) and stops before its next model call; the run pauses.
+    /// A call failed with a retryable error after the provider's own retries, and the stage goes
+    /// on with its next `fallback_models` model, keeping the conversation.
+    #[serde(rename = "llm.failover")]
+    LlmFailover {
+        from_model: String,
+        from_provider: String,
+        to_model: String,
+        to_provider: String,
+        reason: String,
+    },
     #[serde(rename = "llm.cost_ceiling")]
     LlmCostCeiling { bound: String, limit: f64, spent_tokens: u64, spent_usd: f64 },
     /// An agent stage runs its tool loop on a small-tier model (known only at run time: from

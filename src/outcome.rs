@@ -279,6 +279,9 @@ pub struct Outcome {
     /// Names of the project memory entries an agent stage wrote.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub memory_added: Vec<String>,
+    /// Tokens and estimated cost per model, when an LLM stage failed over (`fallback_models`).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub usage_by_model: std::collections::BTreeMap<String, crate::usage::ModelUsage>,
     /// What an LLM stage sent and what came back, for its conversation thread under `full`
     /// fidelity; kept in memory only (the stage's `prompt.md` and `response.md` record it).
     #[serde(skip)]
@@ -316,6 +319,7 @@ impl Outcome {
             files_touched: Vec::new(),
             context_tokens_saved: Default::default(),
             memory_added: Vec::new(),
+            usage_by_model: Default::default(),
             exchange: None,
         }
     }

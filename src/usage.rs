@@ -52,6 +52,16 @@ pub struct Tokens {
     pub output_tokens: u64,
 }
 
+/// One model's share of a stage's usage (a stage that failed over used several).
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ModelUsage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    /// Estimated, when the model's price is known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
+}
+
 /// The ceilings of a run; `None` means no ceiling.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct UsageLimits {

@@ -700,3 +700,79 @@ fn reasoning_effort_reaches_openai_compatible_servers_only_when_configured() {
     assert_eq!(server.requests()[0].json()["reasoning_effort"], "medium");
     assert!(events_named(&ran, "llm.reasoning_effort_ignored").is_empty());
 }
+
+const FAILOVER: &str = r#"digraph failover {
+    start [shape=Mdiamond]
+    exit [shape=Msquare]
+    fix [shape=box, prompt="Read greet.txt and report", llm_model="gpt-5.2", fallback_models="claude-sonnet-4-5"]
+    start -> fix -> exit
+}"#;
+
+/// A test with both providers at `server`, without in-place retries.
+fn both_providers(server: &LlmServer, workflow: &str) -> Test {
+    Test::new()
+        .workflow(workflow)
+        .file("work/greet.txt", "hello world\n")
+        .env("OPENAI_API_KEY", OPENAI_KEY)
+        .env("OPENAI_BASE_URL", &server.url("/v1"))
+        .env("ANTHROPIC_API_KEY", KEY)
+        .env("ANTHROPIC_BASE_URL", &server.url(""))
+        .env("FABRO_LLM_MAX_RETRIES", "0")
+        .args(["run", "workflow.dot", "--run-dir", "run", "--workdir", "work"])
+}
+
+#[test]
+fn a_stage_fails_over_to_its_next_model_keeping_the_conversation() {
+    let server = LlmServer::start(
+        vec![
+            openai_tools(&[("c1", "read_file", json!({"path": "greet.txt"}))]),
+            Reply::status(500, r#"{"error": {"message": "the server is overloaded"}}"#),
+            anthropic_text("greet.txt says hello world.", 300, 20),
+        ],
+        vec![],
+    );
+    let ran = both_providers(&server, FAILOVER).status(0).run();
+    let requests = server.requests();
+    assert_eq!(requests.len(), 3);
+    assert!(requests[1].path.ends_with("/chat/completions"), "{}", requests[1].path);
+    assert!(requests[2].path.ends_with("/v1/messages"), "{}", requests[2].path);
+    // The fallback model continues the same conversation: the tool result of the first model's call.
+    let continued = requests[2].json();
+    assert_eq!(continued["model"], "claude-sonnet-4-5");
+    assert!(continued["messages"].to_string().contains("hello world"), "{continued}");
+    let failovers = events_named(&ran, "llm.failover");
+    assert_eq!(failovers.len(), 1);
+    assert_eq!(failovers[0]["from_model"], "gpt-5.2");
+    assert_eq!(failovers[0]["from_provider"], "openai");
+    assert_eq!(failovers[0]["to_model"], "claude-sonnet-4-5");
+    assert_eq!(failovers[0]["to_provider"], "anthropic");
+    assert!(failovers[0]["reason"].as_str().unwrap().contains("500"), "{}", failovers[0]);
+    // Usage and cost per model: each share at its own model's price.
+    let status: Value = serde_json::from_str(&stage_file(&ran, "fix", "status.json")).unwrap();
+    let by_model = &status["usage_by_model"];
+    assert_eq!(by_model["claude-sonnet-4-5"]["input_tokens"], 300);
+    assert!(by_model["gpt-5.2"]["input_tokens"].as_u64().unwrap() > 0, "{status}");
+    let shares: f64 =
+        ["gpt-5.2", "claude-sonnet-4-5"].iter().map(|m| by_model[m]["cost_usd"].as_f64().unwrap()).sum();
+    assert!((status["cost_usd"].as_f64().unwrap() - shares).abs() < 1e-9, "{status}");
+}
+
+#[test]
+fn authentication_errors_do_not_fail_over_and_unconfigured_fallbacks_are_refused() {
+    let server = LlmServer::start(vec![Reply::status(401, r#"{"error": {"message": "bad key"}}"#)], vec![]);
+    let ran = both_providers(&server, FAILOVER).status(1).run();
+    assert_eq!(server.requests().len(), 1);
+    assert!(events_named(&ran, "llm.failover").is_empty());
+
+    // A fallback whose provider has no key stops the run before any call.
+    let server = LlmServer::start(vec![], vec![]);
+    Test::new()
+        .workflow(FAILOVER)
+        .env("OPENAI_API_KEY", OPENAI_KEY)
+        .env("OPENAI_BASE_URL", &server.url("/v1"))
+        .args(["run", "workflow.dot", "--run-dir", "run"])
+        .status(2)
+        .stderr_contains("`claude-sonnet-4-5` in fallback_models: stage `fix` uses provider `anthropic`")
+        .run();
+    assert!(server.requests().is_empty());
+}

@@ -294,6 +294,21 @@ impl LlmConfig {
             }
             (None, None) => (model, provider),
         };
+        self.resolve_as_given(node_id, model, provider)
+    }
+
+    /// A fallback model of stage `node_id` (`fallback_models`), its provider inferred; `--model`
+    /// and `--provider` do not replace it.
+    pub fn resolve_fallback(&self, node_id: &str, model: &str) -> Result<Resolved, ConfigError> {
+        self.resolve_as_given(node_id, Some(model), None)
+    }
+
+    fn resolve_as_given(
+        &self,
+        node_id: &str,
+        model: Option<&str>,
+        provider: Option<&str>,
+    ) -> Result<Resolved, ConfigError> {
         let provider = match provider {
             Some(provider) => provider.to_string(),
             None => match model {

@@ -17,6 +17,7 @@ use super::agent_loop::{self, AgentSettings};
 use super::anthropic::Anthropic;
 use super::chat::{ChatMessage, ChatProvider, ChatRequest};
 use super::config::{ConfigError, LlmConfig, ProviderKind};
+use super::failover;
 use super::openai::{Dialect, OpenAi};
 use super::redaction::Secrets;
 use super::tools::Toolbox;
@@ -24,6 +25,7 @@ use super::transcript::{assistant_record, Transcript};
 use super::{Backend, BackendError, LlmRequest, LlmResponse, StageEnv};
 use crate::event::Event;
 use crate::graph::{settings, Workflow};
+use crate::usage::{ModelUsage, Usage};
 
 /// Most output tokens asked for per call (less for small context windows).
 const MAX_OUTPUT_TOKENS: u64 = 8_192;
@@ -92,6 +94,11 @@ impl LiveBackend {
                         node.attributes.non_empty_text("llm_model"),
                         node.attributes.non_empty_text("llm_provider"),
                     )?;
+                    for fallback in failover::models_of(node, workflow) {
+                        self.config.resolve_fallback(&node.id, &fallback).map_err(|error| {
+                            ConfigError::NoProvider(format!("`{fallback}` in fallback_models: {error}"))
+                        })?;
+                    }
                     let guard = settings::SmallTierParent::of(node, workflow);
                     if node.handler_type() == crate::graph::HandlerType::Agent
                         && settings::is_small_tier(&resolved.model)
@@ -167,6 +174,12 @@ impl LiveBackend {
             request.visit,
             self.secrets.clone(),
         );
+        let mut chain = vec![failover::Target { provider: provider.as_ref(), model: model.to_string() }];
+        for fallback in stage.map_or(&[][..], |s| s.fallback_models.as_slice()) {
+            let target = self.fallback_target(request.node_id, fallback)?;
+            chain.push(target);
+        }
+        let failover = failover::Failover::new(chain, |event| transcript.event(event));
         let window =
             stage.and_then(|s| s.context_window).unwrap_or_else(|| self.config.context_window(model));
         let max_output_tokens = (window / 4).clamp(256, MAX_OUTPUT_TOKENS) as u32;
@@ -281,8 +294,7 @@ impl LiveBackend {
                     })?
                     .confined(stage.confinement.clone())
                     .with_hooks(stage.tool_hooks.clone());
-                let run = agent_loop::run(provider.as_ref(), &settings, &mut toolbox, messages, &transcript)
-                    .await?;
+                let run = agent_loop::run(&failover, &settings, &mut toolbox, messages, &transcript).await?;
                 let mut text = run.text;
                 if run.hit_turn_limit {
                     text.push_str(&format!(
@@ -319,7 +331,7 @@ impl LiveBackend {
                     max_output_tokens,
                     timeout: request_timeout,
                 };
-                let answer = provider.chat(&chat).await?;
+                let answer = failover.chat(&chat).await?;
                 transcript.record("assistant", assistant_record(1, &answer));
                 LlmResponse {
                     text: answer.text,
@@ -331,11 +343,57 @@ impl LiveBackend {
             }
         };
         response.text = self.secrets.redact(&response.text);
+        let small_price = small_model.as_deref().and_then(|small| self.config.price(small));
+        let by_model = failover.usage_by_model();
+        let failed_over = by_model.keys().any(|answered| answered != model);
         if let Some(usage) = &response.usage {
-            let small_price = small_model.as_deref().and_then(|small| self.config.price(small));
-            response.cost_usd = super::models::cost_of(usage, self.config.price(model), small_price);
+            response.cost_usd = if failed_over {
+                // The stage failed over: each model's share at its own price.
+                let main: Option<f64> = by_model
+                    .iter()
+                    .map(|(m, share)| self.config.price(m).map(|price| price.cost(share)))
+                    .sum();
+                let small =
+                    usage.small_model.map(|share| Usage::new(share.input_tokens, share.output_tokens));
+                let small_cost = match small.filter(|share| *share != Usage::default()) {
+                    Some(share) => small_price.map(|price| price.cost(&share)),
+                    None => Some(0.0),
+                };
+                main.zip(small_cost).map(|(main, small)| main + small)
+            } else {
+                super::models::cost_of(usage, self.config.price(model), small_price)
+            };
+        }
+        if failed_over {
+            response.usage_by_model = by_model
+                .into_iter()
+                .map(|(m, share)| {
+                    let cost_usd = self.config.price(&m).map(|price| price.cost(&share));
+                    let usage = ModelUsage {
+                        input_tokens: share.input_tokens,
+                        output_tokens: share.output_tokens,
+                        cost_usd,
+                    };
+                    (m, usage)
+                })
+                .collect();
         }
         Ok(response)
+    }
+
+    /// A `fallback_models` model of stage `node_id`, with the configured provider that serves it.
+    fn fallback_target(&self, node_id: &str, model: &str) -> Result<failover::Target<'_>, BackendError> {
+        let resolved = self
+            .config
+            .resolve_fallback(node_id, model)
+            .map_err(|error| BackendError::Terminal(format!("`{model}` in fallback_models: {error}")))?;
+        let provider = self.providers.get(&resolved.provider).ok_or_else(|| {
+            BackendError::Terminal(format!(
+                "fallback model `{model}` of stage `{node_id}` needs provider `{}`, which is not configured",
+                resolved.provider
+            ))
+        })?;
+        Ok(failover::Target { provider: provider.as_ref(), model: resolved.model })
     }
 }
 

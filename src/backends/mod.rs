@@ -9,6 +9,7 @@ pub mod anthropic;
 pub mod chat;
 pub mod cli_agent;
 pub mod config;
+pub mod failover;
 pub mod http;
 pub mod live;
 pub mod models;
@@ -19,6 +20,7 @@ pub mod simulated;
 pub mod tools;
 pub mod transcript;
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
@@ -86,6 +88,8 @@ pub struct StageEnv<'a> {
     pub reference_files: &'a [crate::agent_context::reference_files::ReferenceFile],
     /// The node's (or graph's) small-tier guard; the config file's applies when unset.
     pub small_tier_parent: Option<crate::graph::settings::SmallTierParent>,
+    /// The node's `fallback_models` (else the graph's `default_fallback_models`), in order.
+    pub fallback_models: Vec<String>,
 }
 
 impl std::fmt::Debug for StageEnv<'_> {
@@ -128,6 +132,8 @@ pub struct LlmResponse {
     pub conversation: Vec<chat::ChatMessage>,
     /// Names of the memory entries the stage wrote (`remember`, `memory_extract`).
     pub memory_added: Vec<String>,
+    /// Tokens and estimated cost per model, when the stage failed over to another model.
+    pub usage_by_model: BTreeMap<String, crate::usage::ModelUsage>,
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

@@ -32,10 +32,13 @@ pub enum HandlerType<S> {
     Custom(S),
 }
 
+/// A built-in handler type: its canonical name, accepted aliases, and the shapes that imply it.
+type BuiltIn = (HandlerType<&'static str>, &'static str, &'static [&'static str], &'static [&'static str]);
+
 /// Built-in handler types: canonical name, accepted aliases, and the shapes that imply it (the
 /// first is the one fabro writes; `circle` and `doublecircle` are how kilroy draws a start and an
 /// exit).
-const BUILT_INS: &[(HandlerType<&'static str>, &str, &[&str], &[&str])] = &[
+const BUILT_INS: &[BuiltIn] = &[
     (HandlerType::Start, "start", &[], &["Mdiamond", "circle"]),
     (HandlerType::Exit, "exit", &[], &["Msquare", "doublecircle"]),
     (HandlerType::Agent, "agent", &["codergen"], &["box"]),

@@ -113,6 +113,7 @@ pub(crate) fn request_for<'a>(
             small_model: attributes
                 .non_empty_text("small_model")
                 .or_else(|| stage.workflow.attributes().non_empty_text("default_small_model")),
+            fallback_models: crate::backends::failover::models_of(stage.node, stage.workflow),
             memory: {
                 let flag = |key: &str| {
                     attributes
@@ -253,6 +254,7 @@ fn outcome_for(node_id: &str, backend_name: &str, response: &LlmResponse) -> Out
             files_touched: response.files_touched.clone(),
             context_tokens_saved: response.context_savings.clone(),
             memory_added: response.memory_added.clone(),
+            usage_by_model: response.usage_by_model.clone(),
             ..outcome
         }
         .with_notes(notes.clone())
