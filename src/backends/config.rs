@@ -279,6 +279,11 @@ impl LlmConfig {
 
     /// The provider and model of a stage that asks for `model` and `provider` (either may be
     /// unset), after `--model`/`--provider` and the defaults.
+    /// Whether any provider is configured (a key, a base URL or the config file).
+    pub fn has_providers(&self) -> bool {
+        !self.providers.is_empty()
+    }
+
     pub fn resolve(
         &self,
         node_id: &str,

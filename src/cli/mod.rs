@@ -49,6 +49,7 @@ mod progress;
 mod render;
 mod report;
 mod resume;
+mod retro;
 mod rewind;
 mod run;
 mod runs;
@@ -124,6 +125,8 @@ enum Command {
     Inspect(inspect::InspectArgs),
     /// Write a run as one Markdown or HTML document: stages, prompts, responses, output, usage.
     Report(report::ReportArgs),
+    /// Write a run's retrospective (retro.json, retro.md): per stage time, retries, cost, files and outcome, and a model's reading when a provider is configured.
+    Retro(retro::RetroArgs),
     /// Serve a local web view of the runs: progress live, stage details, answering gates.
     Serve(serve::ServeArgs),
     /// List, show or remove the project memory agent stages with memory=true recall.
@@ -165,6 +168,7 @@ pub fn main() -> ExitCode {
         }
         Command::Fork(args) => fork::run(args),
         Command::Report(args) => report::run(args),
+        Command::Retro(args) => retro::run(args),
         Command::Serve(args) => serve::run(args),
         Command::Rewind(args) => rewind::run(args),
         Command::Runs(args) => runs::run(args),

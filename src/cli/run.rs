@@ -88,6 +88,11 @@ pub struct LaunchArgs {
     /// Markdown, FILE.html for one self-contained HTML page.
     #[arg(long, value_name = "FILE")]
     pub output: Option<PathBuf>,
+
+    /// Write the run's retrospective (retro.json, retro.md in the run directory) when it ends;
+    /// a configured provider adds its reading of the run
+    #[arg(long)]
+    pub retro: bool,
     /// `stage` (default) fsyncs every checkpoint; `never` only renames it into place, which
     /// survives a crash of fabro but not of the machine, and is much faster.
     #[arg(long, value_enum, default_value_t = CheckpointSync::Stage)]
@@ -435,6 +440,16 @@ pub fn conclude(
     }
     let chart = fabro::report::context_chart::write_for_run(std::path::Path::new(&result.run_dir));
     write_reports(result, report.pause.as_ref().map(|pause| pause.kind), launch, workflow_name);
+    if launch.retro {
+        let root = std::path::Path::new(&result.run_dir);
+        let written = tokio::task::block_in_place(|| {
+            tokio::runtime::Handle::current().block_on(super::retro::write(root, true))
+        });
+        match written {
+            Ok(()) => eprintln!("retrospective: {}", root.join("retro.md").display()),
+            Err(message) => eprintln!("warning: no retrospective: {message}"),
+        }
+    }
     eprint!("{}", summary(result));
     if let Some(chart) = chart {
         eprintln!("context usage: {}", chart.display());

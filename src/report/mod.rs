@@ -5,6 +5,7 @@
 
 pub mod context_chart;
 pub mod junit;
+pub mod retro;
 pub mod run_page;
 pub mod step_summary;
 
