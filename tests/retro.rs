@@ -16,6 +16,17 @@ const WORKFLOW: &str = r#"digraph retro {
     start -> write -> check -> exit
 }"#;
 
+/// `fabro run --retro` of `workflow` against the loopback provider at `server`.
+fn run_with_retro(server: &LlmServer, workflow: &str) -> Test {
+    Test::new()
+        .workflow(workflow)
+        .file("work/.keep", "")
+        .env("FABRO_LLM_BASE_URL", &server.url("/v1"))
+        .env("FABRO_LLM_MAX_RETRIES", "0")
+        .env("FABRO_LLM_MODEL", "local-model")
+        .args(["run", "workflow.dot", "--run-dir", "run", "--workdir", "work", "--retro"])
+}
+
 fn read_json(path: &std::path::Path) -> Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
@@ -36,16 +47,7 @@ fn a_run_with_retro_writes_the_stages_the_totals_and_a_models_reading() {
         ],
         vec![],
     );
-    let ran = Test::new()
-        .workflow(WORKFLOW)
-        .file("work/.keep", "")
-        .env("FABRO_LLM_BASE_URL", &server.url("/v1"))
-        .env("FABRO_LLM_MAX_RETRIES", "0")
-        .env("FABRO_LLM_MODEL", "local-model")
-        .args(["run", "workflow.dot", "--run-dir", "run", "--workdir", "work", "--retro"])
-        .status(0)
-        .stderr_contains("retrospective: ")
-        .run();
+    let ran = run_with_retro(&server, WORKFLOW).status(0).stderr_contains("retrospective: ").run();
     let run = ran.dir.path().join("run");
     let retro = read_json(&run.join("retro.json"));
     assert_eq!(retro["status"], "succeeded");
@@ -86,13 +88,7 @@ fn a_narrative_the_model_gets_wrong_leaves_the_deterministic_part_and_a_warning(
         vec![],
     );
     let workflow = WORKFLOW.replace("write [shape=box", "write [shape=tab");
-    let ran = Test::new()
-        .workflow(&workflow)
-        .file("work/.keep", "")
-        .env("FABRO_LLM_BASE_URL", &server.url("/v1"))
-        .env("FABRO_LLM_MAX_RETRIES", "0")
-        .env("FABRO_LLM_MODEL", "local-model")
-        .args(["run", "workflow.dot", "--run-dir", "run", "--workdir", "work", "--retro"])
+    let ran = run_with_retro(&server, &workflow)
         .status(0)
         .stderr_contains("warning: the retrospective has no narrative: rating `meh` is not one of")
         .run();

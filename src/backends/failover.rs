@@ -150,9 +150,14 @@ mod tests {
     }
 
     fn ask(failover: &Failover<'_>) -> Result<ChatResponse, BackendError> {
+        ask_model(failover, "gpt-5.2")
+    }
+
+    /// One call on `model` (the stage's own is gpt-5.2).
+    fn ask_model(failover: &Failover<'_>, model: &str) -> Result<ChatResponse, BackendError> {
         let messages = [ChatMessage::user("hi")];
         let request = ChatRequest {
-            model: "gpt-5.2",
+            model,
             system: "",
             messages: &messages,
             tools: &[],
@@ -188,18 +193,7 @@ mod tests {
         let own = Fixed { name: "openai", error: None };
         let chain = vec![Target { provider: &own, model: "gpt-5.2".into() }];
         let failover = Failover::new(chain, |_| {});
-        let messages = [ChatMessage::user("summarize")];
-        let request = ChatRequest {
-            model: "gpt-5-mini",
-            system: "",
-            messages: &messages,
-            tools: &[],
-            reasoning_effort: None,
-            max_output_tokens: 100,
-            timeout: Duration::from_secs(1),
-        };
-        let answer = futures::executor::block_on(failover.chat(&request)).unwrap();
-        assert_eq!(answer.text, "openai answered as gpt-5-mini");
+        assert_eq!(ask_model(&failover, "gpt-5-mini").unwrap().text, "openai answered as gpt-5-mini");
     }
 
     #[test]
