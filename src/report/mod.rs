@@ -42,6 +42,19 @@ pub fn relative_display(path: &Path, base: &Path) -> String {
     }
 }
 
+/// `12.3s`: a duration in seconds with one decimal.
+pub(crate) fn seconds(ms: u64) -> String {
+    format!("{:.1}s", ms as f64 / 1000.0)
+}
+
+/// `text` cut to its first `max` characters, with `…` when it was longer.
+pub(crate) fn shorten(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text.to_string(),
+    }
+}
+
 /// Seconds with millisecond precision, as JUnit `time` attributes want them.
 pub(crate) fn seconds_3(ms: u64) -> String {
     format!("{}.{:03}", ms / 1000, ms % 1000)

@@ -10,6 +10,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use super::{seconds, shorten};
 use crate::outcome::StageStatus;
 use crate::run_dir::{RunStatus, RunView, StageRecord, StageStatusFile, ViewError};
 
@@ -289,17 +290,9 @@ fn stage(root: &Path, record: &StageRecord) -> RetroStage {
     }
 }
 
-fn seconds(ms: u64) -> String {
-    format!("{:.1}s", ms as f64 / 1000.0)
-}
-
 /// Text fit for one Markdown table cell.
 fn cell(text: &str) -> String {
-    let line = text.lines().next().unwrap_or("").replace('|', "\\|");
-    match line.char_indices().nth(120) {
-        Some((cut, _)) => format!("{}…", &line[..cut]),
-        None => line,
-    }
+    shorten(&text.lines().next().unwrap_or("").replace('|', "\\|"), 120)
 }
 
 #[cfg(test)]

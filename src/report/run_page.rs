@@ -11,6 +11,7 @@ use std::path::Path;
 use serde_json::Value;
 
 use super::read_tail;
+use super::{seconds, shorten};
 use crate::run_dir::stage_output::tail_lines;
 use crate::run_dir::{RunView, StageRecord, ViewError};
 
@@ -277,17 +278,6 @@ fn value_text(value: &Value) -> String {
         Value::Null => String::new(),
         other => other.to_string(),
     }
-}
-
-fn shorten(text: &str, max: usize) -> String {
-    match text.char_indices().nth(max) {
-        Some((cut, _)) => format!("{}…", &text[..cut]),
-        None => text.to_string(),
-    }
-}
-
-fn seconds(ms: u64) -> String {
-    format!("{:.1}s", ms as f64 / 1000.0)
 }
 
 fn cost(cost: Option<f64>) -> String {
