@@ -233,6 +233,17 @@ pub enum Event {
     /// The same tool call several times in a row.
     #[serde(rename = "agent.watchdog")]
     AgentWatchdog { tool: String, arguments: String, repeats: u32 },
+    /// A tool call above the stage's `permissions` did not run: `reason` is what the model was
+    /// told (no terminal, or the person denied it).
+    #[serde(rename = "agent.permission_denied")]
+    AgentPermissionDenied { tool: String, permissions: String, reason: String },
+    /// The person at the terminal let a call above the stage's `permissions` run: `scope` is
+    /// `once` or `stage`.
+    #[serde(rename = "agent.permission_granted")]
+    AgentPermissionGranted { tool: String, permissions: String, scope: String },
+    /// An MCP server started (once per run, when a stage first wanted it), with its tools.
+    #[serde(rename = "mcp.server_started")]
+    McpServerStarted { server: String, tools: Vec<String> },
     #[serde(rename = "agent.context_window_warning")]
     AgentContextWindowWarning { estimated_tokens: u64, context_window_size: u64, usage_percent: u64 },
     /// `trigger`: `window`, `turns` or `budget`; `mode`: the stage's compaction_mode.

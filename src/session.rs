@@ -96,7 +96,15 @@ pub enum BackendChoice {
     Scripted(PathBuf),
     /// The providers configured in the environment and the config file, with the model and
     /// provider overrides (`--model`, `--provider`; empty means none).
-    Live { model: Option<String>, provider: Option<String>, small_model: Option<String> },
+    Live {
+        model: Option<String>,
+        provider: Option<String>,
+        small_model: Option<String>,
+        /// `--mcp-config`.
+        mcp_config: Option<String>,
+        /// `--permissions`.
+        permissions: Option<String>,
+    },
 }
 
 impl BackendChoice {
@@ -113,27 +121,43 @@ impl BackendChoice {
             model: launch.model.clone(),
             provider: launch.provider.clone(),
             small_model: launch.small_model.clone(),
+            mcp_config: launch.mcp_config.clone(),
+            permissions: launch.permissions.clone(),
         }
     }
 
     /// The backend for `workflow`. A workflow without LLM stages needs no provider; with real
-    /// providers, every LLM stage must have one.
-    pub fn backend_for(&self, workflow: &Workflow) -> Result<Arc<dyn Backend>, SetupError> {
-        let (model, provider, small_model) = match self {
+    /// providers, every LLM stage must have one. `person` is asked about agent tool calls above
+    /// a stage's permissions.
+    pub fn backend_for(
+        &self,
+        workflow: &Workflow,
+        person: Option<Arc<dyn Interviewer>>,
+    ) -> Result<Arc<dyn Backend>, SetupError> {
+        let (model, provider, small_model, mcp_config, permissions) = match self {
             BackendChoice::Scripted(path) => return Ok(Arc::new(ScriptedBackend::from_file(path)?)),
             BackendChoice::Simulated => return Ok(Arc::new(SimulatedBackend)),
             BackendChoice::Live { .. } if !workflow.nodes().any(|node| node.handler_type().is_llm()) => {
                 return Ok(Arc::new(SimulatedBackend))
             }
-            BackendChoice::Live { model, provider, small_model } => (model, provider, small_model),
+            BackendChoice::Live { model, provider, small_model, mcp_config, permissions } => {
+                (model, provider, small_model, mcp_config, permissions)
+            }
         };
         let non_empty = |value: &Option<String>| value.clone().filter(|text| !text.trim().is_empty());
         let mut config = LlmConfig::from_env().map_err(SetupError::Config)?;
         config.model_override = non_empty(model);
         config.provider_override = non_empty(provider);
         config.small_model_override = non_empty(small_model);
+        config.permissions_flag = permissions.as_deref().and_then(crate::backends::permissions::Level::parse);
+        if let Some(path) = mcp_config {
+            let servers = crate::backends::mcp::read_config_file(Path::new(path)).map_err(|problem| {
+                SetupError::Provider(ConfigError::Mcp(format!("--mcp-config: {problem}")))
+            })?;
+            config.mcp_servers.extend(servers);
+        }
         let no_provider = config.providers.is_empty();
-        let backend = LiveBackend::new(config)?;
+        let backend = LiveBackend::new(config)?.with_person(person);
         match backend.check(workflow) {
             Ok(()) => Ok(Arc::new(backend)),
             Err(ConfigError::NoProvider(_)) if no_provider => Err(SetupError::NoProvider {
@@ -214,7 +238,7 @@ impl EngineBuilder {
                 kind: node.handler_type().to_string(),
             });
         }
-        let backend = self.backend.backend_for(workflow)?;
+        let backend = self.backend.backend_for(workflow, self.person.clone())?;
         let mut chain: Vec<Arc<dyn Interviewer>> = Vec::new();
         if let Some(path) = &self.answers {
             let answers = AnswersFile::from_file(path).map_err(SetupError::Answers)?;
@@ -274,6 +298,8 @@ pub fn resumed_launch(
     inherit(&mut launch.model, &started.model, "model");
     inherit(&mut launch.provider, &started.provider, "provider");
     inherit(&mut launch.small_model, &started.small_model, "small-model");
+    inherit(&mut launch.mcp_config, &started.mcp_config, "mcp-config");
+    inherit(&mut launch.permissions, &started.permissions, "permissions");
     let sandbox = started.sandbox.as_deref().and_then(|text| crate::sandbox::SandboxKind::parse(text).ok());
     inherit(&mut launch.sandbox, &sandbox.map(|kind| kind.as_str().to_string()), "sandbox");
     (launch, taken)
@@ -366,7 +392,13 @@ mod tests {
         assert_eq!(BackendChoice::of(&launch(|l| l.dry_run = true)), BackendChoice::Simulated);
         assert_eq!(
             BackendChoice::of(&launch(|l| l.model = Some("m".into()))),
-            BackendChoice::Live { model: Some("m".into()), provider: None, small_model: None }
+            BackendChoice::Live {
+                model: Some("m".into()),
+                provider: None,
+                small_model: None,
+                mcp_config: None,
+                permissions: None
+            }
         );
     }
 }

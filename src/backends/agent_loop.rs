@@ -13,6 +13,7 @@ use serde_json::json;
 
 use super::agentic_tools;
 use super::chat::{ChatMessage, ChatProvider, ChatRequest, ToolResult};
+use super::permissions::Verdict;
 use super::tools::{self, Toolbox};
 use super::transcript::{assistant_record, Transcript};
 use super::{BackendError, Usage};
@@ -134,6 +135,7 @@ pub async fn run(
         &recalled(settings.memory),
     );
     let mut definitions = tools::definitions();
+    definitions.extend(toolbox.mcp_definitions());
     let task_checkpoints = settings.context.task_checkpoints();
     if task_checkpoints {
         definitions.push(checkpoint::definition());
@@ -526,6 +528,27 @@ async fn run_with_hooks(
                    "exit_code": hook.exit_code, "stdout": hook.stdout, "stderr": hook.stderr}),
         );
     };
+    let permissions = toolbox.permissions.level.as_str().to_string();
+    let granted = |scope: &str, permissions: String| {
+        transcript.event(Event::AgentPermissionGranted {
+            tool: call.name.clone(),
+            permissions,
+            scope: scope.to_string(),
+        })
+    };
+    match toolbox.permissions.check(transcript.node_id(), &call.name, &call.arguments).await {
+        Verdict::Within | Verdict::AllowedEarlier => {}
+        Verdict::AllowedOnce => granted("once", permissions),
+        Verdict::AllowedForStage => granted("stage", permissions),
+        Verdict::Denied(reason) => {
+            transcript.event(Event::AgentPermissionDenied {
+                tool: call.name.clone(),
+                permissions,
+                reason: reason.clone(),
+            });
+            return tools::ToolOutput { content: reason, is_error: true };
+        }
+    }
     if let Some(hook) = toolbox.run_hook(tools::HookPhase::Pre, &call.name, &call.arguments, None).await {
         record(&hook);
         if !hook.succeeded() {

@@ -42,36 +42,36 @@ pub fn definitions() -> Vec<ToolDefinition> {
     let object = |properties: Value, required: &[&str]| json!({"type": "object", "properties": properties, "required": required});
     vec![
         ToolDefinition {
-            name: READ_FILE,
+            name: READ_FILE.into(),
             description: concat!(
                 "Ask a question about one file: a helper model reads it and answers with only what you asked (facts, \
                  line numbers, short quotes). Use it INSTEAD OF read_file (not in addition to it) whenever you need to \
                  understand, search or summarize a file rather than edit exact lines.",
                 authoritative!()
-            ),
+            ).into(),
             parameters: object(json!({"path": {"type": "string"}, "question": {"type": "string"}}), &["path", "question"]),
         },
         ToolDefinition {
-            name: GREP,
+            name: GREP.into(),
             description: concat!(
                 "Search file contents with a regular expression and ask a question about the matches: a helper model \
                  greps (and reads around matches) and answers with a digest. Use it INSTEAD OF grep when the matches \
                  may be many or you need them interpreted. Optional path (file or directory).",
                 authoritative!()
-            ),
+            ).into(),
             parameters: object(
                 json!({"pattern": {"type": "string"}, "path": {"type": "string"}, "question": {"type": "string"}}),
                 &["pattern", "question"],
             ),
         },
         ToolDefinition {
-            name: RESEARCH,
+            name: RESEARCH.into(),
             description: concat!(
                 "Open-ended investigation across files: a helper model lists, globs, greps and reads (starting from \
                  the given paths, if any) and answers the question with a digest citing files and lines. Use it \
                  INSTEAD OF a series of read_file/grep calls when you need to learn how something works.",
                 authoritative!()
-            ),
+            ).into(),
             parameters: object(
                 json!({"question": {"type": "string"}, "paths": {"type": "array", "items": {"type": "string"}}}),
                 &["question"],
@@ -145,7 +145,7 @@ pub async fn run(
         allowed.join(", ")
     );
     let definitions: Vec<ToolDefinition> =
-        tools::definitions().into_iter().filter(|tool| allowed.contains(&tool.name)).collect();
+        tools::definitions().into_iter().filter(|tool| allowed.contains(&tool.name.as_ref())).collect();
     transcript
         .record("subtask", json!({"tool": call.name, "arguments": call.arguments, "model": small.model}));
     let mut messages = vec![ChatMessage::user(task)];

@@ -215,8 +215,8 @@ mod tests {
             },
         ];
         let tools = [ToolDefinition {
-            name: "read_file",
-            description: "reads",
+            name: "read_file".into(),
+            description: "reads".into(),
             parameters: json!({"type": "object"}),
         }];
         let request = ChatRequest {

@@ -2,6 +2,7 @@
 //! calls and tool results, tool definitions, and one model call ([`ChatProvider`]). The
 //! Anthropic and OpenAI modules translate these to and from their JSON.
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -12,8 +13,8 @@ use super::{BackendError, Usage};
 /// A tool the model may call: its name, what it does, and a JSON Schema for its arguments.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ToolDefinition {
-    pub name: &'static str,
-    pub description: &'static str,
+    pub name: Cow<'static, str>,
+    pub description: Cow<'static, str>,
     pub parameters: Value,
 }
 

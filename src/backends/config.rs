@@ -86,6 +86,13 @@ pub struct LlmConfig {
     /// tool wrappers' sub-conversations for stages that name none.
     pub small_model: Option<String>,
     pub small_model_override: Option<String>,
+    /// The config file's `[mcp_servers.NAME]`, with `--mcp-config`'s entries over them.
+    pub mcp_servers: BTreeMap<String, super::mcp::ServerConfig>,
+    /// The config file's `permissions`: agent stages' tool permissions when neither the node, the
+    /// graph nor `--permissions` says.
+    pub permissions: Option<super::permissions::Level>,
+    /// `--permissions`: below the node's and the graph's, over the config file's.
+    pub permissions_flag: Option<super::permissions::Level>,
 }
 
 /// The default per-call request timeout.
@@ -108,6 +115,9 @@ pub enum ConfigError {
     /// The config file's `[context]` settings contradict each other.
     #[error("the [context] section of the fabro config file: {0}")]
     Context(String),
+    /// An `[mcp_servers.NAME]` entry (config file or `--mcp-config`) cannot be used.
+    #[error("{0}")]
+    Mcp(String),
 }
 
 /// The config file as written.
@@ -131,6 +141,11 @@ struct FileConfig {
     small_tier_parent: Option<crate::graph::settings::SmallTierParent>,
     /// The model of agentic tool wrappers' sub-conversations.
     small_model: Option<String>,
+    /// MCP servers whose tools agent stages get.
+    #[serde(default)]
+    mcp_servers: BTreeMap<String, super::mcp::ServerConfig>,
+    /// Agent stages' tool permissions when neither the node, the graph nor `--permissions` says.
+    permissions: Option<super::permissions::Level>,
 }
 
 #[derive(Debug, Default, serde::Deserialize)]
@@ -188,8 +203,12 @@ impl LlmConfig {
             context: file.context,
             small_tier_parent: file.small_tier_parent,
             small_model: file.small_model.filter(|model| !model.trim().is_empty()),
+            permissions: file.permissions,
             ..LlmConfig::default()
         };
+        super::mcp::check_all(&file.mcp_servers)
+            .map_err(|problem| ConfigError::Mcp(format!("the fabro config file's {problem}")))?;
+        config.mcp_servers = file.mcp_servers;
         let conflicts = config.context.conflicts(|_| crate::source::Span::default());
         if let Some(conflict) = conflicts.first() {
             return Err(ConfigError::Context(conflict.to_string()));
@@ -274,7 +293,8 @@ impl LlmConfig {
 
     /// Every API key in use, for redaction.
     pub fn secrets(&self) -> Secrets {
-        Secrets::new(self.providers.values().filter_map(|p| p.api_key.clone()))
+        let keys = self.providers.values().filter_map(|p| p.api_key.clone());
+        Secrets::new(keys.chain(self.mcp_servers.values().flat_map(super::mcp::ServerConfig::secrets)))
     }
 
     /// The provider and model of a stage that asks for `model` and `provider` (either may be

@@ -35,6 +35,10 @@ pub struct LiveBackend {
     config: LlmConfig,
     providers: BTreeMap<String, Arc<dyn ChatProvider>>,
     secrets: Secrets,
+    /// The run's MCP servers, started on first use.
+    mcp: super::mcp::McpServers,
+    /// Who is asked about tool calls above a stage's permissions (none: they are denied).
+    person: Option<Arc<dyn crate::interview::Interviewer>>,
 }
 
 impl LiveBackend {
@@ -68,12 +72,38 @@ impl LiveBackend {
             };
             providers.insert(name.clone(), provider);
         }
-        Ok(LiveBackend { config, providers, secrets })
+        let mcp = super::mcp::McpServers::new(config.mcp_servers.clone());
+        Ok(LiveBackend { config, providers, secrets, mcp, person: None })
     }
 
-    /// Checks that every LLM stage of `workflow` has a provider and model (or a CLI agent), so a
-    /// run does not stop halfway for want of a key.
+    /// Asks `person` about agent tool calls above a stage's permissions.
+    pub fn with_person(mut self, person: Option<Arc<dyn crate::interview::Interviewer>>) -> LiveBackend {
+        self.person = person;
+        self
+    }
+
+    /// Checks that every LLM stage of `workflow` has a provider and model (or a CLI agent), and
+    /// that the MCP servers agent stages name are configured, so a run does not stop halfway for
+    /// want of a key.
     pub fn check(&self, workflow: &Workflow) -> Result<(), ConfigError> {
+        for node in workflow.nodes().filter(|node| node.handler_type() == crate::graph::HandlerType::Agent) {
+            let named =
+                node.attributes.text("mcp_servers").or_else(|| workflow.attributes().text("mcp_servers"));
+            let selection = super::mcp::Selection::of(named);
+            let unknown = self.mcp.unknown(&selection);
+            if let Some(name) = unknown.first() {
+                let configured: Vec<&str> = self.mcp.names().collect();
+                return Err(ConfigError::Mcp(format!(
+                    "stage `{}` has mcp_servers naming `{name}`, which is not configured ({}); add \
+                     [mcp_servers.{name}] to the config file or an --mcp-config file",
+                    node.id,
+                    match configured.is_empty() {
+                        true => "no MCP server is".to_string(),
+                        false => format!("configured: {}", configured.join(", ")),
+                    }
+                )));
+            }
+        }
         for node in workflow.nodes().filter(|node| node.handler_type().is_llm()) {
             let backend = node.settings.backend.as_ref().map_err(|invalid| {
                 ConfigError::Backend(format!("stage `{}` has an invalid backend: {invalid}", node.id))
@@ -293,7 +323,26 @@ impl LiveBackend {
                         ))
                     })?
                     .confined(stage.confinement.clone())
-                    .with_hooks(stage.tool_hooks.clone());
+                    .with_hooks(stage.tool_hooks.clone())
+                    .with_permissions(super::permissions::Permissions::new(
+                        stage
+                            .permissions
+                            .or(self.config.permissions_flag)
+                            .or(self.config.permissions)
+                            .unwrap_or_default(),
+                        self.person.clone(),
+                    ));
+                if !self.mcp.is_empty() {
+                    let (tools, started) = self
+                        .mcp
+                        .for_stage(&stage.mcp_servers, stage.work_dir)
+                        .await
+                        .map_err(|problem| BackendError::Terminal(self.secrets.redact(&problem)))?;
+                    for (server, tools) in started {
+                        transcript.event(Event::McpServerStarted { server, tools });
+                    }
+                    toolbox = toolbox.with_mcp(tools);
+                }
                 let run = agent_loop::run(&failover, &settings, &mut toolbox, messages, &transcript).await?;
                 let mut text = run.text;
                 if run.hit_turn_limit {

@@ -12,8 +12,10 @@ pub mod config;
 pub mod failover;
 pub mod http;
 pub mod live;
+pub mod mcp;
 pub mod models;
 pub mod openai;
+pub mod permissions;
 pub mod redaction;
 pub mod scripted;
 pub mod simulated;
@@ -90,6 +92,10 @@ pub struct StageEnv<'a> {
     pub small_tier_parent: Option<crate::graph::settings::SmallTierParent>,
     /// The node's `fallback_models` (else the graph's `default_fallback_models`), in order.
     pub fallback_models: Vec<String>,
+    /// The MCP servers whose tools the stage gets (node `mcp_servers`, else the graph's).
+    pub mcp_servers: mcp::Selection,
+    /// The node's `permissions` (else the graph's); the backend's default applies when unset.
+    pub permissions: Option<permissions::Level>,
 }
 
 impl std::fmt::Debug for StageEnv<'_> {

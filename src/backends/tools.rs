@@ -27,7 +27,7 @@ const GREP_CAP: usize = 500;
 /// Files larger than this are not searched by grep.
 const GREP_MAX_FILE: u64 = 5 * 1024 * 1024;
 /// Environment variables a shell tool never sees.
-const HIDDEN_ENV: &[&str] =
+pub(crate) const HIDDEN_ENV: &[&str] =
     &["ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY", "FABRO_LLM_API_KEY"];
 
 /// What happened to a file during a stage.
@@ -101,6 +101,10 @@ pub struct Toolbox {
     confinement: crate::sandbox::Confinement,
     /// `tool_hooks.pre` / `tool_hooks.post`: commands run around every tool call.
     hooks: ToolHooks,
+    /// The stage's MCP tools.
+    mcp: super::mcp::StageTools,
+    /// What the tools may do without asking.
+    pub permissions: super::permissions::Permissions,
 }
 
 /// The commands a stage runs around each tool call (`tool_hooks.pre`, `tool_hooks.post`).
@@ -167,21 +171,21 @@ pub fn definitions() -> Vec<ToolDefinition> {
     let object = |properties: Value, required: &[&str]| json!({"type": "object", "properties": properties, "required": required});
     vec![
         ToolDefinition {
-            name: "read_file",
-            description: "Read a text file. Lines are numbered. Use offset (first line, from 1) and limit (line count) for parts of large files.",
+            name: "read_file".into(),
+            description: "Read a text file. Lines are numbered. Use offset (first line, from 1) and limit (line count) for parts of large files.".into(),
             parameters: object(
                 json!({"path": {"type": "string"}, "offset": {"type": "integer"}, "limit": {"type": "integer"}}),
                 &["path"],
             ),
         },
         ToolDefinition {
-            name: "write_file",
-            description: "Create or replace a file with the given content (parent directories are created).",
+            name: "write_file".into(),
+            description: "Create or replace a file with the given content (parent directories are created).".into(),
             parameters: object(json!({"path": {"type": "string"}, "content": {"type": "string"}}), &["path", "content"]),
         },
         ToolDefinition {
-            name: "edit_file",
-            description: "Replace an exact string in a file. old_string must occur exactly once unless replace_all is true.",
+            name: "edit_file".into(),
+            description: "Replace an exact string in a file. old_string must occur exactly once unless replace_all is true.".into(),
             parameters: object(
                 json!({"path": {"type": "string"}, "old_string": {"type": "string"}, "new_string": {"type": "string"},
                        "replace_all": {"type": "boolean"}}),
@@ -189,18 +193,18 @@ pub fn definitions() -> Vec<ToolDefinition> {
             ),
         },
         ToolDefinition {
-            name: "list_dir",
-            description: "List a directory (default: the work directory). Directories end with /.",
+            name: "list_dir".into(),
+            description: "List a directory (default: the work directory). Directories end with /.".into(),
             parameters: object(json!({"path": {"type": "string"}}), &[]),
         },
         ToolDefinition {
-            name: "glob",
-            description: "Find files whose path (relative to the work directory) matches a glob such as src/**/*.rs.",
+            name: "glob".into(),
+            description: "Find files whose path (relative to the work directory) matches a glob such as src/**/*.rs.".into(),
             parameters: object(json!({"pattern": {"type": "string"}, "path": {"type": "string"}}), &["pattern"]),
         },
         ToolDefinition {
-            name: "grep",
-            description: "Search file contents with a regular expression; answers path:line:text. Optional path (file or directory) and glob filter.",
+            name: "grep".into(),
+            description: "Search file contents with a regular expression; answers path:line:text. Optional path (file or directory) and glob filter.".into(),
             parameters: object(
                 json!({"pattern": {"type": "string"}, "path": {"type": "string"}, "glob": {"type": "string"},
                        "case_insensitive": {"type": "boolean"}}),
@@ -208,8 +212,8 @@ pub fn definitions() -> Vec<ToolDefinition> {
             ),
         },
         ToolDefinition {
-            name: "shell",
-            description: "Run a shell command (sh -c) in the work directory. Output is capped; default timeout 120 s (timeout_ms up to 600000).",
+            name: "shell".into(),
+            description: "Run a shell command (sh -c) in the work directory. Output is capped; default timeout 120 s (timeout_ms up to 600000).".into(),
             parameters: object(json!({"command": {"type": "string"}, "timeout_ms": {"type": "integer"}}), &["command"]),
         },
     ]
@@ -227,7 +231,26 @@ impl Toolbox {
             background: Vec::new(),
             confinement: crate::sandbox::Confinement::default(),
             hooks: ToolHooks::default(),
+            mcp: super::mcp::StageTools::default(),
+            permissions: super::permissions::Permissions::default(),
         })
+    }
+
+    /// The stage may also call these MCP tools.
+    pub fn with_mcp(mut self, tools: super::mcp::StageTools) -> Toolbox {
+        self.mcp = tools;
+        self
+    }
+
+    /// Calls above `permissions` are asked about or denied.
+    pub fn with_permissions(mut self, permissions: super::permissions::Permissions) -> Toolbox {
+        self.permissions = permissions;
+        self
+    }
+
+    /// The definitions of the stage's MCP tools.
+    pub fn mcp_definitions(&self) -> Vec<ToolDefinition> {
+        self.mcp.definitions()
     }
 
     /// Tool calls run between these hooks.
@@ -297,6 +320,9 @@ impl Toolbox {
                 super::http::excerpt(&arguments.to_string(), 200)
             ));
         }
+        if let Some(output) = self.mcp.call(name, arguments).await {
+            return output;
+        }
         let result = match name {
             "read_file" => self.read_file(arguments),
             "write_file" => self.write_file(arguments),
@@ -306,7 +332,12 @@ impl Toolbox {
             "grep" => self.grep(arguments),
             "shell" => self.shell(arguments).await,
             other => Err(format!(
-                "there is no tool `{other}`; the tools are read_file, write_file, edit_file, list_dir, glob, grep and shell"
+                "there is no tool `{other}`; the tools are read_file, write_file, edit_file, list_dir, glob, grep and \
+                 shell{}",
+                match self.mcp.is_empty() {
+                    true => String::new(),
+                    false => ", and the MCP tools listed with them".to_string(),
+                }
             )),
         };
         match result {

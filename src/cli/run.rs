@@ -113,6 +113,14 @@ pub struct LaunchArgs {
     /// else the provider's cheap tier.
     #[arg(long, value_name = "MODEL")]
     pub small_model: Option<String>,
+    /// MCP servers for agent stages: a TOML file of [mcp_servers.NAME] entries, over the config
+    /// file's entries of the same name.
+    #[arg(long, value_name = "FILE")]
+    pub mcp_config: Option<PathBuf>,
+    /// What agent stages' tools may do without asking: read-only, read-write or full (default:
+    /// the config file's permissions, else full); a node's or the graph's permissions wins.
+    #[arg(long, value_name = "LEVEL", value_parser = parse_permissions)]
+    pub permissions: Option<String>,
     /// Where command stages, the agent's shell tool and CLI agents run: none (default), or bwrap
     /// (read-only system, home hidden, no network, no API keys). A stage's `sandbox` wins.
     #[arg(long, value_name = "none|bwrap", value_parser = parse_sandbox)]
@@ -175,6 +183,11 @@ impl LaunchArgs {
             small_model: non_empty(&self.small_model),
             sandbox: self.sandbox.map(|kind| kind.as_str().to_string()),
             context_files: Vec::new(),
+            mcp_config: self
+                .mcp_config
+                .as_ref()
+                .map(|path| std::path::absolute(path).unwrap_or_else(|_| path.clone()).display().to_string()),
+            permissions: self.permissions.clone(),
         }
     }
 
@@ -204,6 +217,8 @@ impl LaunchArgs {
             small_model: self.small_model.clone(),
             sandbox: self.sandbox.map(|kind| kind.as_str().to_string()),
             context_files: Vec::new(),
+            mcp_config: self.mcp_config.as_ref().map(|path| path.display().to_string()),
+            permissions: self.permissions.clone(),
         }
     }
 
@@ -218,6 +233,8 @@ impl LaunchArgs {
         self.model = launch.model;
         self.provider = launch.provider;
         self.small_model = launch.small_model;
+        self.mcp_config = launch.mcp_config.map(PathBuf::from);
+        self.permissions = launch.permissions;
         self.sandbox =
             launch.sandbox.as_deref().and_then(|text| fabro::sandbox::SandboxKind::parse(text).ok());
         (!taken.is_empty()).then(|| taken.join(" "))
@@ -247,6 +264,13 @@ impl LaunchArgs {
 
 fn parse_sandbox(text: &str) -> Result<fabro::sandbox::SandboxKind, String> {
     fabro::sandbox::SandboxKind::parse(text)
+}
+
+fn parse_permissions(text: &str) -> Result<String, String> {
+    match fabro::backends::permissions::Level::parse(text) {
+        Some(level) => Ok(level.as_str().to_string()),
+        None => Err(format!("`{text}` is not read-only, read-write or full")),
+    }
 }
 
 /// Checks the sandbox settings of `workflow` and that the sandbox works on this machine; returns

@@ -226,6 +226,8 @@ pub static ATTRIBUTES: &[AttributeSpec] = &[
     spec!("stack.child_workdir", ValueType::Text, GRAPH_NODE, "Working directory of the child run."),
     spec!("tool_hooks.pre", ValueType::Text, GRAPH_NODE, "Command run before each agent tool call (the call as JSON on stdin); a non-zero exit skips the call."),
     spec!("tool_hooks.post", ValueType::Text, GRAPH_NODE, "Command run after each agent tool call, with the call and its result as JSON on stdin."),
+    spec!("mcp_servers", ValueType::Text, GRAPH_NODE, "The configured MCP servers whose tools agent stages get: `a,b`; `\"\"` for none (default: all)."),
+    spec!("permissions", ValueType::OneOf(super::settings::PERMISSION_LEVELS), GRAPH_NODE, "What agent tools may do without asking: read-only (read and search), read-write (also write and edit files) or full (also shell, MCP and other tools; default)."),
     // Node
     spec!(
         "shape",

@@ -114,6 +114,13 @@ pub(crate) fn request_for<'a>(
                 .non_empty_text("small_model")
                 .or_else(|| stage.workflow.attributes().non_empty_text("default_small_model")),
             fallback_models: crate::backends::failover::models_of(stage.node, stage.workflow),
+            mcp_servers: crate::backends::mcp::Selection::of(
+                attributes.text("mcp_servers").or_else(|| stage.workflow.attributes().text("mcp_servers")),
+            ),
+            permissions: attributes
+                .non_empty_text("permissions")
+                .or_else(|| stage.workflow.attributes().non_empty_text("permissions"))
+                .and_then(crate::backends::permissions::Level::parse),
             memory: {
                 let flag = |key: &str| {
                     attributes

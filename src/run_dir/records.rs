@@ -113,6 +113,12 @@ pub struct LaunchRecord {
     /// absolute paths when the run started, so a resume shows the same ones.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub context_files: Vec<crate::agent_context::reference_files::ReferenceFile>,
+    /// `--mcp-config`, as an absolute path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcp_config: Option<String>,
+    /// `--permissions`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub permissions: Option<String>,
 }
 
 impl LaunchRecord {

@@ -32,11 +32,11 @@ pub const SECTIONS: &[&str] = &[
 /// What the model is told about the tool.
 pub fn definition() -> ToolDefinition {
     ToolDefinition {
-        name: TOOL,
+        name: TOOL.into(),
         description: "Call this when you have finished one task of your work and are about to start the next (or to \
                       answer). detail: one line saying what was done. The turns of the finished task are then \
                       replaced by a completion record you will see instead, so later work starts from a clean \
-                      context. Do not call it in the middle of a task.",
+                      context. Do not call it in the middle of a task.".into(),
         parameters: json!({"type": "object", "properties": {"detail": {"type": "string"}}, "required": ["detail"]}),
     }
 }

@@ -11,6 +11,7 @@ mod backend;
 mod context;
 mod manager;
 mod parallel;
+mod permissions;
 mod retry;
 mod small_tier;
 mod watchdog;
@@ -26,6 +27,7 @@ pub use manager::{
     DEFAULT_POLL_INTERVAL, REFERENCE_ATTRIBUTES,
 };
 pub use parallel::{ErrorPolicy, JoinPolicy, ParallelSettings, ParallelSettingsError, DEFAULT_MAX_PARALLEL};
+pub use permissions::{Level as PermissionLevel, LEVELS as PERMISSION_LEVELS};
 pub use retry::{RetryPreset, RetrySettings};
 pub use small_tier::{complaint as small_tier_complaint, is_small_tier, SmallTierParent};
 pub use watchdog::WatchdogMode;

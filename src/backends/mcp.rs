@@ -1,0 +1,583 @@
+//! MCP servers: the config file's `[mcp_servers.NAME]` entries (and `--mcp-config FILE`), started
+//! once per run on first use with the official SDK (`rmcp`), their tools offered to agent stages as
+//! `mcp__{server}__{tool}`, and stopped with the run.
+//!
+//! A stdio server is a program spoken to over its stdin and stdout; an http server speaks
+//! Streamable HTTP at a URL. A server that fails its handshake fails the stage that wanted it,
+//! with the tail of what the server wrote to stderr; other stages go on, and a later stage tries
+//! again.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock, Tool};
+use rmcp::service::{Peer, RoleClient, RunningService};
+use rmcp::ServiceExt;
+use serde_json::Value;
+
+use super::chat::ToolDefinition;
+use super::tools::ToolOutput;
+
+/// How long a server may take to start and answer the handshake, unless its entry says.
+pub const DEFAULT_STARTUP_TIMEOUT_SECS: u64 = 10;
+/// How long one tool call may take, unless the server's entry says.
+pub const DEFAULT_TOOL_TIMEOUT_SECS: u64 = 60;
+/// The prefix of every MCP tool's name.
+pub const PREFIX: &str = "mcp__";
+/// How much of a server's stderr a failure quotes.
+const STDERR_TAIL_CHARS: usize = 2_000;
+
+/// How fabro speaks to a server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TransportKind {
+    Stdio,
+    Http,
+}
+
+/// One `[mcp_servers.NAME]` entry.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerConfig {
+    #[serde(rename = "type")]
+    pub transport: TransportKind,
+    /// stdio: the program and its arguments.
+    #[serde(default)]
+    pub command: Vec<String>,
+    /// stdio: variables added to the server's environment.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// stdio: where the server runs (relative to the run's work directory, which is the default).
+    pub cwd: Option<PathBuf>,
+    /// http: the Streamable HTTP endpoint.
+    pub url: Option<String>,
+    /// http: headers sent with every request; `$VAR` or `${VAR}` is replaced by the variable's
+    /// value, for the variables in `allowed_env_vars` only.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    #[serde(default)]
+    pub allowed_env_vars: Vec<String>,
+    pub startup_timeout_secs: Option<u64>,
+    pub tool_timeout_secs: Option<u64>,
+}
+
+/// The `mcp_servers` of a config file or of an `--mcp-config` file.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct McpConfigFile {
+    #[serde(default)]
+    mcp_servers: BTreeMap<String, ServerConfig>,
+}
+
+/// Reads the `[mcp_servers.NAME]` entries of an `--mcp-config` file.
+pub fn read_config_file(path: &Path) -> Result<BTreeMap<String, ServerConfig>, String> {
+    let text = crate::regular_file::read_to_string(path, crate::regular_file::FileKind::Input)
+        .map_err(|error| format!("cannot read the MCP config file {}: {error}", path.display()))?;
+    let file: McpConfigFile = toml::from_str(&text)
+        .map_err(|error| format!("the MCP config file {} is invalid: {error}", path.display()))?;
+    if file.mcp_servers.is_empty() {
+        return Err(format!(
+            "the MCP config file {} has no [mcp_servers.NAME] entry; add one such as \
+             [mcp_servers.files] with type = \"stdio\" and command = [\"mcp-server-filesystem\", \".\"]",
+            path.display()
+        ));
+    }
+    check_all(&file.mcp_servers)?;
+    Ok(file.mcp_servers)
+}
+
+/// What is wrong with any of `servers`, naming the entry.
+pub fn check_all(servers: &BTreeMap<String, ServerConfig>) -> Result<(), String> {
+    for (name, server) in servers {
+        server.check(name).map_err(|problem| format!("[mcp_servers.{name}]: {problem}"))?;
+    }
+    Ok(())
+}
+
+impl ServerConfig {
+    /// What is wrong with the entry `name`, if anything.
+    pub fn check(&self, name: &str) -> Result<(), String> {
+        if name.trim().is_empty() {
+            return Err("the server name is empty".to_string());
+        }
+        if self.startup_timeout_secs == Some(0) || self.tool_timeout_secs == Some(0) {
+            return Err("timeouts are whole seconds above 0".to_string());
+        }
+        match self.transport {
+            TransportKind::Stdio => {
+                if self.command.first().is_none_or(|program| program.trim().is_empty()) {
+                    return Err(
+                        "a stdio server needs `command`, e.g. command = [\"npx\", \"some-server\"]".into()
+                    );
+                }
+                if self.url.is_some() || !self.headers.is_empty() || !self.allowed_env_vars.is_empty() {
+                    return Err("`url`, `headers` and `allowed_env_vars` are for type = \"http\"".into());
+                }
+            }
+            TransportKind::Http => {
+                let url = self.url.as_deref().ok_or("an http server needs `url`")?;
+                let parsed = reqwest::Url::parse(url).map_err(|error| format!("url `{url}`: {error}"))?;
+                if !matches!(parsed.scheme(), "http" | "https") {
+                    return Err(format!("url `{url}` is not an http or https URL"));
+                }
+                if !self.command.is_empty() || !self.env.is_empty() || self.cwd.is_some() {
+                    return Err("`command`, `env` and `cwd` are for type = \"stdio\"".into());
+                }
+                for (header, value) in &self.headers {
+                    for variable in variables_in(value) {
+                        if !self.allowed_env_vars.iter().any(|allowed| allowed == variable) {
+                            return Err(format!(
+                                "header `{header}` uses ${variable}, which is not in allowed_env_vars; add \
+                                 allowed_env_vars = [\"{variable}\"] to let it through"
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn startup_timeout(&self) -> Duration {
+        Duration::from_secs(self.startup_timeout_secs.unwrap_or(DEFAULT_STARTUP_TIMEOUT_SECS))
+    }
+
+    fn tool_timeout(&self) -> Duration {
+        Duration::from_secs(self.tool_timeout_secs.unwrap_or(DEFAULT_TOOL_TIMEOUT_SECS))
+    }
+
+    /// The headers with their variables replaced (from `env`).
+    fn resolved_headers(
+        &self,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Vec<(String, String)>, String> {
+        self.headers
+            .iter()
+            .map(|(header, value)| {
+                let mut resolved = value.clone();
+                for variable in variables_in(value) {
+                    let found = env(variable).ok_or_else(|| {
+                        format!("header `{header}` uses ${variable}, which is not set in the environment")
+                    })?;
+                    resolved = resolved
+                        .replace(&format!("${{{variable}}}"), &found)
+                        .replace(&format!("${variable}"), &found);
+                }
+                Ok((header.clone(), resolved))
+            })
+            .collect()
+    }
+
+    /// The values of the headers, as they will be sent: kept out of transcripts and events.
+    pub fn secrets(&self) -> Vec<String> {
+        let env = |name: &str| std::env::var(name).ok();
+        self.resolved_headers(&env)
+            .map(|headers| headers.into_iter().map(|(_, value)| value).collect())
+            .unwrap_or_default()
+    }
+}
+
+/// The variable names referred to as `$NAME` or `${NAME}` in `text`.
+fn variables_in(text: &str) -> Vec<&str> {
+    let mut names = Vec::new();
+    let mut rest = text;
+    while let Some(at) = rest.find('$') {
+        rest = &rest[at + 1..];
+        let (name, after) = match rest.strip_prefix('{') {
+            Some(braced) => match braced.find('}') {
+                Some(end) => (&braced[..end], &braced[end + 1..]),
+                None => break,
+            },
+            None => {
+                let end = rest.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(rest.len());
+                (&rest[..end], &rest[end..])
+            }
+        };
+        if !name.is_empty() {
+            names.push(name);
+        }
+        rest = after;
+    }
+    names
+}
+
+/// The name the model sees for `tool` of `server`: `mcp__{server}__{tool}`, other characters than
+/// letters, digits, `_` and `-` replaced by `_`.
+pub fn exposed_name(server: &str, tool: &str) -> String {
+    let clean = |text: &str| -> String {
+        text.chars()
+            .map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '_' })
+            .collect()
+    };
+    format!("{PREFIX}{}__{}", clean(server), clean(tool))
+}
+
+/// Which servers a stage gets: its `mcp_servers` attribute (`"a,b"`; `""` for none), else all.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Selection {
+    All,
+    Only(Vec<String>),
+}
+
+impl Selection {
+    /// The selection an `mcp_servers` attribute value makes (`None` when unset).
+    pub fn of(attribute: Option<&str>) -> Selection {
+        match attribute {
+            None => Selection::All,
+            Some(list) => Selection::Only(
+                list.split(',').map(str::trim).filter(|name| !name.is_empty()).map(str::to_string).collect(),
+            ),
+        }
+    }
+}
+
+/// The run's MCP servers: their entries, and those started so far.
+pub struct McpServers {
+    configs: BTreeMap<String, ServerConfig>,
+    running: tokio::sync::Mutex<BTreeMap<String, Arc<Server>>>,
+}
+
+/// A started server.
+struct Server {
+    name: String,
+    peer: Peer<RoleClient>,
+    tools: Vec<Tool>,
+    tool_timeout: Duration,
+    stderr: Arc<Mutex<String>>,
+    /// Kept so the connection (and a stdio server's process) lives as long as the run's servers.
+    _service: RunningService<RoleClient, ()>,
+}
+
+impl McpServers {
+    pub fn new(configs: BTreeMap<String, ServerConfig>) -> McpServers {
+        McpServers { configs, running: tokio::sync::Mutex::new(BTreeMap::new()) }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.configs.is_empty()
+    }
+
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.configs.keys().map(String::as_str)
+    }
+
+    /// The names in `selection` that are not configured.
+    pub fn unknown<'a>(&self, selection: &'a Selection) -> Vec<&'a str> {
+        match selection {
+            Selection::All => Vec::new(),
+            Selection::Only(names) => {
+                names.iter().map(String::as_str).filter(|name| !self.configs.contains_key(*name)).collect()
+            }
+        }
+    }
+
+    /// The tools of the selected servers, starting those not yet running (`work_dir` is where a
+    /// stdio server without `cwd` runs), and the servers started now with their tools' names.
+    /// Fails with what went wrong when a server cannot start.
+    pub async fn for_stage(
+        &self,
+        selection: &Selection,
+        work_dir: &Path,
+    ) -> Result<(StageTools, Vec<(String, Vec<String>)>), String> {
+        let names: Vec<&str> = match selection {
+            Selection::All => self.configs.keys().map(String::as_str).collect(),
+            Selection::Only(names) => names.iter().map(String::as_str).collect(),
+        };
+        let mut tools = Vec::new();
+        let mut started = Vec::new();
+        for name in names {
+            let config = self.configs.get(name).ok_or_else(|| {
+                format!(
+                    "mcp_servers names `{name}`, which is not configured (configured: {})",
+                    self.names().collect::<Vec<_>>().join(", ")
+                )
+            })?;
+            let server = {
+                let mut running = self.running.lock().await;
+                match running.get(name).filter(|server| !server.peer.is_transport_closed()) {
+                    Some(server) => server.clone(),
+                    None => {
+                        let server = Arc::new(start(name, config, work_dir).await?);
+                        running.insert(name.to_string(), server.clone());
+                        let names = server.tools.iter().map(|tool| exposed_name(name, &tool.name)).collect();
+                        started.push((name.to_string(), names));
+                        server
+                    }
+                }
+            };
+            for tool in &server.tools {
+                tools.push(StageTool {
+                    exposed: exposed_name(name, &tool.name),
+                    name: tool.name.to_string(),
+                    server: server.clone(),
+                    description: format!(
+                        "[MCP server `{name}`] {}",
+                        tool.description.as_deref().or(tool.title.as_deref()).unwrap_or(&tool.name)
+                    ),
+                    schema: Value::Object((*tool.input_schema).clone()),
+                });
+            }
+        }
+        Ok((StageTools { tools }, started))
+    }
+}
+
+/// Starts `config` and completes the handshake, listing the server's tools.
+async fn start(name: &str, config: &ServerConfig, work_dir: &Path) -> Result<Server, String> {
+    let stderr = Arc::new(Mutex::new(String::new()));
+    let timeout = config.startup_timeout();
+    let handshake = async {
+        let service = match config.transport {
+            TransportKind::Stdio => {
+                let mut command = tokio::process::Command::new(&config.command[0]);
+                command.args(&config.command[1..]).envs(&config.env).kill_on_drop(true);
+                for hidden in super::tools::HIDDEN_ENV {
+                    if !config.env.contains_key(*hidden) {
+                        command.env_remove(hidden);
+                    }
+                }
+                command.current_dir(match &config.cwd {
+                    Some(cwd) => work_dir.join(cwd),
+                    None => work_dir.to_path_buf(),
+                });
+                let (transport, pipe) = rmcp::transport::TokioChildProcess::builder(command)
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .map_err(|error| format!("cannot start `{}`: {error}", config.command.join(" ")))?;
+                if let Some(pipe) = pipe {
+                    tokio::spawn(keep_tail(pipe, stderr.clone()));
+                }
+                ().serve(transport).await.map_err(|error| error.to_string())?
+            }
+            TransportKind::Http => {
+                let env = |name: &str| std::env::var(name).ok();
+                let mut headers = std::collections::HashMap::new();
+                for (header, value) in config.resolved_headers(&env)? {
+                    let header_name = http::HeaderName::try_from(header.as_str())
+                        .map_err(|error| format!("header `{header}`: {error}"))?;
+                    let header_value = http::HeaderValue::try_from(value)
+                        .map_err(|error| format!("header `{header}`: {error}"))?;
+                    headers.insert(header_name, header_value);
+                }
+                let url = config.url.clone().unwrap_or_default();
+                // The SDK's HTTP client takes the process's TLS provider: the one fabro's own client
+                // uses (an error only says one is installed already).
+                let _ = rustls::crypto::ring::default_provider().install_default();
+                let client = reqwest13::Client::builder()
+                    .build()
+                    .map_err(|error| format!("cannot make an HTTP client: {error}"))?;
+                let transport = rmcp::transport::StreamableHttpClientTransport::with_client(
+                    client,
+                    rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(
+                        url,
+                    )
+                    .custom_headers(headers),
+                );
+                ().serve(transport).await.map_err(|error| error.to_string())?
+            }
+        };
+        let tools =
+            service.peer().list_all_tools().await.map_err(|error| format!("listing its tools: {error}"))?;
+        Ok::<_, String>((service, tools))
+    };
+    let outcome = match tokio::time::timeout(timeout, handshake).await {
+        Ok(outcome) => outcome,
+        Err(_) => Err(format!("no handshake within startup_timeout_secs = {}", timeout.as_secs())),
+    };
+    match outcome {
+        Ok((service, tools)) => Ok(Server {
+            name: name.to_string(),
+            peer: service.peer().clone(),
+            tools,
+            tool_timeout: config.tool_timeout(),
+            stderr,
+            _service: service,
+        }),
+        Err(problem) => {
+            // What the server said on its way out.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            Err(format!("the MCP server `{name}` failed its handshake: {problem}{}", said(&stderr)))
+        }
+    }
+}
+
+/// `\nits stderr ended with:\n...` when the server wrote to stderr.
+fn said(stderr: &Mutex<String>) -> String {
+    let text = stderr.lock().map(|text| text.trim().to_string()).unwrap_or_default();
+    match text.is_empty() {
+        true => String::new(),
+        false => format!("; its stderr ended with:\n{text}"),
+    }
+}
+
+/// Keeps the last [`STDERR_TAIL_CHARS`] of what a server writes to stderr.
+async fn keep_tail(mut pipe: tokio::process::ChildStderr, tail: Arc<Mutex<String>>) {
+    use tokio::io::AsyncReadExt;
+    let mut buffer = [0u8; 4096];
+    while let Ok(read) = pipe.read(&mut buffer).await {
+        if read == 0 {
+            break;
+        }
+        if let Ok(mut text) = tail.lock() {
+            text.push_str(&String::from_utf8_lossy(&buffer[..read]));
+            let chars = text.chars().count();
+            if chars > STDERR_TAIL_CHARS {
+                *text = text.chars().skip(chars - STDERR_TAIL_CHARS).collect();
+            }
+        }
+    }
+}
+
+/// The MCP tools one stage may call.
+#[derive(Default)]
+pub struct StageTools {
+    tools: Vec<StageTool>,
+}
+
+struct StageTool {
+    exposed: String,
+    name: String,
+    server: Arc<Server>,
+    description: String,
+    schema: Value,
+}
+
+impl StageTools {
+    pub fn is_empty(&self) -> bool {
+        self.tools.is_empty()
+    }
+
+    /// The definitions sent to the model.
+    pub fn definitions(&self) -> Vec<ToolDefinition> {
+        self.tools
+            .iter()
+            .map(|tool| ToolDefinition {
+                name: Cow::Owned(tool.exposed.clone()),
+                description: Cow::Owned(tool.description.clone()),
+                parameters: tool.schema.clone(),
+            })
+            .collect()
+    }
+
+    /// Calls the tool the model knows as `exposed`; `None` when it is not an MCP tool of the stage.
+    pub async fn call(&self, exposed: &str, arguments: &Value) -> Option<ToolOutput> {
+        let tool = self.tools.iter().find(|tool| tool.exposed == exposed)?;
+        let server = &tool.server;
+        let mut params = CallToolRequestParams::new(tool.name.clone());
+        params.arguments = arguments.as_object().cloned();
+        let output = match tokio::time::timeout(server.tool_timeout, server.peer.call_tool(params)).await {
+            Ok(Ok(result)) => rendered(result),
+            Ok(Err(error)) => ToolOutput {
+                content: format!(
+                    "the MCP server `{}` could not run `{}`: {error}{}",
+                    server.name,
+                    tool.name,
+                    said(&server.stderr)
+                ),
+                is_error: true,
+            },
+            Err(_) => ToolOutput {
+                content: format!(
+                    "the MCP server `{}` did not answer `{}` within tool_timeout_secs = {}",
+                    server.name,
+                    tool.name,
+                    server.tool_timeout.as_secs()
+                ),
+                is_error: true,
+            },
+        };
+        Some(output)
+    }
+}
+
+/// A tool result as text: text blocks as they are, other blocks described, structured content
+/// as JSON when there is nothing else.
+fn rendered(result: CallToolResult) -> ToolOutput {
+    let mut parts: Vec<String> = result
+        .content
+        .iter()
+        .map(|block| match block {
+            ContentBlock::Text(text) => text.text.clone(),
+            ContentBlock::Image(image) => {
+                format!("[image, {}, {} base64 characters]", image.mime_type, image.data.len())
+            }
+            ContentBlock::Audio(audio) => {
+                format!("[audio, {}, {} base64 characters]", audio.mime_type, audio.data.len())
+            }
+            other => serde_json::to_string(other).unwrap_or_default(),
+        })
+        .collect();
+    if parts.is_empty() {
+        if let Some(structured) = &result.structured_content {
+            parts.push(structured.to_string());
+        }
+    }
+    ToolOutput { content: parts.join("\n"), is_error: result.is_error.unwrap_or(false) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn http(headers: &[(&str, &str)], allowed: &[&str]) -> ServerConfig {
+        ServerConfig {
+            transport: TransportKind::Http,
+            command: Vec::new(),
+            env: BTreeMap::new(),
+            cwd: None,
+            url: Some("http://127.0.0.1:1/mcp".into()),
+            headers: headers.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            allowed_env_vars: allowed.iter().map(|v| v.to_string()).collect(),
+            startup_timeout_secs: None,
+            tool_timeout_secs: None,
+        }
+    }
+
+    #[test]
+    fn tool_names_are_prefixed_and_cleaned() {
+        assert_eq!(exposed_name("files", "read_text_file"), "mcp__files__read_text_file");
+        assert_eq!(exposed_name("my.server", "do it/now"), "mcp__my_server__do_it_now");
+    }
+
+    #[test]
+    fn header_variables_come_only_from_the_allowed_list() {
+        assert_eq!(variables_in("Bearer $TOKEN and ${OTHER}x $"), vec!["TOKEN", "OTHER"]);
+        let refused = http(&[("Authorization", "Bearer $TOKEN")], &[]).check("api").unwrap_err();
+        assert!(refused.contains("$TOKEN") && refused.contains("allowed_env_vars"), "{refused}");
+        let allowed = http(&[("Authorization", "Bearer ${TOKEN}")], &["TOKEN"]);
+        assert_eq!(allowed.check("api"), Ok(()));
+        let env = |name: &str| (name == "TOKEN").then(|| "s3cr3t-value".to_string());
+        assert_eq!(
+            allowed.resolved_headers(&env).unwrap(),
+            vec![("Authorization".to_string(), "Bearer s3cr3t-value".to_string())]
+        );
+        let unset = |_: &str| None;
+        assert!(allowed.resolved_headers(&unset).unwrap_err().contains("not set"));
+    }
+
+    #[test]
+    fn entries_say_what_they_lack() {
+        let mut stdio = http(&[], &[]);
+        stdio.transport = TransportKind::Stdio;
+        stdio.url = None;
+        assert!(stdio.check("a").unwrap_err().contains("needs `command`"));
+        stdio.command = vec!["server".into()];
+        assert_eq!(stdio.check("a"), Ok(()));
+        let mut remote = http(&[], &[]);
+        remote.url = Some("ftp://example.com".into());
+        assert!(remote.check("a").unwrap_err().contains("not an http"));
+    }
+
+    #[test]
+    fn a_selection_narrows_or_empties() {
+        assert_eq!(Selection::of(None), Selection::All);
+        assert_eq!(Selection::of(Some("")), Selection::Only(vec![]));
+        assert_eq!(Selection::of(Some(" a, b ")), Selection::Only(vec!["a".into(), "b".into()]));
+        let servers = McpServers::new(BTreeMap::from([("a".to_string(), http(&[], &[]))]));
+        assert_eq!(servers.unknown(&Selection::of(Some("a,zz"))), vec!["zz"]);
+    }
+}
