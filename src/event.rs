@@ -160,6 +160,29 @@ pub enum Event {
     #[serde(rename = "parallel.merged")]
     ParallelMerged { branch_id: String, commit: String, fast_forward: bool },
 
+    // Lifecycle hooks (`[[hooks]]`, see [`crate::lifecycle_hooks`]).
+    /// A hook ran to its end and succeeded (exit 0, or a 2xx answer).
+    #[serde(rename = "hook.ran")]
+    HookRan {
+        hook: String,
+        hook_event: String,
+        duration_ms: u64,
+        exit_code: Option<i32>,
+        http_status: Option<u16>,
+    },
+    /// A hook failed: a non-zero exit, a non-2xx answer, a timeout, or it could not start. A
+    /// blocking hook's failure also fails the stage or run it was told about.
+    #[serde(rename = "hook.failed")]
+    HookFailed {
+        hook: String,
+        hook_event: String,
+        blocking: bool,
+        duration_ms: u64,
+        exit_code: Option<i32>,
+        http_status: Option<u16>,
+        message: String,
+    },
+
     // Manager stages.
     #[serde(rename = "child.started")]
     ChildStarted { workflow: String, run_dir: String, resumed: bool },

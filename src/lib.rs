@@ -20,6 +20,7 @@ pub mod graph;
 pub mod handlers;
 pub mod interview;
 pub mod join;
+pub mod lifecycle_hooks;
 pub mod load;
 pub mod memory;
 pub mod outcome;

@@ -146,6 +146,10 @@ struct FileConfig {
     mcp_servers: BTreeMap<String, super::mcp::ServerConfig>,
     /// Agent stages' tool permissions when neither the node, the graph nor `--permissions` says.
     permissions: Option<super::permissions::Level>,
+    /// Run lifecycle hooks: read by [`crate::lifecycle_hooks`], not here.
+    #[serde(default)]
+    #[allow(dead_code)]
+    hooks: Vec<toml::Value>,
 }
 
 #[derive(Debug, Default, serde::Deserialize)]
@@ -498,6 +502,12 @@ fn default_base_url(name: &str, kind: ProviderKind) -> Option<&'static str> {
         ("gemini", _) => Some(GEMINI_BASE_URL),
         _ => None,
     }
+}
+
+/// The config file's path: `FABRO_CONFIG`, else `$XDG_CONFIG_HOME/fabro/config.toml`, else
+/// `~/.config/fabro/config.toml` (which may not exist).
+pub fn config_file_path() -> Option<PathBuf> {
+    config_path(&|name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty()))
 }
 
 fn config_path(env: &dyn Fn(&str) -> Option<String>) -> Option<PathBuf> {

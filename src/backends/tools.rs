@@ -613,17 +613,17 @@ impl Toolbox {
 
 /// A `sh` process that ran to its end: its exit, what it printed, and its process group (whatever
 /// it left running; killed when dropped).
-struct Collected {
-    status: std::io::Result<std::process::ExitStatus>,
-    out: Vec<u8>,
-    err: Vec<u8>,
+pub(crate) struct Collected {
+    pub status: std::io::Result<std::process::ExitStatus>,
+    pub out: Vec<u8>,
+    pub err: Vec<u8>,
     /// Bytes of output past [`SHELL_STREAM_CAP`] that were read and dropped.
     dropped: u64,
     group: ProcessGroup,
 }
 
 /// Why a process did not run to its end.
-enum Unfinished {
+pub(crate) enum Unfinished {
     NotStarted(std::io::Error),
     /// Past its time limit: killed with its group.
     TimedOut,
@@ -631,7 +631,7 @@ enum Unfinished {
 
 /// Starts `process` (stdout and stderr piped, as [`Toolbox::sh`] sets them), writes `input` to
 /// its stdin (or gives it none), and collects both streams and its exit within `timeout`.
-async fn run_collected(
+pub(crate) async fn run_collected(
     mut process: tokio::process::Command,
     input: Option<&str>,
     timeout: Duration,

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use fabro::engine::RunOptions;
+use fabro::lifecycle_hooks::LifecycleHooks;
 use fabro::run_dir::SavedRun;
 use fabro::session::ResumeSource;
 use fabro::source::SourceFile;
@@ -57,6 +58,8 @@ async fn continue_run(args: &mut ResumeArgs) -> Result<u8, Refusal> {
     let valid = report_diagnostics(loaded, &source.path, true)?;
     source.adopt(&mut saved, &valid.workflow)?;
     let user_sandbox = super::run::check_sandbox(&args.launch, &valid.workflow)?;
+    let workflow_path = args.workflow.clone().unwrap_or_else(|| PathBuf::from(&saved.manifest.source_path));
+    let hooks = LifecycleHooks::for_workflow(&workflow_path).map_err(super::run::hooks_refusal)?;
     let engine = engine_for(&args.launch, &valid)?;
     let options = RunOptions {
         run_dir: Some(run_dir),
@@ -80,6 +83,7 @@ async fn continue_run(args: &mut ResumeArgs) -> Result<u8, Refusal> {
         max_output: args.launch.max_output,
         sandbox: args.launch.sandbox,
         user_sandbox,
+        hooks,
     };
     let cancel = CancellationToken::new();
     watch_signals(cancel.clone());

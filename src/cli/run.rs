@@ -8,6 +8,7 @@ use fabro::agent_context::reference_files::{self, ReferenceEntry, ReferenceFile}
 use fabro::engine::{Engine, RunOptions};
 use fabro::graph::Workflow;
 use fabro::interview::console::Console;
+use fabro::lifecycle_hooks::LifecycleHooks;
 use fabro::outcome::PauseKind;
 use fabro::run_dir::{LaunchRecord, RunResult, RunStatus};
 use fabro::session::{BackendChoice, EngineBuilder};
@@ -285,6 +286,15 @@ pub fn check_sandbox(
     Ok(user)
 }
 
+/// A `[[hooks]]` entry that cannot be used stops the run before it starts.
+pub fn hooks_refusal(error: fabro::lifecycle_hooks::HookConfigError) -> Refusal {
+    // The note goes on the first line: a `when` error's caret line follows it.
+    let error = error.to_string();
+    let (first, rest) = error.split_once('\n').map_or((error.as_str(), ""), |(first, rest)| (first, rest));
+    let rest = if rest.is_empty() { String::new() } else { format!("\n{rest}") };
+    Refusal::Message(format!("{first}; the run did not start{rest}"))
+}
+
 pub fn run(args: RunArgs) -> u8 {
     super::block_on(run_async(args))
 }
@@ -347,6 +357,7 @@ async fn start(args: &RunArgs) -> Result<u8, Refusal> {
     let work_dir =
         work_dir(args.workdir.as_deref()).map_err(|message| format!("{message}; the run did not start"))?;
     let user_sandbox = check_sandbox(&args.launch, &valid.workflow)?;
+    let hooks = LifecycleHooks::for_workflow(&args.workflow).map_err(hooks_refusal)?;
     let engine = engine_for(&args.launch, &valid)?;
     let options = RunOptions {
         run_dir: args.run_dir.clone(),
@@ -365,6 +376,7 @@ async fn start(args: &RunArgs) -> Result<u8, Refusal> {
         max_output: args.launch.max_output,
         sandbox: args.launch.sandbox,
         user_sandbox,
+        hooks,
     };
     let cancel = CancellationToken::new();
     watch_signals(cancel.clone());

@@ -49,6 +49,8 @@ impl ChildRunner for ChildLauncher<'_> {
             max_output: self.options.max_output,
             sandbox: self.options.sandbox,
             user_sandbox: self.options.user_sandbox,
+            // The parent run's hooks tell about the parent run.
+            hooks: Default::default(),
         };
         let report = match slot {
             ChildSlot::Fresh(dir) => {

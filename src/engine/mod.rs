@@ -5,6 +5,7 @@ mod checkpoint;
 mod child_launcher;
 mod conversation;
 pub mod edge_selection;
+mod hook_points;
 mod line_worktree;
 pub mod parallel;
 pub mod retry;

@@ -58,6 +58,8 @@ pub struct RunOptions {
     pub sandbox: Option<crate::sandbox::SandboxKind>,
     /// The config file's `sandbox`: used when neither the stage, `--sandbox` nor the graph says.
     pub user_sandbox: Option<crate::sandbox::SandboxKind>,
+    /// Run lifecycle hooks (`[[hooks]]`); none fire in a dry run or in a manager's child runs.
+    pub hooks: crate::lifecycle_hooks::LifecycleHooks,
 }
 
 /// Why a run could not start.
@@ -204,6 +206,10 @@ impl Engine {
             run_dir: Some(root),
             restarted_from: None,
         });
+        if let Err(veto) = run.main.fire_run_hooks(None, None).await {
+            let reason = format!("the run did not start: {veto}");
+            return Ok(run.finish(start, RunStatus::Failed, Some(reason)).await);
+        }
         Ok(run.execute(start).await)
     }
 
@@ -307,7 +313,7 @@ impl Engine {
             let reason = (previous == RunStatus::Failed).then(|| {
                 "the run failed; its reason was not recorded before the process stopped".to_string()
             });
-            return Ok(run.finish(next, previous, reason));
+            return Ok(run.finish(next, previous, reason).await);
         }
         Ok(run.execute(next).await)
     }
@@ -415,11 +421,14 @@ impl Run<'_> {
                 Step::Next(next) => current = next,
                 Step::Restart(target) => match self.restart(current, target) {
                     Ok(()) => current = target,
-                    Err(error) => return self.finish(current, RunStatus::Failed, Some(error.to_string())),
+                    Err(error) => {
+                        return self.finish(current, RunStatus::Failed, Some(error.to_string())).await
+                    }
                 },
-                Step::Finish(status, reason) => return self.finish(current, status, reason),
+                Step::Finish(status, reason) => return self.finish(current, status, reason).await,
                 Step::Pause(pause) => {
-                    let mut report = self.finish(current, RunStatus::Paused, None);
+                    let reason = Some(pause.reason.clone());
+                    let mut report = self.finish(current, RunStatus::Paused, reason).await;
                     report.pause = Some(pause);
                     return report;
                 }
@@ -430,7 +439,9 @@ impl Run<'_> {
     /// Writes the final checkpoint, result.json, the closing event and the manifest, in that
     /// order: a process killed anywhere in between leaves the manifest saying `running`, and a
     /// resume finishes the records.
-    fn finish(mut self, last: NodeIndex, status: RunStatus, reason: Option<String>) -> RunReport {
+    /// `reason`: why it failed, or why it paused. The run's hooks hear of the end after the
+    /// closing event.
+    async fn finish(mut self, last: NodeIndex, status: RunStatus, reason: Option<String>) -> RunReport {
         let last_id = self.main.scope.workflow.node_at(last).id.clone();
         if matches!(status, RunStatus::Succeeded | RunStatus::Failed) {
             // Not saved: result.json and the manifest still record the end.
@@ -438,7 +449,8 @@ impl Run<'_> {
         }
         let result =
             self.write_result(status, if status == RunStatus::Paused { None } else { reason.clone() });
-        let end = RunEnd { status, failure_reason: reason, duration_ms: result.duration_ms };
+        let failure_reason = if status == RunStatus::Paused { None } else { reason.clone() };
+        let end = RunEnd { status, failure_reason, duration_ms: result.duration_ms };
         let events = &self.main.scope.events;
         // A paused run's `run.paused` came from the stage that paused it.
         match status {
@@ -447,6 +459,9 @@ impl Run<'_> {
             RunStatus::Interrupted => events.run_event(Event::RunInterrupted(end)),
             _ => events.run_event(Event::RunFailed(end)),
         }
+        // Nothing to veto: the run has ended.
+        let _ = self.main.fire_run_hooks(Some(status), reason.as_deref()).await;
+        let events = &self.main.scope.events;
         events.flush();
         self.write_manifest(status);
         let worktree_hint = self.main.worktree.merge_hint();

@@ -229,11 +229,18 @@ impl<'e> Walker<'e> {
         if keeps_files {
             scope.events.flush();
         }
+        // Routing stages (start, exit, conditional) are not stages a hook hears of.
+        let veto = match keeps_files {
+            true => self.fire_stage_hooks(node, visit, &stage_dir, None).await.err(),
+            false => None,
+        };
         let started_at = now_rfc3339();
         let clock = Instant::now();
-        let end = match node.handler_type() {
-            HandlerType::Parallel => super::parallel::run(self, index, visit).await,
-            _ => self.run_stage(node, visit, &stage_dir).await,
+        let end = match (veto, node.handler_type()) {
+            // A blocking hook's veto fails the stage: its failure routing applies.
+            (Some(veto), _) => StageEnd::Done { outcome: Outcome::fail(veto.to_string()), attempts: 1 },
+            (None, HandlerType::Parallel) => super::parallel::run(self, index, visit).await,
+            (None, _) => self.run_stage(node, visit, &stage_dir).await,
         };
         let (mut outcome, attempts) = match end {
             StageEnd::Done { outcome, attempts } => (outcome, attempts),
@@ -270,6 +277,10 @@ impl<'e> Walker<'e> {
             self.conversation.extend_thread(scope.run_dir.root(), &node.id, exchange);
         }
         self.worktree.commit_stage(&scope.events, &scope.run_id, node, visit, outcome.status);
+        if keeps_files {
+            // Only starts can be vetoed: the end has happened.
+            let _ = self.fire_stage_hooks(node, visit, &stage_dir, Some(&outcome)).await;
+        }
         if node.handler_type() == HandlerType::Exit {
             return match outcome.status {
                 StageStatus::Fail => Step::Finish(RunStatus::Failed, outcome.failure_reason.clone()),

@@ -1,0 +1,148 @@
+//! Where the run tells its lifecycle hooks ([`crate::lifecycle_hooks`]) what happens: the
+//! payload of each moment, where commands run (the stage's sandbox, else the work directory),
+//! and the `hook.ran`/`hook.failed` events. A dry run fires nothing.
+
+use std::path::Path;
+
+use super::walker::Walker;
+use crate::event::Event;
+use crate::graph::{HandlerType, Node};
+use crate::lifecycle_hooks::{Firing, HookEvent, HookPayload, HookReport, Veto};
+use crate::outcome::{Outcome, StageStatus};
+use crate::run_dir::RunStatus;
+
+impl Walker<'_> {
+    fn hooks_fire(&self, event: HookEvent) -> bool {
+        let options = self.scope.options;
+        !options.dry_run && options.hooks.wants(event)
+    }
+
+    fn payload(&self, event: HookEvent) -> HookPayload {
+        let scope = &self.scope;
+        HookPayload::new(event, &scope.run_id, scope.workflow.name(), scope.run_dir.root())
+    }
+
+    /// Fires a run moment's hooks (run_start, run_complete, run_failed, run_paused) in the work
+    /// directory; a run_start veto says why the run must not start.
+    pub async fn fire_run_hooks(&self, status: Option<RunStatus>, reason: Option<&str>) -> Result<(), Veto> {
+        let event = match status {
+            None => HookEvent::RunStart,
+            Some(RunStatus::Succeeded) => HookEvent::RunComplete,
+            Some(RunStatus::Failed) => HookEvent::RunFailed,
+            Some(RunStatus::Paused) => HookEvent::RunPaused,
+            // An interrupted run was stopped by its user; a restart goes on in a new directory.
+            Some(_) => return Ok(()),
+        };
+        if !self.hooks_fire(event) {
+            return Ok(());
+        }
+        let mut payload = self.payload(event);
+        payload.outcome = status.map(|status| status.as_str().to_string());
+        match event {
+            HookEvent::RunPaused => payload.reason = reason.map(str::to_string),
+            _ => payload.failure_reason = reason.map(str::to_string),
+        }
+        self.fire(payload, None, None, None).await
+    }
+
+    /// Fires a stage moment's hooks: stage_start (which a blocking hook can veto), and for a
+    /// human gate gate_waiting; `outcome` for the ends (stage_complete, stage_failed).
+    pub async fn fire_stage_hooks(
+        &self,
+        node: &Node,
+        visit: u32,
+        stage_dir: &Path,
+        outcome: Option<&Outcome>,
+    ) -> Result<(), Veto> {
+        let event = match outcome.map(|outcome| outcome.status) {
+            None => HookEvent::StageStart,
+            Some(StageStatus::Fail) => HookEvent::StageFailed,
+            Some(_) => HookEvent::StageComplete,
+        };
+        if self.hooks_fire(event) {
+            let mut payload = self.payload(event);
+            payload.node_id = Some(node.id.clone());
+            payload.visit = Some(visit);
+            if let Some(outcome) = outcome {
+                payload.outcome = Some(outcome.status.as_str().to_string());
+                payload.failure_reason = outcome.failure_reason.clone();
+            }
+            self.fire(payload, Some(node), Some(stage_dir), outcome).await?;
+        }
+        if event == HookEvent::StageStart
+            && node.handler_type() == HandlerType::Human
+            && self.hooks_fire(HookEvent::GateWaiting)
+        {
+            let gate = crate::interview::Gate::of(self.scope.workflow, node);
+            let mut payload = self.payload(HookEvent::GateWaiting);
+            payload.node_id = Some(node.id.clone());
+            payload.visit = Some(visit);
+            payload.question = Some(node.prompt().unwrap_or_else(|| node.label()).to_string());
+            payload.choices = Some(
+                gate.choices.iter().map(|choice| format!("[{}] {}", choice.key, choice.label)).collect(),
+            );
+            self.fire(payload, Some(node), Some(stage_dir), None).await?;
+        }
+        Ok(())
+    }
+
+    async fn fire(
+        &self,
+        payload: HookPayload,
+        node: Option<&Node>,
+        stage_dir: Option<&Path>,
+        outcome: Option<&Outcome>,
+    ) -> Result<(), Veto> {
+        let scope = &self.scope;
+        let options = scope.options;
+        // Commands of a stage that runs programs run where its programs run.
+        let confinement = match node.filter(|node| crate::sandbox::runs_programs(node)) {
+            Some(node) => {
+                crate::sandbox::Confinement::of(node, scope.workflow, options.sandbox, options.user_sandbox)
+            }
+            None => crate::sandbox::Confinement::default(),
+        };
+        let stage = node.map(|node| (node.id.clone(), payload.visit.unwrap_or(1)));
+        let firing = Firing {
+            payload,
+            outcome,
+            context: &self.state.context,
+            work_dir: &self.worktree.work_dir,
+            confinement,
+            writable: stage_dir.into_iter().collect(),
+            readable: vec![scope.run_dir.root()],
+        };
+        let events = &scope.events;
+        let mut report = |report: HookReport| {
+            let event = hook_event(report);
+            match &stage {
+                Some((node_id, visit)) => events.stage_event(node_id, *visit, event),
+                None => events.run_event(event),
+            }
+        };
+        options.hooks.fire(&firing, &mut report).await
+    }
+}
+
+fn hook_event(report: HookReport) -> Event {
+    let HookReport { hook, event, blocking, duration_ms, result } = report;
+    let hook_event = event.as_str().to_string();
+    match result.failure {
+        None => Event::HookRan {
+            hook,
+            hook_event,
+            duration_ms,
+            exit_code: result.exit_code,
+            http_status: result.http_status,
+        },
+        Some(message) => Event::HookFailed {
+            hook,
+            hook_event,
+            blocking,
+            duration_ms,
+            exit_code: result.exit_code,
+            http_status: result.http_status,
+            message,
+        },
+    }
+}

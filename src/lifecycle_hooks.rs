@@ -1,0 +1,701 @@
+//! Run lifecycle hooks: `[[hooks]]` entries of the config file and of a `fabro.toml` beside the
+//! workflow, each a shell command or an HTTP POST told about one kind of moment of a run (its
+//! start and end, a pause, a stage's start and end, a human gate waiting). Loading checks every
+//! entry (event names, URLs, `when` conditions) before a run starts; firing runs the hooks of one
+//! moment in order and says whether a blocking one vetoed it.
+//!
+//! This module never decides what a veto does to the run (the engine fails the stage or the run)
+//! and never fails on its own: a hook that cannot run is a failed hook, reported to the caller.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::condition::{Condition, ConditionScope};
+use crate::context::Context;
+use crate::outcome::{Outcome, StageStatus};
+use crate::sandbox::Confinement;
+
+/// How long a hook may take unless its entry says `timeout`.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+/// The file beside a workflow whose `[[hooks]]` apply to it.
+pub const WORKFLOW_HOOKS_FILE: &str = "fabro.toml";
+/// The most of a failed command hook's stderr a failure message keeps.
+const MESSAGE_CAP: usize = 500;
+
+/// A moment of a run a hook is told about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HookEvent {
+    RunStart,
+    RunComplete,
+    RunFailed,
+    RunPaused,
+    StageStart,
+    StageComplete,
+    StageFailed,
+    /// A human gate asks for its answer.
+    GateWaiting,
+}
+
+impl HookEvent {
+    pub const ALL: [HookEvent; 8] = [
+        HookEvent::RunStart,
+        HookEvent::RunComplete,
+        HookEvent::RunFailed,
+        HookEvent::RunPaused,
+        HookEvent::StageStart,
+        HookEvent::StageComplete,
+        HookEvent::StageFailed,
+        HookEvent::GateWaiting,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HookEvent::RunStart => "run_start",
+            HookEvent::RunComplete => "run_complete",
+            HookEvent::RunFailed => "run_failed",
+            HookEvent::RunPaused => "run_paused",
+            HookEvent::StageStart => "stage_start",
+            HookEvent::StageComplete => "stage_complete",
+            HookEvent::StageFailed => "stage_failed",
+            HookEvent::GateWaiting => "gate_waiting",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<HookEvent> {
+        HookEvent::ALL.into_iter().find(|event| event.as_str() == text)
+    }
+
+    /// Only a start can be stopped: the other moments have already happened.
+    pub fn can_block(self) -> bool {
+        matches!(self, HookEvent::RunStart | HookEvent::StageStart)
+    }
+
+    fn names() -> String {
+        HookEvent::ALL.iter().map(|event| event.as_str()).collect::<Vec<_>>().join(", ")
+    }
+}
+
+/// What a hook does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HookAction {
+    /// `sh -c COMMAND`, with the event as JSON on stdin and in `$FABRO_HOOK_EVENT`.
+    Command(String),
+    /// A POST of the event as JSON.
+    Http(reqwest::Url),
+}
+
+/// One `[[hooks]]` entry, checked.
+#[derive(Debug, Clone)]
+pub struct LifecycleHook {
+    /// The entry's `name`, else `<file name> hooks[<index>]`.
+    pub name: String,
+    pub event: HookEvent,
+    pub action: HookAction,
+    pub timeout: Duration,
+    /// A failure vetoes the start it was told about (run_start and stage_start only).
+    pub blocking: bool,
+    /// The hook fires only when this holds.
+    pub when: Option<Condition>,
+}
+
+/// The hooks of a run: the config file's first, then the workflow's.
+#[derive(Debug, Clone, Default)]
+pub struct LifecycleHooks {
+    hooks: Arc<[LifecycleHook]>,
+}
+
+/// Why the hooks of a config file or a `fabro.toml` cannot be used.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum HookConfigError {
+    #[error("cannot read {path}: {message}")]
+    Unreadable { path: PathBuf, message: String },
+    #[error("{path} is not valid TOML: {message}")]
+    Toml { path: PathBuf, message: String },
+    #[error("{path}: {message}")]
+    Structure { path: PathBuf, message: String },
+    #[error("{path}: hooks[{index}]: {kind}")]
+    Entry { path: PathBuf, index: usize, kind: HookEntryError },
+}
+
+/// What is wrong with one `[[hooks]]` entry.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum HookEntryError {
+    #[error("{0}")]
+    Shape(String),
+    #[error("unknown event `{name}`{}; the events are {}", suggestion_text(.suggestion), HookEvent::names())]
+    UnknownEvent { name: String, suggestion: Option<String> },
+    #[error("unknown type `{0}`; a hook is `type = \"command\"` (with `command`) or `type = \"http\"` (with `url`)")]
+    UnknownType(String),
+    #[error("a `{kind}` hook needs `{field}`")]
+    Missing { kind: &'static str, field: &'static str },
+    #[error("`{field}` does not belong to a `{kind}` hook")]
+    Misplaced { kind: &'static str, field: &'static str },
+    #[error("url `{url}` is not a URL: {message}")]
+    BadUrl { url: String, message: String },
+    #[error(
+        "url `{0}` is not https; only https URLs are allowed, and http only to 127.0.0.1, ::1 or localhost"
+    )]
+    NotHttps(String),
+    #[error("timeout `{0}` is not a duration such as 30 (seconds), 30s or 2m")]
+    BadTimeout(String),
+    #[error(
+        "`blocking = true` on a `{0}` hook: only run_start and stage_start hooks can block (the other \
+         moments have already happened); remove `blocking`"
+    )]
+    CannotBlock(HookEvent),
+    #[error("`when` does not parse at character {}: {message}\n    {text}\n    {}^", .offset + 1, " ".repeat(*.offset))]
+    BadWhen { text: String, offset: usize, message: String },
+}
+
+fn suggestion_text(suggestion: &Option<String>) -> String {
+    suggestion.as_ref().map(|name| format!(" (did you mean `{name}`?)")).unwrap_or_default()
+}
+
+impl std::fmt::Display for HookEvent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An entry as written.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HookEntry {
+    event: String,
+    #[serde(rename = "type")]
+    kind: String,
+    name: Option<String>,
+    command: Option<String>,
+    url: Option<String>,
+    timeout: Option<toml::Value>,
+    #[serde(default)]
+    blocking: bool,
+    when: Option<String>,
+}
+
+/// A `fabro.toml` as written: only hooks so far.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WorkflowFile {
+    #[serde(default)]
+    hooks: Vec<toml::Value>,
+}
+
+impl LifecycleHooks {
+    /// The hooks of the config file (`FABRO_CONFIG` or the usual path) and of the `fabro.toml`
+    /// beside `workflow`, in that order.
+    pub fn for_workflow(workflow: &Path) -> Result<LifecycleHooks, HookConfigError> {
+        let config = crate::backends::config::config_file_path();
+        let beside = workflow.parent().unwrap_or(Path::new("")).join(WORKFLOW_HOOKS_FILE);
+        LifecycleHooks::load(config.as_deref(), Some(&beside))
+    }
+
+    /// The hooks of `config` (a fabro config file: other keys are not this module's) and of
+    /// `workflow_file` (a `fabro.toml`: only `hooks`); a file that does not exist has none.
+    pub fn load(
+        config: Option<&Path>,
+        workflow_file: Option<&Path>,
+    ) -> Result<LifecycleHooks, HookConfigError> {
+        let mut hooks = Vec::new();
+        if let Some(text) = config.map(read).transpose()?.flatten() {
+            let path = config.unwrap_or(Path::new(""));
+            let table: toml::Table = toml::from_str(&text).map_err(|error| HookConfigError::Toml {
+                path: path.to_path_buf(),
+                message: error.to_string(),
+            })?;
+            let entries = match table.get("hooks") {
+                None => Vec::new(),
+                Some(toml::Value::Array(entries)) => entries.clone(),
+                Some(_) => {
+                    let message = "`hooks` must be an array of tables (`[[hooks]]`)".to_string();
+                    return Err(HookConfigError::Structure { path: path.to_path_buf(), message });
+                }
+            };
+            hooks.extend(parse_entries(path, entries)?);
+        }
+        if let Some(text) = workflow_file.map(read).transpose()?.flatten() {
+            let path = workflow_file.unwrap_or(Path::new(""));
+            let file: WorkflowFile = toml::from_str(&text).map_err(|error| HookConfigError::Structure {
+                path: path.to_path_buf(),
+                message: error.message().to_string(),
+            })?;
+            hooks.extend(parse_entries(path, file.hooks)?);
+        }
+        Ok(LifecycleHooks { hooks: hooks.into() })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.hooks.is_empty()
+    }
+
+    pub fn hooks(&self) -> &[LifecycleHook] {
+        &self.hooks
+    }
+
+    /// Whether any hook is told about `event` (so a caller can skip building its payload).
+    pub fn wants(&self, event: HookEvent) -> bool {
+        self.hooks.iter().any(|hook| hook.event == event)
+    }
+
+    /// Runs the hooks of `firing.payload.event` whose `when` holds, in order, telling `report`
+    /// how each went. A blocking hook that fails stops there: the veto says why.
+    pub async fn fire(
+        &self,
+        firing: &Firing<'_>,
+        report: &mut (dyn FnMut(HookReport) + Send),
+    ) -> Result<(), Veto> {
+        for hook in self.hooks.iter().filter(|hook| hook.event == firing.payload.event) {
+            let scope = HookScope { outcome: firing.outcome, context: firing.context };
+            if hook.when.as_ref().is_some_and(|when| !when.evaluate(&scope)) {
+                continue;
+            }
+            let clock = Instant::now();
+            let result = hook.run(firing).await;
+            let duration_ms = clock.elapsed().as_millis() as u64;
+            let failed = result.failure.clone();
+            report(HookReport {
+                hook: hook.name.clone(),
+                event: hook.event,
+                blocking: hook.blocking,
+                duration_ms,
+                result,
+            });
+            if let (true, Some(message)) = (hook.blocking, failed) {
+                return Err(Veto { hook: hook.name.clone(), message });
+            }
+        }
+        Ok(())
+    }
+}
+
+fn read(path: &Path) -> Result<Option<String>, HookConfigError> {
+    if !path.exists() {
+        return Ok(None);
+    }
+    crate::regular_file::read_to_string(path, crate::regular_file::FileKind::Input)
+        .map(Some)
+        .map_err(|error| HookConfigError::Unreadable { path: path.to_path_buf(), message: error.to_string() })
+}
+
+fn parse_entries(path: &Path, entries: Vec<toml::Value>) -> Result<Vec<LifecycleHook>, HookConfigError> {
+    let file_name = path.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default();
+    entries
+        .into_iter()
+        .enumerate()
+        .map(|(index, entry)| {
+            parse_entry(entry, &format!("{file_name} hooks[{index}]"))
+                .map_err(|kind| HookConfigError::Entry { path: path.to_path_buf(), index, kind })
+        })
+        .collect()
+}
+
+fn parse_entry(value: toml::Value, default_name: &str) -> Result<LifecycleHook, HookEntryError> {
+    let entry: HookEntry = value
+        .try_into()
+        .map_err(|error: toml::de::Error| HookEntryError::Shape(error.message().to_string()))?;
+    let event = HookEvent::parse(&entry.event).ok_or_else(|| HookEntryError::UnknownEvent {
+        suggestion: crate::diagnostic::did_you_mean(&entry.event, HookEvent::ALL.iter().map(|e| e.as_str()))
+            .map(str::to_string),
+        name: entry.event.clone(),
+    })?;
+    let action = match entry.kind.as_str() {
+        "command" => {
+            if entry.url.is_some() {
+                return Err(HookEntryError::Misplaced { kind: "command", field: "url" });
+            }
+            let command = entry.command.filter(|command| !command.trim().is_empty());
+            HookAction::Command(command.ok_or(HookEntryError::Missing { kind: "command", field: "command" })?)
+        }
+        "http" => {
+            if entry.command.is_some() {
+                return Err(HookEntryError::Misplaced { kind: "http", field: "command" });
+            }
+            let url = entry.url.ok_or(HookEntryError::Missing { kind: "http", field: "url" })?;
+            HookAction::Http(check_url(&url)?)
+        }
+        other => return Err(HookEntryError::UnknownType(other.to_string())),
+    };
+    if entry.blocking && !event.can_block() {
+        return Err(HookEntryError::CannotBlock(event));
+    }
+    let timeout = entry.timeout.map(|value| parse_timeout(&value)).transpose()?.unwrap_or(DEFAULT_TIMEOUT);
+    let when = entry
+        .when
+        .map(|text| {
+            Condition::parse(&text).map_err(|error| HookEntryError::BadWhen {
+                offset: text[..error.offset.min(text.len())].chars().count(),
+                text,
+                message: error.message,
+            })
+        })
+        .transpose()?;
+    let name = entry.name.filter(|name| !name.trim().is_empty()).unwrap_or_else(|| default_name.to_string());
+    Ok(LifecycleHook { name, event, action, timeout, blocking: entry.blocking, when })
+}
+
+/// https anywhere; http only to this machine (a local relay, a test server).
+fn check_url(text: &str) -> Result<reqwest::Url, HookEntryError> {
+    let url = reqwest::Url::parse(text)
+        .map_err(|error| HookEntryError::BadUrl { url: text.to_string(), message: error.to_string() })?;
+    // The URL parser normalizes hosts: lowercase names, dotted IPv4, bracketed short IPv6.
+    let loopback = matches!(url.host_str(), Some("localhost" | "127.0.0.1" | "[::1]"));
+    match url.scheme() {
+        "https" => Ok(url),
+        "http" if loopback => Ok(url),
+        _ => Err(HookEntryError::NotHttps(text.to_string())),
+    }
+}
+
+fn parse_timeout(value: &toml::Value) -> Result<Duration, HookEntryError> {
+    let duration = match value {
+        toml::Value::Integer(seconds) => u64::try_from(*seconds).ok().map(Duration::from_secs),
+        toml::Value::Float(seconds) if seconds.is_finite() && *seconds > 0.0 => {
+            Some(Duration::from_secs_f64(*seconds))
+        }
+        toml::Value::String(text) => humantime::parse_duration(text.trim()).ok(),
+        _ => None,
+    };
+    duration
+        .filter(|duration| !duration.is_zero())
+        .ok_or_else(|| HookEntryError::BadTimeout(value.to_string()))
+}
+
+/// What a hook is told, as JSON: on stdin and in `$FABRO_HOOK_EVENT` for a command, as the body
+/// of an http hook's POST.
+#[derive(Debug, Clone, Serialize)]
+pub struct HookPayload {
+    pub event: HookEvent,
+    pub run_id: String,
+    pub workflow: String,
+    pub run_dir: PathBuf,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub visit: Option<u32>,
+    /// Stage and run ends: `success`, `fail`, ... for a stage; `succeeded`, `failed` for a run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failure_reason: Option<String>,
+    /// run_paused: why.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// gate_waiting: the gate's question and its choices.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub question: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub choices: Option<Vec<String>>,
+}
+
+impl HookPayload {
+    pub fn new(event: HookEvent, run_id: &str, workflow: &str, run_dir: &Path) -> HookPayload {
+        HookPayload {
+            event,
+            run_id: run_id.to_string(),
+            workflow: workflow.to_string(),
+            run_dir: run_dir.to_path_buf(),
+            node_id: None,
+            visit: None,
+            outcome: None,
+            failure_reason: None,
+            reason: None,
+            question: None,
+            choices: None,
+        }
+    }
+}
+
+/// One moment the hooks are told about, and where their commands run.
+pub struct Firing<'a> {
+    pub payload: HookPayload,
+    /// The stage's outcome (stage ends), for `when`.
+    pub outcome: Option<&'a Outcome>,
+    pub context: &'a Context,
+    pub work_dir: &'a Path,
+    /// The stage's sandbox, for stage moments of stages that run programs.
+    pub confinement: Confinement,
+    /// What a confined command may write besides the work directory (the stage directory).
+    pub writable: Vec<&'a Path>,
+    /// What a confined command may read (the run directory).
+    pub readable: Vec<&'a Path>,
+}
+
+/// How one hook went.
+#[derive(Debug, Clone)]
+pub struct HookReport {
+    pub hook: String,
+    pub event: HookEvent,
+    pub blocking: bool,
+    pub duration_ms: u64,
+    pub result: HookResult,
+}
+
+/// What a hook answered: an exit code, an HTTP status, and why it failed if it did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HookResult {
+    pub exit_code: Option<i32>,
+    pub http_status: Option<u16>,
+    pub failure: Option<String>,
+}
+
+/// A blocking hook said no.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("blocking hook `{hook}` stopped it: {message}")]
+pub struct Veto {
+    pub hook: String,
+    pub message: String,
+}
+
+impl LifecycleHook {
+    async fn run(&self, firing: &Firing<'_>) -> HookResult {
+        let json = serde_json::to_string(&firing.payload).unwrap_or_default();
+        match &self.action {
+            HookAction::Command(command) => self.run_command(command, &json, firing).await,
+            HookAction::Http(url) => self.post(url, json).await,
+        }
+    }
+
+    async fn run_command(&self, command: &str, json: &str, firing: &Firing<'_>) -> HookResult {
+        use crate::backends::tools::{run_collected, Unfinished, HIDDEN_ENV};
+        let mut process = firing.confinement.command(
+            "sh".as_ref(),
+            &["-c".as_ref(), command.as_ref()],
+            firing.work_dir,
+            &firing.writable,
+            &firing.readable,
+        );
+        process.stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
+        crate::process_group::lead_guarded_group(&mut process);
+        for name in HIDDEN_ENV {
+            process.env_remove(name);
+        }
+        process.env("FABRO_HOOK_EVENT", json);
+        match run_collected(process, Some(json), self.timeout).await {
+            Ok(ran) => {
+                let exit_code = ran.status.as_ref().ok().and_then(|status| status.code());
+                let failure = match &ran.status {
+                    Ok(status) if status.success() => None,
+                    Ok(status) => {
+                        let stderr = String::from_utf8_lossy(&ran.err);
+                        let last = stderr.lines().rev().find(|line| !line.trim().is_empty()).unwrap_or("");
+                        let what = match status.code() {
+                            Some(code) => format!("exited with code {code}"),
+                            None => "was killed by a signal".to_string(),
+                        };
+                        Some(if last.is_empty() {
+                            format!("the command {what}")
+                        } else {
+                            format!("the command {what}: {}", cap(last))
+                        })
+                    }
+                    Err(error) => Some(format!("cannot wait for the command: {error}")),
+                };
+                HookResult { exit_code, http_status: None, failure }
+            }
+            Err(Unfinished::NotStarted(error)) => HookResult {
+                failure: Some(format!("cannot start the command: {error}")),
+                ..HookResult::default()
+            },
+            Err(Unfinished::TimedOut) => HookResult {
+                failure: Some(format!(
+                    "timed out after {} and was killed",
+                    humantime::format_duration(self.timeout)
+                )),
+                ..HookResult::default()
+            },
+        }
+    }
+
+    async fn post(&self, url: &reqwest::Url, json: String) -> HookResult {
+        let client = match reqwest::Client::builder().timeout(self.timeout).build() {
+            Ok(client) => client,
+            Err(error) => {
+                return HookResult {
+                    failure: Some(format!("cannot make an HTTP client: {error}")),
+                    ..HookResult::default()
+                }
+            }
+        };
+        let sent = client
+            .post(url.clone())
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(json)
+            .send()
+            .await;
+        match sent {
+            Ok(response) => {
+                let status = response.status();
+                let failure = (!status.is_success()).then(|| format!("POST {url} answered {status}"));
+                HookResult { exit_code: None, http_status: Some(status.as_u16()), failure }
+            }
+            Err(error) if error.is_timeout() => HookResult {
+                failure: Some(format!(
+                    "POST {url} timed out after {}",
+                    humantime::format_duration(self.timeout)
+                )),
+                ..HookResult::default()
+            },
+            Err(error) => {
+                HookResult { failure: Some(format!("POST {url} failed: {error}")), ..HookResult::default() }
+            }
+        }
+    }
+}
+
+fn cap(text: &str) -> String {
+    match text.char_indices().nth(MESSAGE_CAP) {
+        Some((end, _)) => format!("{}…", &text[..end]),
+        None => text.to_string(),
+    }
+}
+
+/// What `when` reads: the stage's outcome where there is one, and the run context.
+struct HookScope<'a> {
+    outcome: Option<&'a Outcome>,
+    context: &'a Context,
+}
+
+impl ConditionScope for HookScope<'_> {
+    fn outcome(&self) -> Option<StageStatus> {
+        self.outcome.map(|outcome| outcome.status)
+    }
+
+    fn preferred_label(&self) -> Option<&str> {
+        self.outcome.and_then(|outcome| outcome.preferred_label.as_deref())
+    }
+
+    fn context(&self, key: &str) -> Option<&Value> {
+        self.context.get(key)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(text: &str) -> Result<LifecycleHook, HookEntryError> {
+        let value: toml::Table = toml::from_str(text).expect("toml");
+        parse_entry(toml::Value::Table(value), "test hooks[0]")
+    }
+
+    #[test]
+    fn a_command_hook_reads_with_defaults() {
+        let hook = entry("event = \"stage_start\"\ntype = \"command\"\ncommand = \"true\"").expect("valid");
+        assert_eq!(hook.event, HookEvent::StageStart);
+        assert_eq!(hook.action, HookAction::Command("true".to_string()));
+        assert_eq!(hook.timeout, DEFAULT_TIMEOUT);
+        assert!(!hook.blocking);
+        assert_eq!(hook.name, "test hooks[0]");
+    }
+
+    #[test]
+    fn an_unknown_event_suggests_the_closest_name() {
+        let error = entry("event = \"stage_strat\"\ntype = \"command\"\ncommand = \"true\"").unwrap_err();
+        let text = error.to_string();
+        assert!(text.contains("unknown event `stage_strat` (did you mean `stage_start`?)"), "{text}");
+        assert!(text.contains("run_start, run_complete"), "{text}");
+    }
+
+    #[test]
+    fn only_https_or_loopback_http_urls_are_allowed() {
+        assert!(check_url("https://hooks.example.com/x").is_ok());
+        for url in ["http://127.0.0.1:8080/x", "http://localhost/x", "http://[::1]:9/x"] {
+            assert!(check_url(url).is_ok(), "{url}");
+        }
+        for url in ["http://example.com/x", "http://10.0.0.1/x", "ftp://127.0.0.1/x"] {
+            assert!(matches!(check_url(url), Err(HookEntryError::NotHttps(_))), "{url}");
+        }
+        assert!(matches!(check_url("not a url"), Err(HookEntryError::BadUrl { .. })));
+    }
+
+    #[test]
+    fn blocking_is_only_for_starts() {
+        let text = "event = \"run_complete\"\ntype = \"command\"\ncommand = \"true\"\nblocking = true";
+        assert_eq!(entry(text).unwrap_err(), HookEntryError::CannotBlock(HookEvent::RunComplete));
+        let text = "event = \"run_start\"\ntype = \"command\"\ncommand = \"true\"\nblocking = true";
+        assert!(entry(text).expect("valid").blocking);
+    }
+
+    #[test]
+    fn a_bad_when_says_where() {
+        let text = "event = \"run_start\"\ntype = \"command\"\ncommand = \"true\"\nwhen = \"outcome=\"";
+        let HookEntryError::BadWhen { offset, .. } = entry(text).unwrap_err() else { panic!("not BadWhen") };
+        assert_eq!(offset, 8);
+    }
+
+    #[test]
+    fn timeouts_take_seconds_or_durations() {
+        assert_eq!(parse_timeout(&toml::Value::Integer(5)), Ok(Duration::from_secs(5)));
+        assert_eq!(parse_timeout(&toml::Value::String("2m".into())), Ok(Duration::from_secs(120)));
+        assert!(parse_timeout(&toml::Value::Integer(0)).is_err());
+        assert!(parse_timeout(&toml::Value::Integer(-1)).is_err());
+    }
+
+    #[test]
+    fn config_hooks_come_before_the_workflow_s() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = dir.path().join("config.toml");
+        std::fs::write(
+            &config,
+            "default_model = \"m\"\n[[hooks]]\nevent = \"run_start\"\ntype = \"command\"\ncommand = \"a\"\n",
+        )
+        .expect("write");
+        let beside = dir.path().join("fabro.toml");
+        std::fs::write(
+            &beside,
+            "[[hooks]]\nname = \"b\"\nevent = \"run_start\"\ntype = \"command\"\ncommand = \"b\"\n",
+        )
+        .expect("write");
+        let hooks = LifecycleHooks::load(Some(&config), Some(&beside)).expect("valid");
+        let names: Vec<&str> = hooks.hooks().iter().map(|hook| hook.name.as_str()).collect();
+        assert_eq!(names, ["config.toml hooks[0]", "b"]);
+        assert!(LifecycleHooks::load(Some(&dir.path().join("none.toml")), None).expect("absent").is_empty());
+    }
+
+    #[test]
+    fn an_unknown_key_in_fabro_toml_is_an_error() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let beside = dir.path().join("fabro.toml");
+        std::fs::write(&beside, "[[hook]]\nevent = \"run_start\"\n").expect("write");
+        let error = LifecycleHooks::load(None, Some(&beside)).unwrap_err();
+        assert!(error.to_string().contains("unknown field `hook`"), "{error}");
+    }
+
+    #[tokio::test]
+    async fn a_when_that_does_not_hold_skips_the_hook_and_a_blocking_failure_vetoes() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let hook = |command: &str, when: Option<&str>| LifecycleHook {
+            name: command.to_string(),
+            event: HookEvent::RunStart,
+            action: HookAction::Command(command.to_string()),
+            timeout: DEFAULT_TIMEOUT,
+            blocking: true,
+            when: when.map(|text| Condition::parse(text).expect("condition")),
+        };
+        let hooks = LifecycleHooks {
+            hooks: vec![hook("exit 3", Some("context.go=yes")), hook("echo no >&2; exit 4", None)].into(),
+        };
+        let context = Context::new();
+        let firing = Firing {
+            payload: HookPayload::new(HookEvent::RunStart, "r", "w", dir.path()),
+            outcome: None,
+            context: &context,
+            work_dir: dir.path(),
+            confinement: Confinement::default(),
+            writable: Vec::new(),
+            readable: Vec::new(),
+        };
+        let mut reports = Vec::new();
+        let veto = hooks.fire(&firing, &mut |report| reports.push(report)).await.unwrap_err();
+        assert_eq!(veto.hook, "echo no >&2; exit 4");
+        assert_eq!(veto.message, "the command exited with code 4: no");
+        assert_eq!(reports.len(), 1);
+        assert_eq!(reports[0].result.exit_code, Some(4));
+    }
+}
