@@ -179,14 +179,6 @@ struct HookEntry {
     when: Option<String>,
 }
 
-/// A `fabro.toml` as written: only hooks so far.
-#[derive(Debug, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct WorkflowFile {
-    #[serde(default)]
-    hooks: Vec<toml::Value>,
-}
-
 impl LifecycleHooks {
     /// The hooks of the config file (`FABRO_CONFIG` or the usual path) and of the `fabro.toml`
     /// beside `workflow`, in that order.
@@ -196,15 +188,23 @@ impl LifecycleHooks {
         LifecycleHooks::load(config.as_deref(), Some(&beside))
     }
 
-    /// The hooks of `config` (a fabro config file: other keys are not this module's) and of
-    /// `workflow_file` (a `fabro.toml`: only `hooks`); a file that does not exist has none.
+    /// The hooks of `config` (the fabro config file) and of `workflow_file` (a `fabro.toml`),
+    /// in that order; a file that does not exist has none, and one named twice counts once. Only
+    /// their `hooks` are read: the other keys belong to other readers.
     pub fn load(
         config: Option<&Path>,
         workflow_file: Option<&Path>,
     ) -> Result<LifecycleHooks, HookConfigError> {
+        let same = match (config, workflow_file) {
+            (Some(config), Some(beside)) => {
+                matches!((config.canonicalize(), beside.canonicalize()), (Ok(a), Ok(b)) if a == b)
+            }
+            _ => false,
+        };
+        let files = [config, workflow_file.filter(|_| !same)];
         let mut hooks = Vec::new();
-        if let Some(text) = config.map(read).transpose()?.flatten() {
-            let path = config.unwrap_or(Path::new(""));
+        for path in files.into_iter().flatten() {
+            let Some(text) = read(path)? else { continue };
             let table: toml::Table = toml::from_str(&text).map_err(|error| HookConfigError::Toml {
                 path: path.to_path_buf(),
                 message: error.to_string(),
@@ -218,14 +218,6 @@ impl LifecycleHooks {
                 }
             };
             hooks.extend(parse_entries(path, entries)?);
-        }
-        if let Some(text) = workflow_file.map(read).transpose()?.flatten() {
-            let path = workflow_file.unwrap_or(Path::new(""));
-            let file: WorkflowFile = toml::from_str(&text).map_err(|error| HookConfigError::Structure {
-                path: path.to_path_buf(),
-                message: error.message().to_string(),
-            })?;
-            hooks.extend(parse_entries(path, file.hooks)?);
         }
         Ok(LifecycleHooks { hooks: hooks.into() })
     }
@@ -659,12 +651,15 @@ mod tests {
     }
 
     #[test]
-    fn an_unknown_key_in_fabro_toml_is_an_error() {
+    fn a_file_named_twice_counts_once_and_hooks_must_be_tables() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let beside = dir.path().join("fabro.toml");
-        std::fs::write(&beside, "[[hook]]\nevent = \"run_start\"\n").expect("write");
-        let error = LifecycleHooks::load(None, Some(&beside)).unwrap_err();
-        assert!(error.to_string().contains("unknown field `hook`"), "{error}");
+        let file = dir.path().join("fabro.toml");
+        std::fs::write(&file, "[[hooks]]\nevent = \"run_start\"\ntype = \"command\"\ncommand = \"a\"\n")
+            .expect("write");
+        assert_eq!(LifecycleHooks::load(Some(&file), Some(&file)).expect("valid").hooks().len(), 1);
+        std::fs::write(&file, "hooks = \"x\"\n").expect("write");
+        let error = LifecycleHooks::load(None, Some(&file)).unwrap_err();
+        assert!(error.to_string().contains("must be an array of tables"), "{error}");
     }
 
     #[tokio::test]
