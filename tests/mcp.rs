@@ -70,6 +70,11 @@ fn events(run: &Path) -> Vec<Value> {
         .collect()
 }
 
+/// The `mcp.server_started` events of a run.
+fn servers_started(run: &Path) -> Vec<Value> {
+    events(run).into_iter().filter(|e| e["event"] == "mcp.server_started").collect()
+}
+
 fn filesystem_config() -> String {
     format!(
         "[mcp_servers.files]\ntype = \"stdio\"\ncommand = [{:?}, \".\"]\n",
@@ -128,8 +133,7 @@ fn the_filesystem_server_is_listed_and_its_tools_are_called() {
     assert_eq!(tool_results(&requests[1]), vec!["remember the milk\n".to_string()]);
 
     let run_dir = ran.dir.path().join("run");
-    let started: Vec<Value> =
-        events(&run_dir).into_iter().filter(|e| e["event"] == "mcp.server_started").collect();
+    let started = servers_started(&run_dir);
     // Started once for the run, though both stages got its tools.
     assert_eq!(started.len(), 1, "{started:?}");
     assert_eq!(started[0]["server"], "files");
@@ -164,8 +168,7 @@ fn mcp_servers_narrows_the_tools_and_an_empty_list_starts_none() {
     assert!(names.iter().any(|name| name.starts_with("mcp__files__")));
     assert!(names.iter().all(|name| !name.starts_with("mcp__broken__")));
     let run_dir = ran.dir.path().join("run");
-    let started: Vec<Value> =
-        events(&run_dir).into_iter().filter(|e| e["event"] == "mcp.server_started").collect();
+    let started = servers_started(&run_dir);
     assert_eq!(started.len(), 1);
     assert_eq!(started[0]["node_id"], "files");
 }

@@ -9,6 +9,7 @@ use common::llm_server::{openai_text, openai_tools, LlmServer, Reply};
 use common::pty::Terminal;
 use common::{fabro_command, Ran, Test};
 use serde_json::{json, Value};
+use std::path::Path;
 
 /// The model writes a file, then runs a shell command, then answers.
 fn write_then_shell() -> Vec<Reply> {
@@ -41,13 +42,18 @@ fn run(server: &LlmServer, workflow: &str) -> Test {
         .args(["run", "workflow.dot", "--run-dir", "run", "--workdir", "work"])
 }
 
-fn events_named(ran: &Ran, name: &str) -> Vec<Value> {
-    std::fs::read_to_string(ran.dir.path().join("run/events.jsonl"))
+/// The events named `name` of the run in `dir`/run.
+fn events_in(dir: &Path, name: &str) -> Vec<Value> {
+    std::fs::read_to_string(dir.join("run/events.jsonl"))
         .unwrap()
         .lines()
         .map(|line| serde_json::from_str::<Value>(line).unwrap())
         .filter(|event| event["event"] == name)
         .collect()
+}
+
+fn events_named(ran: &Ran, name: &str) -> Vec<Value> {
+    events_in(ran.dir.path(), name)
 }
 
 /// The tool results the model was sent, in order.
@@ -188,16 +194,8 @@ fn at_a_terminal_a_person_allows_once_allows_for_the_stage_or_denies() {
     assert!(!work.join("written.txt").exists());
     let results = results_sent(&server);
     assert!(results[3].contains("the person at the terminal denied it"), "{results:?}");
-    let events: Vec<Value> = std::fs::read_to_string(dir.join("run/events.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap())
-        .collect();
-    let scopes: Vec<&str> = events
-        .iter()
-        .filter(|e| e["event"] == "agent.permission_granted")
-        .map(|e| e["scope"].as_str().unwrap())
-        .collect();
+    let granted = events_in(&dir, "agent.permission_granted");
+    let scopes: Vec<&str> = granted.iter().map(|e| e["scope"].as_str().unwrap()).collect();
     assert_eq!(scopes, ["once", "stage"]);
-    assert_eq!(events.iter().filter(|e| e["event"] == "agent.permission_denied").count(), 1);
+    assert_eq!(events_in(&dir, "agent.permission_denied").len(), 1);
 }
