@@ -375,6 +375,34 @@ fn an_unknown_event_is_refused_with_the_valid_names() {
 }
 
 #[test]
+fn validate_checks_the_hooks_a_run_would_take() {
+    let test = Test::new().workflow(ONE_COMMAND).file("fabro.toml", &hook("stage_compelte", "true"));
+    let ran = test.args(["validate", "workflow.dot"]).status(2).stdout_contains("error: ").run();
+    assert!(
+        ran.stdout().contains("fabro.toml: hooks[0]: unknown event `stage_compelte`"),
+        "{}",
+        ran.stdout()
+    );
+    let json = Test::new()
+        .workflow(ONE_COMMAND)
+        .file("fabro.toml", &hook("stage_compelte", "true"))
+        .args(["validate", "workflow.dot", "--json"])
+        .status(2)
+        .run()
+        .json();
+    assert_eq!(json["valid"], false);
+    let rules: Vec<&str> =
+        json["diagnostics"].as_array().unwrap().iter().map(|d| d["rule"].as_str().unwrap()).collect();
+    assert!(rules.contains(&"hooks"), "{rules:?}");
+    Test::new()
+        .workflow(ONE_COMMAND)
+        .file("fabro.toml", &hook("stage_complete", "true"))
+        .args(["validate", "workflow.dot"])
+        .status(0)
+        .run();
+}
+
+#[test]
 fn a_remote_http_url_is_refused() {
     let toml =
         "[[hooks]]\nevent = \"run_complete\"\ntype = \"http\"\nurl = \"http://hooks.example.com/fabro\"\n";

@@ -23,12 +23,19 @@ pub fn run(path: &Path, json_output: bool, deny_warnings: bool) -> u8 {
     let source = checked.workflow.source().clone();
     let warnings = checked.diagnostics.iter().filter(|d| d.severity == fabro::Severity::Warning).count();
     let denied = deny_warnings && warnings > 0;
-    let valid = !checked.has_errors() && !denied;
+    // The lifecycle hooks a run of this workflow would take (config file and fabro.toml).
+    let hooks = fabro::lifecycle_hooks::LifecycleHooks::for_workflow(path).err();
+    let valid = !checked.has_errors() && !denied && hooks.is_none();
     if json_output {
-        let diagnostics: Vec<_> = checked.diagnostics.iter().map(|d| diagnostic_json(d, &source)).collect();
+        let mut diagnostics: Vec<_> =
+            checked.diagnostics.iter().map(|d| diagnostic_json(d, &source)).collect();
+        diagnostics.extend(hooks.map(|error| hooks_json(&error)));
         println!("{}", json!({ "valid": valid, "diagnostics": diagnostics }));
     } else {
         print!("{}", render_diagnostics(&checked.diagnostics, &source));
+        if let Some(error) = &hooks {
+            println!("error: {error}");
+        }
         println!("{}", summary_line(path, &checked.diagnostics));
         if deny_warnings && warnings > 0 && !checked.has_errors() {
             println!("error: --deny-warnings: {warnings} warning(s) count as errors");
@@ -39,6 +46,20 @@ pub fn run(path: &Path, json_output: bool, deny_warnings: bool) -> u8 {
     } else {
         exit::INVALID
     }
+}
+
+/// A `[[hooks]]` entry that a run would refuse, as a diagnostic of rule `hooks`.
+fn hooks_json(error: &fabro::lifecycle_hooks::HookConfigError) -> serde_json::Value {
+    json!({
+        "rule": "hooks",
+        "severity": "error",
+        "message": error.to_string(),
+        "node_id": null,
+        "edge": null,
+        "line": null,
+        "column": null,
+        "fix": null,
+    })
 }
 
 fn load_error_json(error: &LoadError) -> serde_json::Value {
