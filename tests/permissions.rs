@@ -186,7 +186,8 @@ fn at_a_terminal_a_person_allows_once_allows_for_the_stage_or_denies() {
     assert_eq!(status.code(), Some(0), "{screen}");
     // The third shell call was not asked about: the stage had it allowed.
     assert_eq!(screen.matches("wants to call `shell`").count(), 2, "{screen}");
-    assert!(screen.contains("[O] Allow once") && screen.contains("[S] Allow for this stage"), "{screen}");
+    assert!(screen.contains("[O] Allow once -> this call runs"), "{screen}");
+    assert!(screen.contains("[S] Allow for this stage -> every `shell` call of this stage runs"), "{screen}");
     let work = dir.join("work");
     assert!(
         work.join("one.txt").exists() && work.join("two.txt").exists() && work.join("three.txt").exists()

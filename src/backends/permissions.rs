@@ -89,10 +89,12 @@ impl Permissions {
             self.level.as_str(),
             super::http::excerpt(&arguments.to_string(), 300)
         );
+        // What each answer does, shown after its label.
+        let for_stage = format!("every `{tool}` call of this stage runs");
         let choices = [
-            Choice::from_edge(Some("[O] Allow once"), "once"),
-            Choice::from_edge(Some("[S] Allow for this stage"), "stage"),
-            Choice::from_edge(Some("[D] Deny"), "deny"),
+            Choice::from_edge(Some("[O] Allow once"), "this call runs"),
+            Choice::from_edge(Some("[S] Allow for this stage"), &for_stage),
+            Choice::from_edge(Some("[D] Deny"), "the model is told it was denied"),
         ];
         let question =
             Question { gate_id: node, text: &text, choices: &choices, timeout: None, freeform: false };
