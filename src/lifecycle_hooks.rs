@@ -13,11 +13,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
-use serde_json::Value;
 
-use crate::condition::{Condition, ConditionScope};
+use crate::condition::{Condition, Scope};
+use crate::context::artifacts::ArtifactStore;
 use crate::context::Context;
-use crate::outcome::{Outcome, StageStatus};
+use crate::outcome::Outcome;
 use crate::sandbox::Confinement;
 
 /// How long a hook may take unless its entry says `timeout`.
@@ -209,6 +209,13 @@ impl LifecycleHooks {
                 path: path.to_path_buf(),
                 message: error.to_string(),
             })?;
+            // Other keys belong to other readers, but a near miss of `hooks` is a typo that would
+            // silently drop every hook of the file.
+            if let Some(key) = table.keys().find(|key| *key != "hooks" && near_hooks(key)) {
+                let message =
+                    format!("unknown table `{key}` (did you mean `hooks`?); hooks are `[[hooks]]` entries");
+                return Err(HookConfigError::Structure { path: path.to_path_buf(), message });
+            }
             let entries = match table.get("hooks") {
                 None => Vec::new(),
                 Some(toml::Value::Array(entries)) => entries.clone(),
@@ -243,8 +250,7 @@ impl LifecycleHooks {
         report: &mut (dyn FnMut(HookReport) + Send),
     ) -> Result<(), Veto> {
         for hook in self.hooks.iter().filter(|hook| hook.event == firing.payload.event) {
-            let scope = HookScope { outcome: firing.outcome, context: firing.context };
-            if hook.when.as_ref().is_some_and(|when| !when.evaluate(&scope)) {
+            if hook.when.as_ref().is_some_and(|when| !firing.holds(when)) {
                 continue;
             }
             let clock = Instant::now();
@@ -264,6 +270,10 @@ impl LifecycleHooks {
         }
         Ok(())
     }
+}
+
+fn near_hooks(key: &str) -> bool {
+    crate::diagnostic::did_you_mean(&key.to_lowercase(), ["hooks"]).is_some()
 }
 
 fn read(path: &Path) -> Result<Option<String>, HookConfigError> {
@@ -409,6 +419,8 @@ pub struct Firing<'a> {
     /// The stage's outcome (stage ends), for `when`.
     pub outcome: Option<&'a Outcome>,
     pub context: &'a Context,
+    /// Where `when` reads the context's offloaded values from.
+    pub artifacts: Option<&'a ArtifactStore>,
     pub work_dir: &'a Path,
     /// The stage's sandbox, for stage moments of stages that run programs.
     pub confinement: Confinement,
@@ -416,6 +428,18 @@ pub struct Firing<'a> {
     pub writable: Vec<&'a Path>,
     /// What a confined command may read (the run directory).
     pub readable: Vec<&'a Path>,
+}
+
+impl Firing<'_> {
+    /// Whether `when` holds at this moment: it reads the stage's outcome where there is one and
+    /// the run context, offloaded values loaded back as edge conditions see them.
+    fn holds(&self, when: &Condition) -> bool {
+        let mut scope = Scope::new(self.outcome, self.context);
+        if let Some(store) = self.artifacts {
+            scope = scope.resolving(when.context_keys(), store);
+        }
+        when.evaluate(&scope)
+    }
 }
 
 /// How one hook went.
@@ -547,26 +571,6 @@ fn cap(text: &str) -> String {
     }
 }
 
-/// What `when` reads: the stage's outcome where there is one, and the run context.
-struct HookScope<'a> {
-    outcome: Option<&'a Outcome>,
-    context: &'a Context,
-}
-
-impl ConditionScope for HookScope<'_> {
-    fn outcome(&self) -> Option<StageStatus> {
-        self.outcome.map(|outcome| outcome.status)
-    }
-
-    fn preferred_label(&self) -> Option<&str> {
-        self.outcome.and_then(|outcome| outcome.preferred_label.as_deref())
-    }
-
-    fn context(&self, key: &str) -> Option<&Value> {
-        self.context.get(key)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -662,6 +666,27 @@ mod tests {
         assert!(error.to_string().contains("must be an array of tables"), "{error}");
     }
 
+    #[test]
+    fn a_near_miss_of_hooks_is_refused_and_other_keys_are_left_to_their_readers() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("fabro.toml");
+        for typo in ["[[hook]]", "[[Hooks]]", "[[hoks]]"] {
+            std::fs::write(
+                &file,
+                format!("{typo}\nevent = \"run_start\"\ntype = \"command\"\ncommand = \"true\"\n"),
+            )
+            .expect("write");
+            let error = LifecycleHooks::load(None, Some(&file)).unwrap_err();
+            let name = typo.trim_matches(['[', ']']);
+            assert!(
+                error.to_string().contains(&format!("unknown table `{name}` (did you mean `hooks`?)")),
+                "{error}"
+            );
+        }
+        std::fs::write(&file, "[run]\ngoal = \"x\"\n[sandbox]\nkind = \"local\"\n").expect("write");
+        assert!(LifecycleHooks::load(None, Some(&file)).expect("loads").is_empty());
+    }
+
     #[tokio::test]
     async fn a_when_that_does_not_hold_skips_the_hook_and_a_blocking_failure_vetoes() {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -681,6 +706,7 @@ mod tests {
             payload: HookPayload::new(HookEvent::RunStart, "r", "w", dir.path()),
             outcome: None,
             context: &context,
+            artifacts: None,
             work_dir: dir.path(),
             confinement: Confinement::default(),
             writable: Vec::new(),

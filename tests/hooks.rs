@@ -318,6 +318,32 @@ fn when_decides_whether_a_hook_fires() {
 }
 
 #[test]
+fn when_reads_an_offloaded_value_as_edge_conditions_do() {
+    // command.output is 20 kB, over the threshold: the context holds a pointer to the store.
+    let workflow = r#"digraph offloaded {
+        artifact_threshold = 1000
+        start [shape=Mdiamond]
+        exit  [shape=Msquare]
+        build [shape=parallelogram, script="head -c 20000 /dev/zero | tr '\\0' x; echo; echo 'tests PASSED'"]
+        start -> build -> exit
+    }"#;
+    let toml = [
+        "[[hooks]]\nevent = \"stage_complete\"\ntype = \"command\"\nwhen = 'command.output contains \"PASSED\"'\ncommand = \"touch saw_passed\"\n",
+        "[[hooks]]\nevent = \"run_complete\"\ntype = \"command\"\nwhen = 'command.output contains \"file://\"'\ncommand = \"touch saw_pointer\"\n",
+    ]
+    .concat();
+    let ran = Test::new()
+        .workflow(workflow)
+        .file("fabro.toml", &toml)
+        .args(["run", "workflow.dot", "--run-dir", "run", "-q"])
+        .status(0)
+        .run();
+    assert_eq!(logged(&ran, "artifact.offloaded").len(), 1, "the output was offloaded");
+    assert!(ran.dir.path().join("saw_passed").exists(), "the hook read the value, not its pointer");
+    assert!(!ran.dir.path().join("saw_pointer").exists());
+}
+
+#[test]
 fn a_failing_hook_leaves_an_event_and_the_run_goes_on() {
     let toml =
         [hook("stage_complete", "echo 'slack is down' >&2; exit 9"), hook("run_complete", "true")].concat();
@@ -371,6 +397,17 @@ fn an_unknown_event_is_refused_with_the_valid_names() {
         .args(["run", "workflow.dot"])
         .status(2)
         .stderr_contains("fabro.toml: hooks[0]: unknown event `stage_compelte` (did you mean `stage_complete`?); the events are run_start, run_complete, run_failed, run_paused, stage_start, stage_complete, stage_failed, gate_waiting; the run did not start")
+        .run();
+}
+
+#[test]
+fn a_hooks_table_with_a_typo_is_refused_instead_of_dropping_its_hooks() {
+    Test::new()
+        .workflow(ONE_COMMAND)
+        .file("fabro.toml", &hook("run_start", "touch started").replace("[[hooks]]", "[[hook]]"))
+        .args(["run", "workflow.dot"])
+        .status(2)
+        .stderr_contains("fabro.toml: unknown table `hook` (did you mean `hooks`?)")
         .run();
 }
 

@@ -1,5 +1,5 @@
-//! The scope conditions are evaluated in while a run goes on: a stage's outcome and the run
-//! context, with offloaded values (artifact pointers) loaded back.
+//! The scope conditions are evaluated in while a run goes on: a stage's outcome (when there is
+//! one) and the run context, with offloaded values (artifact pointers) loaded back.
 
 use serde_json::Value;
 
@@ -10,14 +10,15 @@ use crate::outcome::{Outcome, StageStatus};
 
 /// What conditions read: the stage's outcome and the run context, with offloaded values
 /// (artifact pointers) that the conditions read loaded back, so they compare like inline ones.
+/// Without an outcome (a lifecycle hook's run moments) `outcome` is unset.
 pub struct Scope<'a> {
-    pub outcome: &'a Outcome,
+    pub outcome: Option<&'a Outcome>,
     pub context: &'a Context,
     resolved: std::collections::HashMap<String, Value>,
 }
 
 impl<'a> Scope<'a> {
-    pub fn new(outcome: &'a Outcome, context: &'a Context) -> Self {
+    pub fn new(outcome: Option<&'a Outcome>, context: &'a Context) -> Self {
         Scope { outcome, context, resolved: std::collections::HashMap::new() }
     }
 
@@ -40,11 +41,11 @@ impl<'a> Scope<'a> {
 
 impl ConditionScope for Scope<'_> {
     fn outcome(&self) -> Option<StageStatus> {
-        Some(self.outcome.status)
+        self.outcome.map(|outcome| outcome.status)
     }
 
     fn preferred_label(&self) -> Option<&str> {
-        self.outcome.preferred_label.as_deref()
+        self.outcome.and_then(|outcome| outcome.preferred_label.as_deref())
     }
 
     fn context(&self, key: &str) -> Option<&Value> {

@@ -58,7 +58,7 @@ pub fn select_edge<'w>(
     store: Option<&ArtifactStore>,
 ) -> Option<(EdgeRef<'w>, SelectionReason)> {
     let edges = workflow.outgoing(from);
-    let mut scope = Scope::new(outcome, context);
+    let mut scope = Scope::new(Some(outcome), context);
     if let Some(store) = store {
         let keys = edges.iter().filter_map(|e| e.edge.condition()).flat_map(|c| c.context_keys());
         scope = scope.resolving(keys, store);

@@ -107,6 +107,7 @@ impl Walker<'_> {
             payload,
             outcome,
             context: &self.state.context,
+            artifacts: Some(&scope.artifacts),
             work_dir: &self.worktree.work_dir,
             confinement,
             writable: stage_dir.into_iter().collect(),

@@ -377,7 +377,7 @@ fn stop_condition_holds(condition: &Condition, context: &Context, child_dir: &Pa
     let status = context.get_text("outcome").and_then(|s| s.parse().ok()).unwrap_or(StageStatus::Success);
     let outcome = Outcome { preferred_label: context.get_text("preferred_label"), ..Outcome::new(status) };
     let store = ArtifactStore::new(child_dir, crate::context::artifacts::DEFAULT_THRESHOLD);
-    let scope = Scope::new(&outcome, context).resolving(condition.context_keys(), &store);
+    let scope = Scope::new(Some(&outcome), context).resolving(condition.context_keys(), &store);
     condition.evaluate(&scope)
 }
 
