@@ -264,9 +264,10 @@ pub enum Event {
     /// `once` or `stage`.
     #[serde(rename = "agent.permission_granted")]
     AgentPermissionGranted { tool: String, permissions: String, scope: String },
-    /// An MCP server started (once per run, when a stage first wanted it), with its tools.
+    /// An MCP server started (once per run and sandbox, when a stage first wanted it), with its
+    /// tools and the sandbox it runs in (`none` or `bwrap`).
     #[serde(rename = "mcp.server_started")]
-    McpServerStarted { server: String, tools: Vec<String> },
+    McpServerStarted { server: String, tools: Vec<String>, sandbox: String },
     #[serde(rename = "agent.context_window_warning")]
     AgentContextWindowWarning { estimated_tokens: u64, context_window_size: u64, usage_percent: u64 },
     /// `trigger`: `window`, `turns` or `budget`; `mode`: the stage's compaction_mode.

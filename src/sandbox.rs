@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use crate::graph::{Node, Workflow};
 
 /// The sandboxes there are.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
 pub enum SandboxKind {
     /// Stages run with the user's whole account.
     #[default]
@@ -53,7 +53,7 @@ impl SandboxKind {
 }
 
 /// One extra directory or file shown inside the sandbox (`sandbox_paths`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Bind {
     pub writable: bool,
     pub path: PathBuf,
@@ -80,7 +80,7 @@ pub fn parse_paths(text: &str) -> Result<Vec<Bind>, String> {
 }
 
 /// How one stage's processes run: the sandbox and what it lets in.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Default)]
 pub struct Confinement {
     pub kind: SandboxKind,
     /// `sandbox_network=true`: the network is there as outside.

@@ -353,3 +353,104 @@ fn mcp_config_adds_servers_and_the_manifest_keeps_it() {
     let empty = run(&server, ONE_AGENT, "").file("empty.toml", "").args(["--mcp-config", "empty.toml"]);
     empty.status(2).stderr_contains("has no [mcp_servers.NAME] entry").run();
 }
+
+#[test]
+fn a_stdio_server_runs_in_the_sandbox_of_the_stage_that_wants_it() {
+    // The same server entry for an unconfined stage and a bwrap one: a process for each.
+    let server = LlmServer::start(
+        vec![
+            openai_tools(&[(
+                "c1",
+                "mcp__files__write_file",
+                json!({"path": "../outside/open.txt", "content": "x"}),
+            )]),
+            openai_text("wrote it", 10, 2),
+            openai_tools(&[
+                ("c2", "mcp__files__read_text_file", json!({"path": "../outside/secret.txt"})),
+                ("c3", "mcp__files__write_file", json!({"path": "../outside/boxed.txt", "content": "x"})),
+                ("c4", "mcp__files__write_file", json!({"path": "boxed.txt", "content": "inside"})),
+            ]),
+            openai_text("could not write outside", 10, 2),
+        ],
+        vec![],
+    );
+    let test = run(&server, "", "");
+    let outside = test.path("outside");
+    let npm_dir = filesystem_server()
+        .parent()
+        .and_then(|bin| bin.parent())
+        .and_then(|modules| modules.parent())
+        .unwrap()
+        .to_path_buf();
+    let workflow = format!(
+        r#"digraph mcp {{
+    start [shape=Mdiamond]
+    exit [shape=Msquare]
+    open [shape=box, prompt="Write outside"]
+    boxed [shape=box, prompt="Try again", sandbox="bwrap", sandbox_paths="ro:{outside}, ro:{npm}"]
+    start -> open -> boxed -> exit
+}}"#,
+        outside = outside.display(),
+        npm = npm_dir.display()
+    );
+    // The server may use the work directory and the directory beside it.
+    let config = format!(
+        "[mcp_servers.files]\ntype = \"stdio\"\ncommand = [{:?}, \".\", {:?}]\n",
+        filesystem_server().display().to_string(),
+        outside.display().to_string()
+    );
+    let ran = test
+        .workflow(&workflow)
+        .file("config.toml", &config)
+        .file("outside/secret.txt", "the plans\n")
+        .status(0)
+        .run();
+    let root = ran.dir.path();
+    assert_eq!(std::fs::read_to_string(root.join("outside/open.txt")).unwrap(), "x", "unconfined, it writes");
+    assert!(!root.join("outside/boxed.txt").exists(), "confined, the path is read-only");
+    assert_eq!(std::fs::read_to_string(root.join("work/boxed.txt")).unwrap(), "inside");
+
+    let results = tool_results(&server.main_requests()[3]);
+    assert_eq!(results[0], "the plans\n", "{results:?}");
+    assert!(results[1].contains("read-only file system"), "{results:?}");
+    assert!(results[2].contains("Successfully wrote"), "{results:?}");
+
+    let started = servers_started(&root.join("run"));
+    let placed: Vec<(&str, &str)> =
+        started.iter().map(|e| (e["node_id"].as_str().unwrap(), e["sandbox"].as_str().unwrap())).collect();
+    assert_eq!(placed, vec![("open", "none"), ("boxed", "bwrap")]);
+}
+
+#[test]
+fn a_stdio_server_with_sandbox_none_runs_on_the_host_for_a_confined_stage() {
+    let server = LlmServer::start(
+        vec![
+            openai_tools(&[(
+                "c1",
+                "mcp__files__write_file",
+                json!({"path": "../outside/host.txt", "content": "x"}),
+            )]),
+            openai_text("wrote it", 10, 2),
+        ],
+        vec![],
+    );
+    let test = run(&server, "", "");
+    let outside = test.path("outside");
+    let workflow = format!(
+        r#"digraph mcp {{
+    start [shape=Mdiamond]
+    exit [shape=Msquare]
+    boxed [shape=box, prompt="Write outside", sandbox="bwrap", sandbox_paths="ro:{}"]
+    start -> boxed -> exit
+}}"#,
+        outside.display()
+    );
+    let config = format!(
+        "[mcp_servers.files]\ntype = \"stdio\"\nsandbox = \"none\"\ncommand = [{:?}, \".\", {:?}]\n",
+        filesystem_server().display().to_string(),
+        outside.display().to_string()
+    );
+    let ran = test.workflow(&workflow).file("config.toml", &config).file("outside/.keep", "").status(0).run();
+    assert_eq!(std::fs::read_to_string(ran.dir.path().join("outside/host.txt")).unwrap(), "x");
+    assert_eq!(servers_started(&ran.dir.path().join("run"))[0]["sandbox"], "none");
+}

@@ -335,11 +335,15 @@ impl LiveBackend {
                 if !self.mcp.is_empty() {
                     let (tools, started) = self
                         .mcp
-                        .for_stage(&stage.mcp_servers, stage.work_dir)
+                        .for_stage(&stage.mcp_servers, stage.work_dir, &stage.confinement)
                         .await
                         .map_err(|problem| BackendError::Terminal(self.secrets.redact(&problem)))?;
-                    for (server, tools) in started {
-                        transcript.event(Event::McpServerStarted { server, tools });
+                    for server in started {
+                        transcript.event(Event::McpServerStarted {
+                            server: server.name,
+                            tools: server.tools,
+                            sandbox: server.sandbox.as_str().to_string(),
+                        });
                     }
                     toolbox = toolbox.with_mcp(tools);
                 }

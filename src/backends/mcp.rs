@@ -2,13 +2,15 @@
 //! once per run on first use with the official SDK (`rmcp`), their tools offered to agent stages as
 //! `mcp__{server}__{tool}`, and stopped with the run.
 //!
-//! A stdio server is a program spoken to over its stdin and stdout; an http server speaks
-//! Streamable HTTP at a URL. A server that fails its handshake fails the stage that wanted it,
-//! with the tail of what the server wrote to stderr; other stages go on, and a later stage tries
-//! again.
+//! A stdio server is a program spoken to over its stdin and stdout, run in the sandbox of the stage
+//! that wants it (one process per sandbox setting a run's stages use) unless its entry says
+//! `sandbox = "none"`; an http server speaks Streamable HTTP at a URL. A server that fails its
+//! handshake fails the stage that wanted it, with the tail of what the server wrote to stderr;
+//! other stages go on, and a later stage tries again.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
@@ -21,6 +23,7 @@ use serde_json::Value;
 
 use super::chat::ToolDefinition;
 use super::tools::ToolOutput;
+use crate::sandbox::{Confinement, SandboxKind};
 
 /// How long a server may take to start and answer the handshake, unless its entry says.
 pub const DEFAULT_STARTUP_TIMEOUT_SECS: u64 = 10;
@@ -39,6 +42,18 @@ pub enum TransportKind {
     Http,
 }
 
+/// Where a stdio server runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ServerSandbox {
+    /// In the sandbox of the stage that wants it (`sandbox`, `sandbox_network`, `sandbox_paths`,
+    /// `sandbox_env`), with the work directory writable.
+    #[default]
+    Stage,
+    /// On the host, with the user's whole account.
+    None,
+}
+
 /// One `[mcp_servers.NAME]` entry.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -53,6 +68,9 @@ pub struct ServerConfig {
     pub env: BTreeMap<String, String>,
     /// stdio: where the server runs (relative to the run's work directory, which is the default).
     pub cwd: Option<PathBuf>,
+    /// stdio: in the stage's sandbox (the default) or on the host.
+    #[serde(default)]
+    pub sandbox: ServerSandbox,
     /// http: the Streamable HTTP endpoint.
     pub url: Option<String>,
     /// http: headers sent with every request; `$VAR` or `${VAR}` is replaced by the variable's
@@ -124,8 +142,12 @@ impl ServerConfig {
                 if !matches!(parsed.scheme(), "http" | "https") {
                     return Err(format!("url `{url}` is not an http or https URL"));
                 }
-                if !self.command.is_empty() || !self.env.is_empty() || self.cwd.is_some() {
-                    return Err("`command`, `env` and `cwd` are for type = \"stdio\"".into());
+                if !self.command.is_empty()
+                    || !self.env.is_empty()
+                    || self.cwd.is_some()
+                    || self.sandbox != ServerSandbox::Stage
+                {
+                    return Err("`command`, `env`, `cwd` and `sandbox` are for type = \"stdio\"".into());
                 }
                 for (header, value) in &self.headers {
                     for variable in variables_in(value) {
@@ -140,6 +162,14 @@ impl ServerConfig {
             }
         }
         Ok(())
+    }
+
+    /// The sandbox this server runs in when a stage confined by `stage` wants it.
+    fn confinement(&self, stage: &Confinement) -> Confinement {
+        match (self.transport, self.sandbox) {
+            (TransportKind::Stdio, ServerSandbox::Stage) => stage.clone(),
+            _ => Confinement::default(),
+        }
     }
 
     fn startup_timeout(&self) -> Duration {
@@ -235,10 +265,10 @@ impl Selection {
     }
 }
 
-/// The run's MCP servers: their entries, and those started so far.
+/// The run's MCP servers: their entries, and those started so far (by name and sandbox).
 pub struct McpServers {
     configs: BTreeMap<String, ServerConfig>,
-    running: tokio::sync::Mutex<BTreeMap<String, Arc<Server>>>,
+    running: tokio::sync::Mutex<BTreeMap<(String, Confinement), Arc<Server>>>,
 }
 
 /// A started server.
@@ -275,14 +305,15 @@ impl McpServers {
         }
     }
 
-    /// The tools of the selected servers, starting those not yet running (`work_dir` is where a
-    /// stdio server without `cwd` runs), and the servers started now with their tools' names.
-    /// Fails with what went wrong when a server cannot start.
+    /// The tools of the selected servers, starting those not yet running in the sandbox the stage
+    /// gives them (`confinement`; `work_dir` is where a stdio server without `cwd` runs), and the
+    /// servers started now. Fails with what went wrong when a server cannot start.
     pub async fn for_stage(
         &self,
         selection: &Selection,
         work_dir: &Path,
-    ) -> Result<(StageTools, Vec<(String, Vec<String>)>), String> {
+        confinement: &Confinement,
+    ) -> Result<(StageTools, Vec<StartedServer>), String> {
         let names: Vec<&str> = match selection {
             Selection::All => self.configs.keys().map(String::as_str).collect(),
             Selection::Only(names) => names.iter().map(String::as_str).collect(),
@@ -297,14 +328,18 @@ impl McpServers {
                 )
             })?;
             let server = {
+                let key = (name.to_string(), config.confinement(confinement));
                 let mut running = self.running.lock().await;
-                match running.get(name).filter(|server| !server.peer.is_transport_closed()) {
+                match running.get(&key).filter(|server| !server.peer.is_transport_closed()) {
                     Some(server) => server.clone(),
                     None => {
-                        let server = Arc::new(start(name, config, work_dir).await?);
-                        running.insert(name.to_string(), server.clone());
-                        let names = server.tools.iter().map(|tool| exposed_name(name, &tool.name)).collect();
-                        started.push((name.to_string(), names));
+                        let server = Arc::new(start(name, config, work_dir, &key.1).await?);
+                        started.push(StartedServer {
+                            name: name.to_string(),
+                            tools: server.tools.iter().map(|tool| exposed_name(name, &tool.name)).collect(),
+                            sandbox: key.1.kind,
+                        });
+                        running.insert(key, server.clone());
                         server
                     }
                 }
@@ -326,24 +361,40 @@ impl McpServers {
     }
 }
 
-/// Starts `config` and completes the handshake, listing the server's tools.
-async fn start(name: &str, config: &ServerConfig, work_dir: &Path) -> Result<Server, String> {
+/// A server a stage started: its name, the names the model sees, and where it runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StartedServer {
+    pub name: String,
+    pub tools: Vec<String>,
+    pub sandbox: SandboxKind,
+}
+
+/// Starts `config` (a stdio server under `confinement`, with `work_dir` writable) and completes
+/// the handshake, listing the server's tools.
+async fn start(
+    name: &str,
+    config: &ServerConfig,
+    work_dir: &Path,
+    confinement: &Confinement,
+) -> Result<Server, String> {
     let stderr = Arc::new(Mutex::new(String::new()));
     let timeout = config.startup_timeout();
     let handshake = async {
         let service = match config.transport {
             TransportKind::Stdio => {
-                let mut command = tokio::process::Command::new(&config.command[0]);
-                command.args(&config.command[1..]).envs(&config.env).kill_on_drop(true);
+                let cwd = match &config.cwd {
+                    Some(cwd) => work_dir.join(cwd),
+                    None => work_dir.to_path_buf(),
+                };
+                let args: Vec<&OsStr> = config.command[1..].iter().map(OsStr::new).collect();
+                let mut command =
+                    confinement.command(OsStr::new(&config.command[0]), &args, &cwd, &[work_dir], &[]);
+                command.envs(&config.env).kill_on_drop(true);
                 for hidden in super::tools::HIDDEN_ENV {
                     if !config.env.contains_key(*hidden) {
                         command.env_remove(hidden);
                     }
                 }
-                command.current_dir(match &config.cwd {
-                    Some(cwd) => work_dir.join(cwd),
-                    None => work_dir.to_path_buf(),
-                });
                 let (transport, pipe) = rmcp::transport::TokioChildProcess::builder(command)
                     .stderr(Stdio::piped())
                     .spawn()
@@ -529,12 +580,31 @@ mod tests {
             command: Vec::new(),
             env: BTreeMap::new(),
             cwd: None,
+            sandbox: ServerSandbox::Stage,
             url: Some("http://127.0.0.1:1/mcp".into()),
             headers: headers.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
             allowed_env_vars: allowed.iter().map(|v| v.to_string()).collect(),
             startup_timeout_secs: None,
             tool_timeout_secs: None,
         }
+    }
+
+    #[test]
+    fn a_stdio_server_runs_in_the_stage_s_sandbox_unless_it_opts_out_and_an_http_one_never_does() {
+        let stage = Confinement { kind: SandboxKind::Bwrap, network: true, ..Confinement::default() };
+        let stdio = |extra: &str| -> ServerConfig {
+            toml::from_str(&format!("type = \"stdio\"\ncommand = [\"server\"]\n{extra}")).expect("entry")
+        };
+        assert_eq!(stdio("").confinement(&stage), stage);
+        assert_eq!(stdio("sandbox = \"none\"").confinement(&stage), Confinement::default());
+        assert_eq!(http(&[], &[]).confinement(&stage), Confinement::default());
+        let error =
+            toml::from_str::<ServerConfig>("type = \"stdio\"\ncommand = [\"s\"]\nsandbox = \"bwrap\"")
+                .unwrap_err();
+        assert!(error.to_string().contains("unknown variant `bwrap`, expected `stage` or `none`"), "{error}");
+        let mut misplaced = http(&[], &[]);
+        misplaced.sandbox = ServerSandbox::None;
+        assert!(misplaced.check("api").unwrap_err().contains("are for type = \"stdio\""));
     }
 
     #[test]
