@@ -264,8 +264,8 @@ pub enum Event {
     /// `once` or `stage`.
     #[serde(rename = "agent.permission_granted")]
     AgentPermissionGranted { tool: String, permissions: String, scope: String },
-    /// An MCP server started (once per run and sandbox, when a stage first wanted it), with its
-    /// tools and the sandbox it runs in (`none` or `bwrap`).
+    /// An MCP server started (when the first stage working in its work directory and sandbox
+    /// wanted it), with its tools and the sandbox it runs in (`none` or `bwrap`).
     #[serde(rename = "mcp.server_started")]
     McpServerStarted { server: String, tools: Vec<String>, sandbox: String },
     #[serde(rename = "agent.context_window_warning")]

@@ -454,3 +454,73 @@ fn a_stdio_server_with_sandbox_none_runs_on_the_host_for_a_confined_stage() {
     assert_eq!(std::fs::read_to_string(ran.dir.path().join("outside/host.txt")).unwrap(), "x");
     assert_eq!(servers_started(&ran.dir.path().join("run"))[0]["sandbox"], "none");
 }
+
+#[test]
+fn parallel_branches_in_worktrees_get_a_server_working_in_their_own_worktree() {
+    let workflow = r#"digraph branches {
+    start [shape=Mdiamond]
+    exit [shape=Msquare]
+    fan [shape=component, max_parallel=1]
+    a [shape=box, prompt="Write yours"]
+    b [shape=box, prompt="Write yours"]
+    merge [shape=tripleoctagon]
+    start -> fan
+    fan -> a
+    fan -> b
+    a -> merge
+    b -> merge
+    merge -> exit
+}"#;
+    // One branch after the other (max_parallel=1), so the scripted replies go in this order.
+    let server = LlmServer::start(
+        vec![
+            openai_tools(&[("c1", "mcp__files__write_file", json!({"path": "mcp.txt", "content": "first"}))]),
+            openai_text("wrote first", 10, 2),
+            openai_tools(&[(
+                "c2",
+                "mcp__files__write_file",
+                json!({"path": "mcp.txt", "content": "second"}),
+            )]),
+            openai_text("wrote second", 10, 2),
+        ],
+        vec![],
+    );
+    let test = Test::new()
+        .workflow(workflow)
+        .file(".gitignore", ".fabro/\nconfig.toml\n")
+        .file("config.toml", &filesystem_config())
+        .env("FABRO_CONFIG", "config.toml")
+        .env("FABRO_LLM_BASE_URL", &server.url("/v1"))
+        .env("FABRO_LLM_MAX_RETRIES", "0")
+        .env("FABRO_LLM_MODEL", "local-model")
+        .args(["run", "workflow.dot", "--run-dir", ".fabro/run"]);
+    let repo = test.path("");
+    for args in [
+        &["init", "-q", "-b", "main"][..],
+        &["config", "user.name", "Test"],
+        &["config", "user.email", "test@example.com"],
+        &["add", "."],
+        &["commit", "-q", "-m", "initial"],
+    ] {
+        common::git(&repo, args);
+    }
+    let ran = test.status(0).run();
+    let run_dir = ran.dir.path().join(".fabro/run");
+
+    let started = servers_started(&run_dir);
+    let mut starters: Vec<&str> = started.iter().map(|e| e["node_id"].as_str().unwrap()).collect();
+    starters.sort();
+    assert_eq!(starters, vec!["a", "b"], "a server for each branch's worktree");
+    // Each branch's file is on its own branch, and only the merged one reached the work directory.
+    let manifest: Value =
+        serde_json::from_str(&std::fs::read_to_string(run_dir.join("manifest.json")).unwrap()).unwrap();
+    let run_id = manifest["run_id"].as_str().unwrap();
+    let on_branch = |branch: &str| common::git(&repo, &["show", &format!("fabro/{run_id}/{branch}:mcp.txt")]);
+    let mut written = vec![on_branch("a"), on_branch("b")];
+    written.sort();
+    assert_eq!(written, vec!["first", "second"]);
+    let checkpoint: Value =
+        serde_json::from_str(&std::fs::read_to_string(run_dir.join("checkpoint.json")).unwrap()).unwrap();
+    let best = checkpoint["context"]["parallel.fan_in.best_id"].as_str().unwrap_or_default().to_string();
+    assert_eq!(std::fs::read_to_string(repo.join("mcp.txt")).unwrap(), on_branch(&best));
+}

@@ -2,8 +2,9 @@
 //! once per run on first use with the official SDK (`rmcp`), their tools offered to agent stages as
 //! `mcp__{server}__{tool}`, and stopped with the run.
 //!
-//! A stdio server is a program spoken to over its stdin and stdout, run in the sandbox of the stage
-//! that wants it (one process per sandbox setting a run's stages use) unless its entry says
+//! A stdio server is a program spoken to over its stdin and stdout, run in the work directory and
+//! the sandbox of the stage that wants it (one process for each pair a run's stages use; a
+//! parallel branch's worktree is a work directory of its own) unless its entry says
 //! `sandbox = "none"`; an http server speaks Streamable HTTP at a URL. A server that fails its
 //! handshake fails the stage that wanted it, with the tail of what the server wrote to stderr;
 //! other stages go on, and a later stage tries again.
@@ -164,11 +165,19 @@ impl ServerConfig {
         Ok(())
     }
 
-    /// The sandbox this server runs in when a stage confined by `stage` wants it.
-    fn confinement(&self, stage: &Confinement) -> Confinement {
-        match (self.transport, self.sandbox) {
-            (TransportKind::Stdio, ServerSandbox::Stage) => stage.clone(),
-            _ => Confinement::default(),
+    /// Where this server runs for a stage working in `work_dir` under `stage`: a stdio server in
+    /// that work directory (a parallel branch's worktree is its own) and sandbox; an http server
+    /// is one connection for every stage.
+    fn placement(&self, work_dir: &Path, stage: &Confinement) -> Placement {
+        match self.transport {
+            TransportKind::Stdio => Placement {
+                work_dir: work_dir.to_path_buf(),
+                confinement: match self.sandbox {
+                    ServerSandbox::Stage => stage.clone(),
+                    ServerSandbox::None => Confinement::default(),
+                },
+            },
+            TransportKind::Http => Placement::default(),
         }
     }
 
@@ -265,10 +274,17 @@ impl Selection {
     }
 }
 
-/// The run's MCP servers: their entries, and those started so far (by name and sandbox).
+/// The run's MCP servers: their entries, and those started so far (by name and placement).
 pub struct McpServers {
     configs: BTreeMap<String, ServerConfig>,
-    running: tokio::sync::Mutex<BTreeMap<(String, Confinement), Arc<Server>>>,
+    running: tokio::sync::Mutex<BTreeMap<(String, Placement), Arc<Server>>>,
+}
+
+/// Where one process of a stdio server runs: its stage's work directory and sandbox.
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord)]
+struct Placement {
+    work_dir: PathBuf,
+    confinement: Confinement,
 }
 
 /// A started server.
@@ -305,9 +321,9 @@ impl McpServers {
         }
     }
 
-    /// The tools of the selected servers, starting those not yet running in the sandbox the stage
-    /// gives them (`confinement`; `work_dir` is where a stdio server without `cwd` runs), and the
-    /// servers started now. Fails with what went wrong when a server cannot start.
+    /// The tools of the selected servers, starting those not yet running where the stage works
+    /// (`work_dir`, where a stdio server without `cwd` runs, and `confinement`), and the servers
+    /// started now. Fails with what went wrong when a server cannot start.
     pub async fn for_stage(
         &self,
         selection: &Selection,
@@ -328,16 +344,16 @@ impl McpServers {
                 )
             })?;
             let server = {
-                let key = (name.to_string(), config.confinement(confinement));
+                let key = (name.to_string(), config.placement(work_dir, confinement));
                 let mut running = self.running.lock().await;
                 match running.get(&key).filter(|server| !server.peer.is_transport_closed()) {
                     Some(server) => server.clone(),
                     None => {
-                        let server = Arc::new(start(name, config, work_dir, &key.1).await?);
+                        let server = Arc::new(start(name, config, &key.1).await?);
                         started.push(StartedServer {
                             name: name.to_string(),
                             tools: server.tools.iter().map(|tool| exposed_name(name, &tool.name)).collect(),
-                            sandbox: key.1.kind,
+                            sandbox: key.1.confinement.kind,
                         });
                         running.insert(key, server.clone());
                         server
@@ -369,14 +385,10 @@ pub struct StartedServer {
     pub sandbox: SandboxKind,
 }
 
-/// Starts `config` (a stdio server under `confinement`, with `work_dir` writable) and completes
-/// the handshake, listing the server's tools.
-async fn start(
-    name: &str,
-    config: &ServerConfig,
-    work_dir: &Path,
-    confinement: &Confinement,
-) -> Result<Server, String> {
+/// Starts `config` (a stdio server where `placement` says, its work directory writable) and
+/// completes the handshake, listing the server's tools.
+async fn start(name: &str, config: &ServerConfig, placement: &Placement) -> Result<Server, String> {
+    let Placement { work_dir, confinement } = placement;
     let stderr = Arc::new(Mutex::new(String::new()));
     let timeout = config.startup_timeout();
     let handshake = async {
@@ -387,8 +399,13 @@ async fn start(
                     None => work_dir.to_path_buf(),
                 };
                 let args: Vec<&OsStr> = config.command[1..].iter().map(OsStr::new).collect();
-                let mut command =
-                    confinement.command(OsStr::new(&config.command[0]), &args, &cwd, &[work_dir], &[]);
+                let mut command = confinement.command(
+                    OsStr::new(&config.command[0]),
+                    &args,
+                    &cwd,
+                    &[work_dir.as_path()],
+                    &[],
+                );
                 command.envs(&config.env).kill_on_drop(true);
                 for hidden in super::tools::HIDDEN_ENV {
                     if !config.env.contains_key(*hidden) {
@@ -590,14 +607,21 @@ mod tests {
     }
 
     #[test]
-    fn a_stdio_server_runs_in_the_stage_s_sandbox_unless_it_opts_out_and_an_http_one_never_does() {
+    fn a_stdio_server_runs_in_the_stage_s_work_directory_and_sandbox_and_an_http_one_anywhere() {
         let stage = Confinement { kind: SandboxKind::Bwrap, network: true, ..Confinement::default() };
         let stdio = |extra: &str| -> ServerConfig {
             toml::from_str(&format!("type = \"stdio\"\ncommand = [\"server\"]\n{extra}")).expect("entry")
         };
-        assert_eq!(stdio("").confinement(&stage), stage);
-        assert_eq!(stdio("sandbox = \"none\"").confinement(&stage), Confinement::default());
-        assert_eq!(http(&[], &[]).confinement(&stage), Confinement::default());
+        let work = Path::new("/work/branch");
+        assert_eq!(
+            stdio("").placement(work, &stage),
+            Placement { work_dir: work.into(), confinement: stage.clone() }
+        );
+        assert_eq!(
+            stdio("sandbox = \"none\"").placement(work, &stage),
+            Placement { work_dir: work.into(), confinement: Confinement::default() }
+        );
+        assert_eq!(http(&[], &[]).placement(work, &stage), Placement::default());
         let error =
             toml::from_str::<ServerConfig>("type = \"stdio\"\ncommand = [\"s\"]\nsandbox = \"bwrap\"")
                 .unwrap_err();
