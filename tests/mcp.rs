@@ -471,6 +471,14 @@ fn parallel_branches_in_worktrees_get_a_server_working_in_their_own_worktree() {
     b -> merge
     merge -> exit
 }"#;
+    // Each server process appends its pid here (outside the repository).
+    let pids = tempfile::tempdir().unwrap();
+    let pid_file = pids.path().join("pids");
+    // The state of each server process (from /proc): a killed one is gone or a zombie.
+    let states = format!(
+        "for p in $(cat {}); do echo \"server $(awk '/^State/ {{print $2}}' /proc/$p/status 2>/dev/null || echo gone)\"; done",
+        pid_file.display()
+    );
     // One branch after the other (max_parallel=1), so the scripted replies go in this order.
     let server = LlmServer::start(
         vec![
@@ -481,14 +489,19 @@ fn parallel_branches_in_worktrees_get_a_server_working_in_their_own_worktree() {
                 "mcp__files__write_file",
                 json!({"path": "mcp.txt", "content": "second"}),
             )]),
+            openai_tools(&[("c3", "shell", json!({ "command": states }))]),
             openai_text("wrote second", 10, 2),
         ],
         vec![],
     );
+    let config = format!(
+        "[mcp_servers.files]\ntype = \"stdio\"\ncommand = [\"sh\", \"-c\", {:?}]\n",
+        format!("echo $$ >> {}; exec {} .", pid_file.display(), filesystem_server().display())
+    );
     let test = Test::new()
         .workflow(workflow)
         .file(".gitignore", ".fabro/\nconfig.toml\n")
-        .file("config.toml", &filesystem_config())
+        .file("config.toml", &config)
         .env("FABRO_CONFIG", "config.toml")
         .env("FABRO_LLM_BASE_URL", &server.url("/v1"))
         .env("FABRO_LLM_MAX_RETRIES", "0")
@@ -519,6 +532,13 @@ fn parallel_branches_in_worktrees_get_a_server_working_in_their_own_worktree() {
     let mut written = vec![on_branch("a"), on_branch("b")];
     written.sort();
     assert_eq!(written, vec!["first", "second"]);
+    // When the second branch started, the first one's worktree was gone, and so was its server.
+    let results = tool_results(&server.main_requests()[4]);
+    let states: Vec<&str> =
+        results.last().unwrap().lines().filter_map(|line| line.strip_prefix("server ")).collect();
+    assert_eq!(states.len(), 2, "{states:?}");
+    assert!(matches!(states[0], "gone" | "Z"), "the first branch's server still runs: {states:?}");
+    assert!(!matches!(states[1], "gone" | "Z"), "the second branch's server runs: {states:?}");
     let checkpoint: Value =
         serde_json::from_str(&std::fs::read_to_string(run_dir.join("checkpoint.json")).unwrap()).unwrap();
     let best = checkpoint["context"]["parallel.fan_in.best_id"].as_str().unwrap_or_default().to_string();

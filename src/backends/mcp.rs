@@ -280,11 +280,19 @@ pub struct McpServers {
     running: tokio::sync::Mutex<BTreeMap<(String, Placement), Arc<Server>>>,
 }
 
-/// Where one process of a stdio server runs: its stage's work directory and sandbox.
+/// Where one process of a stdio server runs: its stage's work directory and sandbox (an http
+/// server's is empty).
 #[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord)]
 struct Placement {
     work_dir: PathBuf,
     confinement: Confinement,
+}
+
+impl Placement {
+    /// Whether stages may still work here: not a worktree removed since.
+    fn is_current(&self) -> bool {
+        self.work_dir.as_os_str().is_empty() || self.work_dir.is_dir()
+    }
 }
 
 /// A started server.
@@ -346,6 +354,8 @@ impl McpServers {
             let server = {
                 let key = (name.to_string(), config.placement(work_dir, confinement));
                 let mut running = self.running.lock().await;
+                // A parallel branch's worktree is removed when the branch ends: its servers stop.
+                running.retain(|(_, placement), _| placement.is_current());
                 match running.get(&key).filter(|server| !server.peer.is_transport_closed()) {
                     Some(server) => server.clone(),
                     None => {
