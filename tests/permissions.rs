@@ -69,6 +69,23 @@ fn results_sent(server: &LlmServer) -> Vec<String> {
         .collect()
 }
 
+/// The built-in tools the model was offered, and its system prompt, in the first request.
+fn offered(server: &LlmServer) -> (Vec<String>, String) {
+    let first = server.main_requests()[0].json();
+    let tools = first["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|tool| tool["function"]["name"].as_str().unwrap().to_string())
+        .filter(|name| {
+            ["read_file", "write_file", "edit_file", "list_dir", "glob", "grep", "shell"]
+                .contains(&name.as_str())
+        })
+        .collect();
+    let system = first["messages"][0]["content"].as_str().unwrap_or_default().to_string();
+    (tools, system)
+}
+
 /// Which of the two calls ran.
 fn ran_calls(ran: &Ran) -> (bool, bool) {
     let work = ran.dir.path().join("work");
@@ -94,6 +111,12 @@ fn read_only_denies_writes_and_the_shell_and_tells_the_model() {
         (Some("write_file"), Some("read-only"))
     );
     assert_eq!(denied[0]["node_id"], "work");
+    // With no one to allow them, the tools above the level are not even offered, and the model
+    // is told why (the calls above are what a model that tries anyway gets).
+    let (tools, system) = offered(&server);
+    assert_eq!(tools, ["read_file", "list_dir", "glob", "grep"]);
+    assert!(system.contains("with the tools read_file, list_dir, glob and grep;"), "{system}");
+    assert!(system.contains("permissions=read-only: it cannot change files or run commands"), "{system}");
 }
 
 #[test]
@@ -102,6 +125,9 @@ fn read_write_from_the_graph_allows_writes_but_not_the_shell() {
     let ran = run(&server, &workflow("permissions = \"read-write\"", "")).status(0).run();
     assert_eq!(ran_calls(&ran), (true, false));
     assert_eq!(events_named(&ran, "agent.permission_denied").len(), 1);
+    let (tools, system) = offered(&server);
+    assert_eq!(tools, ["read_file", "write_file", "edit_file", "list_dir", "glob", "grep"]);
+    assert!(system.contains("permissions=read-write: it cannot run commands"), "{system}");
 }
 
 #[test]
@@ -110,6 +136,9 @@ fn full_is_the_default() {
     let ran = run(&server, &workflow("", "")).status(0).run();
     assert_eq!(ran_calls(&ran), (true, true));
     assert!(events_named(&ran, "agent.permission_denied").is_empty());
+    let (tools, system) = offered(&server);
+    assert_eq!(tools.len(), 7, "{tools:?}");
+    assert!(!system.contains("permissions="), "{system}");
 }
 
 #[test]
@@ -199,4 +228,20 @@ fn at_a_terminal_a_person_allows_once_allows_for_the_stage_or_denies() {
     let scopes: Vec<&str> = granted.iter().map(|e| e["scope"].as_str().unwrap()).collect();
     assert_eq!(scopes, ["once", "stage"]);
     assert_eq!(events_in(&dir, "agent.permission_denied").len(), 1);
+    // A person may allow any tool, so every tool is offered.
+    assert_eq!(offered(&server).0.len(), 7);
+}
+
+#[test]
+fn below_full_with_no_one_to_ask_no_mcp_server_starts() {
+    // MCP tools need permissions=full: this server would fail the stage if it were started.
+    let server = LlmServer::start(vec![openai_text("looked", 10, 2)], vec![]);
+    let ran = run(&server, &workflow("", ", permissions=\"read-write\""))
+        .file("config.toml", "[mcp_servers.broken]\ntype = \"stdio\"\ncommand = [\"false\"]\n")
+        .env("FABRO_CONFIG", "config.toml")
+        .status(0)
+        .run();
+    assert!(events_named(&ran, "mcp.server_started").is_empty());
+    let first = server.main_requests()[0].json();
+    assert!(!first["tools"].to_string().contains("mcp__"));
 }

@@ -13,7 +13,7 @@ use serde_json::json;
 
 use super::agentic_tools;
 use super::chat::{ChatMessage, ChatProvider, ChatRequest, ToolResult};
-use super::permissions::Verdict;
+use super::permissions::{Level as PermissionLevel, Verdict};
 use super::tools::{self, Toolbox};
 use super::transcript::{assistant_record, Transcript};
 use super::{BackendError, Usage};
@@ -88,18 +88,35 @@ pub fn system_prompt(
     runtime: bool,
     references: &[crate::agent_context::reference_files::ReferenceFile],
     memory: &str,
+    withheld_above: Option<PermissionLevel>,
 ) -> String {
     let runtime = if runtime { crate::agent_context::runtime::block(work_dir) + "\n" } else { String::new() };
     let references = match crate::agent_context::reference_files::index(references) {
         index if index.is_empty() => index,
         index => format!("\n\n{}", index.trim_end()),
     };
-    runtime + &format!(
-        "You are a coding agent running one stage of a fabro workflow. You work in the directory {} with the \
-         tools read_file, write_file, edit_file, list_dir, glob, grep and shell; paths are relative to it and \
-         tools cannot leave it. Read before you edit, make the changes the task asks for, check them (for \
-         example by running the tests with shell), then answer with a short summary of what you did and stop \
-         calling tools. If the task asks you to report an outcome as JSON, end your answer with that JSON.",
+    let work = match withheld_above {
+        None | Some(PermissionLevel::Full) => {
+            "with the tools read_file, write_file, edit_file, list_dir, glob, grep and shell; paths are relative \
+             to it and tools cannot leave it. Read before you edit, make the changes the task asks for, check them \
+             (for example by running the tests with shell)"
+        }
+        Some(PermissionLevel::ReadWrite) => {
+            "with the tools read_file, write_file, edit_file, list_dir, glob and grep; paths are relative to it \
+             and tools cannot leave it. This stage runs with permissions=read-write: it cannot run commands. Read \
+             before you edit, make the changes the task asks for"
+        }
+        Some(PermissionLevel::ReadOnly) => {
+            "with the tools read_file, list_dir, glob and grep; paths are relative to it and tools cannot leave \
+             it. This stage runs with permissions=read-only: it cannot change files or run commands. Read what the \
+             task needs and do it by reading"
+        }
+    };
+    runtime
+        + &format!(
+        "You are a coding agent running one stage of a fabro workflow. You work in the directory {} {work}, \
+         then answer with a short summary of what you did and stop calling tools. If the task asks you to \
+         report an outcome as JSON, end your answer with that JSON.",
         work_dir.display()
     ) + &references
         + &match memory.trim_end() {
@@ -133,9 +150,12 @@ pub async fn run(
         settings.context.runtime_context(),
         settings.reference_files,
         &recalled(settings.memory),
+        toolbox.permissions.withheld_above(),
     );
     let mut definitions = tools::definitions();
     definitions.extend(toolbox.mcp_definitions());
+    // With no one to allow them, calls above the stage's permissions would only be denied.
+    definitions.retain(|tool| toolbox.permissions.offers(&tool.name));
     let task_checkpoints = settings.context.task_checkpoints();
     if task_checkpoints {
         definitions.push(checkpoint::definition());

@@ -332,7 +332,8 @@ impl LiveBackend {
                             .unwrap_or_default(),
                         self.person.clone(),
                     ));
-                if !self.mcp.is_empty() {
+                // MCP tools need permissions=full: a stage below it with no one to allow them gets none.
+                if !self.mcp.is_empty() && toolbox.permissions.withheld_above().is_none() {
                     let (tools, started) = self
                         .mcp
                         .for_stage(&stage.mcp_servers, stage.work_dir, &stage.confinement)

@@ -7,8 +7,9 @@
 //! - `full`: also the shell, MCP tools and any other tool.
 //!
 //! A call above the stage's level is put to the person at the terminal (allow once, allow for the
-//! rest of the stage, deny); without one it is denied. `--auto-approve` answers gates, never
-//! this. A denial goes back to the model as the tool's result.
+//! rest of the stage, deny); without one it is denied, so such tools are not offered to the model
+//! at all (it is told what its level leaves out). `--auto-approve` answers gates, never this. A
+//! denial goes back to the model as the tool's result.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -56,6 +57,17 @@ pub struct Permissions {
 impl Permissions {
     pub fn new(level: Level, person: Option<Arc<dyn Interviewer>>) -> Permissions {
         Permissions { level, person, allowed: BTreeSet::new() }
+    }
+
+    /// The level the model is limited to when no one can allow more: tools above it are not
+    /// offered. `None` at `full`, or when a person at a terminal may allow a call.
+    pub fn withheld_above(&self) -> Option<Level> {
+        (self.level < Level::Full && self.person.is_none()).then_some(self.level)
+    }
+
+    /// Whether `tool` is offered to the model.
+    pub fn offers(&self, tool: &str) -> bool {
+        self.withheld_above().is_none_or(|level| needed_for(tool) <= level)
     }
 
     /// Whether the person allowed `tool` for the rest of the stage.
@@ -133,6 +145,20 @@ mod tests {
         assert_eq!(needed_for("mcp__files__read_text_file"), Level::Full);
         assert_eq!(needed_for("something_new"), Level::Full);
         assert!(LEVELS.iter().all(|name| Level::parse(name).map(Level::as_str) == Some(name)));
+    }
+
+    #[test]
+    fn tools_above_the_level_are_offered_only_when_someone_can_allow_them() {
+        let alone = Permissions::new(Level::ReadWrite, None);
+        assert_eq!(alone.withheld_above(), Some(Level::ReadWrite));
+        assert!(alone.offers("write_file") && !alone.offers("shell") && !alone.offers("mcp__a__b"));
+        let full = Permissions::new(Level::Full, None);
+        assert_eq!(full.withheld_above(), None);
+        assert!(full.offers("shell"));
+        let person: Arc<dyn Interviewer> = Arc::new(Answers(std::sync::Mutex::new(Vec::new())));
+        let asked = Permissions::new(Level::ReadOnly, Some(person));
+        assert_eq!(asked.withheld_above(), None);
+        assert!(asked.offers("shell"));
     }
 
     #[tokio::test]
