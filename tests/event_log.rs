@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::llm_server::{openai_text, openai_tools, LlmServer};
-use common::{fabro_command, git, Test};
+use common::{fabro_command, Test};
 use serde_json::json;
 
 fn fixture(name: &str) -> String {
@@ -203,11 +203,7 @@ fn worktree_events_match_the_golden_file() {
     let test =
         Test::new().file("worktree.dot", &fixture("worktree.dot")).file(".gitignore", ".fabro/\nrun/\n");
     let dir = test.path("");
-    git(&dir, &["init", "-q", "-b", "main"]);
-    git(&dir, &["config", "user.name", "Test"]);
-    git(&dir, &["config", "user.email", "test@example.com"]);
-    git(&dir, &["add", "."]);
-    git(&dir, &["commit", "-q", "-m", "initial"]);
+    common::commit_all_in_new_repository(&dir);
     fabro(&dir, &["run", "worktree.dot", "--worktree", "--run-dir", "run", "-q"], 0);
     golden(&mut Normalizer::new(&dir), &dir.join("run"), "worktree.jsonl");
 }

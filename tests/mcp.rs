@@ -508,15 +508,7 @@ fn parallel_branches_in_worktrees_get_a_server_working_in_their_own_worktree() {
         .env("FABRO_LLM_MODEL", "local-model")
         .args(["run", "workflow.dot", "--run-dir", ".fabro/run"]);
     let repo = test.path("");
-    for args in [
-        &["init", "-q", "-b", "main"][..],
-        &["config", "user.name", "Test"],
-        &["config", "user.email", "test@example.com"],
-        &["add", "."],
-        &["commit", "-q", "-m", "initial"],
-    ] {
-        common::git(&repo, args);
-    }
+    common::commit_all_in_new_repository(&repo);
     let ran = test.status(0).run();
     let run_dir = ran.dir.path().join(".fabro/run");
 

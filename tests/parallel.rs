@@ -427,14 +427,10 @@ fn repository(workflow: &str) -> Option<(tempfile::TempDir, PathBuf)> {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("repo");
     std::fs::create_dir_all(&root).unwrap();
-    git(&root, &["init", "-q", "-b", "main"]);
-    git(&root, &["config", "user.name", "Test"]);
-    git(&root, &["config", "user.email", "test@example.com"]);
     std::fs::write(root.join("file.txt"), "base\n").unwrap();
     std::fs::write(root.join(".gitignore"), ".fabro/\n").unwrap();
     std::fs::write(root.join("w.dot"), workflow).unwrap();
-    git(&root, &["add", "."]);
-    git(&root, &["commit", "-q", "-m", "initial"]);
+    common::commit_all_in_new_repository(&root);
     Some((dir, root))
 }
 

@@ -18,9 +18,6 @@ fn repository() -> Option<tempfile::TempDir> {
     Command::new("git").arg("--version").output().ok()?;
     let dir = tempfile::tempdir().expect("temp dir");
     let root = dir.path();
-    git(root, &["init", "-q", "-b", "main"]);
-    git(root, &["config", "user.name", "Test"]);
-    git(root, &["config", "user.email", "test@example.com"]);
     std::fs::write(root.join("README"), "hello\n").unwrap();
     std::fs::write(root.join(".gitignore"), ".fabro/\n").unwrap();
     std::fs::write(
@@ -37,8 +34,7 @@ fn repository() -> Option<tempfile::TempDir> {
 "#,
     )
     .unwrap();
-    git(root, &["add", "."]);
-    git(root, &["commit", "-q", "-m", "initial"]);
+    common::commit_all_in_new_repository(root);
     Some(dir)
 }
 

@@ -283,6 +283,20 @@ pub fn stage_pairs(result: &serde_json::Value) -> Vec<(String, u64)> {
         .collect()
 }
 
+/// Makes `dir` a git repository on `main` whose one commit holds every file in it (as a `Test`
+/// user), without the machine's git configuration.
+pub fn commit_all_in_new_repository(dir: &Path) {
+    for args in [
+        &["init", "-q", "-b", "main"][..],
+        &["config", "user.name", "Test"],
+        &["config", "user.email", "test@example.com"],
+        &["add", "."],
+        &["commit", "-q", "-m", "initial"],
+    ] {
+        git(dir, args);
+    }
+}
+
 /// Runs `git args` in `dir` without the machine's git configuration; panics with git's stderr when
 /// it fails. Returns its stdout, trimmed.
 pub fn git(dir: &Path, args: &[&str]) -> String {
