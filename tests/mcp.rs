@@ -75,11 +75,18 @@ fn servers_started(run: &Path) -> Vec<Value> {
     events(run).into_iter().filter(|e| e["event"] == "mcp.server_started").collect()
 }
 
-fn filesystem_config() -> String {
+/// The entry `files`: the filesystem server allowed into `dirs`, with `extra` lines.
+fn filesystem_entry(extra: &str, dirs: &[&str]) -> String {
+    let dirs: Vec<String> = dirs.iter().map(|dir| format!("{dir:?}")).collect();
     format!(
-        "[mcp_servers.files]\ntype = \"stdio\"\ncommand = [{:?}, \".\"]\n",
-        filesystem_server().display().to_string()
+        "[mcp_servers.files]\ntype = \"stdio\"\n{extra}command = [{:?}, {}]\n",
+        filesystem_server().display().to_string(),
+        dirs.join(", ")
     )
+}
+
+fn filesystem_config() -> String {
+    filesystem_entry("", &["."])
 }
 
 const ONE_AGENT: &str = r#"digraph mcp {
@@ -394,11 +401,7 @@ fn a_stdio_server_runs_in_the_sandbox_of_the_stage_that_wants_it() {
         npm = npm_dir.display()
     );
     // The server may use the work directory and the directory beside it.
-    let config = format!(
-        "[mcp_servers.files]\ntype = \"stdio\"\ncommand = [{:?}, \".\", {:?}]\n",
-        filesystem_server().display().to_string(),
-        outside.display().to_string()
-    );
+    let config = filesystem_entry("", &[".", &outside.display().to_string()]);
     let ran = test
         .workflow(&workflow)
         .file("config.toml", &config)
@@ -445,11 +448,7 @@ fn a_stdio_server_with_sandbox_none_runs_on_the_host_for_a_confined_stage() {
 }}"#,
         outside.display()
     );
-    let config = format!(
-        "[mcp_servers.files]\ntype = \"stdio\"\nsandbox = \"none\"\ncommand = [{:?}, \".\", {:?}]\n",
-        filesystem_server().display().to_string(),
-        outside.display().to_string()
-    );
+    let config = filesystem_entry("sandbox = \"none\"\n", &[".", &outside.display().to_string()]);
     let ran = test.workflow(&workflow).file("config.toml", &config).file("outside/.keep", "").status(0).run();
     assert_eq!(std::fs::read_to_string(ran.dir.path().join("outside/host.txt")).unwrap(), "x");
     assert_eq!(servers_started(&ran.dir.path().join("run"))[0]["sandbox"], "none");

@@ -342,6 +342,8 @@ impl McpServers {
             Selection::All => self.configs.keys().map(String::as_str).collect(),
             Selection::Only(names) => names.iter().map(String::as_str).collect(),
         };
+        // A parallel branch's worktree is removed when the branch ends: its servers stop.
+        self.running.lock().await.retain(|(_, placement), _| placement.is_current());
         let mut tools = Vec::new();
         let mut started = Vec::new();
         for name in names {
@@ -354,8 +356,6 @@ impl McpServers {
             let server = {
                 let key = (name.to_string(), config.placement(work_dir, confinement));
                 let mut running = self.running.lock().await;
-                // A parallel branch's worktree is removed when the branch ends: its servers stop.
-                running.retain(|(_, placement), _| placement.is_current());
                 match running.get(&key).filter(|server| !server.peer.is_transport_closed()) {
                     Some(server) => server.clone(),
                     None => {
