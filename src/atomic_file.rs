@@ -25,7 +25,7 @@ pub fn write_atomic_with(path: &Path, bytes: &[u8], durability: Durability) -> s
     let dir = parent(path);
     let temp = temp_beside(path);
     let result = (|| {
-        let mut file = std::fs::File::create(&temp)?;
+        let mut file = create_temp(&temp)?;
         file.write_all(bytes)?;
         if durability == Durability::Synced {
             file.sync_all()?;
@@ -52,6 +52,18 @@ pub fn link_atomic(original: &Path, link: &Path, durability: Durability) -> std:
         let _ = std::fs::remove_file(&temp);
     }
     result
+}
+
+/// Creates the temporary file afresh. Its name is predictable, so what stands there (a link a
+/// stage planted in its own directory, pointing at a file of the user's) is removed, and the new
+/// file is made with `O_EXCL`, which never follows a link.
+fn create_temp(temp: &Path) -> std::io::Result<std::fs::File> {
+    match std::fs::remove_file(temp) {
+        Ok(()) => {}
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+        Err(error) => return Err(error),
+    }
+    std::fs::OpenOptions::new().write(true).create_new(true).open(temp)
 }
 
 fn parent(path: &Path) -> &Path {

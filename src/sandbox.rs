@@ -3,11 +3,15 @@
 //! A [`Sandbox`] turns "run this program in this directory" into the command that runs it
 //! confined. Two exist: [`SandboxKind::None`] runs it as it is, [`SandboxKind::Bwrap`] runs it
 //! under bubblewrap (`bwrap`): the file system read-only except the work directory, the stage
-//! directory and a private `/tmp`; the user's home hidden (an empty directory in its place, the
-//! work directory shown again when it lies inside); no network unless the stage asks for it; an
-//! environment holding only basic variables, the ones the stage lets through and the `FABRO_*`
-//! stage variables, so API keys stay outside. A container or cluster runner would be a third
-//! implementation; handlers only ever ask a [`Confinement`] for a command.
+//! directory and a private `/tmp`; the run directory and the work directory's `.fabro/` (runs,
+//! memory, artifacts) read-only even where they lie inside the work directory, so a stage cannot
+//! rewrite the records fabro trusts; the user's home hidden (an empty directory in its place,
+//! the work directory shown again when it lies inside); its own PID, IPC and UTS namespaces with
+//! a fresh `/proc` (no other process is visible, fabro's environment included), a new session
+//! (no terminal injection), no capabilities, and killed with fabro; no network unless the stage
+//! asks for it; an environment holding only basic variables, the ones the stage lets through and
+//! the `FABRO_*` stage variables, so API keys stay outside. A container or cluster runner would
+//! be a third implementation; handlers only ever ask a [`Confinement`] for a command.
 //!
 //! Which sandbox a stage uses: its `sandbox` attribute, else `fabro run --sandbox`, else the
 //! graph's `default_sandbox`, else the config file's `sandbox`, else none.
@@ -89,6 +93,8 @@ pub struct Confinement {
     pub binds: Vec<Bind>,
     /// `sandbox_env`: names of environment variables let through.
     pub pass_env: Vec<String>,
+    /// Directories shown read-only even where they lie inside a writable one: the run directory.
+    pub read_only: Vec<PathBuf>,
 }
 
 /// Environment variables every confined process keeps.
@@ -131,7 +137,15 @@ impl Confinement {
             network: node.attributes.boolean("sandbox_network").unwrap_or(false),
             binds,
             pass_env,
+            read_only: Vec::new(),
         }
+    }
+
+    /// This confinement with `run_dir` read-only inside the sandbox (but the stage directories
+    /// given as writable to [`Confinement::command`]).
+    pub fn protecting(mut self, run_dir: &Path) -> Confinement {
+        self.read_only.push(std::path::absolute(run_dir).unwrap_or_else(|_| run_dir.to_path_buf()));
+        self
     }
 
     /// The command that runs `program args` in `work_dir` under this confinement. `writable` are
@@ -191,7 +205,7 @@ impl Sandbox for Bubblewrap {
     fn command(&self, program: &OsStr, args: &[&OsStr], setup: &Setup<'_>) -> tokio::process::Command {
         let confinement = setup.confinement;
         let mut command = tokio::process::Command::new("bwrap");
-        command.args(["--die-with-parent", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]);
+        command.args(BWRAP_ISOLATION);
         if !confinement.network {
             command.arg("--unshare-net");
         }
@@ -203,14 +217,25 @@ impl Sandbox for Bubblewrap {
         if let Some(home) = &home {
             command.arg("--tmpfs").arg(home);
         }
-        // What the stage reads and writes is shown again on top of /tmp and the home.
+        // Mounts stack: each one below hides what an earlier one showed at the same place.
         for path in setup.readable {
             command.arg("--ro-bind-try").arg(path).arg(path);
         }
         for bind in &confinement.binds {
             command.arg(if bind.writable { "--bind" } else { "--ro-bind" }).arg(&bind.path).arg(&bind.path);
         }
-        for path in std::iter::once(&setup.work_dir).chain(setup.writable) {
+        command.arg("--bind").arg(setup.work_dir).arg(setup.work_dir);
+        // What fabro trusts stays read-only though it lies in the work directory: the run
+        // directory (`.fabro/runs/...` by default) and `.fabro/` with the project's memory.
+        let protected = protected_dirs(setup);
+        for path in &protected {
+            command.arg("--ro-bind-try").arg(path).arg(path);
+        }
+        // A work directory inside the run directory (a worktree run) stays writable.
+        if protected.iter().any(|dir| setup.work_dir.starts_with(dir) && setup.work_dir != dir.as_path()) {
+            command.arg("--bind").arg(setup.work_dir).arg(setup.work_dir);
+        }
+        for path in setup.writable {
             command.arg("--bind").arg(path).arg(path);
         }
         command.arg("--chdir").arg(setup.work_dir).arg("--").arg(program).args(args);
@@ -222,6 +247,40 @@ impl Sandbox for Bubblewrap {
         }
         command
     }
+}
+
+/// What bubblewrap separates from the host besides the file system: the stage sees no other
+/// process (its own PID namespace and `/proc`, so not fabro's environment nor `/proc/<pid>/root`
+/// of a host process), shares no IPC or host name, cannot push input into fabro's terminal (a new
+/// session), holds no capability even when fabro runs as root, and dies with fabro (everything
+/// in its PID namespace ends when the stage's first process does).
+const BWRAP_ISOLATION: &[&str] = &[
+    "--die-with-parent",
+    "--new-session",
+    "--unshare-pid",
+    "--unshare-ipc",
+    "--unshare-uts",
+    "--unshare-cgroup-try",
+    "--cap-drop",
+    "ALL",
+];
+
+/// The directories shown read-only inside the writable work directory: the run directory and the
+/// work directory's `.fabro/` (when it is a directory of its own, not a link a stage planted).
+fn protected_dirs(setup: &Setup<'_>) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = setup.confinement.read_only.clone();
+    // Made now if missing, so that the stage cannot make it a link to where fabro would then
+    // write its memory or artifacts.
+    let dot_fabro = setup.work_dir.join(".fabro");
+    if !dot_fabro.exists() {
+        let _ = std::fs::create_dir(&dot_fabro);
+    }
+    if crate::regular_file::is_real_dir(&dot_fabro) {
+        dirs.push(dot_fabro);
+    }
+    // A writable stage directory never hides inside a protected one that is listed after it.
+    dirs.retain(|dir| !setup.writable.iter().any(|writable| dir.starts_with(writable)));
+    dirs
 }
 
 /// Why stages cannot run in their sandbox on this machine.

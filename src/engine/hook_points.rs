@@ -99,6 +99,7 @@ impl Walker<'_> {
         let confinement = match node.filter(|node| crate::sandbox::runs_programs(node)) {
             Some(node) => {
                 crate::sandbox::Confinement::of(node, scope.workflow, options.sandbox, options.user_sandbox)
+                    .protecting(scope.run_dir.root())
             }
             None => crate::sandbox::Confinement::default(),
         };

@@ -553,7 +553,8 @@ impl<'e> Walker<'e> {
                 scope.workflow,
                 scope.options.sandbox,
                 scope.options.user_sandbox,
-            ),
+            )
+            .protecting(scope.run_dir.root()),
         };
         match AssertUnwindSafe(handler.run(&stage)).catch_unwind().await {
             Ok(result) => result,
@@ -863,15 +864,19 @@ impl<'e> Walker<'e> {
 }
 
 /// Moves what attempt `attempt` left in the stage directory into `attempts/<attempt>/`, so the
-/// next attempt starts clean and nothing an earlier attempt wrote is overwritten.
+/// next attempt starts clean and nothing an earlier attempt wrote is overwritten. The stage may
+/// have written its directory: an `attempts` that is a link or a file is not followed but
+/// replaced by a real directory (no process of a confined stage outlives it, so nothing can
+/// swap it back meanwhile).
 fn archive_attempt(stage_dir: &Path, attempt: u32) {
-    let archive = stage_dir.join("attempts").join(attempt.to_string());
+    let attempts = stage_dir.join("attempts");
     let Ok(entries) = std::fs::read_dir(stage_dir) else { return };
     let entries: Vec<_> = entries.flatten().filter(|entry| entry.file_name() != "attempts").collect();
     if entries.is_empty() {
         return;
     }
-    if let Err(error) = std::fs::create_dir_all(&archive) {
+    let archive = attempts.join(attempt.to_string());
+    if let Err(error) = real_dir(&attempts).and_then(|()| real_dir(&archive)) {
         tracing::warn!(%error, "could not archive attempt {attempt}");
         return;
     }
@@ -880,6 +885,20 @@ fn archive_attempt(stage_dir: &Path, attempt: u32) {
             tracing::warn!(%error, "could not archive {}", entry.path().display());
         }
     }
+}
+
+/// Makes `dir` a directory of its own: what else stands there (a link, a file, a FIFO) is
+/// removed, never followed.
+fn real_dir(dir: &Path) -> std::io::Result<()> {
+    if crate::regular_file::is_real_dir(dir) {
+        return Ok(());
+    }
+    match std::fs::remove_file(dir) {
+        Ok(()) => {}
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+        Err(error) => return Err(error),
+    }
+    std::fs::create_dir(dir)
 }
 
 /// `dir` relative to the run directory `root`, as events and records name stage directories.

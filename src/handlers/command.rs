@@ -18,8 +18,6 @@ use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncReadExt, AsyncSeekExt};
-
 use super::{Handler, HandlerError, StageRun};
 use crate::graph::attribute::format_duration;
 use crate::outcome::{Outcome, Pause, PauseKind, StageStatus};
@@ -83,8 +81,8 @@ impl Handler for CommandHandler {
                 )))
             }
         }
-        let stdout_file = create_log(&stdout_path).await?;
-        let stderr_file = create_log(&stderr_path).await?;
+        let stdout_log = OutputLog::create(&stdout_path)?;
+        let stderr_log = OutputLog::create(&stderr_path)?;
 
         let run_dir = absolute(stage.run_dir);
         let mut command = stage.confinement.command(
@@ -96,8 +94,8 @@ impl Handler for CommandHandler {
         );
         command
             .stdin(Stdio::null())
-            .stdout(stdout_file)
-            .stderr(stderr_file)
+            .stdout(stdout_log.for_child()?)
+            .stderr(stderr_log.for_child()?)
             .env("FABRO_RUN_ID", stage.run_id)
             .env("FABRO_RUN_DIR", &run_dir)
             .env("FABRO_STAGE_DIR", &stage_dir)
@@ -136,7 +134,7 @@ impl Handler for CommandHandler {
             },
             () = sleep_or_forever(timeout) => Ending::TimedOut(timeout.unwrap_or_default()),
             () = stage.cancel.cancelled() => Ending::Cancelled,
-            () = output_passes(&stdout_path, &stderr_path, max_output) => Ending::TooMuchOutput,
+            () = output_passes(&stdout_log, &stderr_log, max_output) => Ending::TooMuchOutput,
         };
         let status = match ending {
             Ending::Exited(status) => {
@@ -155,10 +153,10 @@ impl Handler for CommandHandler {
             }
             Ending::TooMuchOutput => {
                 let status = group.terminate(&mut child).await;
-                let written = log_bytes(&stdout_path) + log_bytes(&stderr_path);
-                for log in [&stdout_path, &stderr_path] {
-                    if let Err(error) = keep_head_and_tail(log, max_output / 2) {
-                        tracing::warn!(%error, path = %log.display(), "log not cut");
+                let written = stdout_log.len() + stderr_log.len();
+                for log in [&stdout_log, &stderr_log] {
+                    if let Err(error) = log.keep_head_and_tail(max_output / 2) {
+                        tracing::warn!(%error, path = %log.path.display(), "log not cut");
                     }
                 }
                 let mut outcome = Outcome::fail(format!(
@@ -167,7 +165,7 @@ impl Handler for CommandHandler {
                     format_size(max_output)
                 ))
                 .with_notes(format!("stopped after {}", seconds(started.elapsed())));
-                record_output(&mut outcome, status, &stdout_path, &stderr_path).await;
+                record_output(&mut outcome, status, &stdout_log, &stderr_log);
                 return Ok(outcome);
             }
             Ending::TimedOut(limit) => {
@@ -176,7 +174,7 @@ impl Handler for CommandHandler {
                 let mut outcome =
                     Outcome::fail(format!("command timed out after {}", format_duration(limit)))
                         .with_notes(format!("timed out after {}", seconds(elapsed)));
-                record_output(&mut outcome, status, &stdout_path, &stderr_path).await;
+                record_output(&mut outcome, status, &stdout_log, &stderr_log);
                 return Ok(outcome);
             }
         };
@@ -190,7 +188,7 @@ impl Handler for CommandHandler {
         let mut outcome =
             if status.success() { Outcome::success() } else { Outcome::fail(describe_failure(status)) }
                 .with_notes(summary);
-        record_output(&mut outcome, Some(status), &stdout_path, &stderr_path).await;
+        record_output(&mut outcome, Some(status), &stdout_log, &stderr_log);
 
         let auto_status = stage.node.attributes.boolean("auto_status") == Some(true);
         Ok(apply_status_file(outcome, status, &status_path, auto_status).await)
@@ -213,37 +211,105 @@ fn max_output(stage: &StageRun<'_>) -> u64 {
 }
 
 /// Resolves once the two logs together hold more than `limit` bytes.
-async fn output_passes(stdout: &Path, stderr: &Path, limit: u64) {
+async fn output_passes(stdout: &OutputLog, stderr: &OutputLog, limit: u64) {
     loop {
-        if log_bytes(stdout) + log_bytes(stderr) > limit {
+        if stdout.len() + stderr.len() > limit {
             return;
         }
         tokio::time::sleep(OUTPUT_POLL).await;
     }
 }
 
-fn log_bytes(path: &Path) -> u64 {
-    std::fs::metadata(path).map(|meta| meta.len()).unwrap_or(0)
+/// One of the logs a command writes to directly. fabro creates the file and keeps a handle on
+/// it: everything it later reads or cuts goes through that handle, never through the path, so a
+/// stage that replaces its log with a link to a private key, with a FIFO or with `/dev/zero` only
+/// loses its own output.
+struct OutputLog {
+    path: PathBuf,
+    file: std::fs::File,
 }
 
-/// Cuts a log longer than `keep` bytes down to its first and last `keep / 2` bytes, with a line
-/// between them saying how much was left out (written beside it, then renamed into place).
-fn keep_head_and_tail(path: &Path, keep: u64) -> std::io::Result<()> {
-    use std::io::{Read, Seek, SeekFrom, Write};
-    let len = log_bytes(path);
-    if len <= keep {
-        return Ok(());
+impl OutputLog {
+    /// Creates the log afresh: whatever stands at `path` (a log of an earlier try, or a link or
+    /// FIFO a stage planted) is removed first, and the new file is made with `O_EXCL`, which
+    /// never follows a link.
+    fn create(path: &Path) -> Result<OutputLog, HandlerError> {
+        use std::os::unix::fs::OpenOptionsExt;
+        match std::fs::remove_file(path) {
+            Ok(()) => {}
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+            Err(error) => return Err(stage_file_error("replace", path, &error)),
+        }
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .mode(0o644)
+            .open(path)
+            .map(|file| OutputLog { path: path.to_path_buf(), file })
+            .map_err(|error| stage_file_error("create", path, &error))
     }
-    let half = keep / 2;
-    let mut source = std::fs::File::open(path)?;
-    let cut = path.with_extension("log.cut");
-    let mut target = std::fs::File::create(&cut)?;
-    std::io::copy(&mut (&mut source).take(half), &mut target)?;
-    writeln!(target, "\n[... {} bytes left out: the output passed max_output ...]", len - 2 * half)?;
-    source.seek(SeekFrom::Start(len - half))?;
-    std::io::copy(&mut source.take(half), &mut target)?;
-    target.sync_all()?;
-    std::fs::rename(&cut, path)
+
+    /// Another handle on the log for the command's stdout or stderr.
+    fn for_child(&self) -> Result<std::fs::File, HandlerError> {
+        self.file.try_clone().map_err(|error| stage_file_error("share", &self.path, &error))
+    }
+
+    /// How many bytes the command has written.
+    fn len(&self) -> u64 {
+        self.file.metadata().map(|meta| meta.len()).unwrap_or(0)
+    }
+
+    /// At most `limit` bytes from the end, starting on a UTF-8 character boundary, and how many
+    /// bytes before them were skipped. Reads at offsets, so what still writes to the log (a
+    /// background process the stage keeps) is not disturbed.
+    fn tail(&self, limit: u64) -> std::io::Result<(u64, Vec<u8>)> {
+        let len = self.len();
+        let start = len.saturating_sub(limit);
+        let mut bytes = self.read_range(start, len - start)?;
+        let continuation = if start > 0 {
+            // Do not start in the middle of a multi-byte character.
+            bytes.iter().take(3).take_while(|&&byte| byte & 0xC0 == 0x80).count()
+        } else {
+            0
+        };
+        bytes.drain(..continuation);
+        Ok((start + continuation as u64, bytes))
+    }
+
+    fn read_range(&self, start: u64, count: u64) -> std::io::Result<Vec<u8>> {
+        use std::os::unix::fs::FileExt;
+        let mut bytes = vec![0; usize::try_from(count).unwrap_or(usize::MAX)];
+        let mut filled = 0;
+        while filled < bytes.len() {
+            match self.file.read_at(&mut bytes[filled..], start + filled as u64)? {
+                0 => break,
+                read => filled += read,
+            }
+        }
+        bytes.truncate(filled);
+        Ok(bytes)
+    }
+
+    /// Cuts a log longer than `keep` bytes down to its first and last `keep / 2` bytes, with a
+    /// line between them saying how much was left out.
+    fn keep_head_and_tail(&self, keep: u64) -> std::io::Result<()> {
+        use std::io::{Seek, SeekFrom, Write};
+        let len = self.len();
+        if len <= keep {
+            return Ok(());
+        }
+        let half = keep / 2;
+        let tail = self.read_range(len - half, half)?;
+        let mut file = &self.file;
+        file.seek(SeekFrom::Start(half))?;
+        writeln!(file, "\n[... {} bytes left out: the output passed max_output ...]", len - 2 * half)?;
+        file.write_all(&tail)?;
+        let end = file.stream_position()?;
+        self.file.set_len(end)?;
+        self.file.sync_all()
+    }
 }
 
 /// `1.5 GiB`, `200.0 MiB`, `512 B`.
@@ -299,60 +365,29 @@ fn stage_file_error(verb: &str, path: &Path, error: &std::io::Error) -> HandlerE
     }
 }
 
-/// Creates (truncating) a log file the command writes to directly.
-async fn create_log(path: &Path) -> Result<std::fs::File, HandlerError> {
-    match tokio::fs::File::create(path).await {
-        Ok(file) => Ok(file.into_std().await),
-        Err(error) => Err(stage_file_error("create", path, &error)),
-    }
-}
-
 /// Sets `command.output`, `command.stderr` and `command.exit_code` (null when the command ended
 /// by a signal).
-async fn record_output(outcome: &mut Outcome, status: Option<ExitStatus>, stdout: &Path, stderr: &Path) {
+fn record_output(outcome: &mut Outcome, status: Option<ExitStatus>, stdout: &OutputLog, stderr: &OutputLog) {
     let exit_code = status.and_then(|status| status.code());
-    outcome.context_updates.insert("command.output".into(), read_tail(stdout).await.into());
-    outcome.context_updates.insert("command.stderr".into(), read_tail(stderr).await.into());
+    outcome.context_updates.insert("command.output".into(), read_tail(stdout).into());
+    outcome.context_updates.insert("command.stderr".into(), read_tail(stderr).into());
     outcome.context_updates.insert("command.exit_code".into(), exit_code.into());
 }
 
 /// The last [`OUTPUT_TAIL_BYTES`] of a log as text; a longer log gets a first line saying how
 /// much was left out.
-async fn read_tail(path: &Path) -> String {
-    match read_tail_bytes(path, OUTPUT_TAIL_BYTES).await {
+fn read_tail(log: &OutputLog) -> String {
+    let name = log.path.file_name().map_or_else(|| log.path.display().to_string(), |n| n.to_string_lossy().into());
+    match log.tail(OUTPUT_TAIL_BYTES) {
         Ok((0, bytes)) => String::from_utf8_lossy(&bytes).into_owned(),
         Ok((skipped, bytes)) => {
-            let name =
-                path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into());
             format!("[... {skipped} bytes earlier in {name}]\n{}", String::from_utf8_lossy(&bytes))
         }
         Err(error) => {
-            tracing::warn!(%error, path = %path.display(), "could not read command output back");
-            format!("[could not read {}: {error}]", path.display())
+            tracing::warn!(%error, path = %log.path.display(), "could not read command output back");
+            format!("[could not read {name}: {error}]")
         }
     }
-}
-
-/// Reads at most `limit` bytes from the end of a file, starting on a UTF-8 character boundary.
-/// Returns how many bytes were skipped and the bytes read.
-async fn read_tail_bytes(path: &Path, limit: u64) -> std::io::Result<(u64, Vec<u8>)> {
-    let mut file = tokio::fs::File::open(path).await?;
-    let len = file.metadata().await?.len();
-    let start = len.saturating_sub(limit);
-    if start > 0 {
-        file.seek(std::io::SeekFrom::Start(start)).await?;
-    }
-    let mut bytes = Vec::with_capacity(usize::try_from(len - start).unwrap_or(0));
-    // `take` guards against the file growing (a background process still writing).
-    (&mut file).take(limit).read_to_end(&mut bytes).await?;
-    let mut skipped = start;
-    if start > 0 {
-        // Do not start in the middle of a multi-byte character.
-        let continuation = bytes.iter().take(3).take_while(|&&byte| byte & 0xC0 == 0x80).count();
-        bytes.drain(..continuation);
-        skipped += continuation as u64;
-    }
-    Ok((skipped, bytes))
 }
 
 /// Lets `status.json`, when the script wrote one, decide the outcome over the one the exit status
@@ -710,15 +745,35 @@ mod tests {
         assert_eq!(output.len() as u64, header.len() as u64 + OUTPUT_TAIL_BYTES);
     }
 
-    #[tokio::test]
-    async fn tail_starts_on_a_character_boundary() {
+    #[test]
+    fn tail_starts_on_a_character_boundary() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("stdout.log");
-        std::fs::write(&path, "aé€x").unwrap(); // 1 + 2 + 3 + 1 bytes
-        let (skipped, bytes) = read_tail_bytes(&path, 5).await.unwrap();
+        let log = OutputLog::create(&dir.path().join("stdout.log")).unwrap();
+        std::io::Write::write_all(&mut &log.file, "aé€x".as_bytes()).unwrap(); // 1 + 2 + 3 + 1 bytes
+        let (skipped, bytes) = log.tail(5).unwrap();
         assert_eq!((skipped, String::from_utf8(bytes).unwrap()), (3, "€x".to_string()));
-        assert_eq!(read_tail_bytes(&path, 4).await.unwrap(), (3, "€x".as_bytes().to_vec()));
-        assert_eq!(read_tail_bytes(&path, 100).await.unwrap(), (0, "aé€x".as_bytes().to_vec()));
+        assert_eq!(log.tail(4).unwrap(), (3, "€x".as_bytes().to_vec()));
+        assert_eq!(log.tail(100).unwrap(), (0, "aé€x".as_bytes().to_vec()));
+    }
+
+    #[tokio::test]
+    async fn a_log_the_stage_replaces_is_read_through_the_handle_fabro_made() {
+        let secret = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(secret.path(), "PRIVATE KEY").unwrap();
+        let script = format!(
+            "echo mine; ln -sf {} \"$FABRO_STAGE_DIR/stdout.log\"; rm -f \"$FABRO_STAGE_DIR/stderr.log\"; \
+             mkfifo \"$FABRO_STAGE_DIR/stderr.log\"",
+            secret.path().display()
+        );
+        let fixture = fixture(&format!("script=\"{}\"", script.replace('"', "\\\"")));
+        let stage = fixture.stage("run");
+        let outcome = CommandHandler.run(&stage).await.expect("runs");
+        assert_eq!(update(&outcome, "command.output"), "mine\n");
+        assert_eq!(update(&outcome, "command.stderr"), "");
+        // A planted log from before is replaced, not followed, when the stage runs again.
+        let outcome = CommandHandler.run(&stage).await.expect("runs again");
+        assert_eq!(update(&outcome, "command.output"), "mine\n");
+        assert_eq!(std::fs::read_to_string(secret.path()).unwrap(), "PRIVATE KEY");
     }
 
     #[tokio::test]

@@ -388,7 +388,7 @@ pub fn fork(
     let selected = select(root, node, visit)?;
     let mut checkpoint = resumable(&selected)?;
     let workflow_path = root.join("workflow.dot");
-    let workflow = crate::regular_file::read(&workflow_path, crate::regular_file::FileKind::Input)
+    let workflow = crate::regular_file::read(&workflow_path, crate::regular_file::FileKind::SavedWorkflow)
         .map_err(|_| HistoryError::NotARun { path: root.to_path_buf(), missing: "workflow.dot" })?;
 
     let run_id = uuid::Uuid::now_v7().to_string();

@@ -96,7 +96,7 @@ impl SavedRun {
         }
         let workflow_source = crate::regular_file::read_to_string(
             root.join("workflow.dot"),
-            crate::regular_file::FileKind::Input,
+            crate::regular_file::FileKind::SavedWorkflow,
         )
         .map_err(|_| ResumeError::NotARun { path: root.to_path_buf(), missing: "workflow.dot" })?;
         let last_event_seq = crate::events::EventLog::last_seq_in(root);
