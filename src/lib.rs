@@ -10,6 +10,7 @@ pub mod backends;
 pub mod child_run;
 pub mod child_workflow;
 pub mod condition;
+pub mod config_files;
 pub mod context;
 pub mod diagnostic;
 pub mod engine;

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::condition::{Condition, Scope};
+use crate::config_files::ConfigFiles;
 use crate::context::artifacts::ArtifactStore;
 use crate::context::Context;
 use crate::outcome::Outcome;
@@ -182,10 +183,11 @@ struct HookEntry {
 impl LifecycleHooks {
     /// The hooks of the config file (`FABRO_CONFIG` or the usual path) and of the `fabro.toml`
     /// beside `workflow`, in that order.
-    pub fn for_workflow(workflow: &Path) -> Result<LifecycleHooks, HookConfigError> {
+    /// A resume's `files` hold the texts the run started with, not what the files say now.
+    pub fn for_workflow(workflow: &Path, files: &ConfigFiles) -> Result<LifecycleHooks, HookConfigError> {
         let config = crate::backends::config::config_file_path();
         let beside = workflow.parent().unwrap_or(Path::new("")).join(WORKFLOW_HOOKS_FILE);
-        LifecycleHooks::load(config.as_deref(), Some(&beside))
+        LifecycleHooks::load(config.as_deref(), Some(&beside), files)
     }
 
     /// The hooks of `config` (the fabro config file) and of `workflow_file` (a `fabro.toml`),
@@ -194,6 +196,7 @@ impl LifecycleHooks {
     pub fn load(
         config: Option<&Path>,
         workflow_file: Option<&Path>,
+        files: &ConfigFiles,
     ) -> Result<LifecycleHooks, HookConfigError> {
         let same = match (config, workflow_file) {
             (Some(config), Some(beside)) => {
@@ -201,10 +204,16 @@ impl LifecycleHooks {
             }
             _ => false,
         };
-        let files = [config, workflow_file.filter(|_| !same)];
+        let paths = [config, workflow_file.filter(|_| !same)];
         let mut hooks = Vec::new();
-        for path in files.into_iter().flatten() {
-            let Some(text) = read(path)? else { continue };
+        for path in paths.into_iter().flatten() {
+            let Some(text) = files.read(path).map_err(|error| HookConfigError::Unreadable {
+                path: path.to_path_buf(),
+                message: error.to_string(),
+            })?
+            else {
+                continue;
+            };
             let table: toml::Table = toml::from_str(&text).map_err(|error| HookConfigError::Toml {
                 path: path.to_path_buf(),
                 message: error.to_string(),
@@ -274,15 +283,6 @@ impl LifecycleHooks {
 
 fn near_hooks(key: &str) -> bool {
     crate::diagnostic::did_you_mean(&key.to_lowercase(), ["hooks"]).is_some()
-}
-
-fn read(path: &Path) -> Result<Option<String>, HookConfigError> {
-    if !path.exists() {
-        return Ok(None);
-    }
-    crate::regular_file::read_to_string(path, crate::regular_file::FileKind::Input)
-        .map(Some)
-        .map_err(|error| HookConfigError::Unreadable { path: path.to_path_buf(), message: error.to_string() })
 }
 
 fn parse_entries(path: &Path, entries: Vec<toml::Value>) -> Result<Vec<LifecycleHook>, HookConfigError> {
@@ -648,10 +648,13 @@ mod tests {
             "[[hooks]]\nname = \"b\"\nevent = \"run_start\"\ntype = \"command\"\ncommand = \"b\"\n",
         )
         .expect("write");
-        let hooks = LifecycleHooks::load(Some(&config), Some(&beside)).expect("valid");
+        let hooks =
+            LifecycleHooks::load(Some(&config), Some(&beside), &ConfigFiles::default()).expect("valid");
         let names: Vec<&str> = hooks.hooks().iter().map(|hook| hook.name.as_str()).collect();
         assert_eq!(names, ["config.toml hooks[0]", "b"]);
-        assert!(LifecycleHooks::load(Some(&dir.path().join("none.toml")), None).expect("absent").is_empty());
+        assert!(LifecycleHooks::load(Some(&dir.path().join("none.toml")), None, &ConfigFiles::default())
+            .expect("absent")
+            .is_empty());
     }
 
     #[test]
@@ -660,9 +663,15 @@ mod tests {
         let file = dir.path().join("fabro.toml");
         std::fs::write(&file, "[[hooks]]\nevent = \"run_start\"\ntype = \"command\"\ncommand = \"a\"\n")
             .expect("write");
-        assert_eq!(LifecycleHooks::load(Some(&file), Some(&file)).expect("valid").hooks().len(), 1);
+        assert_eq!(
+            LifecycleHooks::load(Some(&file), Some(&file), &ConfigFiles::default())
+                .expect("valid")
+                .hooks()
+                .len(),
+            1
+        );
         std::fs::write(&file, "hooks = \"x\"\n").expect("write");
-        let error = LifecycleHooks::load(None, Some(&file)).unwrap_err();
+        let error = LifecycleHooks::load(None, Some(&file), &ConfigFiles::default()).unwrap_err();
         assert!(error.to_string().contains("must be an array of tables"), "{error}");
     }
 
@@ -676,7 +685,7 @@ mod tests {
                 format!("{typo}\nevent = \"run_start\"\ntype = \"command\"\ncommand = \"true\"\n"),
             )
             .expect("write");
-            let error = LifecycleHooks::load(None, Some(&file)).unwrap_err();
+            let error = LifecycleHooks::load(None, Some(&file), &ConfigFiles::default()).unwrap_err();
             let name = typo.trim_matches(['[', ']']);
             assert!(
                 error.to_string().contains(&format!("unknown table `{name}` (did you mean `hooks`?)")),
@@ -684,7 +693,7 @@ mod tests {
             );
         }
         std::fs::write(&file, "[run]\ngoal = \"x\"\n[sandbox]\nkind = \"local\"\n").expect("write");
-        assert!(LifecycleHooks::load(None, Some(&file)).expect("loads").is_empty());
+        assert!(LifecycleHooks::load(None, Some(&file), &ConfigFiles::default()).expect("loads").is_empty());
     }
 
     #[tokio::test]

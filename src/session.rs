@@ -22,6 +22,7 @@ use crate::backends::live::LiveBackend;
 use crate::backends::scripted::{ScriptError, ScriptedBackend};
 use crate::backends::simulated::SimulatedBackend;
 use crate::backends::{Backend, BackendError};
+use crate::config_files::ConfigFiles;
 use crate::engine::step::StepReviewer;
 use crate::engine::Engine;
 use crate::graph::Workflow;
@@ -133,6 +134,7 @@ impl BackendChoice {
         &self,
         workflow: &Workflow,
         person: Option<Arc<dyn Interviewer>>,
+        files: &ConfigFiles,
     ) -> Result<Arc<dyn Backend>, SetupError> {
         let (model, provider, small_model, mcp_config, permissions) = match self {
             BackendChoice::Scripted(path) => return Ok(Arc::new(ScriptedBackend::from_file(path)?)),
@@ -145,15 +147,16 @@ impl BackendChoice {
             }
         };
         let non_empty = |value: &Option<String>| value.clone().filter(|text| !text.trim().is_empty());
-        let mut config = LlmConfig::from_env().map_err(SetupError::Config)?;
+        let mut config = LlmConfig::from_files(files).map_err(SetupError::Config)?;
         config.model_override = non_empty(model);
         config.provider_override = non_empty(provider);
         config.small_model_override = non_empty(small_model);
         config.permissions_flag = permissions.as_deref().and_then(crate::backends::permissions::Level::parse);
         if let Some(path) = mcp_config {
-            let servers = crate::backends::mcp::read_config_file(Path::new(path)).map_err(|problem| {
-                SetupError::Provider(ConfigError::Mcp(format!("--mcp-config: {problem}")))
-            })?;
+            let servers =
+                crate::backends::mcp::read_config_file(Path::new(path), files).map_err(|problem| {
+                    SetupError::Provider(ConfigError::Mcp(format!("--mcp-config: {problem}")))
+                })?;
             config.mcp_servers.extend(servers);
         }
         let no_provider = config.providers.is_empty();
@@ -182,6 +185,7 @@ pub struct EngineBuilder {
     auto_approve: bool,
     person: Option<Arc<dyn Interviewer>>,
     step: Option<Arc<dyn StepReviewer>>,
+    config_files: ConfigFiles,
 }
 
 impl EngineBuilder {
@@ -193,7 +197,15 @@ impl EngineBuilder {
             auto_approve: false,
             person: None,
             step: None,
+            config_files: ConfigFiles::from_disk(),
         }
+    }
+
+    /// Where the config file and `--mcp-config` are read from: a resume passes the texts its
+    /// run started with.
+    pub fn config_files(mut self, files: ConfigFiles) -> EngineBuilder {
+        self.config_files = files;
+        self
     }
 
     /// Handlers instead of the built-in ones.
@@ -238,7 +250,7 @@ impl EngineBuilder {
                 kind: node.handler_type().to_string(),
             });
         }
-        let backend = self.backend.backend_for(workflow, self.person.clone())?;
+        let backend = self.backend.backend_for(workflow, self.person.clone(), &self.config_files)?;
         let mut chain: Vec<Arc<dyn Interviewer>> = Vec::new();
         if let Some(path) = &self.answers {
             let answers = AnswersFile::from_file(path).map_err(SetupError::Answers)?;

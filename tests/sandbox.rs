@@ -4,6 +4,8 @@
 
 mod common;
 
+use common::TestUser;
+
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -12,6 +14,7 @@ use std::process::Output;
 /// home `home/`, where a secret is planted.
 struct Setup {
     dir: tempfile::TempDir,
+    user: TestUser,
 }
 
 const SECRET: &str = "ssh-secret-7f3a";
@@ -19,12 +22,19 @@ const API_KEY: &str = "sk-ant-do-not-leak-91c2";
 
 impl Setup {
     fn new(workflow: &str) -> Setup {
+        Setup::for_user(workflow, TestUser::Current)
+    }
+
+    /// The setup, owned by `user`, whose runs go as `user`.
+    fn for_user(workflow: &str, user: TestUser) -> Setup {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("w.dot"), workflow).unwrap();
         std::fs::create_dir_all(dir.path().join("work")).unwrap();
         std::fs::create_dir_all(dir.path().join("home/.ssh")).unwrap();
         std::fs::write(dir.path().join("home/.ssh/id_ed25519"), SECRET).unwrap();
-        Setup { dir }
+        std::fs::create_dir_all(dir.path().join("outside")).unwrap();
+        user.own(dir.path());
+        Setup { dir, user }
     }
 
     fn path(&self, name: &str) -> PathBuf {
@@ -36,11 +46,14 @@ impl Setup {
     fn run(&self, args: &[&str]) -> Output {
         let mut all = vec!["run", "w.dot", "--workdir", "work", "--run-dir", "run", "-q"];
         all.extend_from_slice(args);
-        common::fabro_command(self.dir.path(), &all)
-            .env("HOME", self.path("home"))
-            .env("ANTHROPIC_API_KEY", API_KEY)
-            .output()
-            .unwrap()
+        self.fabro(&all).output().unwrap()
+    }
+
+    /// `fabro ARGS` as the setup's user, with the fake home and an API key in the environment.
+    fn fabro(&self, args: &[&str]) -> std::process::Command {
+        let mut command = self.user.fabro(self.dir.path(), args);
+        command.env("HOME", self.path("home")).env("ANTHROPIC_API_KEY", API_KEY);
+        command
     }
 
     fn stdout_of(&self, node: &str) -> String {
@@ -307,4 +320,129 @@ fn an_agents_shell_tool_runs_confined() {
     assert!(!result.contains(SECRET) && !result.contains(API_KEY), "{result}");
     assert_eq!(std::fs::read_to_string(setup.path("work/agent.txt")).unwrap(), "ok\n");
     assert!(!Path::new("/etc/agent-was-here").exists());
+}
+
+/// Every regular file under `dir` (links not followed), with its text.
+fn files_under(dir: &Path) -> Vec<(PathBuf, String)> {
+    let mut found = Vec::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            let kind = entry.file_type().unwrap();
+            if kind.is_dir() {
+                pending.push(entry.path());
+            } else if kind.is_file() {
+                let text = String::from_utf8_lossy(&std::fs::read(entry.path()).unwrap()).into_owned();
+                found.push((entry.path(), text));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn a_confined_stage_sees_no_host_process_nor_fabros_environment_and_holds_no_capability() {
+    // Without its own PID namespace a stage run by root read /proc/<fabro>/environ (the API
+    // keys) and reached the host's files through /proc/<pid>/root.
+    let script = "echo processes $(ls -d /proc/[0-9]* | wc -l); \
+                  cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | grep -c sk-ant- || true; \
+                  grep CapEff /proc/self/status; \
+                  for p in /proc/[0-9]*; do cat $p/root/home/.ssh/id_ed25519 2>/dev/null; done; echo done";
+    for user in TestUser::all() {
+        let setup = Setup::for_user(&command_workflow("sandbox=\"bwrap\",", script), user);
+        let ran = setup.run(&[]);
+        assert_eq!(ran.status.code(), Some(0), "{user:?}: {}", text(&ran.stderr));
+        let out = setup.stdout_of("probe");
+        let processes: usize =
+            out.lines().find_map(|l| l.strip_prefix("processes ")).unwrap().trim().parse().unwrap();
+        assert!(processes <= 6, "{user:?} sees only its own processes: {out}");
+        assert!(out.lines().nth(1) == Some("0") && !out.contains(API_KEY), "{user:?}: {out}");
+        assert!(out.contains("CapEff:\t0000000000000000"), "{user:?} holds no capability: {out}");
+        assert!(!out.contains(SECRET), "{user:?}: {out}");
+    }
+}
+
+#[test]
+fn a_confined_stage_cannot_rewrite_the_run_directory_nor_project_memory() {
+    // The run directory lies inside the work directory here, as the default `.fabro/runs` does.
+    let script = "echo x > \"$FABRO_RUN_DIR/planted\" 2>/dev/null && echo WROTE-RUN-DIR; \
+                  ln -sf SECRET_PATH \"$FABRO_RUN_DIR/stages/first/1/status.json\" 2>/dev/null && echo REPLACED; \
+                  echo '{}' > \"$FABRO_RUN_DIR/checkpoint.json\" 2>/dev/null && echo WROTE-CHECKPOINT; \
+                  mkdir -p .fabro/memory 2>/dev/null; echo x > .fabro/memory/planted.json 2>/dev/null && echo WROTE-MEMORY; \
+                  echo x > .fabro/fabro.toml 2>/dev/null && echo WROTE-DOT-FABRO; \
+                  echo mine > \"$FABRO_STAGE_DIR/own.txt\" && echo own-dir-writable; \
+                  echo mine > work.txt && echo work-dir-writable";
+    for user in TestUser::all() {
+        let setup = Setup::for_user("", user);
+        let script = script.replace("SECRET_PATH", &setup.path("home/.ssh/id_ed25519").display().to_string());
+        let workflow = format!(
+            "digraph d {{\n  allow_lints=\"failure_path\"\n  start [shape=Mdiamond]\n  exit [shape=Msquare]\n  \
+             first [shape=parallelogram, sandbox=\"bwrap\", script=\"echo first\"]\n  \
+             probe [shape=parallelogram, sandbox=\"bwrap\", script=\"{}\"]\n  start -> first -> probe -> exit\n}}\n",
+            script.replace('\\', "\\\\").replace('"', "\\\"")
+        );
+        std::fs::write(setup.path("w.dot"), workflow).unwrap();
+        let ran = setup
+            .fabro(&["run", "w.dot", "--workdir", "work", "--run-dir", "work/records", "-q"])
+            .output()
+            .unwrap();
+        assert_eq!(ran.status.code(), Some(0), "{user:?}: {}", text(&ran.stderr));
+        let out = std::fs::read_to_string(setup.path("work/records/stages/probe/1/stdout.log")).unwrap();
+        assert_eq!(out, "own-dir-writable\nwork-dir-writable\n", "{user:?}");
+        assert!(!setup.path("work/records/planted").exists());
+        assert!(!setup.path("work/.fabro/memory/planted.json").exists());
+        let status =
+            std::fs::symlink_metadata(setup.path("work/records/stages/first/1/status.json")).unwrap();
+        assert!(status.is_file(), "{user:?}: the first stage's status.json is still its own");
+    }
+}
+
+#[test]
+fn links_and_fifos_a_stage_plants_in_its_own_directory_are_not_followed() {
+    // The stage replaces its logs with links to a private key and to fabro's own environment,
+    // its status file with a link to the key, and `attempts` with a link out; then it fails so
+    // that fabro retries (and archives the first attempt). The second attempt leaves FIFOs.
+    let script = "echo visible; d=\"$FABRO_STAGE_DIR\"; \
+                  if [ -e \"$d/attempts\" ]; then rm -f \"$d/stdout.log\" \"$d/status.json\"; \
+                  mkfifo \"$d/stdout.log\" \"$d/status.json\"; exit 1; fi; \
+                  ln -sf SECRET_PATH \"$d/stdout.log\"; ln -sf /proc/self/environ \"$d/stderr.log\"; \
+                  ln -sf SECRET_PATH \"$d/status.json\"; ln -s OUTSIDE \"$d/attempts\"; exit 1";
+    for user in TestUser::all() {
+        let setup = Setup::for_user("", user);
+        let script = script
+            .replace("SECRET_PATH", &setup.path("home/.ssh/id_ed25519").display().to_string())
+            .replace("OUTSIDE", &setup.path("outside").display().to_string());
+        std::fs::write(
+            setup.path("w.dot"),
+            command_workflow(
+                "sandbox=\"bwrap\", max_retries=1, retry_policy=\"none\", timeout=\"20s\",",
+                &script,
+            ),
+        )
+        .unwrap();
+        let started = std::time::Instant::now();
+        let ran = setup.run(&[]);
+        assert!(started.elapsed() < std::time::Duration::from_secs(15), "{user:?}: no hang on a FIFO");
+        assert_eq!(ran.status.code(), Some(1), "{user:?}: {}", text(&ran.stderr));
+        assert_eq!(
+            std::fs::read_dir(setup.path("outside")).unwrap().count(),
+            0,
+            "{user:?}: nothing moved out"
+        );
+        let files = files_under(&setup.path("run"));
+        assert!(!files.is_empty());
+        for (path, text) in &files {
+            assert!(!text.contains(SECRET), "{user:?}: the key reached {}", path.display());
+            assert!(!text.contains(API_KEY), "{user:?}: fabro's environment reached {}", path.display());
+        }
+        let journal = std::fs::read_to_string(setup.path("run/journal.jsonl")).unwrap();
+        assert!(journal.contains("visible"), "{user:?}: the stage's real output is kept: {journal}");
+        // The readers of the run directory do not hang on the FIFOs either.
+        for args in [&["logs", "run"][..], &["inspect", "run"], &["report", "run"]] {
+            let started = std::time::Instant::now();
+            let output = setup.fabro(args).output().unwrap();
+            assert!(started.elapsed() < std::time::Duration::from_secs(10), "{user:?}: {args:?} hung");
+            assert!(output.status.code().is_some(), "{user:?}: {args:?} {}", text(&output.stderr));
+        }
+    }
 }

@@ -19,7 +19,8 @@ pub fn block(work_dir: &Path) -> String {
         local_time()
     );
     let gitignore = work_dir.join(".gitignore");
-    if let Ok(text) = crate::regular_file::read_to_string(&gitignore, crate::regular_file::FileKind::WorkFile) {
+    if let Ok(text) = crate::regular_file::read_to_string(&gitignore, crate::regular_file::FileKind::WorkFile)
+    {
         let lines: Vec<&str> = text.lines().collect();
         let shown = lines.len().min(GITIGNORE_LINES);
         out.push_str("\n## .gitignore of the working directory (paths not to write to or commit)\n");

@@ -19,6 +19,7 @@ use std::time::Duration;
 use super::http::RetrySettings;
 use super::models::{self, Price};
 use super::redaction::Secrets;
+use crate::config_files::ConfigFiles;
 
 /// The API a provider speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
@@ -179,19 +180,32 @@ pub const COMPATIBLE: &str = "openai_compatible";
 impl LlmConfig {
     /// Reads the config file (if any) and the environment.
     pub fn from_env() -> Result<LlmConfig, ConfigError> {
+        LlmConfig::from_files(&ConfigFiles::from_disk())
+    }
+
+    /// Reads the config file (if any) from `files` (a resume's hold the text the run started
+    /// with) and the environment.
+    pub fn from_files(files: &ConfigFiles) -> Result<LlmConfig, ConfigError> {
         let env = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
         let file = match config_path(&env) {
-            Some(path) if path.exists() || env("FABRO_CONFIG").is_some() => Some(read_file(&path)?),
-            _ => None,
+            Some(path) => match read_file(&path, files)? {
+                Some(file) => Some(file),
+                None if env("FABRO_CONFIG").is_some() => {
+                    let message = "no such file (FABRO_CONFIG names it)".to_string();
+                    return Err(ConfigError::Unreadable { path, message });
+                }
+                None => None,
+            },
+            None => None,
         };
         Self::build(file.unwrap_or_default(), &env)
     }
 
     /// The config file's `sandbox`: the user's default sandbox for stages that name none.
-    pub fn user_sandbox() -> Result<Option<crate::sandbox::SandboxKind>, ConfigError> {
+    pub fn user_sandbox(files: &ConfigFiles) -> Result<Option<crate::sandbox::SandboxKind>, ConfigError> {
         let env = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
-        let Some(path) = config_path(&env).filter(|path| path.exists()) else { return Ok(None) };
-        let file = read_file(&path)?;
+        let Some(path) = config_path(&env) else { return Ok(None) };
+        let Some(file) = read_file(&path, files)? else { return Ok(None) };
         file.sandbox
             .map(|text| crate::sandbox::SandboxKind::parse(&text))
             .transpose()
@@ -520,10 +534,16 @@ fn config_path(env: &dyn Fn(&str) -> Option<String>) -> Option<PathBuf> {
     Some(base.join("fabro").join("config.toml"))
 }
 
-fn read_file(path: &Path) -> Result<FileConfig, ConfigError> {
-    let text = crate::regular_file::read_to_string(path, crate::regular_file::FileKind::Input)
-        .map_err(|error| ConfigError::Unreadable { path: path.to_path_buf(), message: error.to_string() })?;
+/// The config file at `path`, `None` when there is none.
+fn read_file(path: &Path, files: &ConfigFiles) -> Result<Option<FileConfig>, ConfigError> {
+    let Some(text) = files
+        .read(path)
+        .map_err(|error| ConfigError::Unreadable { path: path.to_path_buf(), message: error.to_string() })?
+    else {
+        return Ok(None);
+    };
     toml::from_str(&text)
+        .map(Some)
         .map_err(|error| ConfigError::Invalid { path: path.to_path_buf(), message: error.to_string() })
 }
 

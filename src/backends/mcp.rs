@@ -93,9 +93,14 @@ struct McpConfigFile {
 }
 
 /// Reads the `[mcp_servers.NAME]` entries of an `--mcp-config` file.
-pub fn read_config_file(path: &Path) -> Result<BTreeMap<String, ServerConfig>, String> {
-    let text = crate::regular_file::read_to_string(path, crate::regular_file::FileKind::Input)
-        .map_err(|error| format!("cannot read the MCP config file {}: {error}", path.display()))?;
+pub fn read_config_file(
+    path: &Path,
+    files: &crate::config_files::ConfigFiles,
+) -> Result<BTreeMap<String, ServerConfig>, String> {
+    let text = files
+        .read(path)
+        .map_err(|error| format!("cannot read the MCP config file {}: {error}", path.display()))?
+        .ok_or_else(|| format!("cannot read the MCP config file {}: no such file", path.display()))?;
     let file: McpConfigFile = toml::from_str(&text)
         .map_err(|error| format!("the MCP config file {} is invalid: {error}", path.display()))?;
     if file.mcp_servers.is_empty() {

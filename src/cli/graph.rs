@@ -152,11 +152,12 @@ fn load_run_dir(root: &Path) -> Result<(CheckedWorkflow, Option<Overlay>), u8> {
         }
     }
     let workflow_path = root.join("workflow.dot");
-    let text = fabro::regular_file::read_to_string(&workflow_path, fabro::regular_file::FileKind::SavedWorkflow)
-        .map_err(|error| {
-            eprintln!("error: cannot read `{}`: {error}", workflow_path.display());
-            exit::INVALID
-        })?;
+    let text =
+        fabro::regular_file::read_to_string(&workflow_path, fabro::regular_file::FileKind::SavedWorkflow)
+            .map_err(|error| {
+                eprintln!("error: cannot read `{}`: {error}", workflow_path.display());
+                exit::INVALID
+            })?;
     let overlay = Overlay::from_run_dir(root).map_err(|error| {
         eprintln!("error: {error}");
         exit::INVALID

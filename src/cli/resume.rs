@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 
+use fabro::config_files::ConfigFiles;
 use fabro::engine::RunOptions;
 use fabro::lifecycle_hooks::LifecycleHooks;
 use fabro::run_dir::SavedRun;
@@ -57,10 +58,21 @@ async fn continue_run(args: &mut ResumeArgs) -> Result<u8, Refusal> {
     let loaded = Loader::new().load_source(SourceFile::new(&source.path, source.text.clone()));
     let valid = report_diagnostics(loaded, &source.path, true)?;
     source.adopt(&mut saved, &valid.workflow)?;
-    let user_sandbox = super::run::check_sandbox(&args.launch, &valid.workflow)?;
+    // Configuration that can run code is what the run started with: a confined stage may have
+    // rewritten the files since.
+    let config_files = ConfigFiles::saved_in(&run_dir).map_err(Refusal::error)?;
+    let user_sandbox = super::run::check_sandbox(&args.launch, &valid.workflow, &config_files)?;
     let workflow_path = args.workflow.clone().unwrap_or_else(|| PathBuf::from(&saved.manifest.source_path));
-    let hooks = LifecycleHooks::for_workflow(&workflow_path).map_err(super::run::hooks_refusal)?;
-    let engine = engine_for(&args.launch, &valid)?;
+    let hooks =
+        LifecycleHooks::for_workflow(&workflow_path, &config_files).map_err(super::run::hooks_refusal)?;
+    let engine = engine_for(&args.launch, &valid, &config_files)?;
+    for changed in config_files.changed() {
+        eprintln!(
+            "warning: {} changed since the run started; continuing with the configuration the run started \
+             with (hooks, MCP servers, providers): start a new run to use the new one",
+            changed.display()
+        );
+    }
     let options = RunOptions {
         run_dir: Some(run_dir),
         work_dir: PathBuf::from(&saved.manifest.work_dir),
@@ -84,6 +96,7 @@ async fn continue_run(args: &mut ResumeArgs) -> Result<u8, Refusal> {
         sandbox: args.launch.sandbox,
         user_sandbox,
         hooks,
+        config_files,
     };
     let cancel = CancellationToken::new();
     watch_signals(cancel.clone());

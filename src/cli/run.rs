@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use fabro::agent_context::reference_files::{self, ReferenceEntry, ReferenceFile};
+use fabro::config_files::ConfigFiles;
 use fabro::engine::{Engine, RunOptions};
 use fabro::graph::Workflow;
 use fabro::interview::console::Console;
@@ -279,8 +280,9 @@ fn parse_permissions(text: &str) -> Result<String, String> {
 pub fn check_sandbox(
     launch: &LaunchArgs,
     workflow: &Workflow,
+    files: &ConfigFiles,
 ) -> Result<Option<fabro::sandbox::SandboxKind>, Refusal> {
-    let user = fabro::backends::config::LlmConfig::user_sandbox().map_err(Refusal::error)?;
+    let user = fabro::backends::config::LlmConfig::user_sandbox(files).map_err(Refusal::error)?;
     fabro::sandbox::check_workflow(workflow, launch.sandbox, user)
         .map_err(|error| format!("{error}; the run did not start"))?;
     Ok(user)
@@ -356,9 +358,10 @@ async fn start(args: &RunArgs) -> Result<u8, Refusal> {
     let context = parse_sets(&args.set)?;
     let work_dir =
         work_dir(args.workdir.as_deref()).map_err(|message| format!("{message}; the run did not start"))?;
-    let user_sandbox = check_sandbox(&args.launch, &valid.workflow)?;
-    let hooks = LifecycleHooks::for_workflow(&args.workflow).map_err(hooks_refusal)?;
-    let engine = engine_for(&args.launch, &valid)?;
+    let config_files = ConfigFiles::from_disk();
+    let user_sandbox = check_sandbox(&args.launch, &valid.workflow, &config_files)?;
+    let hooks = LifecycleHooks::for_workflow(&args.workflow, &config_files).map_err(hooks_refusal)?;
+    let engine = engine_for(&args.launch, &valid, &config_files)?;
     let options = RunOptions {
         run_dir: args.run_dir.clone(),
         work_dir,
@@ -377,6 +380,7 @@ async fn start(args: &RunArgs) -> Result<u8, Refusal> {
         sandbox: args.launch.sandbox,
         user_sandbox,
         hooks,
+        config_files,
     };
     let cancel = CancellationToken::new();
     watch_signals(cancel.clone());
@@ -429,7 +433,11 @@ pub fn report_diagnostics(
 
 /// The engine with the built-in handlers, the backend and the interviewer the options ask for;
 /// refuses workflows with stages this version cannot run.
-pub fn engine_for(launch: &LaunchArgs, valid: &fabro::ValidWorkflow) -> Result<Engine, Refusal> {
+pub fn engine_for(
+    launch: &LaunchArgs,
+    valid: &fabro::ValidWorkflow,
+    files: &ConfigFiles,
+) -> Result<Engine, Refusal> {
     for (flag, cost) in [("--max-cost", launch.max_cost), ("--max-stage-cost", launch.max_stage_cost)] {
         if let Some(cost) = cost.filter(|cost| !cost.is_finite() || *cost < 0.0) {
             return Err(Refusal::Message(format!("{flag} {cost} is not a cost in US dollars (0 or more)")));
@@ -443,7 +451,7 @@ pub fn engine_for(launch: &LaunchArgs, valid: &fabro::ValidWorkflow) -> Result<E
                 .to_string(),
         ));
     }
-    let mut builder = EngineBuilder::new(BackendChoice::of(&launch.given()));
+    let mut builder = EngineBuilder::new(BackendChoice::of(&launch.given())).config_files(files.clone());
     if let Some(path) = &launch.answers {
         builder = builder.answers_file(path);
     }

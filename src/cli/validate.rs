@@ -24,7 +24,11 @@ pub fn run(path: &Path, json_output: bool, deny_warnings: bool) -> u8 {
     let warnings = checked.diagnostics.iter().filter(|d| d.severity == fabro::Severity::Warning).count();
     let denied = deny_warnings && warnings > 0;
     // The lifecycle hooks a run of this workflow would take (config file and fabro.toml).
-    let hooks = fabro::lifecycle_hooks::LifecycleHooks::for_workflow(path).err();
+    let hooks = fabro::lifecycle_hooks::LifecycleHooks::for_workflow(
+        path,
+        &fabro::config_files::ConfigFiles::from_disk(),
+    )
+    .err();
     let valid = !checked.has_errors() && !denied && hooks.is_none();
     if json_output {
         let mut diagnostics: Vec<_> =

@@ -51,6 +51,7 @@ impl ChildRunner for ChildLauncher<'_> {
             user_sandbox: self.options.user_sandbox,
             // The parent run's hooks tell about the parent run.
             hooks: Default::default(),
+            config_files: self.options.config_files.clone(),
         };
         let report = match slot {
             ChildSlot::Fresh(dir) => {

@@ -60,6 +60,9 @@ pub struct RunOptions {
     pub user_sandbox: Option<crate::sandbox::SandboxKind>,
     /// Run lifecycle hooks (`[[hooks]]`); none fire in a dry run or in a manager's child runs.
     pub hooks: crate::lifecycle_hooks::LifecycleHooks,
+    /// The configuration files read to set the run up, kept in the run directory when it starts
+    /// so that a resume uses them as they were.
+    pub config_files: crate::config_files::ConfigFiles,
 }
 
 /// Why a run could not start.
@@ -181,6 +184,10 @@ impl Engine {
         };
         run_dir.write_json("manifest.json", &manifest)?;
         run_dir.write_text("workflow.dot", workflow.source().text())?;
+        options.config_files.save(run_dir.root()).map_err(|source| crate::run_dir::RunDirError::Io {
+            path: crate::run_dir::layout::config_files(run_dir.root()),
+            source,
+        })?;
         let journal = run_dir.journal(0, None, options.checkpoint_sync)?;
         let mut context = seed_context(workflow, options, work_dir);
         context.set("internal.run_id", run_id.clone());

@@ -377,7 +377,8 @@ fn record_output(outcome: &mut Outcome, status: Option<ExitStatus>, stdout: &Out
 /// The last [`OUTPUT_TAIL_BYTES`] of a log as text; a longer log gets a first line saying how
 /// much was left out.
 fn read_tail(log: &OutputLog) -> String {
-    let name = log.path.file_name().map_or_else(|| log.path.display().to_string(), |n| n.to_string_lossy().into());
+    let name =
+        log.path.file_name().map_or_else(|| log.path.display().to_string(), |n| n.to_string_lossy().into());
     match log.tail(OUTPUT_TAIL_BYTES) {
         Ok((0, bytes)) => String::from_utf8_lossy(&bytes).into_owned(),
         Ok((skipped, bytes)) => {

@@ -16,6 +16,11 @@
 
 use std::path::{Path, PathBuf};
 
+/// `config-files.json`: the texts of the configuration files the run started with.
+pub fn config_files(root: &Path) -> PathBuf {
+    root.join("config-files.json")
+}
+
 /// `stages/` of the run in `root`.
 pub fn stages_dir(root: &Path) -> PathBuf {
     root.join("stages")

@@ -310,3 +310,75 @@ pub fn git(dir: &Path, args: &[&str]) -> String {
     assert!(output.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&output.stderr));
     String::from_utf8_lossy(&output.stdout).trim().to_string()
 }
+
+/// Who runs fabro in a test of the sandbox: the user running the tests, and, when that is root,
+/// also the unprivileged `nobody` (uid 65534, through `setpriv`), since bubblewrap confines the
+/// two differently (a user namespace for an ordinary user, none for root).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TestUser {
+    Current,
+    Nobody,
+}
+
+impl TestUser {
+    /// The users a sandbox test runs as here: both when the tests run as root (as in CI),
+    /// else the current (unprivileged) user only.
+    pub fn all() -> Vec<TestUser> {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            vec![TestUser::Current, TestUser::Nobody]
+        } else {
+            vec![TestUser::Current]
+        }
+    }
+
+    /// Lets this user own `dir` and everything in it (a test's temporary directory).
+    pub fn own(self, dir: &Path) {
+        if self == TestUser::Nobody {
+            let status = Command::new("chown").args(["-R", "65534:65534"]).arg(dir).status().expect("chown");
+            assert!(status.success(), "chown -R nobody {}", dir.display());
+        }
+    }
+
+    /// `fabro ARGS` in `dir` as this user, isolated as [`fabro_command`] is.
+    pub fn fabro(self, dir: &Path, args: &[&str]) -> Command {
+        let isolated = fabro_command(dir, args);
+        if self == TestUser::Current {
+            return isolated;
+        }
+        let mut command = Command::new("setpriv");
+        command
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(nobody_binary())
+            .args(args)
+            .current_dir(dir)
+            .stdin(Stdio::null());
+        for (name, value) in isolated.get_envs() {
+            match value {
+                Some(value) => command.env(name, value),
+                None => command.env_remove(name),
+            };
+        }
+        command
+    }
+}
+
+/// The fabro binary where `nobody` can run it: the build directory may lie under a home that
+/// only root can enter, so it is linked (or copied) once into a directory of its own.
+fn nobody_binary() -> PathBuf {
+    static BINARY: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BINARY
+        .get_or_init(|| {
+            let dir = std::env::temp_dir().join(format!("fabro-test-bin-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).expect("binary dir");
+            let binary = dir.join("fabro");
+            let _ = std::fs::remove_file(&binary);
+            if std::fs::hard_link(fabro_bin(), &binary).is_err() {
+                std::fs::copy(fabro_bin(), &binary).expect("copy fabro");
+            }
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+            binary
+        })
+        .clone()
+}
