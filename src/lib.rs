@@ -30,6 +30,7 @@ pub mod render;
 pub mod report;
 pub mod run_dir;
 pub mod sandbox;
+pub mod secrets;
 pub mod serve;
 pub mod session;
 pub mod source;

@@ -478,7 +478,7 @@ impl LifecycleHook {
     }
 
     async fn run_command(&self, command: &str, json: &str, firing: &Firing<'_>) -> HookResult {
-        use crate::backends::tools::{run_collected, Unfinished, HIDDEN_ENV};
+        use crate::backends::tools::{run_collected, Unfinished};
         let mut process = firing.confinement.command(
             "sh".as_ref(),
             &["-c".as_ref(), command.as_ref()],
@@ -488,9 +488,6 @@ impl LifecycleHook {
         );
         process.stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
         crate::process_group::lead_guarded_group(&mut process);
-        for name in HIDDEN_ENV {
-            process.env_remove(name);
-        }
         process.env("FABRO_HOOK_EVENT", json);
         match run_collected(process, Some(json), self.timeout).await {
             Ok(ran) => {

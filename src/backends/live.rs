@@ -44,7 +44,7 @@ pub struct LiveBackend {
 impl LiveBackend {
     pub fn new(config: LlmConfig) -> Result<LiveBackend, BackendError> {
         let client = super::http::client()?;
-        let secrets = config.secrets();
+        let secrets = config.register_secrets();
         let mut providers: BTreeMap<String, Arc<dyn ChatProvider>> = BTreeMap::new();
         for (name, settings) in &config.providers {
             let provider: Arc<dyn ChatProvider> = match settings.kind {

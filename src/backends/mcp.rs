@@ -416,12 +416,9 @@ async fn start(name: &str, config: &ServerConfig, placement: &Placement) -> Resu
                     &[work_dir.as_path()],
                     &[],
                 );
+                // The sandbox's command leaves the run's secrets out; what the entry's own `env`
+                // sets is the server's to have.
                 command.envs(&config.env).kill_on_drop(true);
-                for hidden in super::tools::HIDDEN_ENV {
-                    if !config.env.contains_key(*hidden) {
-                        command.env_remove(hidden);
-                    }
-                }
                 let (transport, pipe) = rmcp::transport::TokioChildProcess::builder(command)
                     .stderr(Stdio::piped())
                     .spawn()

@@ -156,6 +156,8 @@ pub fn command() -> clap::Command {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     init_tracing(cli.verbose);
+    // Before anything runs: the keys the config file names are secrets for every command.
+    fabro::backends::config::LlmConfig::register_file_secrets();
     let code = match cli.command {
         Command::Validate { workflow, json, deny_warnings } => validate::run(&workflow, json, deny_warnings),
         Command::Run(mut args) => {

@@ -311,8 +311,11 @@ async fn create_log(path: &Path) -> Result<std::fs::File, HandlerError> {
 /// by a signal).
 async fn record_output(outcome: &mut Outcome, status: Option<ExitStatus>, stdout: &Path, stderr: &Path) {
     let exit_code = status.and_then(|status| status.code());
-    outcome.context_updates.insert("command.output".into(), read_tail(stdout).await.into());
-    outcome.context_updates.insert("command.stderr".into(), read_tail(stderr).await.into());
+    // The logs are the stage's own; the context (and so status.json, the checkpoint, the journal
+    // and later prompts) gets them with the run's secrets redacted.
+    let redacted = |text: String| crate::secrets::redact(&text).into_owned();
+    outcome.context_updates.insert("command.output".into(), redacted(read_tail(stdout).await).into());
+    outcome.context_updates.insert("command.stderr".into(), redacted(read_tail(stderr).await).into());
     outcome.context_updates.insert("command.exit_code".into(), exit_code.into());
 }
 
