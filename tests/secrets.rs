@@ -6,6 +6,8 @@
 
 mod common;
 
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 
 use common::llm_server::{files_containing, openai_text, openai_tools, LlmServer};
@@ -179,4 +181,87 @@ fn a_command_stage_that_prints_a_key_leaves_it_only_in_its_own_logs() {
             .unwrap();
     assert_eq!(status["context_updates"]["command.output"], "key=[REDACTED]\n", "{status}");
     assert!(!ran.stderr().contains(CORP_KEY) && !ran.stdout().contains(CORP_KEY));
+}
+
+/// A Streamable HTTP MCP server that refuses every request with 401, quoting the Authorization
+/// header it was sent.
+fn rejecting_mcp_server() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut stream = stream;
+                let mut request_line = String::new();
+                if reader.read_line(&mut request_line).unwrap_or(0) == 0 {
+                    return;
+                }
+                let (mut length, mut auth) = (0, String::new());
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    let line = line.trim_end();
+                    if line.is_empty() {
+                        break;
+                    }
+                    if let Some((name, value)) = line.split_once(':') {
+                        match name.to_ascii_lowercase().as_str() {
+                            "content-length" => length = value.trim().parse().unwrap_or(0),
+                            "authorization" => auth = value.trim().to_string(),
+                            _ => {}
+                        }
+                    }
+                }
+                let mut body = vec![0; length];
+                let _ = reader.read_exact(&mut body);
+                let body = json!({"error": format!("invalid credentials: {auth}")}).to_string();
+                let head = format!(
+                    "HTTP/1.1 401 Unauthorized\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = stream.write_all(head.as_bytes());
+                let _ = stream.write_all(body.as_bytes());
+            });
+        }
+    });
+    url
+}
+
+#[test]
+fn an_mcp_server_that_echoes_the_authorization_header_in_its_rejection_is_redacted_on_stderr() {
+    let url = rejecting_mcp_server();
+    let server = LlmServer::start(vec![], vec![]);
+    let workflow = r#"digraph rejected {
+        start [shape=Mdiamond]
+        exit [shape=Msquare]
+        agent [shape=box, prompt="Use the remote server", llm_model="local-model"]
+        start -> agent -> exit
+    }"#;
+    let config = format!(
+        "[mcp_servers.remote]\ntype = \"http\"\nurl = \"{url}\"\nheaders = {{ Authorization = \"Bearer ${{REMOTE_TOKEN}}\" }}\n\
+         allowed_env_vars = [\"REMOTE_TOKEN\"]\nstartup_timeout_secs = 5\n"
+    );
+    for verbosity in [None, Some("-vv")] {
+        let mut args = vec!["run", "workflow.dot", "--run-dir", "run", "--workdir", "work"];
+        args.extend(verbosity);
+        let ran = Test::new()
+            .workflow(workflow)
+            .file("config.toml", &config)
+            .file("work/.keep", "")
+            .env("FABRO_CONFIG", "config.toml")
+            .env("FABRO_LLM_BASE_URL", &server.url("/v1"))
+            .env("FABRO_LLM_MAX_RETRIES", "0")
+            .env("REMOTE_TOKEN", REMOTE_TOKEN)
+            .args(args)
+            .status(1)
+            .run();
+        let stderr = ran.stderr();
+        assert!(stderr.contains("the MCP server `remote` failed its handshake"), "{stderr}");
+        assert!(!stderr.contains(REMOTE_TOKEN), "{verbosity:?}: {stderr}");
+        assert!(!ran.stdout().contains(REMOTE_TOKEN));
+        assert_eq!(files_containing(&ran.dir.path().join("run"), REMOTE_TOKEN), Vec::<PathBuf>::new());
+    }
 }
