@@ -37,6 +37,7 @@ pub mod source;
 pub mod stage;
 pub mod starter;
 pub mod syntax;
+pub mod terminal_text;
 pub mod usage;
 pub mod validate;
 pub mod worktree;
