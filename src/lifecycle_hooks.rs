@@ -470,7 +470,9 @@ pub struct Veto {
 
 impl LifecycleHook {
     async fn run(&self, firing: &Firing<'_>) -> HookResult {
-        let json = serde_json::to_string(&firing.payload).unwrap_or_default();
+        // Hooks tell other tools: never the run's secrets.
+        let json =
+            crate::secrets::redact(&serde_json::to_string(&firing.payload).unwrap_or_default()).into_owned();
         match &self.action {
             HookAction::Command(command) => self.run_command(command, &json, firing).await,
             HookAction::Http(url) => self.post(url, json).await,

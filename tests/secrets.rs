@@ -145,14 +145,14 @@ fn a_command_stage_that_prints_a_key_leaves_it_only_in_its_own_logs() {
         passed [shape=parallelogram, sandbox_env="ANTHROPIC_API_KEY", script="printf 'key=%s\n' \"$ANTHROPIC_API_KEY\""]
         unset [shape=parallelogram, script="printf 'unset=%s\n' \"$ANTHROPIC_API_KEY\""]
         read [shape=parallelogram, script="cat key.txt; cat key.txt >&2"]
-        start -> passed -> unset -> read -> exit
+        reports [shape=parallelogram, script="k=$(cat key.txt); printf '{\"outcome\": \"success\", \"failure_reason\": \"said %s\", \"context_updates\": {\"leak\": \"%s\"}}' \"$k\" \"$k\" > \"$FABRO_STAGE_DIR/status.json\""]
+        start -> passed -> unset -> read -> reports -> exit
     }"#;
+    let config = "[providers.corp]\nbase_url = \"http://127.0.0.1:9/v1\"\napi_key_env = \"CORP_LLM_KEY\"\n\n\
+                  [[hooks]]\nevent = \"stage_complete\"\ntype = \"command\"\ncommand = '{ cat; echo; } >> hooks.log'\n";
     let ran = Test::new()
         .workflow(workflow)
-        .file(
-            "config.toml",
-            "[providers.corp]\nbase_url = \"http://127.0.0.1:9/v1\"\napi_key_env = \"CORP_LLM_KEY\"\n",
-        )
+        .file("config.toml", config)
         .file("work/key.txt", &format!("the key is {CORP_KEY}\n"))
         .env("FABRO_CONFIG", "config.toml")
         .env("ANTHROPIC_API_KEY", ANTHROPIC_KEY)
@@ -181,6 +181,14 @@ fn a_command_stage_that_prints_a_key_leaves_it_only_in_its_own_logs() {
             .unwrap();
     assert_eq!(status["context_updates"]["command.output"], "key=[REDACTED]\n", "{status}");
     assert!(!ran.stderr().contains(CORP_KEY) && !ran.stdout().contains(CORP_KEY));
+    // What a script's status.json sets is redacted before the context and the hooks get it.
+    let hooks = std::fs::read_to_string(ran.dir.path().join("work/hooks.log")).unwrap();
+    assert!(hooks.contains("\"failure_reason\":\"said the key is [REDACTED]\""), "{hooks}");
+    assert!(!hooks.contains(CORP_KEY), "{hooks}");
+    let status: Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("stages/reports/1/status.json")).unwrap())
+            .unwrap();
+    assert_eq!(status["context_updates"]["leak"], "the key is [REDACTED]", "{status}");
 }
 
 /// A Streamable HTTP MCP server that refuses every request with 401, quoting the Authorization
