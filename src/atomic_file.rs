@@ -15,13 +15,16 @@ pub enum Durability {
 }
 
 /// Writes `bytes` to `path` so that readers see either the old file or the whole new one: write a
-/// temporary file beside it, fsync it, rename it over `path`, fsync the directory.
+/// temporary file beside it, fsync it, rename it over `path`, fsync the directory. The run's
+/// secrets ([`crate::secrets`]) are redacted from what is written.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     write_atomic_with(path, bytes, Durability::Synced)
 }
 
 /// [`write_atomic`] with a choice of durability.
 pub fn write_atomic_with(path: &Path, bytes: &[u8], durability: Durability) -> std::io::Result<()> {
+    // Run records, checkpoints and artifacts never hold the run's secrets.
+    let bytes = &*crate::secrets::redact_bytes(bytes);
     let dir = parent(path);
     let temp = temp_beside(path);
     let result = (|| {

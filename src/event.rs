@@ -268,6 +268,10 @@ pub enum Event {
     /// wanted it), with its tools and the sandbox it runs in (`none` or `bwrap`).
     #[serde(rename = "mcp.server_started")]
     McpServerStarted { server: String, tools: Vec<String>, sandbox: String },
+    /// A warning: the description or input schema of an MCP server's tool passed its bound and
+    /// was cut before the model saw it (sizes as the server sent them, in bytes).
+    #[serde(rename = "mcp.tool_cut")]
+    McpToolCut { server: String, tool: String, description_bytes: usize, schema_bytes: usize },
     #[serde(rename = "agent.context_window_warning")]
     AgentContextWindowWarning { estimated_tokens: u64, context_window_size: u64, usage_percent: u64 },
     /// `trigger`: `window`, `turns` or `budget`; `mode`: the stage's compaction_mode.

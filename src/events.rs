@@ -112,6 +112,8 @@ impl EventLog {
     }
 
     fn emit(&self, node_id: Option<&str>, visit: Option<u32>, event: Event) {
+        // Observers print what the log holds: both get the event with the run's secrets redacted.
+        let event = crate::secrets::redact_serialized(event);
         let Ok(mut state) = self.state.lock() else { return };
         state.seq += 1;
         let record = LoggedEvent {

@@ -470,7 +470,9 @@ pub struct Veto {
 
 impl LifecycleHook {
     async fn run(&self, firing: &Firing<'_>) -> HookResult {
-        let json = serde_json::to_string(&firing.payload).unwrap_or_default();
+        // Hooks tell other tools: never the run's secrets.
+        let json =
+            crate::secrets::redact(&serde_json::to_string(&firing.payload).unwrap_or_default()).into_owned();
         match &self.action {
             HookAction::Command(command) => self.run_command(command, &json, firing).await,
             HookAction::Http(url) => self.post(url, json).await,
@@ -478,7 +480,7 @@ impl LifecycleHook {
     }
 
     async fn run_command(&self, command: &str, json: &str, firing: &Firing<'_>) -> HookResult {
-        use crate::backends::tools::{run_collected, Unfinished, HIDDEN_ENV};
+        use crate::backends::tools::{run_collected, Unfinished};
         let mut process = firing.confinement.command(
             "sh".as_ref(),
             &["-c".as_ref(), command.as_ref()],
@@ -488,9 +490,6 @@ impl LifecycleHook {
         );
         process.stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
         crate::process_group::lead_guarded_group(&mut process);
-        for name in HIDDEN_ENV {
-            process.env_remove(name);
-        }
         process.env("FABRO_HOOK_EVENT", json);
         match run_collected(process, Some(json), self.timeout).await {
             Ok(ran) => {

@@ -150,7 +150,8 @@ impl Confinement {
 
     /// The command that runs `program args` in `work_dir` under this confinement. `writable` are
     /// the directories the stage writes besides the work directory (its stage directory),
-    /// `readable` those it reads (the run directory).
+    /// `readable` those it reads (the run directory). The run's secret variables
+    /// ([`crate::secrets`]) are removed from its environment, but those `sandbox_env` names.
     pub fn command(
         &self,
         program: &OsStr,
@@ -160,7 +161,9 @@ impl Confinement {
         readable: &[&Path],
     ) -> tokio::process::Command {
         let setup = Setup { work_dir, writable, readable, confinement: self };
-        self.kind.implementation().command(program, args, &setup)
+        let mut command = self.kind.implementation().command(program, args, &setup);
+        crate::secrets::strip_env(&mut command, &self.pass_env);
+        command
     }
 }
 

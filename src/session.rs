@@ -139,8 +139,19 @@ impl BackendChoice {
         let (model, provider, small_model, mcp_config, permissions) = match self {
             BackendChoice::Scripted(path) => return Ok(Arc::new(ScriptedBackend::from_file(path)?)),
             BackendChoice::Simulated => return Ok(Arc::new(SimulatedBackend)),
-            BackendChoice::Live { .. } if !workflow.nodes().any(|node| node.handler_type().is_llm()) => {
-                return Ok(Arc::new(SimulatedBackend))
+            BackendChoice::Live { mcp_config, .. }
+                if !workflow.nodes().any(|node| node.handler_type().is_llm()) =>
+            {
+                // No server starts, but their variables are secrets all the same.
+                if let Some(Ok(servers)) =
+                    mcp_config.as_deref().map(|path| crate::backends::mcp::read_config_file(Path::new(path)))
+                {
+                    crate::secrets::register(
+                        servers.values().flat_map(|server| server.allowed_env_vars.clone()),
+                        servers.values().flat_map(crate::backends::mcp::ServerConfig::secrets),
+                    );
+                }
+                return Ok(Arc::new(SimulatedBackend));
             }
             BackendChoice::Live { model, provider, small_model, mcp_config, permissions } => {
                 (model, provider, small_model, mcp_config, permissions)

@@ -1025,6 +1025,43 @@ fn mark_task_done_replaces_the_finished_task_by_its_completion_record() {
 }
 
 #[test]
+fn a_long_mark_task_done_detail_is_capped_before_it_is_kept() {
+    let detail = format!("started {} ended", "d".repeat(100_000));
+    let replies = vec![
+        openai_tools(&[("c0", "mark_task_done", json!({"detail": detail}))]),
+        openai_tools(&[("c1", "read_file", json!({"path": "f0.txt"}))]),
+        openai_text("Done.", 10, 5),
+    ];
+    let record = "# Task\nx\n\n# Files & changes\nnone\n\n# Technical context\nnone\n\n\
+                  # Strategy & approach\nnone\n\n# Verification & next steps\nnone\n\n# Where we are\ndone";
+    let server = LlmServer::start(replies, vec![openai_text(record, 300, 80)]);
+    let ran = with_files(compatible(&server, &workflow("")), 1, 10)
+        .args(["run", "workflow.dot", "--run-dir", "run", "--workdir", "work", "-q"])
+        .status(0)
+        .run();
+    let main = server.main_requests();
+    assert_eq!(main.len(), 3);
+    for later in &main[1..] {
+        assert!(
+            later.body.len() < 20_000,
+            "every later request resends the detail: {} bytes",
+            later.body.len()
+        );
+        assert!(
+            later.body.contains("started ddd") && later.body.contains("characters cut"),
+            "{}",
+            later.body
+        );
+    }
+    let record_call =
+        server.requests().into_iter().find(|r| r.body.contains("You write the completion record")).unwrap();
+    assert!(!record_call.body.contains(&"d".repeat(2_000)));
+    let events = std::fs::read_to_string(ran.dir.path().join("run/events.jsonl")).unwrap();
+    let event = events.lines().find(|l| l.contains("\"agent.task_checkpoint\"")).unwrap();
+    assert!(event.len() < 2_000, "{}", event.len());
+}
+
+#[test]
 fn a_task_checkpoint_whose_record_fails_keeps_the_task_operations() {
     let replies = vec![
         openai_tools(&[("c0", "shell", json!({"command": "exit 4"}))]),

@@ -535,3 +535,82 @@ fn parallel_branches_in_worktrees_get_a_server_working_in_their_own_worktree() {
     let best = checkpoint["context"]["parallel.fan_in.best_id"].as_str().unwrap_or_default().to_string();
     assert_eq!(std::fs::read_to_string(repo.join("mcp.txt")).unwrap(), on_branch(&best));
 }
+
+// Bounds: what a server sends is capped (issue: MCP output is unbounded).
+
+/// The entry `fake`: tests/fixtures/mcp/misbehaving_server.py in `mode`.
+fn misbehaving_entry(mode: &str) -> String {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mcp/misbehaving_server.py");
+    format!(
+        "[mcp_servers.fake]\ntype = \"stdio\"\ncommand = [\"python3\", {:?}, {mode:?}]\nstartup_timeout_secs = 5\ntool_timeout_secs = 20\n",
+        script.display().to_string()
+    )
+}
+
+fn status_of(run: &Path, node: &str) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(run.join(format!("stages/{node}/1/status.json"))).unwrap())
+        .unwrap()
+}
+
+#[test]
+fn a_handshake_line_over_the_cap_fails_the_stage_saying_so() {
+    let server = LlmServer::start(vec![], vec![]);
+    let ran = run(&server, ONE_AGENT, &misbehaving_entry("huge-handshake")).status(1).run();
+    let status = status_of(&ran.dir.path().join("run"), "work");
+    let reason = status["failure_reason"].as_str().unwrap();
+    assert!(reason.contains("the MCP server `fake` failed its handshake"), "{reason}");
+    assert!(reason.contains("sent a message over 16 MiB"), "{reason}");
+    assert!(!reason.contains("startup_timeout_secs"), "not a timeout: {reason}");
+}
+
+#[test]
+fn a_tool_result_over_the_cap_is_an_error_saying_it_was_too_big() {
+    // A 5 MB result, and a 17 MiB message without a line end.
+    for (mode, says) in
+        [("huge-result", "over the 4 MiB cap"), ("huge-call-line", "sent a message over 16 MiB")]
+    {
+        let server = LlmServer::start(
+            vec![openai_tools(&[("c1", "mcp__fake__echo", json!({"text": "hi"}))]), openai_text("ok", 10, 2)],
+            vec![],
+        );
+        run(&server, ONE_AGENT, &misbehaving_entry(mode)).status(0).run();
+        let requests = server.main_requests();
+        let results = tool_results(&requests[1]);
+        assert_eq!(results.len(), 1);
+        assert!(results[0].len() < 1_000, "{mode}: {}", results[0].len());
+        assert!(
+            results[0].contains("the result of `echo` from the MCP server `fake` is too big")
+                && results[0].contains(says),
+            "{mode}: {}",
+            results[0]
+        );
+        assert!(!results[0].contains("tool_timeout_secs"), "{mode}: {}", results[0]);
+    }
+}
+
+#[test]
+fn long_tool_descriptions_and_schemas_are_cut_with_a_marker_and_a_warning() {
+    let server = LlmServer::start(vec![openai_text("ok", 10, 2)], vec![]);
+    let ran = run(&server, ONE_AGENT, &misbehaving_entry("long-description")).status(0).run();
+    let request = server.main_requests()[0].json();
+    let tool = request["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|tool| tool["function"]["name"] == "mcp__fake__echo")
+        .unwrap()
+        .clone();
+    let description = tool["function"]["description"].as_str().unwrap();
+    assert!(description.len() <= 4_300, "{}", description.len());
+    assert!(description.contains("[... description cut by fabro:"), "{description}");
+    let schema = tool["function"]["parameters"].to_string();
+    assert!(schema.len() <= 16_500, "{}", schema.len());
+    assert!(schema.contains("input schema of"), "{schema}");
+    let warnings: Vec<Value> =
+        events(&ran.dir.path().join("run")).into_iter().filter(|e| e["event"] == "mcp.tool_cut").collect();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert_eq!(warnings[0]["server"], "fake");
+    assert_eq!(warnings[0]["tool"], "echo");
+    assert!(warnings[0]["description_bytes"].as_u64().unwrap() > 100_000);
+    assert!(warnings[0]["schema_bytes"].as_u64().unwrap() > 16_384);
+}

@@ -112,7 +112,11 @@ fn without_the_sandbox_the_same_command_reaches_everything() {
     let ran = setup.run(&[]);
     assert_eq!(ran.status.code(), Some(0), "{}", text(&ran.stderr));
     let out = setup.stdout_of("probe");
-    assert!(out.contains(SECRET) && out.contains(API_KEY), "the control case: {out}");
+    assert!(out.contains(SECRET), "the control case: {out}");
+    assert!(
+        !out.contains(API_KEY) && !out.contains("ANTHROPIC_API_KEY="),
+        "API keys stay outside all the same: {out}"
+    );
     let status = std::fs::read_to_string(setup.path("run/stages/probe/1/status.json")).unwrap();
     assert!(status.contains("\"sandbox\": \"none\""), "{status}");
 }

@@ -238,10 +238,11 @@ pub async fn run(
             );
             let output = if call.name == checkpoint::TOOL && task_checkpoints {
                 let detail = call.arguments.get("detail").and_then(|d| d.as_str()).unwrap_or("").trim();
+                // The detail stays in every later request (the checkpoint block): capped.
                 task_done = Some(if detail.is_empty() {
                     "(no detail given)".to_string()
                 } else {
-                    detail.to_string()
+                    tools::cap_middle(detail, checkpoint::MAX_DETAIL_CHARS)
                 });
                 tools::ToolOutput { content: checkpoint::ACKNOWLEDGED.to_string(), is_error: false }
             } else if let Some(small) =

@@ -29,6 +29,17 @@ pub fn known_agent(name: &str, prompt: &str) -> Option<Vec<String>> {
     Some(argv)
 }
 
+/// The variables holding the key a known agent needs for its own provider (none for a custom
+/// command).
+pub fn own_keys(agent: &str) -> &'static [&'static str] {
+    match agent.trim() {
+        "claude" => &["ANTHROPIC_API_KEY"],
+        "codex" => &["OPENAI_API_KEY"],
+        "gemini" => &["GEMINI_API_KEY", "GOOGLE_API_KEY"],
+        _ => &[],
+    }
+}
+
 /// What the agent printed and how long it ran.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CliRun {
@@ -64,6 +75,16 @@ pub async fn run(
         .env("FABRO_WORK_DIR", work_dir)
         .kill_on_drop(true);
     lead_guarded_group(&mut command);
+    // The sandbox's command left the run's secrets out. A known agent talks to its provider
+    // itself: unconfined, it keeps that provider's key (and no other); in the sandbox only what
+    // sandbox_env names gets in, as for every program.
+    if confinement.kind == crate::sandbox::SandboxKind::None {
+        for name in own_keys(agent) {
+            if let Some(value) = std::env::var_os(name) {
+                command.env(name, value);
+            }
+        }
+    }
     if let Some(file) = prompt_file {
         command.env("FABRO_PROMPT_FILE", file);
     }

@@ -94,6 +94,8 @@ pub struct LlmConfig {
     pub permissions: Option<super::permissions::Level>,
     /// `--permissions`: below the node's and the graph's, over the config file's.
     pub permissions_flag: Option<super::permissions::Level>,
+    /// The config file's `api_key_env` names: secrets (see [`crate::secrets`]).
+    pub key_env_names: Vec<String>,
 }
 
 /// The default per-call request timeout.
@@ -258,6 +260,7 @@ impl LlmConfig {
                 )));
             };
             let api_key = provider.api_key.or_else(|| provider.api_key_env.as_deref().and_then(env));
+            config.key_env_names.extend(provider.api_key_env);
             config.providers.insert(
                 name,
                 ProviderSettings {
@@ -309,10 +312,30 @@ impl LlmConfig {
         Ok(config)
     }
 
-    /// Every API key in use, for redaction.
-    pub fn secrets(&self) -> Secrets {
+    /// Adds this configuration's secrets to the run's ([`crate::secrets::register`]): the
+    /// variables named by `api_key_env` and `allowed_env_vars`, the keys in use and the MCP
+    /// header values; returns every secret value known, for redaction.
+    pub fn register_secrets(&self) -> Secrets {
+        let names = self
+            .key_env_names
+            .iter()
+            .cloned()
+            .chain(self.mcp_servers.values().flat_map(|server| server.allowed_env_vars.iter().cloned()));
         let keys = self.providers.values().filter_map(|p| p.api_key.clone());
-        Secrets::new(keys.chain(self.mcp_servers.values().flat_map(super::mcp::ServerConfig::secrets)))
+        crate::secrets::register(
+            names,
+            keys.chain(self.mcp_servers.values().flat_map(super::mcp::ServerConfig::secrets)),
+        );
+        crate::secrets::values()
+    }
+
+    /// Registers the secrets of the config file, if there is a readable one (see
+    /// [`LlmConfig::register_secrets`]); a command that needs the file reports what is wrong
+    /// with it.
+    pub fn register_file_secrets() {
+        if let Ok(config) = LlmConfig::from_env() {
+            config.register_secrets();
+        }
     }
 
     /// The provider and model of a stage that asks for `model` and `provider` (either may be
@@ -581,7 +604,7 @@ mod tests {
         assert_eq!(config.resolve("plan", Some("qwen2.5-coder"), None).unwrap().provider, COMPATIBLE);
         // No model anywhere: the first configured provider's default.
         assert_eq!(config.resolve("plan", None, None).unwrap().model, "claude-sonnet-4-5");
-        assert_eq!(config.secrets().redact("sk-ant-xyz12345"), "[REDACTED]");
+        assert_eq!(config.register_secrets().redact("sk-ant-xyz12345"), "[REDACTED]");
     }
 
     #[test]

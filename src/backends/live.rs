@@ -44,7 +44,7 @@ pub struct LiveBackend {
 impl LiveBackend {
     pub fn new(config: LlmConfig) -> Result<LiveBackend, BackendError> {
         let client = super::http::client()?;
-        let secrets = config.secrets();
+        let secrets = config.register_secrets();
         let mut providers: BTreeMap<String, Arc<dyn ChatProvider>> = BTreeMap::new();
         for (name, settings) in &config.providers {
             let provider: Arc<dyn ChatProvider> = match settings.kind {
@@ -340,6 +340,14 @@ impl LiveBackend {
                         .await
                         .map_err(|problem| BackendError::Terminal(self.secrets.redact(&problem)))?;
                     for server in started {
+                        for cut in &server.cut {
+                            transcript.event(Event::McpToolCut {
+                                server: server.name.clone(),
+                                tool: cut.tool.clone(),
+                                description_bytes: cut.description_bytes,
+                                schema_bytes: cut.schema_bytes,
+                            });
+                        }
                         transcript.event(Event::McpServerStarted {
                             server: server.name,
                             tools: server.tools,

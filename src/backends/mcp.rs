@@ -8,12 +8,19 @@
 //! `sandbox = "none"`; an http server speaks Streamable HTTP at a URL. A server that fails its
 //! handshake fails the stage that wanted it, with the tail of what the server wrote to stderr;
 //! other stages go on, and a later stage tries again.
+//!
+//! What a server sends is bounded: a stdio server's message (one JSON-RPC line) over
+//! [`MAX_MESSAGE_BYTES`] stops fabro reading it and fails the handshake or the call saying so;
+//! a tool result over [`MAX_RESULT_BYTES`] is an error saying it was too big; a tool's
+//! description over [`MAX_DESCRIPTION_BYTES`] and input schema over [`MAX_SCHEMA_BYTES`] are cut
+//! with a marker before the model sees them (event `mcp.tool_cut`).
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -34,6 +41,15 @@ pub const DEFAULT_TOOL_TIMEOUT_SECS: u64 = 60;
 pub const PREFIX: &str = "mcp__";
 /// How much of a server's stderr a failure quotes.
 const STDERR_TAIL_CHARS: usize = 2_000;
+/// Most bytes of one message from a stdio server (rmcp's own line limit, which drops a longer
+/// line silently so that its caller waits for an answer that never comes).
+pub const MAX_MESSAGE_BYTES: usize = 16 << 20;
+/// Most bytes of a tool result, as text.
+pub const MAX_RESULT_BYTES: usize = 4 << 20;
+/// Most bytes of a tool's description the model sees.
+pub const MAX_DESCRIPTION_BYTES: usize = 4 << 10;
+/// Most bytes of a tool's input schema (as JSON) the model sees.
+pub const MAX_SCHEMA_BYTES: usize = 16 << 10;
 
 /// How fabro speaks to a server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
@@ -305,9 +321,15 @@ struct Server {
     name: String,
     peer: Peer<RoleClient>,
     tools: Vec<Tool>,
+    /// The tools cut to their bounds when the server started.
+    cut: Vec<CutTool>,
     tool_timeout: Duration,
     stderr: Arc<Mutex<String>>,
-    /// Kept so the connection (and a stdio server's process) lives as long as the run's servers.
+    /// A stdio server sent a message over [`MAX_MESSAGE_BYTES`]: its connection is closed.
+    overflowed: Arc<AtomicBool>,
+    /// A stdio server's process, killed when the server is dropped.
+    _child: Option<tokio::process::Child>,
+    /// Kept so the connection lives as long as the run's servers.
     _service: RunningService<RoleClient, ()>,
 }
 
@@ -369,6 +391,7 @@ impl McpServers {
                             name: name.to_string(),
                             tools: server.tools.iter().map(|tool| exposed_name(name, &tool.name)).collect(),
                             sandbox: key.1.confinement.kind,
+                            cut: server.cut.clone(),
                         });
                         running.insert(key, server.clone());
                         server
@@ -392,12 +415,14 @@ impl McpServers {
     }
 }
 
-/// A server a stage started: its name, the names the model sees, and where it runs.
+/// A server a stage started: its name, the names the model sees, where it runs, and the tools
+/// whose description or schema was cut.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StartedServer {
     pub name: String,
     pub tools: Vec<String>,
     pub sandbox: SandboxKind,
+    pub cut: Vec<CutTool>,
 }
 
 /// Starts `config` (a stdio server where `placement` says, its work directory writable) and
@@ -405,6 +430,8 @@ pub struct StartedServer {
 async fn start(name: &str, config: &ServerConfig, placement: &Placement) -> Result<Server, String> {
     let Placement { work_dir, confinement } = placement;
     let stderr = Arc::new(Mutex::new(String::new()));
+    let overflowed = Arc::new(AtomicBool::new(false));
+    let child = Mutex::new(None);
     let timeout = config.startup_timeout();
     let handshake = async {
         let service = match config.transport {
@@ -421,19 +448,23 @@ async fn start(name: &str, config: &ServerConfig, placement: &Placement) -> Resu
                     &[work_dir.as_path()],
                     &[],
                 );
+                // The sandbox's command leaves the run's secrets out; what the entry's own `env`
+                // sets is the server's to have.
                 command.envs(&config.env).kill_on_drop(true);
-                for hidden in super::tools::HIDDEN_ENV {
-                    if !config.env.contains_key(*hidden) {
-                        command.env_remove(hidden);
-                    }
-                }
-                let (transport, pipe) = rmcp::transport::TokioChildProcess::builder(command)
-                    .stderr(Stdio::piped())
+                command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+                let mut spawned = command
                     .spawn()
                     .map_err(|error| format!("cannot start `{}`: {error}", config.command.join(" ")))?;
-                if let Some(pipe) = pipe {
+                if let Some(pipe) = spawned.stderr.take() {
                     tokio::spawn(keep_tail(pipe, stderr.clone()));
                 }
+                let (Some(stdout), Some(stdin)) = (spawned.stdout.take(), spawned.stdin.take()) else {
+                    return Err("its stdin and stdout could not be opened".to_string());
+                };
+                *child.lock().map_err(|_| "a lock was poisoned".to_string())? = Some(spawned);
+                let reader = LineCap { inner: stdout, since_newline: 0, overflowed: overflowed.clone() };
+                let transport = rmcp::transport::async_rw::AsyncRwTransport::new_client(reader, stdin)
+                    .with_max_line_length(MAX_MESSAGE_BYTES + 1);
                 ().serve(transport).await.map_err(|error| error.to_string())?
             }
             TransportKind::Http => {
@@ -471,20 +502,117 @@ async fn start(name: &str, config: &ServerConfig, placement: &Placement) -> Resu
         Ok(outcome) => outcome,
         Err(_) => Err(format!("no handshake within startup_timeout_secs = {}", timeout.as_secs())),
     };
+    let outcome = match outcome {
+        Err(_) if overflowed.load(Ordering::Relaxed) => Err(too_long()),
+        other => other,
+    };
     match outcome {
-        Ok((service, tools)) => Ok(Server {
-            name: name.to_string(),
-            peer: service.peer().clone(),
-            tools,
-            tool_timeout: config.tool_timeout(),
-            stderr,
-            _service: service,
-        }),
+        Ok((service, tools)) => {
+            let (tools, cut) = tools.into_iter().map(bounded).unzip::<_, _, Vec<_>, Vec<_>>();
+            Ok(Server {
+                name: name.to_string(),
+                peer: service.peer().clone(),
+                tools,
+                cut: cut.into_iter().flatten().collect(),
+                tool_timeout: config.tool_timeout(),
+                stderr,
+                overflowed,
+                _child: child.into_inner().ok().flatten(),
+                _service: service,
+            })
+        }
         Err(problem) => {
             // What the server said on its way out.
             tokio::time::sleep(Duration::from_millis(100)).await;
             Err(format!("the MCP server `{name}` failed its handshake: {problem}{}", said(&stderr)))
         }
+    }
+}
+
+/// What fabro says when a stdio server sent a message over [`MAX_MESSAGE_BYTES`].
+fn too_long() -> String {
+    format!(
+        "it sent a message over {} MiB (one JSON-RPC line); fabro stopped reading it",
+        MAX_MESSAGE_BYTES >> 20
+    )
+}
+
+/// A tool whose description and input schema the model sees only up to their bounds; what was
+/// cut (for the `mcp.tool_cut` warning), if anything.
+fn bounded(mut tool: Tool) -> (Tool, Option<CutTool>) {
+    let description_bytes = tool.description.as_deref().map_or(0, str::len);
+    let schema_bytes = serde_json::to_string(&*tool.input_schema).map_or(0, |json| json.len());
+    if description_bytes <= MAX_DESCRIPTION_BYTES && schema_bytes <= MAX_SCHEMA_BYTES {
+        return (tool, None);
+    }
+    if let Some(description) =
+        tool.description.as_deref().filter(|_| description_bytes > MAX_DESCRIPTION_BYTES)
+    {
+        let mut end = MAX_DESCRIPTION_BYTES;
+        while !description.is_char_boundary(end) {
+            end -= 1;
+        }
+        tool.description = Some(Cow::Owned(format!(
+            "{} [... description cut by fabro: {description_bytes} bytes, over {MAX_DESCRIPTION_BYTES}]",
+            &description[..end]
+        )));
+    }
+    if schema_bytes > MAX_SCHEMA_BYTES {
+        // A schema cannot be cut in the middle: the model gets an open object and a note.
+        let mut schema = serde_json::Map::new();
+        schema.insert("type".into(), Value::from("object"));
+        schema.insert(
+            "description".into(),
+            Value::from(format!(
+                "[input schema of {schema_bytes} bytes left out by fabro: over {MAX_SCHEMA_BYTES}]"
+            )),
+        );
+        tool.input_schema = Arc::new(schema);
+    }
+    let cut = CutTool { tool: tool.name.to_string(), description_bytes, schema_bytes };
+    (tool, Some(cut))
+}
+
+/// A tool whose description or input schema was cut to its bound: their sizes as sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CutTool {
+    pub tool: String,
+    pub description_bytes: usize,
+    pub schema_bytes: usize,
+}
+
+/// A stdio server's stdout that fails once a line passes [`MAX_MESSAGE_BYTES`] (noting it in
+/// `overflowed`), so that fabro says why the server went away instead of waiting for a reply.
+struct LineCap<R> {
+    inner: R,
+    since_newline: usize,
+    overflowed: Arc<AtomicBool>,
+}
+
+impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for LineCap<R> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        context: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let over = || std::io::Error::other(too_long());
+        if self.overflowed.load(Ordering::Relaxed) {
+            return std::task::Poll::Ready(Err(over()));
+        }
+        let before = buf.filled().len();
+        let polled = std::pin::Pin::new(&mut self.inner).poll_read(context, buf);
+        if let std::task::Poll::Ready(Ok(())) = &polled {
+            let mut since = self.since_newline;
+            for byte in &buf.filled()[before..] {
+                since = if *byte == b'\n' { 0 } else { since + 1 };
+                if since > MAX_MESSAGE_BYTES {
+                    self.overflowed.store(true, Ordering::Relaxed);
+                    return std::task::Poll::Ready(Err(over()));
+                }
+            }
+            self.since_newline = since;
+        }
+        polled
     }
 }
 
@@ -553,7 +681,16 @@ impl StageTools {
         let mut params = CallToolRequestParams::new(tool.name.clone());
         params.arguments = arguments.as_object().cloned();
         let output = match tokio::time::timeout(server.tool_timeout, server.peer.call_tool(params)).await {
-            Ok(Ok(result)) => rendered(result),
+            Ok(Ok(result)) => bounded_result(rendered(result), &server.name, &tool.name),
+            Ok(Err(_)) | Err(_) if server.overflowed.load(Ordering::Relaxed) => ToolOutput {
+                content: format!(
+                    "the result of `{}` from the MCP server `{}` is too big: {}; the server is stopped",
+                    tool.name,
+                    server.name,
+                    too_long()
+                ),
+                is_error: true,
+            },
             Ok(Err(error)) => ToolOutput {
                 content: format!(
                     "the MCP server `{}` could not run `{}`: {error}{}",
@@ -574,6 +711,22 @@ impl StageTools {
             },
         };
         Some(output)
+    }
+}
+
+/// `output`, or an error saying it is too big when it passes [`MAX_RESULT_BYTES`].
+fn bounded_result(output: ToolOutput, server: &str, tool: &str) -> ToolOutput {
+    if output.content.len() <= MAX_RESULT_BYTES {
+        return output;
+    }
+    ToolOutput {
+        content: format!(
+            "the result of `{tool}` from the MCP server `{server}` is too big: {} bytes, over the {} MiB cap; \
+             ask for less (a narrower query, a smaller range)",
+            output.content.len(),
+            MAX_RESULT_BYTES >> 20
+        ),
+        is_error: true,
     }
 }
 

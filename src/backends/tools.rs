@@ -26,9 +26,6 @@ const LIST_CAP: usize = 1_000;
 const GREP_CAP: usize = 500;
 /// Files larger than this are not searched by grep.
 const GREP_MAX_FILE: u64 = 5 * 1024 * 1024;
-/// Environment variables a shell tool never sees.
-pub(crate) const HIDDEN_ENV: &[&str] =
-    &["ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY", "FABRO_LLM_API_KEY"];
 
 /// What happened to a file during a stage.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -554,7 +551,8 @@ impl Toolbox {
     }
 
     /// `sh -c SCRIPT` in the work directory, in the stage's sandbox, leading a guarded process
-    /// group, stdout and stderr piped, without the variables that hold API keys.
+    /// group, stdout and stderr piped, without the variables that hold secrets (the sandbox's
+    /// command leaves them out).
     fn sh(&self, script: &str) -> tokio::process::Command {
         let readable: Vec<&Path> = self.readable.iter().map(PathBuf::as_path).collect();
         let mut process = self.confinement.command(
@@ -566,9 +564,6 @@ impl Toolbox {
         );
         process.stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
         lead_guarded_group(&mut process);
-        for name in HIDDEN_ENV {
-            process.env_remove(name);
-        }
         process
     }
 

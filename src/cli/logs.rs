@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use fabro::graph::HandlerType;
 use fabro::run_dir::stage_output::{LogFollower, OUTPUT_LOGS};
+use fabro::terminal_text::escape_controls;
 use std::time::Duration;
 
 use serde_json::{Map, Value};
@@ -188,7 +189,7 @@ impl<W: Write> Printer<'_, W> {
             if self.args.output {
                 self.follow_output(name, &event)?;
             }
-            writeln!(self.out, "{}", format_event(&event))?;
+            writeln!(self.out, "{}", escape_controls(&format_event(&event)))?;
         }
         Ok(is_final)
     }
@@ -213,7 +214,7 @@ impl<W: Write> Printer<'_, W> {
                 if let Some((node, mut logs)) = self.outputs.remove(&key) {
                     for follower in &mut logs {
                         for line in follower.finish() {
-                            writeln!(self.out, "  {node} │ {line}")?;
+                            writeln!(self.out, "  {node} │ {}", escape_controls(&line))?;
                         }
                     }
                 }
@@ -228,7 +229,7 @@ impl<W: Write> Printer<'_, W> {
         for (node, logs) in self.outputs.values_mut() {
             for follower in logs.iter_mut() {
                 for line in follower.poll() {
-                    writeln!(self.out, "  {node} │ {line}")?;
+                    writeln!(self.out, "  {node} │ {}", escape_controls(&line))?;
                 }
             }
         }
@@ -245,7 +246,13 @@ impl<W: Write> Printer<'_, W> {
             }
             return Ok(());
         }
-        writeln!(self.out, "(unreadable line {}: {}: {})", self.line_no, error, shorten(text, 60))
+        writeln!(
+            self.out,
+            "(unreadable line {}: {}: {})",
+            self.line_no,
+            error,
+            escape_controls(&shorten(text, 60))
+        )
     }
 }
 

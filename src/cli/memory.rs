@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use fabro::memory::{MemoryError, MemoryStore};
+use fabro::terminal_text::escape_controls;
 
 use super::exit;
 
@@ -70,10 +71,16 @@ fn act(store: &MemoryStore, action: Action) -> Result<String, MemoryError> {
                 return Ok(format!("no memory entries in {}\n", store.dir().display()));
             }
             let mut out = format!("{} entries in {}\n", entries.len(), store.dir().display());
+            // Names and texts are model-written: printed with their control characters escaped.
             for entry in entries {
-                let text: String = entry.text.replace('\n', " ").chars().take(100).collect();
+                let text: String = entry.text.replace(['\n', '\t'], " ").chars().take(100).collect();
                 let more = if entry.text.chars().count() > 100 { "…" } else { "" };
-                out.push_str(&format!("{:<10} {:<24} {text}{more}\n", entry.kind.as_str(), entry.name));
+                out.push_str(&format!(
+                    "{:<10} {:<24} {}{more}\n",
+                    entry.kind.as_str(),
+                    escape_controls(&entry.name.replace('\t', " ")),
+                    escape_controls(&text)
+                ));
             }
             out
         }
@@ -83,13 +90,14 @@ fn act(store: &MemoryStore, action: Action) -> Result<String, MemoryError> {
                 (Some(run), Some(node)) => format!(" by run {run}, stage {node}"),
                 _ => String::new(),
             };
-            format!(
+            let shown = format!(
                 "{} {}\n{}\n(written {}{origin})\n",
                 entry.kind.as_str(),
                 entry.name,
                 entry.text,
                 entry.updated_at
-            )
+            );
+            escape_controls(&shown).into_owned()
         }
         Action::Rm { name } => {
             store.remove(&name)?;

@@ -156,6 +156,8 @@ pub fn command() -> clap::Command {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     init_tracing(cli.verbose);
+    // Before anything runs: the keys the config file names are secrets for every command.
+    fabro::backends::config::LlmConfig::register_file_secrets();
     let code = match cli.command {
         Command::Validate { workflow, json, deny_warnings } => validate::run(&workflow, json, deny_warnings),
         Command::Run(mut args) => {
@@ -207,6 +209,22 @@ fn block_on(command: impl std::future::Future<Output = u8>) -> u8 {
     }
 }
 
+/// stderr for log lines, with the run's secrets redacted: what a library logs (an MCP server's
+/// rejection echoing the Authorization header, logged by rmcp) lands in CI logs. The formatter
+/// writes each event in one call, so a secret is never split across two.
+struct RedactingStderr;
+
+impl std::io::Write for RedactingStderr {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        std::io::stderr().write_all(&fabro::secrets::redact_bytes(bytes))?;
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stderr().flush()
+    }
+}
+
 fn init_tracing(verbose: u8) {
     let level = match verbose {
         0 => "warn",
@@ -219,7 +237,7 @@ fn init_tracing(verbose: u8) {
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(|| RedactingStderr)
         .with_ansi(ansi)
         .without_time()
         .init();

@@ -60,6 +60,8 @@ struct Screen {
 
 impl Screen {
     fn print(&self, line: &str) {
+        // Streamed command output and failure tails are the stages' own text: no secrets.
+        let line = &*fabro::secrets::redact(line);
         match &self.multi {
             // MultiProgress::println prints nothing while hidden (a gate is asking): write then.
             Some(multi) if !multi.is_hidden() => {

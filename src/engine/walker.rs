@@ -97,6 +97,25 @@ fn check_context_keys(outcome: Outcome) -> Result<Outcome, HandlerError> {
     }
 }
 
+/// The outcome with the run's secrets ([`crate::secrets`]) redacted from what a stage's content
+/// set (a script's status.json, a model's answer): context values, notes and the failure reason,
+/// before they reach the context, later prompts, events, hooks and records.
+fn redact_secrets(mut outcome: Outcome) -> Outcome {
+    let secrets = crate::secrets::values();
+    if secrets.is_empty() {
+        return outcome;
+    }
+    for value in outcome.context_updates.values_mut() {
+        *value = secrets.redact_json(value);
+    }
+    for text in
+        [&mut outcome.notes, &mut outcome.failure_reason, &mut outcome.preferred_label].into_iter().flatten()
+    {
+        *text = secrets.redact(text);
+    }
+    outcome
+}
+
 // Returned once per stage and matched at once: boxing the outcome would only add an allocation.
 #[allow(clippy::large_enum_variant)]
 pub(super) enum StageEnd {
@@ -466,7 +485,7 @@ impl<'e> Walker<'e> {
         loop {
             attempt += 1;
             let result = self.attempt(handler.as_ref(), node, visit, attempt, stage_dir).await;
-            let mut outcome = match result.and_then(check_context_keys) {
+            let mut outcome = match result.and_then(check_context_keys).map(redact_secrets) {
                 Ok(outcome) => outcome,
                 Err(HandlerError::Retryable(reason)) => {
                     Outcome { failure_reason: Some(reason), ..Outcome::new(StageStatus::Retry) }

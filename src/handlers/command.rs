@@ -369,8 +369,11 @@ fn stage_file_error(verb: &str, path: &Path, error: &std::io::Error) -> HandlerE
 /// by a signal).
 fn record_output(outcome: &mut Outcome, status: Option<ExitStatus>, stdout: &OutputLog, stderr: &OutputLog) {
     let exit_code = status.and_then(|status| status.code());
-    outcome.context_updates.insert("command.output".into(), read_tail(stdout).into());
-    outcome.context_updates.insert("command.stderr".into(), read_tail(stderr).into());
+    // The logs are the stage's own; the context (and so status.json, the checkpoint, the journal
+    // and later prompts) gets them with the run's secrets redacted.
+    let redacted = |text: String| crate::secrets::redact(&text).into_owned();
+    outcome.context_updates.insert("command.output".into(), redacted(read_tail(stdout)).into());
+    outcome.context_updates.insert("command.stderr".into(), redacted(read_tail(stderr)).into());
     outcome.context_updates.insert("command.exit_code".into(), exit_code.into());
 }
 

@@ -465,7 +465,7 @@ impl Writer {
         entry.seq = self.last_seq + 1;
         let mut line = serde_json::to_vec(entry).map_err(std::io::Error::other)?;
         line.push(b'\n');
-        (&*self.file).write_all(&line)?;
+        (&*self.file).write_all(&crate::secrets::redact_bytes(&line))?;
         match (&self.batch, self.mode) {
             (_, SyncMode::Stage) => self.file.sync_data()?,
             (Some(batch), SyncMode::Batch) => batch.mark(),

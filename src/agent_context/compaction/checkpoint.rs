@@ -16,6 +16,10 @@ use crate::backends::Usage;
 /// The tool the model calls at a task boundary.
 pub const TOOL: &str = "mark_task_done";
 
+/// Most characters of a `detail` kept (head and tail, the middle cut with a note): it is meant
+/// to be one line, and it stays in every later request of the stage.
+pub const MAX_DETAIL_CHARS: usize = 500;
+
 /// The first line of a checkpoint block.
 pub const HEADER: &str = "[Task checkpoint: the completion record of a finished task of this stage]";
 
