@@ -1027,3 +1027,18 @@ fn attributes_naming_files_for_graphviz_are_warned_about_as_not_drawn() {
         Some("remove `image`"),
     );
 }
+
+#[test]
+fn sandbox_paths_that_run_refuses_are_errors_at_their_value() {
+    let source = "digraph w {\n  sandbox_paths = \"ro:/\"\n  start [shape=Mdiamond]\n  exit [shape=Msquare]\n  build [shape=parallelogram, script=\"true\", sandbox_paths=\"rw:relative\"]\n  start -> build -> exit\n}\n";
+    let output = validate(source, 2).stdout();
+    assert_diagnostic(
+        &output,
+        "error[sandbox_paths] workflow.dot:5:60 node build: sandbox_paths: `rw:relative`: the path must be absolute",
+        Some((5, 60, "\"rw:relative\"")),
+        Some("write each item as ro:/absolute/path or rw:/absolute/path"),
+    );
+    let missing = source.replace("rw:relative", "ro:/no/such/fabro/path");
+    let output = validate(&missing, 2).stdout();
+    assert!(output.contains("error[sandbox_paths] workflow.dot:5:60 node build: sandbox_paths: `/no/such/fabro/path` does not exist"), "{output}");
+}
