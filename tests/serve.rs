@@ -157,6 +157,36 @@ fn a_token_is_required_off_loopback_and_checked_on_every_request() {
     assert_eq!(get(&format!("{base}/runs")).0, 401);
 }
 
+#[test]
+fn runs_and_run_files_that_are_symbolic_links_are_never_shown() {
+    let secret = tempfile::tempdir().unwrap();
+    std::fs::write(secret.path().join("id_rsa"), "-----BEGIN PRIVATE KEY----- s3cr3t").unwrap();
+    let test = Test::new().workflow(&GATED.replace("BUILD_SCRIPT", "echo built"));
+    let dir = test.path("");
+    let id = paused_run(&dir);
+    let run_dir = dir.join(".fabro/runs").join(&id);
+    // A stage replaced its status.json and stdout with links to a private key.
+    for name in ["status.json", "stdout.log"] {
+        let file = run_dir.join("stages/build/1").join(name);
+        let _ = std::fs::remove_file(&file);
+        std::os::unix::fs::symlink(secret.path().join("id_rsa"), &file).unwrap();
+    }
+    // A run directory elsewhere, linked into the runs directory.
+    let other = Test::new().workflow(&GATED.replace("BUILD_SCRIPT", "echo other"));
+    let other_id = paused_run(&other.path(""));
+    std::os::unix::fs::symlink(other.path(".fabro/runs").join(&other_id), dir.join(".fabro/runs/linked"))
+        .unwrap();
+    let server = Server::start(&dir, &[]);
+    let (_, list) = get(&server.at("/"));
+    assert!(list.contains(&id) && !list.contains(&other_id), "{list}");
+    assert_eq!(get(&server.at(&format!("/runs/{other_id}"))).0, 404);
+    for path in [format!("/runs/{id}"), format!("/runs/{id}/stages/build/1")] {
+        let (code, page) = get(&server.at(&path));
+        assert_eq!(code, 200, "{path}");
+        assert!(!page.contains("s3cr3t") && !page.contains("PRIVATE KEY"), "{path}: {page}");
+    }
+}
+
 /// Starts chromedriver on a free port; in CI a missing driver fails the test.
 fn chromedriver() -> Option<(Child, u16)> {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();

@@ -4,9 +4,10 @@
 //! server-sent events, and the question of a gate the run is waiting at), and stage pages.
 //!
 //! It only reads run directories, apart from answering a waiting gate, which writes an answers
-//! file into the run directory and starts `fabro resume` on it. Only files inside a run's
-//! directory are served (ids and names are checked, symbolic links are not followed out), and a
-//! token, when set, is required on every request.
+//! file into the run directory and starts `fabro resume` on it. Everything in a run directory
+//! may have been written by a stage or a model, so only run directories that are real
+//! directories (not links) are listed, run files are read without following links, ids and
+//! names are checked, and a token, when set, is required on every request.
 
 mod pages;
 
@@ -22,7 +23,7 @@ use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::Router;
 
-use crate::run_dir::lookup::runs_in;
+use crate::run_dir::lookup::{runs_in, RunEntry};
 
 /// How often the event stream looks for new events.
 const EVENT_POLL: Duration = Duration::from_millis(200);
@@ -101,12 +102,20 @@ fn not_found(what: &str) -> Response {
     (StatusCode::NOT_FOUND, format!("{what}\n")).into_response()
 }
 
+/// The runs of the runs directory that are directories of their own: an entry that is a
+/// symbolic link (to a directory elsewhere) or not a directory is not served.
+fn served_runs(runs_dir: &Path) -> Vec<RunEntry> {
+    let mut runs = runs_in(runs_dir);
+    runs.retain(|run| std::fs::symlink_metadata(&run.dir).is_ok_and(|meta| meta.is_dir()));
+    runs
+}
+
 /// The run directory of run `id`: a direct child of the runs directory whose manifest has that id.
 fn run_dir(state: &AppState, id: &str) -> Option<PathBuf> {
     if id.is_empty() || !id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
         return None;
     }
-    runs_in(&state.options.runs_dir).into_iter().find(|run| run.run_id == id).map(|run| run.dir)
+    served_runs(&state.options.runs_dir).into_iter().find(|run| run.run_id == id).map(|run| run.dir)
 }
 
 #[derive(serde::Deserialize)]
@@ -115,7 +124,7 @@ struct ListQuery {
 }
 
 async fn index(State(state): State<Arc<AppState>>, Query(query): Query<ListQuery>) -> Html<String> {
-    Html(pages::runs_list(&state.options.runs_dir, query.status.as_deref()))
+    Html(pages::runs_list(served_runs(&state.options.runs_dir), query.status.as_deref()))
 }
 
 async fn run_page(State(state): State<Arc<AppState>>, UrlPath(id): UrlPath<String>) -> Response {

@@ -6,7 +6,7 @@ use std::path::Path;
 use crate::graph::{Choice, HandlerType};
 use crate::render::{dot, DotOptions, Overlay};
 use crate::report::run_page::{escape, visit_html, RunPage, STYLE};
-use crate::run_dir::lookup::runs_in;
+use crate::run_dir::lookup::RunEntry;
 use crate::run_dir::{RunStatus, RunView};
 use crate::source::SourceFile;
 
@@ -21,13 +21,12 @@ fn page(title: &str, body: &str) -> String {
 }
 
 /// The runs, newest first, optionally only those with `status`.
-pub fn runs_list(runs_dir: &Path, status: Option<&str>) -> String {
+pub fn runs_list(mut runs: Vec<RunEntry>, status: Option<&str>) -> String {
     let mut body = String::from("<h1>Runs</h1>\n<p>Status: <a href=\"/\">all</a>");
     for name in ["running", "paused", "interrupted", "succeeded", "failed"] {
         let _ = write!(body, " · <a href=\"/?status={name}\">{name}</a>");
     }
     body.push_str("</p>\n<table id=\"runs\">\n<tr><th>run</th><th>status</th><th>workflow</th><th>goal</th><th>started</th><th>duration</th><th>tokens in / out</th><th>cost</th></tr>\n");
-    let mut runs = runs_in(runs_dir);
     runs.reverse();
     for entry in runs {
         let Ok(view) = RunView::open(&entry.dir) else { continue };
@@ -96,6 +95,8 @@ pub fn waiting_gate(dir: &Path) -> Option<WaitingGate> {
 }
 
 fn load_workflow(dir: &Path, view: &RunView) -> Option<crate::CheckedWorkflow> {
+    // Not through a link a stage may have put in its place.
+    std::fs::symlink_metadata(dir.join("workflow.dot")).ok().filter(std::fs::Metadata::is_file)?;
     let text =
         crate::regular_file::read_to_string(dir.join("workflow.dot"), crate::regular_file::FileKind::Input)
             .ok()?;
