@@ -71,6 +71,44 @@ fn get(url: &str) -> (u16, String) {
     })
 }
 
+/// `METHOD url` with `headers` (a `Host` among them replaces the real one), redirects not
+/// followed: the status, the response headers and the body.
+fn request(
+    method: &str,
+    url: &str,
+    headers: &[(&str, &str)],
+    form: Option<&str>,
+) -> (u16, reqwest::header::HeaderMap, String) {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        let client = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+        let mut builder = client.request(method.parse().unwrap(), url);
+        for (name, value) in headers {
+            builder = builder.header(*name, *value);
+        }
+        if let Some(form) = form {
+            builder =
+                builder.header("content-type", "application/x-www-form-urlencoded").body(form.to_string());
+        }
+        let response = builder.send().await.expect("request");
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        (status, headers, response.text().await.unwrap_or_default())
+    })
+}
+
+/// `host:port` of the server.
+fn authority(server: &Server) -> String {
+    server.url.trim_start_matches("http://").split('/').next().unwrap().to_string()
+}
+
+fn answers_files(run_dir: &Path) -> usize {
+    std::fs::read_dir(run_dir)
+        .unwrap()
+        .filter(|entry| entry.as_ref().unwrap().file_name().to_string_lossy().starts_with("answers-"))
+        .count()
+}
+
 fn json(path: &Path) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
@@ -155,6 +193,125 @@ fn a_token_is_required_off_loopback_and_checked_on_every_request() {
     assert!(server.url.ends_with("/?token=s3cret"), "{}", server.url);
     let base = server.url.split_once('?').unwrap().0.trim_end_matches('/').to_string();
     assert_eq!(get(&format!("{base}/runs")).0, 401);
+}
+
+#[test]
+fn pages_of_other_sites_can_neither_answer_a_gate_nor_read_through_another_host_name() {
+    let test = Test::new().workflow(&GATED.replace("BUILD_SCRIPT", "echo built"));
+    let dir = test.path("");
+    let id = paused_run(&dir);
+    let run_dir = dir.join(".fabro/runs").join(&id);
+    let server = Server::start(&dir, &[]);
+    let own = authority(&server);
+    let answer = server.at(&format!("/runs/{id}/answer"));
+    let own_origin = format!("http://{own}");
+    let evil_host = format!("evil.example:{}", own.rsplit_once(':').unwrap().1);
+
+    // DNS rebinding: a page of evil.example whose name now points at 127.0.0.1.
+    let (code, _, body) = request("GET", &server.at("/"), &[("host", &evil_host)], None);
+    assert_eq!(code, 403, "{body}");
+    assert!(body.contains("is not a host name this server serves"), "{body}");
+    for headers in [
+        vec![("host", evil_host.as_str()), ("origin", "http://evil.example")],
+        vec![("origin", "http://evil.example")],
+        vec![("origin", "null")],
+        vec![("referer", "http://evil.example/page")],
+        vec![],
+    ] {
+        let (code, _, body) = request("POST", &answer, &headers, Some("answer=deploy"));
+        assert_eq!(code, 403, "{headers:?}: {body}");
+        assert_eq!(answers_files(&run_dir), 0, "{headers:?}");
+    }
+    let (_, _, body) = request("POST", &answer, &[("origin", "http://evil.example")], Some("answer=deploy"));
+    assert!(body.contains("must come from a page of this server"), "{body}");
+    assert_eq!(json(&run_dir.join("manifest.json"))["status"], "paused");
+
+    // Every response carries the security headers, and the pages hold no inline script.
+    for (path, expected) in [
+        ("/".to_string(), 200),
+        (format!("/runs/{id}"), 200),
+        (format!("/runs/{id}/stages/build/1"), 200),
+        ("/fabro.js".to_string(), 200),
+        ("/runs/nope".to_string(), 404),
+    ] {
+        let (code, headers, body) = request("GET", &server.at(&path), &[], None);
+        assert_eq!(code, expected, "{path}: {body}");
+        let csp = headers["content-security-policy"].to_str().unwrap();
+        assert!(csp.contains("script-src 'self'") && !csp.contains("unsafe-inline"), "{csp}");
+        assert_eq!(headers["x-frame-options"], "DENY");
+        assert_eq!(headers["x-content-type-options"], "nosniff");
+        assert_eq!(headers["referrer-policy"], "same-origin");
+        if body.contains("<html") {
+            assert!(!body.replace("<script src=\"/fabro.js\"></script>", "").contains("<script"), "{body}");
+        }
+    }
+
+    // The server's own page posts with its Origin (or, without one, its Referer).
+    let (code, _, body) =
+        request("POST", &answer, &[("referer", &format!("{own_origin}/runs/{id}"))], Some("answer=nope"));
+    assert_eq!(code, 400, "{body}");
+    let (code, _, body) = request("POST", &answer, &[("origin", &own_origin)], Some("answer=deploy"));
+    assert_eq!(code, 303, "{body}");
+    wait_until("the answered run ends", || json(&run_dir.join("manifest.json"))["status"] == "succeeded");
+}
+
+#[test]
+fn a_javascript_link_in_a_runs_workflow_never_reaches_the_run_page() {
+    let test = Test::new().workflow(&GATED.replace("BUILD_SCRIPT", "echo built"));
+    let dir = test.path("");
+    let id = paused_run(&dir);
+    // A stage rewrote the stored workflow: nothing validates it before it is drawn.
+    let stored = dir.join(".fabro/runs").join(&id).join("workflow.dot");
+    let text = std::fs::read_to_string(&stored).unwrap().replacen(
+        "build [",
+        "build [URL=\"javascript:alert(document.cookie)\", href=\"data:text/html,x\", image=\"/etc/passwd\", ",
+        1,
+    );
+    std::fs::write(&stored, text).unwrap();
+    let server = Server::start(&dir, &[]);
+    let (code, run) = get(&server.at(&format!("/runs/{id}")));
+    assert_eq!(code, 200);
+    if std::process::Command::new("dot").arg("-V").output().is_ok() {
+        assert!(run.contains("<svg"), "{run}");
+    }
+    for hostile in ["javascript:", "data:text", "/etc/passwd"] {
+        assert!(!run.contains(hostile), "{hostile} in {run}");
+    }
+}
+
+#[test]
+fn connections_that_never_finish_their_headers_are_closed_while_others_are_served() {
+    use std::io::{Read, Write};
+    let test = Test::new().workflow(&GATED.replace("BUILD_SCRIPT", "echo built"));
+    let dir = test.path("");
+    paused_run(&dir);
+    let server = Server::start(&dir, &[]);
+    let own = authority(&server);
+    // 50 loopback clients: half send part of their headers, half nothing at all.
+    let started = Instant::now();
+    let mut slow: Vec<std::net::TcpStream> = (0..50)
+        .map(|i| {
+            let mut stream = std::net::TcpStream::connect(&own).unwrap();
+            if i % 2 == 0 {
+                stream.write_all(format!("GET / HTTP/1.1\r\nHost: {own}\r\n").as_bytes()).unwrap();
+            }
+            stream
+        })
+        .collect();
+    let served = Instant::now();
+    let (code, _) = get(&server.at("/"));
+    assert_eq!(code, 200);
+    let served_in = served.elapsed();
+    assert!(served_in < Duration::from_secs(3), "another client waited {served_in:?}");
+    for stream in &mut slow {
+        stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut rest = Vec::new();
+        // The server closes the connection (end of stream), answering nothing.
+        stream.read_to_end(&mut rest).expect("closed by the server, not timed out here");
+    }
+    let closed_in = started.elapsed();
+    eprintln!("another client served in {served_in:?}; 50 silent connections closed after {closed_in:?}");
+    assert!(closed_in < Duration::from_secs(10), "{closed_in:?}");
 }
 
 #[test]

@@ -11,11 +11,18 @@ use crate::run_dir::{RunStatus, RunView};
 use crate::source::SourceFile;
 
 /// What `fabro serve` adds to the report style.
-const SERVE_STYLE: &str = "<style>\n.running{color:#b26a00}#graph svg{max-width:100%;height:auto}#events{max-height:24rem;overflow:auto;font-family:monospace;font-size:.85rem}\n</style>\n";
+const SERVE_STYLE: &str = ".running{color:#b26a00}#graph svg{max-width:100%;height:auto}#events{max-height:24rem;overflow:auto;font-family:monospace;font-size:.85rem}\n";
+
+/// The style sheet of every page (`/fabro.css`): the report's style and what serve adds. A file,
+/// not inline, so the Content-Security-Policy allows no inline style.
+pub fn style_sheet() -> String {
+    let report = STYLE.trim_start_matches("<style>\n").trim_end_matches("</style>\n");
+    format!("{report}{SERVE_STYLE}")
+}
 
 fn page(title: &str, body: &str) -> String {
     format!(
-        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>{} · fabro</title>\n{STYLE}{SERVE_STYLE}</head>\n<body>\n<p><a href=\"/\">runs</a></p>\n{body}</body>\n</html>\n",
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>{} · fabro</title>\n<link rel=\"stylesheet\" href=\"/fabro.css\">\n</head>\n<body>\n<p><a href=\"/\">runs</a></p>\n{body}</body>\n</html>\n",
         escape(title)
     )
 }
@@ -211,17 +218,19 @@ pub fn run(dir: &Path, id: &str) -> String {
     if let Some(chart) = &report.context_chart {
         let _ = writeln!(body, "<h2>Context usage</h2>\n{chart}");
     }
-    let _ = writeln!(body, "<h2>Events</h2>\n<ol id=\"events\"></ol>\n<script>{}</script>", live_script(id));
+    let _ = writeln!(
+        body,
+        "<h2>Events</h2>\n<ol id=\"events\" data-run=\"{}\"></ol>\n<script src=\"/fabro.js\"></script>",
+        escape(id)
+    );
     page(&view.manifest.workflow, &body)
 }
 
-/// Follows the run's events: lists them, and turns stage rows and graph nodes running (yellow),
-/// succeeded (green) or failed (red) as they happen.
-fn live_script(id: &str) -> String {
-    LIVE_SCRIPT.replace("__RUN_ID__", &serde_json::to_string(id).unwrap_or_default())
-}
-
-const LIVE_SCRIPT: &str = r##"
+/// The run page's script (`/fabro.js`): follows the events of the run its `#events` list names,
+/// lists them, and turns stage rows and graph nodes running (yellow), succeeded (green) or failed
+/// (red) as they happen. A file, not inline, so the Content-Security-Policy allows no inline
+/// script.
+pub const LIVE_SCRIPT: &str = r##"
 const fills = {started: "#fff59d", completed: "#c8e6c9", failed: "#ffcdd2"};
 function paint(node, fill) {
   for (const g of document.querySelectorAll("#graph g.node")) {
@@ -247,7 +256,7 @@ function row(e, status) {
   tr.cells[3].textContent = status;
   tr.cells[3].className = status;
 }
-const source = new EventSource("/runs/" + __RUN_ID__ + "/events");
+const source = new EventSource("/runs/" + encodeURIComponent(document.getElementById("events").dataset.run) + "/events");
 source.onmessage = (message) => {
   let e;
   try { e = JSON.parse(message.data); } catch (_) { return; }
