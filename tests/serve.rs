@@ -280,6 +280,43 @@ fn a_javascript_link_in_a_runs_workflow_never_reaches_the_run_page() {
 }
 
 #[test]
+fn thirty_answers_at_once_resume_the_run_once_and_the_others_are_told_why() {
+    let test = Test::new().workflow(&GATED.replace("BUILD_SCRIPT", "echo built"));
+    let dir = test.path("");
+    let id = paused_run(&dir);
+    let run_dir = dir.join(".fabro/runs").join(&id);
+    let server = Server::start(&dir, &[]);
+    let origin = format!("http://{}", authority(&server));
+    let answer = server.at(&format!("/runs/{id}/answer"));
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(4).enable_all().build().unwrap();
+    let replies: Vec<(u16, String)> = runtime.block_on(async {
+        let client = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+        let posts = (0..30).map(|_| {
+            let request = client
+                .post(&answer)
+                .header("origin", &origin)
+                .header("content-type", "application/x-www-form-urlencoded")
+                .body("answer=deploy");
+            async move {
+                let response = request.send().await.expect("POST");
+                (response.status().as_u16(), response.text().await.unwrap_or_default())
+            }
+        });
+        futures::future::join_all(posts).await
+    });
+    let resumed = replies.iter().filter(|(code, _)| *code == 303).count();
+    assert_eq!(resumed, 1, "{replies:?}");
+    for (code, body) in replies.iter().filter(|(code, _)| *code != 303) {
+        assert_eq!(*code, 409, "{body}");
+        assert!(body.contains("already answered") || body.contains("not waiting"), "{body}");
+    }
+    wait_until("the run ends", || json(&run_dir.join("manifest.json"))["status"] == "succeeded");
+    assert_eq!(answers_files(&run_dir), 1);
+    let events = std::fs::read_to_string(run_dir.join("events.jsonl")).unwrap();
+    assert_eq!(events.matches("\"run.resumed\"").count(), 1, "{events}");
+}
+
+#[test]
 fn connections_that_never_finish_their_headers_are_closed_while_others_are_served() {
     use std::io::{Read, Write};
     let test = Test::new().workflow(&GATED.replace("BUILD_SCRIPT", "echo built"));

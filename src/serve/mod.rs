@@ -5,7 +5,7 @@
 //! stage pages.
 //!
 //! It only reads run directories, apart from answering a waiting gate, which writes an answers
-//! file into the run directory and starts `fabro resume` on it.
+//! file into the run directory and starts `fabro resume` on it (one resume per run at a time).
 //! Everything in a run directory may have been written by a stage or a model, so: only run
 //! directories that are real directories (not links) are listed, run files are read without
 //! following links, ids and names are checked, and pages send a Content-Security-Policy that
@@ -16,9 +16,12 @@
 mod guard;
 mod pages;
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::extract::{Form, Path as UrlPath, Query, State};
@@ -53,6 +56,9 @@ pub struct ServeOptions {
 
 struct AppState {
     options: ServeOptions,
+    /// Per run id: whether the `fabro resume` this server started for it still runs. Held while
+    /// a gate is answered, so concurrent answers start one resume.
+    resumes: Mutex<HashMap<String, Arc<AtomicBool>>>,
 }
 
 /// The address a connection came in on, which names the server as the client reached it.
@@ -62,7 +68,7 @@ struct LocalAddr(SocketAddr);
 /// Serves until the future is dropped. A connection that does not send its request headers
 /// within [`HEADER_READ_TIMEOUT`] is closed.
 pub async fn serve(listener: tokio::net::TcpListener, options: ServeOptions) -> std::io::Result<()> {
-    let state = Arc::new(AppState { options });
+    let state = Arc::new(AppState { options, resumes: Mutex::new(HashMap::new()) });
     let app = Router::new()
         .route("/", get(index))
         .route("/fabro.js", get(script))
@@ -218,13 +224,19 @@ struct AnswerForm {
     answer: String,
 }
 
-/// Answers the gate a paused run waits at, then resumes the run in the background.
+/// Answers the gate a paused run waits at, then resumes the run in the background. Answers to
+/// one run are taken one at a time: while the resume this server started still runs, another
+/// answer is refused (409), so the run is resumed once.
 async fn answer(
     State(state): State<Arc<AppState>>,
     UrlPath(id): UrlPath<String>,
     Form(form): Form<AnswerForm>,
 ) -> Response {
     let Some(dir) = run_dir(&state, &id) else { return not_found("no such run") };
+    let mut resumes = state.resumes.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    if resumes.get(&id).is_some_and(|running| running.load(Ordering::SeqCst)) {
+        return (StatusCode::CONFLICT, "the gate is already answered: the run is resuming\n").into_response();
+    }
     let Some(gate) = pages::waiting_gate(&dir) else {
         return (StatusCode::CONFLICT, "the run is not waiting at a human gate\n").into_response();
     };
@@ -237,30 +249,43 @@ async fn answer(
         return (StatusCode::INTERNAL_SERVER_ERROR, format!("cannot write the answer: {error}\n"))
             .into_response();
     }
-    let log = std::fs::File::create(dir.join("serve-resume.log"));
-    let mut command = std::process::Command::new(&state.options.fabro_exe);
-    command
-        .arg("resume")
-        .arg(&dir)
-        .arg("--answers")
-        .arg(&answers)
-        .arg("-q")
-        .stdin(std::process::Stdio::null());
+    match resume(&state.options.fabro_exe, &dir, &answers) {
+        Ok(running) => {
+            resumes.insert(id.clone(), running);
+            Redirect::to(&format!("/runs/{id}")).into_response()
+        }
+        Err(error) => (StatusCode::INTERNAL_SERVER_ERROR, format!("cannot start fabro resume: {error}\n"))
+            .into_response(),
+    }
+}
+
+/// Starts `fabro resume DIR --answers ANSWERS` (output in `serve-resume.log`); the flag it
+/// returns turns false when the process ends.
+fn resume(fabro_exe: &Path, dir: &Path, answers: &Path) -> std::io::Result<Arc<AtomicBool>> {
+    // Never through a link a stage may have put there.
+    let log = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(dir.join("serve-resume.log"));
+    let mut command = std::process::Command::new(fabro_exe);
+    command.arg("resume").arg(dir).arg("--answers").arg(answers).arg("-q").stdin(std::process::Stdio::null());
     if let Ok(log) = log {
         if let Ok(copy) = log.try_clone() {
             command.stdout(copy);
         }
         command.stderr(log);
     }
-    match command.spawn() {
-        Ok(mut child) => {
-            // Reap it when it ends, so it leaves no zombie behind.
-            std::thread::spawn(move || child.wait());
-            Redirect::to(&format!("/runs/{id}")).into_response()
-        }
-        Err(error) => (StatusCode::INTERNAL_SERVER_ERROR, format!("cannot start fabro resume: {error}\n"))
-            .into_response(),
-    }
+    let mut child = command.spawn()?;
+    let running = Arc::new(AtomicBool::new(true));
+    let flag = running.clone();
+    // Reap it when it ends, so it leaves no zombie behind.
+    std::thread::spawn(move || {
+        let _ = child.wait();
+        flag.store(false, Ordering::SeqCst);
+    });
+    Ok(running)
 }
 
 /// A file-name-safe timestamp with milliseconds.
