@@ -317,6 +317,19 @@ fn thirty_answers_at_once_resume_the_run_once_and_the_others_are_told_why() {
 }
 
 #[test]
+fn a_token_with_reserved_characters_is_percent_encoded_in_the_printed_url() {
+    let test = Test::new().workflow(&GATED.replace("BUILD_SCRIPT", "echo built"));
+    let dir = test.path("");
+    paused_run(&dir);
+    let server = Server::start(&dir, &["--token", "a&b c%"]);
+    assert!(server.url.ends_with("/?token=a%26b%20c%25"), "{}", server.url);
+    assert_eq!(get(&server.url).0, 200, "the printed URL authenticates");
+    let base = server.url.split_once('?').unwrap().0.to_string();
+    assert_eq!(get(&format!("{base}?token=a")).0, 401);
+    assert_eq!(get(&base).0, 401);
+}
+
+#[test]
 fn connections_that_never_finish_their_headers_are_closed_while_others_are_served() {
     use std::io::{Read, Write};
     let test = Test::new().workflow(&GATED.replace("BUILD_SCRIPT", "echo built"));

@@ -3,7 +3,7 @@
 use std::net::IpAddr;
 use std::path::PathBuf;
 
-use fabro::serve::{new_token, serve, ServeOptions};
+use fabro::serve::{new_token, percent_encode, serve, ServeOptions};
 
 use super::exit;
 
@@ -81,7 +81,8 @@ async fn run_async(args: ServeArgs) -> u8 {
         }
     };
     let shown = if bind.is_unspecified() { "127.0.0.1".parse().unwrap_or(bind) } else { bind };
-    let query = token.as_ref().map(|token| format!("?token={token}")).unwrap_or_default();
+    // Percent-encoded: a token with `&`, spaces or `%` still comes back whole.
+    let query = token.as_ref().map(|token| format!("?token={}", percent_encode(token))).unwrap_or_default();
     let host = match (&host_name, shown) {
         (Some(name), _) => name.clone(),
         (None, IpAddr::V6(v6)) => format!("[{v6}]"),

@@ -104,7 +104,7 @@ fn from_own_page(headers: &HeaderMap, host: &str) -> bool {
     }
 }
 
-/// With a token set: the request must carry it as `?token=` or in the cookie
+/// With a token set: the request must carry it as `?token=` (percent-encoded) or in the cookie
 /// the first such request sets.
 pub async fn require_token(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
     let Some(token) = &state.options.token else { return next.run(request).await };
@@ -113,21 +113,23 @@ pub async fn require_token(State(state): State<Arc<AppState>>, request: Request,
         .query()
         .into_iter()
         .flat_map(|query| query.split('&'))
-        .any(|pair| pair.strip_prefix("token=") == Some(token.as_str()));
+        .filter_map(|pair| pair.strip_prefix("token="))
+        .any(|value| percent_decode(value).as_deref() == Some(token.as_str()));
     let in_cookie = request
         .headers()
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|value| value.to_str().ok())
         .flat_map(|cookies| cookies.split(';'))
-        .any(|cookie| cookie.trim().strip_prefix(&format!("{TOKEN_COOKIE}=")) == Some(token.as_str()));
+        .filter_map(|cookie| cookie.trim().strip_prefix(&format!("{TOKEN_COOKIE}=")))
+        .any(|value| percent_decode(value).as_deref() == Some(token.as_str()));
     if !in_query && !in_cookie {
         return (StatusCode::UNAUTHORIZED, "a valid token is required: open the URL `fabro serve` printed\n")
             .into_response();
     }
     let mut response = next.run(request).await;
     if in_query {
-        let cookie = format!("{TOKEN_COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict");
+        let cookie = format!("{TOKEN_COOKIE}={}; Path=/; HttpOnly; SameSite=Strict", percent_encode(token));
         if let Ok(value) = cookie.parse() {
             response.headers_mut().insert(header::SET_COOKIE, value);
         }
@@ -135,9 +137,59 @@ pub async fn require_token(State(state): State<Arc<AppState>>, request: Request,
     response
 }
 
+/// `text` with every byte but ASCII letters, digits and `-._~` written as `%XX`: safe in a URL's
+/// query and in a cookie value.
+pub fn percent_encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
+            out.push(byte as char);
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+/// The text `%XX` escapes (and `+` for a space, as forms write it) stand for; `None` when an
+/// escape is malformed or the bytes are not UTF-8.
+pub fn percent_decode(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut at = 0;
+    while at < bytes.len() {
+        match bytes[at] {
+            b'%' => {
+                let hex = std::str::from_utf8(bytes.get(at + 1..at + 3)?).ok()?;
+                out.push(u8::from_str_radix(hex, 16).ok()?);
+                at += 3;
+            }
+            b'+' => {
+                out.push(b' ');
+                at += 1;
+            }
+            byte => {
+                out.push(byte);
+                at += 1;
+            }
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tokens_survive_percent_encoding() {
+        for token in ["s3cret", "a&b c", "100%+x=y;z", "ünï"] {
+            assert_eq!(percent_decode(&percent_encode(token)).as_deref(), Some(token));
+        }
+        assert_eq!(percent_encode("a&b c"), "a%26b%20c");
+        assert_eq!(percent_decode("%zz"), None);
+        assert_eq!(percent_decode("%2"), None);
+    }
 
     #[test]
     fn only_the_servers_own_names_and_port_are_hosts() {

@@ -33,6 +33,8 @@ use axum::Router;
 
 use crate::run_dir::lookup::{runs_in, RunEntry};
 
+pub use guard::{percent_decode, percent_encode};
+
 /// How often the event stream looks for new events.
 const EVENT_POLL: Duration = Duration::from_millis(200);
 
