@@ -34,9 +34,16 @@ struct Server {
 
 impl Server {
     fn start(dir: &Path, args: &[&str]) -> Server {
+        Server::start_with(dir, args, &[])
+    }
+
+    /// With environment variables `env` set for the server.
+    fn start_with(dir: &Path, args: &[&str], env: &[(&str, &std::ffi::OsStr)]) -> Server {
         let mut all = vec!["serve", "--dir", ".fabro/runs"];
         all.extend_from_slice(args);
-        let mut child = fabro_command(dir, &all).stdout(Stdio::piped()).spawn().expect("start fabro serve");
+        let mut command = fabro_command(dir, &all);
+        command.envs(env.iter().copied());
+        let mut child = command.stdout(Stdio::piped()).spawn().expect("start fabro serve");
         let mut first = String::new();
         BufReader::new(child.stdout.take().unwrap()).read_line(&mut first).unwrap();
         let url = first.trim().strip_prefix("fabro serve: ").expect(&first).to_string();
@@ -277,6 +284,34 @@ fn a_javascript_link_in_a_runs_workflow_never_reaches_the_run_page() {
     for hostile in ["javascript:", "data:text", "/etc/passwd"] {
         assert!(!run.contains(hostile), "{hostile} in {run}");
     }
+}
+
+#[test]
+fn a_graphviz_that_never_finishes_leaves_the_run_page_with_the_plain_list() {
+    use std::os::unix::fs::PermissionsExt;
+    let test = Test::new().workflow(&GATED.replace("BUILD_SCRIPT", "echo built"));
+    let dir = test.path("");
+    let id = paused_run(&dir);
+    // A `dot` that hangs, first on PATH for the server.
+    let bin = dir.join("hanging-bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::write(bin.join("dot"), "#!/bin/sh\nexec sleep 120\n").unwrap();
+    std::fs::set_permissions(bin.join("dot"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = std::env::join_paths(
+        std::iter::once(bin.clone())
+            .chain(std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())),
+    )
+    .unwrap();
+    let server = Server::start_with(&dir, &[], &[("PATH", path.as_os_str())]);
+    let started = Instant::now();
+    let (code, run) = get(&server.at(&format!("/runs/{id}")));
+    let took = started.elapsed();
+    eprintln!("run page with a hanging dot answered in {took:?}");
+    assert_eq!(code, 200);
+    assert!(run.contains("took over 10 s") && !run.contains("<svg"), "{run}");
+    assert!(took < Duration::from_secs(20), "{took:?}");
+    // Meanwhile other pages are served.
+    assert_eq!(get(&server.at("/")).0, 200);
 }
 
 #[test]

@@ -160,7 +160,12 @@ async fn style() -> Response {
 
 async fn run_page(State(state): State<Arc<AppState>>, UrlPath(id): UrlPath<String>) -> Response {
     match run_dir(&state, &id) {
-        Some(dir) => Html(pages::run(&dir, &id)).into_response(),
+        // Off the async workers: drawing the graph waits on Graphviz.
+        Some(dir) => match tokio::task::spawn_blocking(move || pages::run(&dir, &id)).await {
+            Ok(page) => Html(page).into_response(),
+            Err(error) => (StatusCode::INTERNAL_SERVER_ERROR, format!("cannot render the run: {error}\n"))
+                .into_response(),
+        },
         None => not_found("no such run"),
     }
 }

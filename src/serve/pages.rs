@@ -2,6 +2,7 @@
 
 use std::fmt::Write as _;
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use crate::graph::{Choice, HandlerType};
 use crate::render::{dot, DotOptions, Overlay};
@@ -111,7 +112,7 @@ fn load_workflow(dir: &Path, view: &RunView) -> Option<crate::CheckedWorkflow> {
 }
 
 /// The workflow drawn by Graphviz with the run's progress; a plain list of stages when Graphviz
-/// is not installed.
+/// is not installed, fails or takes too long.
 fn graph_svg(dir: &Path, view: &RunView) -> String {
     let drawn = load_workflow(dir, view).and_then(|checked| {
         let overlay = Overlay::from_run_dir(dir).ok();
@@ -121,7 +122,7 @@ fn graph_svg(dir: &Path, view: &RunView) -> String {
     match drawn {
         Some(svg) => svg,
         None => {
-            let mut list = String::from("<p>(Graphviz is not installed: each stage's last outcome)</p><ul>");
+            let mut list = String::from("<p>(No drawing: Graphviz is not installed, failed or took over 10 s. Each stage's last outcome:)</p><ul>");
             for (node, status) in view.checkpoint.iter().flat_map(|c| c.node_outcomes.iter()) {
                 let _ = write!(
                     list,
@@ -137,8 +138,12 @@ fn graph_svg(dir: &Path, view: &RunView) -> String {
     }
 }
 
+/// How long Graphviz may take to draw a run's workflow; past it the page shows the plain list.
+const GRAPHVIZ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// `dot -Tsvg` over `text`, killed when it takes longer than [`GRAPHVIZ_TIMEOUT`].
 fn graphviz_svg(text: &str) -> Option<String> {
-    use std::io::Write as _;
+    use std::io::{Read as _, Write as _};
     let mut child = std::process::Command::new("dot")
         .arg("-Tsvg")
         .stdin(std::process::Stdio::piped())
@@ -146,12 +151,28 @@ fn graphviz_svg(text: &str) -> Option<String> {
         .stderr(std::process::Stdio::null())
         .spawn()
         .ok()?;
-    let mut stdin = child.stdin.take()?;
+    let (mut stdin, mut stdout) = (child.stdin.take()?, child.stdout.take()?);
     let input = text.as_bytes().to_vec();
     let writer = std::thread::spawn(move || stdin.write_all(&input));
-    let output = child.wait_with_output().ok()?;
+    let reader = std::thread::spawn(move || {
+        let mut svg = Vec::new();
+        stdout.read_to_end(&mut svg).map(|_| svg)
+    });
+    let started = Instant::now();
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if started.elapsed() < GRAPHVIZ_TIMEOUT => std::thread::sleep(Duration::from_millis(20)),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
+            }
+        }
+    };
     let _ = writer.join();
-    let svg = String::from_utf8(output.stdout).ok().filter(|_| output.status.success())?;
+    let svg = reader.join().ok()?.ok()?;
+    let svg = String::from_utf8(svg).ok().filter(|_| status.success())?;
     // Inline: without the XML prolog and doctype.
     svg.find("<svg").map(|at| svg[at..].to_string())
 }
