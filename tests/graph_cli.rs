@@ -438,6 +438,40 @@ fn svg_and_png_come_from_graphviz() {
 }
 
 #[test]
+fn attributes_naming_files_never_reach_graphviz_so_a_fifo_cannot_hang_it() {
+    if !dot_available() {
+        println!("note: Graphviz's `dot` is not on PATH; skipping the svg check");
+        return;
+    }
+    let test = Test::new().workflow(
+        "digraph w {\n  imagepath=\".\"\n  start [shape=Mdiamond]\n  exit [shape=Msquare, image=\"pipe\"]\n  work [shape=box, prompt=\"p\", shapefile=\"pipe\"]\n  start -> work -> exit\n}\n",
+    );
+    let dir = test.path("");
+    let made = Command::new("mkfifo").arg(dir.join("pipe")).status().expect("mkfifo");
+    assert!(made.success());
+    let mut child =
+        common::fabro_command(&dir, &["graph", "workflow.dot", "--format", "svg", "-o", "graph.svg"])
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("start fabro graph");
+    let started = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if started.elapsed() > std::time::Duration::from_secs(20) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("fabro graph --format svg still runs after 20 s: Graphviz waits on the FIFO");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status:?}");
+    let svg = std::fs::read_to_string(dir.join("graph.svg")).unwrap();
+    assert!(svg.contains("<svg") && !svg.contains("pipe"), "{svg}");
+}
+
+#[test]
 fn svg_without_graphviz_names_the_package() {
     let temp = tempfile::tempdir().unwrap();
     std::fs::write(temp.path().join("workflow.dot"), GOLDEN_SOURCE).unwrap();

@@ -261,7 +261,8 @@ fn a_missing_bwrap_or_a_bad_sandbox_setting_stops_the_run_before_it_starts() {
     let ran = setup.run(&[]);
     let err = text(&ran.stderr);
     assert_eq!(ran.status.code(), Some(2), "{err}");
-    assert!(err.contains("stage `probe`: sandbox_paths: `/opt/sdk` should be ro:/absolute/path"), "{err}");
+    // Refused as fabro validate refuses it, at the attribute's value.
+    assert!(err.contains("error[sandbox_paths] w.dot:5:62 node probe: sandbox_paths: `/opt/sdk` should be ro:/absolute/path"), "{err}");
 
     let setup = Setup::new(&command_workflow("sandbox=\"docker\",", "true"));
     let ran = setup.run(&[]);

@@ -34,9 +34,16 @@ struct Server {
 
 impl Server {
     fn start(dir: &Path, args: &[&str]) -> Server {
+        Server::start_with(dir, args, &[])
+    }
+
+    /// With environment variables `env` set for the server.
+    fn start_with(dir: &Path, args: &[&str], env: &[(&str, &std::ffi::OsStr)]) -> Server {
         let mut all = vec!["serve", "--dir", ".fabro/runs"];
         all.extend_from_slice(args);
-        let mut child = fabro_command(dir, &all).stdout(Stdio::piped()).spawn().expect("start fabro serve");
+        let mut command = fabro_command(dir, &all);
+        command.envs(env.iter().copied());
+        let mut child = command.stdout(Stdio::piped()).spawn().expect("start fabro serve");
         let mut first = String::new();
         BufReader::new(child.stdout.take().unwrap()).read_line(&mut first).unwrap();
         let url = first.trim().strip_prefix("fabro serve: ").expect(&first).to_string();
@@ -69,6 +76,44 @@ fn get(url: &str) -> (u16, String) {
         let status = response.status().as_u16();
         (status, response.text().await.unwrap_or_default())
     })
+}
+
+/// `METHOD url` with `headers` (a `Host` among them replaces the real one), redirects not
+/// followed: the status, the response headers and the body.
+fn request(
+    method: &str,
+    url: &str,
+    headers: &[(&str, &str)],
+    form: Option<&str>,
+) -> (u16, reqwest::header::HeaderMap, String) {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        let client = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+        let mut builder = client.request(method.parse().unwrap(), url);
+        for (name, value) in headers {
+            builder = builder.header(*name, *value);
+        }
+        if let Some(form) = form {
+            builder =
+                builder.header("content-type", "application/x-www-form-urlencoded").body(form.to_string());
+        }
+        let response = builder.send().await.expect("request");
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        (status, headers, response.text().await.unwrap_or_default())
+    })
+}
+
+/// `host:port` of the server.
+fn authority(server: &Server) -> String {
+    server.url.trim_start_matches("http://").split('/').next().unwrap().to_string()
+}
+
+fn answers_files(run_dir: &Path) -> usize {
+    std::fs::read_dir(run_dir)
+        .unwrap()
+        .filter(|entry| entry.as_ref().unwrap().file_name().to_string_lossy().starts_with("answers-"))
+        .count()
 }
 
 fn json(path: &Path) -> serde_json::Value {
@@ -155,6 +200,233 @@ fn a_token_is_required_off_loopback_and_checked_on_every_request() {
     assert!(server.url.ends_with("/?token=s3cret"), "{}", server.url);
     let base = server.url.split_once('?').unwrap().0.trim_end_matches('/').to_string();
     assert_eq!(get(&format!("{base}/runs")).0, 401);
+}
+
+#[test]
+fn pages_of_other_sites_can_neither_answer_a_gate_nor_read_through_another_host_name() {
+    let test = Test::new().workflow(&GATED.replace("BUILD_SCRIPT", "echo built"));
+    let dir = test.path("");
+    let id = paused_run(&dir);
+    let run_dir = dir.join(".fabro/runs").join(&id);
+    let server = Server::start(&dir, &[]);
+    let own = authority(&server);
+    let answer = server.at(&format!("/runs/{id}/answer"));
+    let own_origin = format!("http://{own}");
+    let evil_host = format!("evil.example:{}", own.rsplit_once(':').unwrap().1);
+
+    // DNS rebinding: a page of evil.example whose name now points at 127.0.0.1.
+    let (code, _, body) = request("GET", &server.at("/"), &[("host", &evil_host)], None);
+    assert_eq!(code, 403, "{body}");
+    assert!(body.contains("is not a host name this server serves"), "{body}");
+    for headers in [
+        vec![("host", evil_host.as_str()), ("origin", "http://evil.example")],
+        vec![("origin", "http://evil.example")],
+        vec![("origin", "null")],
+        vec![("referer", "http://evil.example/page")],
+        vec![],
+    ] {
+        let (code, _, body) = request("POST", &answer, &headers, Some("answer=deploy"));
+        assert_eq!(code, 403, "{headers:?}: {body}");
+        assert_eq!(answers_files(&run_dir), 0, "{headers:?}");
+    }
+    let (_, _, body) = request("POST", &answer, &[("origin", "http://evil.example")], Some("answer=deploy"));
+    assert!(body.contains("must come from a page of this server"), "{body}");
+    assert_eq!(json(&run_dir.join("manifest.json"))["status"], "paused");
+
+    // Every response carries the security headers, and the pages hold no inline script.
+    for (path, expected) in [
+        ("/".to_string(), 200),
+        (format!("/runs/{id}"), 200),
+        (format!("/runs/{id}/stages/build/1"), 200),
+        ("/fabro.js".to_string(), 200),
+        ("/runs/nope".to_string(), 404),
+    ] {
+        let (code, headers, body) = request("GET", &server.at(&path), &[], None);
+        assert_eq!(code, expected, "{path}: {body}");
+        let csp = headers["content-security-policy"].to_str().unwrap();
+        assert!(csp.contains("script-src 'self'") && !csp.contains("unsafe-inline"), "{csp}");
+        assert_eq!(headers["x-frame-options"], "DENY");
+        assert_eq!(headers["x-content-type-options"], "nosniff");
+        assert_eq!(headers["referrer-policy"], "same-origin");
+        if body.contains("<html") {
+            assert!(!body.replace("<script src=\"/fabro.js\"></script>", "").contains("<script"), "{body}");
+        }
+    }
+
+    // The server's own page posts with its Origin (or, without one, its Referer).
+    let (code, _, body) =
+        request("POST", &answer, &[("referer", &format!("{own_origin}/runs/{id}"))], Some("answer=nope"));
+    assert_eq!(code, 400, "{body}");
+    let (code, _, body) = request("POST", &answer, &[("origin", &own_origin)], Some("answer=deploy"));
+    assert_eq!(code, 303, "{body}");
+    wait_until("the answered run ends", || json(&run_dir.join("manifest.json"))["status"] == "succeeded");
+}
+
+#[test]
+fn a_javascript_link_in_a_runs_workflow_never_reaches_the_run_page() {
+    let test = Test::new().workflow(&GATED.replace("BUILD_SCRIPT", "echo built"));
+    let dir = test.path("");
+    let id = paused_run(&dir);
+    // A stage rewrote the stored workflow: nothing validates it before it is drawn.
+    let stored = dir.join(".fabro/runs").join(&id).join("workflow.dot");
+    let text = std::fs::read_to_string(&stored).unwrap().replacen(
+        "build [",
+        "build [URL=\"javascript:alert(document.cookie)\", href=\"data:text/html,x\", image=\"/etc/passwd\", ",
+        1,
+    );
+    std::fs::write(&stored, text).unwrap();
+    let server = Server::start(&dir, &[]);
+    let (code, run) = get(&server.at(&format!("/runs/{id}")));
+    assert_eq!(code, 200);
+    if std::process::Command::new("dot").arg("-V").output().is_ok() {
+        assert!(run.contains("<svg"), "{run}");
+    }
+    for hostile in ["javascript:", "data:text", "/etc/passwd"] {
+        assert!(!run.contains(hostile), "{hostile} in {run}");
+    }
+}
+
+#[test]
+fn a_graphviz_that_never_finishes_leaves_the_run_page_with_the_plain_list() {
+    use std::os::unix::fs::PermissionsExt;
+    let test = Test::new().workflow(&GATED.replace("BUILD_SCRIPT", "echo built"));
+    let dir = test.path("");
+    let id = paused_run(&dir);
+    // A `dot` that hangs, first on PATH for the server.
+    let bin = dir.join("hanging-bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::write(bin.join("dot"), "#!/bin/sh\nexec sleep 120\n").unwrap();
+    std::fs::set_permissions(bin.join("dot"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = std::env::join_paths(
+        std::iter::once(bin.clone())
+            .chain(std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())),
+    )
+    .unwrap();
+    let server = Server::start_with(&dir, &[], &[("PATH", path.as_os_str())]);
+    let started = Instant::now();
+    let (code, run) = get(&server.at(&format!("/runs/{id}")));
+    let took = started.elapsed();
+    eprintln!("run page with a hanging dot answered in {took:?}");
+    assert_eq!(code, 200);
+    assert!(run.contains("took over 10 s") && !run.contains("<svg"), "{run}");
+    assert!(took < Duration::from_secs(20), "{took:?}");
+    // Meanwhile other pages are served.
+    assert_eq!(get(&server.at("/")).0, 200);
+}
+
+#[test]
+fn thirty_answers_at_once_resume_the_run_once_and_the_others_are_told_why() {
+    let test = Test::new().workflow(&GATED.replace("BUILD_SCRIPT", "echo built"));
+    let dir = test.path("");
+    let id = paused_run(&dir);
+    let run_dir = dir.join(".fabro/runs").join(&id);
+    let server = Server::start(&dir, &[]);
+    let origin = format!("http://{}", authority(&server));
+    let answer = server.at(&format!("/runs/{id}/answer"));
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(4).enable_all().build().unwrap();
+    let replies: Vec<(u16, String)> = runtime.block_on(async {
+        let client = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+        let posts = (0..30).map(|_| {
+            let request = client
+                .post(&answer)
+                .header("origin", &origin)
+                .header("content-type", "application/x-www-form-urlencoded")
+                .body("answer=deploy");
+            async move {
+                let response = request.send().await.expect("POST");
+                (response.status().as_u16(), response.text().await.unwrap_or_default())
+            }
+        });
+        futures::future::join_all(posts).await
+    });
+    let resumed = replies.iter().filter(|(code, _)| *code == 303).count();
+    assert_eq!(resumed, 1, "{replies:?}");
+    for (code, body) in replies.iter().filter(|(code, _)| *code != 303) {
+        assert_eq!(*code, 409, "{body}");
+        assert!(body.contains("already answered") || body.contains("not waiting"), "{body}");
+    }
+    wait_until("the run ends", || json(&run_dir.join("manifest.json"))["status"] == "succeeded");
+    assert_eq!(answers_files(&run_dir), 1);
+    let events = std::fs::read_to_string(run_dir.join("events.jsonl")).unwrap();
+    assert_eq!(events.matches("\"run.resumed\"").count(), 1, "{events}");
+}
+
+#[test]
+fn a_token_with_reserved_characters_is_percent_encoded_in_the_printed_url() {
+    let test = Test::new().workflow(&GATED.replace("BUILD_SCRIPT", "echo built"));
+    let dir = test.path("");
+    paused_run(&dir);
+    let server = Server::start(&dir, &["--token", "a&b c%"]);
+    assert!(server.url.ends_with("/?token=a%26b%20c%25"), "{}", server.url);
+    assert_eq!(get(&server.url).0, 200, "the printed URL authenticates");
+    let base = server.url.split_once('?').unwrap().0.to_string();
+    assert_eq!(get(&format!("{base}?token=a")).0, 401);
+    assert_eq!(get(&base).0, 401);
+}
+
+#[test]
+fn connections_that_never_finish_their_headers_are_closed_while_others_are_served() {
+    use std::io::{Read, Write};
+    let test = Test::new().workflow(&GATED.replace("BUILD_SCRIPT", "echo built"));
+    let dir = test.path("");
+    paused_run(&dir);
+    let server = Server::start(&dir, &[]);
+    let own = authority(&server);
+    // 50 loopback clients: half send part of their headers, half nothing at all.
+    let started = Instant::now();
+    let mut slow: Vec<std::net::TcpStream> = (0..50)
+        .map(|i| {
+            let mut stream = std::net::TcpStream::connect(&own).unwrap();
+            if i % 2 == 0 {
+                stream.write_all(format!("GET / HTTP/1.1\r\nHost: {own}\r\n").as_bytes()).unwrap();
+            }
+            stream
+        })
+        .collect();
+    let served = Instant::now();
+    let (code, _) = get(&server.at("/"));
+    assert_eq!(code, 200);
+    let served_in = served.elapsed();
+    assert!(served_in < Duration::from_secs(3), "another client waited {served_in:?}");
+    for stream in &mut slow {
+        stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut rest = Vec::new();
+        // The server closes the connection (end of stream), answering nothing.
+        stream.read_to_end(&mut rest).expect("closed by the server, not timed out here");
+    }
+    let closed_in = started.elapsed();
+    eprintln!("another client served in {served_in:?}; 50 silent connections closed after {closed_in:?}");
+    assert!(closed_in < Duration::from_secs(10), "{closed_in:?}");
+}
+
+#[test]
+fn runs_and_run_files_that_are_symbolic_links_are_never_shown() {
+    let secret = tempfile::tempdir().unwrap();
+    std::fs::write(secret.path().join("id_rsa"), "-----BEGIN PRIVATE KEY----- s3cr3t").unwrap();
+    let test = Test::new().workflow(&GATED.replace("BUILD_SCRIPT", "echo built"));
+    let dir = test.path("");
+    let id = paused_run(&dir);
+    let run_dir = dir.join(".fabro/runs").join(&id);
+    // A stage replaced its status.json and stdout with links to a private key.
+    for name in ["status.json", "stdout.log"] {
+        let file = run_dir.join("stages/build/1").join(name);
+        let _ = std::fs::remove_file(&file);
+        std::os::unix::fs::symlink(secret.path().join("id_rsa"), &file).unwrap();
+    }
+    // A run directory elsewhere, linked into the runs directory.
+    let other = Test::new().workflow(&GATED.replace("BUILD_SCRIPT", "echo other"));
+    let other_id = paused_run(&other.path(""));
+    std::os::unix::fs::symlink(other.path(".fabro/runs").join(&other_id), dir.join(".fabro/runs/linked"))
+        .unwrap();
+    let server = Server::start(&dir, &[]);
+    let (_, list) = get(&server.at("/"));
+    assert!(list.contains(&id) && !list.contains(&other_id), "{list}");
+    assert_eq!(get(&server.at(&format!("/runs/{other_id}"))).0, 404);
+    for path in [format!("/runs/{id}"), format!("/runs/{id}/stages/build/1")] {
+        let (code, page) = get(&server.at(&path));
+        assert_eq!(code, 200, "{path}");
+        assert!(!page.contains("s3cr3t") && !page.contains("PRIVATE KEY"), "{path}: {page}");
+    }
 }
 
 /// Starts chromedriver on a free port; in CI a missing driver fails the test.

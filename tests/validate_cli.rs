@@ -993,3 +993,52 @@ fn fabros_model_provider_and_goal_spellings_are_read_with_a_dialect_warning() {
     let prompt = std::fs::read_to_string(dir.path().join("run/stages/plan/1/prompt.md")).unwrap();
     assert!(prompt.contains("Plan how to Ship the parser"), "{prompt}");
 }
+
+#[test]
+fn links_other_than_http_are_errors_at_their_value_and_run_refuses_them() {
+    let source = "digraph w {\n  start [shape=Mdiamond, URL=\"javascript:alert(document.cookie)\"]\n  exit [shape=Msquare, href=\"https://example.com/docs\"]\n  start -> exit [labelhref=\"data:text/html,x\"]\n}\n";
+    let ran = validate(source, 2);
+    let output = ran.stdout();
+    assert_diagnostic(
+        &output,
+        "error[link_scheme] workflow.dot:2:30 node start: `URL` is `javascript:alert(document.cookie)`: only http:// and https:// links are allowed in a drawn graph",
+        Some((2, 30, "\"javascript:alert(document.cookie)\"")),
+        Some("write an absolute http:// or https:// link, or remove `URL`"),
+    );
+    assert_diagnostic(
+        &output,
+        "error[link_scheme] workflow.dot:4:28 edge start -> exit: `labelhref` is `data:text/html,x`: only http:// and https:// links are allowed in a drawn graph",
+        Some((4, 28, "\"data:text/html,x\"")),
+        Some("write an absolute http:// or https:// link, or remove `labelhref`"),
+    );
+    assert_eq!(output.lines().last(), Some("workflow.dot: invalid: 2 errors, 0 warnings"));
+    let ran = run(source, &["run", "workflow.dot", "--simulate"], 2);
+    assert!(ran.stderr().contains("error[link_scheme]"), "{}", ran.stderr());
+}
+
+#[test]
+fn attributes_naming_files_for_graphviz_are_warned_about_as_not_drawn() {
+    let source = "digraph w {\n  start [shape=Mdiamond]\n  exit [shape=Msquare, image=\"/dev/zero\"]\n  start -> exit\n}\n";
+    let output = validate(source, 0).stdout();
+    assert_diagnostic(
+        &output,
+        "warning[graphviz_file] workflow.dot:3:24 node exit: `image` names a file, which fabro never passes to Graphviz: it is not drawn",
+        Some((3, 24, "image")),
+        Some("remove `image`"),
+    );
+}
+
+#[test]
+fn sandbox_paths_that_run_refuses_are_errors_at_their_value() {
+    let source = "digraph w {\n  sandbox_paths = \"ro:/\"\n  start [shape=Mdiamond]\n  exit [shape=Msquare]\n  build [shape=parallelogram, script=\"true\", sandbox_paths=\"rw:relative\"]\n  start -> build -> exit\n}\n";
+    let output = validate(source, 2).stdout();
+    assert_diagnostic(
+        &output,
+        "error[sandbox_paths] workflow.dot:5:60 node build: sandbox_paths: `rw:relative`: the path must be absolute",
+        Some((5, 60, "\"rw:relative\"")),
+        Some("write each item as ro:/absolute/path or rw:/absolute/path"),
+    );
+    let missing = source.replace("rw:relative", "ro:/no/such/fabro/path");
+    let output = validate(&missing, 2).stdout();
+    assert!(output.contains("error[sandbox_paths] workflow.dot:5:60 node build: sandbox_paths: `/no/such/fabro/path` does not exist"), "{output}");
+}

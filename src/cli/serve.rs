@@ -1,9 +1,9 @@
-//! `fabro serve [--dir DIR] [--bind ADDR] [--port N] [--token TOKEN]`: the web view of the runs.
+//! `fabro serve [--dir DIR] [--bind ADDR|NAME] [--port N] [--token TOKEN]`: the web view of the runs.
 
 use std::net::IpAddr;
 use std::path::PathBuf;
 
-use fabro::serve::{new_token, serve, ServeOptions};
+use fabro::serve::{new_token, percent_encode, serve, ServeOptions};
 
 use super::exit;
 
@@ -12,10 +12,10 @@ pub struct ServeArgs {
     /// The directory holding run directories.
     #[arg(long, default_value = ".fabro/runs")]
     pub dir: PathBuf,
-    /// The address to listen on; any other than loopback needs a token (one is made when none
-    /// is given).
+    /// The address to listen on, or a host name for it (then also the name the server answers
+    /// to); any other than loopback needs a token (one is made when none is given).
     #[arg(long, default_value = "127.0.0.1")]
-    pub bind: IpAddr,
+    pub bind: String,
     /// The port (0: any free port; the URL printed says which).
     #[arg(long, default_value_t = 0)]
     pub port: u16,
@@ -29,7 +29,22 @@ pub fn run(args: ServeArgs) -> u8 {
 }
 
 async fn run_async(args: ServeArgs) -> u8 {
-    let token = match (&args.token, args.bind.is_loopback()) {
+    let (bind, host_name) = match args.bind.parse::<IpAddr>() {
+        Ok(address) => (address, None),
+        Err(_) => {
+            match tokio::net::lookup_host((args.bind.as_str(), args.port)).await.map(|mut a| a.next()) {
+                Ok(Some(address)) => (address.ip(), Some(args.bind.clone())),
+                Ok(None) | Err(_) => {
+                    eprintln!(
+                        "error: --bind `{}` is neither an IP address nor a host name of this machine",
+                        args.bind
+                    );
+                    return exit::INVALID;
+                }
+            }
+        }
+    };
+    let token = match (&args.token, bind.is_loopback()) {
         (Some(token), _) if token.trim().is_empty() => {
             eprintln!("error: --token is empty");
             return exit::INVALID;
@@ -51,10 +66,10 @@ async fn run_async(args: ServeArgs) -> u8 {
             return exit::FAILED;
         }
     };
-    let listener = match tokio::net::TcpListener::bind((args.bind, args.port)).await {
+    let listener = match tokio::net::TcpListener::bind((bind, args.port)).await {
         Ok(listener) => listener,
         Err(error) => {
-            eprintln!("error: cannot listen on {}:{}: {error}", args.bind, args.port);
+            eprintln!("error: cannot listen on {}:{}: {error}", bind, args.port);
             return exit::INVALID;
         }
     };
@@ -65,15 +80,17 @@ async fn run_async(args: ServeArgs) -> u8 {
             return exit::FAILED;
         }
     };
-    let shown = if args.bind.is_unspecified() { "127.0.0.1".parse().unwrap_or(args.bind) } else { args.bind };
-    let query = token.as_ref().map(|token| format!("?token={token}")).unwrap_or_default();
-    let host = match shown {
-        IpAddr::V6(v6) => format!("[{v6}]"),
-        IpAddr::V4(v4) => v4.to_string(),
+    let shown = if bind.is_unspecified() { "127.0.0.1".parse().unwrap_or(bind) } else { bind };
+    // Percent-encoded: a token with `&`, spaces or `%` still comes back whole.
+    let query = token.as_ref().map(|token| format!("?token={}", percent_encode(token))).unwrap_or_default();
+    let host = match (&host_name, shown) {
+        (Some(name), _) => name.clone(),
+        (None, IpAddr::V6(v6)) => format!("[{v6}]"),
+        (None, IpAddr::V4(v4)) => v4.to_string(),
     };
     println!("fabro serve: http://{host}:{}/{query}", address.port());
     println!("serving the runs in {} (Ctrl-C stops)", args.dir.display());
-    let options = ServeOptions { runs_dir: args.dir.clone(), token, fabro_exe };
+    let options = ServeOptions { runs_dir: args.dir.clone(), token, fabro_exe, host_name };
     tokio::select! {
         served = serve(listener, options) => match served {
             Ok(()) => exit::SUCCESS,

@@ -544,9 +544,61 @@ pub const DISPLAY_ATTRIBUTES: &[&str] = &[
     "ltail",
     "samehead",
     "sametail",
-    "fontpath",
     "charset",
+    "labelURL",
+    "labelhref",
+    "edgeURL",
+    "edgehref",
+    "headURL",
+    "headhref",
+    "tailURL",
+    "tailhref",
+    "shapefile",
+    "imagepath",
+    "fontpath",
+    "fontnames",
+    "stylesheet",
 ];
+
+/// Graphviz attributes holding a link, which its SVG output turns into a clickable `<a>`: drawn
+/// only when they are [`web links`](is_web_link), since a workflow may come from anywhere and
+/// `fabro serve` shows the SVG inside its pages.
+pub const LINK_ATTRIBUTES: &[&str] = &[
+    "URL",
+    "href",
+    "labelURL",
+    "labelhref",
+    "edgeURL",
+    "edgehref",
+    "headURL",
+    "headhref",
+    "tailURL",
+    "tailhref",
+];
+
+/// Graphviz attributes that name files (or where to look for them) on the machine that draws the
+/// graph: never passed to Graphviz, since reading a FIFO or a device would hang it and the drawing
+/// could carry the file's contents.
+pub const FILE_ATTRIBUTES: &[&str] =
+    &["image", "shapefile", "imagepath", "fontpath", "fontnames", "stylesheet"];
+
+/// Whether `name` is one of [`LINK_ATTRIBUTES`] (Graphviz spells them in any case).
+pub fn is_link_attribute(name: &str) -> bool {
+    LINK_ATTRIBUTES.iter().any(|link| link.eq_ignore_ascii_case(name))
+}
+
+/// Whether `name` is one of [`FILE_ATTRIBUTES`].
+pub fn is_file_attribute(name: &str) -> bool {
+    FILE_ATTRIBUTES.iter().any(|file| file.eq_ignore_ascii_case(name))
+}
+
+/// An absolute `http://` or `https://` link, the only kind a drawn graph may carry: no
+/// `javascript:`, `data:` or relative link (exactly as written, without leading spaces, which
+/// browsers would strip).
+pub fn is_web_link(value: &str) -> bool {
+    let lower = value.get(..8).unwrap_or(value).to_ascii_lowercase();
+    lower.starts_with("http://") || lower.starts_with("https://")
+}
 
 static BY_NAME: LazyLock<rustc_hash::FxHashMap<&'static str, &'static AttributeSpec>> =
     LazyLock::new(|| ATTRIBUTES.iter().map(|spec| (spec.name, spec)).collect());

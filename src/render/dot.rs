@@ -10,11 +10,16 @@
 //!   keywords are quoted.
 //! - Values are the transformed ones: `@file` prompts inlined, `$goal` expanded, stylesheet
 //!   models applied. The output is stable: the same workflow gives the same bytes.
+//! - Nothing that would make Graphviz read a file or draw a dangerous link: attributes naming
+//!   files (`image`, `shapefile`, `fontpath`, ...) are left out, and so are link attributes
+//!   (`URL`, `href`, ...) that are not `http://` or `https://` links, whether or not the workflow
+//!   was validated (`fabro serve` inlines the SVG in its pages).
 
 use std::borrow::Cow;
 use std::fmt::Write as _;
 use std::str::FromStr;
 
+use crate::graph::attribute;
 use crate::graph::{EdgeRef, HandlerType, Node, Workflow};
 
 use super::overlay::{NodeState, Overlay};
@@ -98,11 +103,11 @@ pub fn write(workflow: &Workflow, options: &DotOptions) -> String {
     if let Some(direction) = options.direction {
         graph_attributes.set("rankdir", direction.as_str().to_string());
     }
-    for (key, value) in &graph_attributes.0 {
+    for (key, value) in graph_attributes.0.iter().filter(|(key, value)| drawable(key, value)) {
         let _ = writeln!(out, "    {}={}", id(key), quote(value));
     }
 
-    let mut section = !graph_attributes.0.is_empty();
+    let mut section = graph_attributes.0.iter().any(|(key, value)| drawable(key, value));
     for node in workflow.nodes() {
         if std::mem::take(&mut section) {
             out.push('\n');
@@ -114,7 +119,7 @@ pub fn write(workflow: &Workflow, options: &DotOptions) -> String {
         write_statement(&mut out, &id(&node.id), &attributes);
     }
 
-    section = workflow.node_count() > 0 || !graph_attributes.0.is_empty();
+    section = workflow.node_count() > 0 || graph_attributes.0.iter().any(|(key, value)| drawable(key, value));
     for edge in workflow.edges() {
         if std::mem::take(&mut section) {
             out.push('\n');
@@ -221,14 +226,25 @@ fn overlay_edge(edge: &EdgeRef<'_>, overlay: &Overlay, attributes: &mut AttrList
     }
 }
 
+/// Whether an attribute is written for Graphviz: not one naming a file, and a link only when it
+/// is an http(s) one.
+fn drawable(key: &str, value: &str) -> bool {
+    !attribute::is_file_attribute(key)
+        && (!attribute::is_link_attribute(key) || attribute::is_web_link(value))
+}
+
 /// `head [a="1", b="2"]` on one line, or one attribute per line when that is too long.
 fn write_statement(out: &mut String, head: &str, attributes: &AttrList) {
-    if attributes.0.is_empty() {
+    let pairs: Vec<String> = attributes
+        .0
+        .iter()
+        .filter(|(key, value)| drawable(key, value))
+        .map(|(key, value)| format!("{}={}", id(key), quote(value)))
+        .collect();
+    if pairs.is_empty() {
         let _ = writeln!(out, "    {head}");
         return;
     }
-    let pairs: Vec<String> =
-        attributes.0.iter().map(|(key, value)| format!("{}={}", id(key), quote(value))).collect();
     let one_line = format!("    {head} [{}]", pairs.join(", "));
     if one_line.chars().count() <= MAX_LINE && !pairs.iter().any(|p| p.contains('\n')) {
         out.push_str(&one_line);
@@ -350,6 +366,28 @@ mod tests {
         let start = again.workflow.node("start").unwrap();
         assert_eq!(start.handler_type(), HandlerType::Start);
         assert_eq!(start.classes, ["loop-a"]);
+    }
+
+    #[test]
+    fn file_attributes_and_links_other_than_http_are_never_written() {
+        let workflow = load(
+            r#"digraph w {
+                imagepath = "/etc"
+                start [shape=Mdiamond, URL="javascript:alert(1)", image="/dev/zero"]
+                exit [shape=Msquare, href="https://example.com/ok", tooltip="t"]
+                start -> exit [labelURL="JaVaScRiPt:x", edgehref="http://example.com/e", headURL=" javascript:y"]
+            }"#,
+        );
+        let written = write(&workflow, &DotOptions::default());
+        for gone in ["javascript", "JaVaScRiPt", "image", "/dev/zero", "imagepath", "/etc"] {
+            assert!(!written.contains(gone), "{gone} in\n{written}");
+        }
+        assert!(
+            written.contains(r#"exit [shape="Msquare", href="https://example.com/ok", tooltip="t"]"#),
+            "{written}"
+        );
+        assert!(written.contains(r#"start -> exit [edgehref="http://example.com/e"]"#), "{written}");
+        assert!(written.starts_with("digraph w {\n    start [shape=\"Mdiamond\"]\n"), "{written}");
     }
 
     #[test]

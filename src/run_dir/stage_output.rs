@@ -16,9 +16,10 @@ const POLL_WINDOW: u64 = 1024 * 1024;
 const MAX_LINE_CHARS: usize = 300;
 
 /// The last `max_bytes` of a file as text, cut at a character boundary (invalid UTF-8 is
-/// replaced); `None` when the file cannot be read.
+/// replaced); `None` when the file cannot be read or is not a regular file: a symbolic link (a
+/// stage may have put one in its directory, pointing anywhere) or a FIFO is not read.
 pub fn read_tail(path: &Path, max_bytes: u64) -> Option<String> {
-    let mut file = std::fs::File::open(path).ok()?;
+    let mut file = open_regular(path)?;
     let len = file.metadata().ok()?.len();
     let start = len.saturating_sub(max_bytes);
     file.seek(SeekFrom::Start(start)).ok()?;
@@ -107,9 +108,17 @@ impl LogFollower {
     }
 }
 
+/// The regular file at `path`, opened without following a symbolic link and without waiting on
+/// a FIFO.
 fn open_regular(path: &Path) -> Option<std::fs::File> {
-    std::fs::symlink_metadata(path).ok().filter(std::fs::Metadata::is_file)?;
-    std::fs::File::open(path).ok()
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .ok()?;
+    file.metadata().ok().filter(std::fs::Metadata::is_file)?;
+    Some(file)
 }
 
 fn shorten(line: &str) -> String {

@@ -1,31 +1,46 @@
 //! `fabro serve`: a local web view of the runs in a runs directory. Server-rendered HTML with a
-//! little plain JavaScript (no build step): the runs list, a run page (the workflow graph colored
-//! by progress, the stage table, the context-usage chart, the events as they happen over
-//! server-sent events, and the question of a gate the run is waiting at), and stage pages.
+//! little plain JavaScript served as a file (no build step): the runs list, a run page (the
+//! workflow graph colored by progress, the stage table, the context-usage chart, the events as
+//! they happen over server-sent events, and the question of a gate the run is waiting at), and
+//! stage pages.
 //!
 //! It only reads run directories, apart from answering a waiting gate, which writes an answers
-//! file into the run directory and starts `fabro resume` on it. Only files inside a run's
-//! directory are served (ids and names are checked, symbolic links are not followed out), and a
+//! file into the run directory and starts `fabro resume` on it (one resume per run at a time).
+//! Everything in a run directory may have been written by a stage or a model, so: only run
+//! directories that are real directories (not links) are listed, run files are read without
+//! following links, ids and names are checked, and pages send a Content-Security-Policy that
+//! allows no inline script. Requests must name the server by a host name it serves (no DNS
+//! rebinding), state-changing ones must come from its own pages (`Origin` or `Referer`), and a
 //! token, when set, is required on every request.
 
+mod guard;
 mod pages;
 
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::extract::{Form, Path as UrlPath, Query, Request, State};
+use axum::extract::{Form, Path as UrlPath, Query, State};
 use axum::http::{header, StatusCode};
-use axum::middleware::Next;
 use axum::response::sse::{Event as SseEvent, Sse};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::Router;
 
-use crate::run_dir::lookup::runs_in;
+use crate::run_dir::lookup::{runs_in, RunEntry};
+
+pub use guard::{percent_decode, percent_encode};
 
 /// How often the event stream looks for new events.
 const EVENT_POLL: Duration = Duration::from_millis(200);
+
+/// How long a client may take to send a request's headers before its connection is closed, so
+/// that slow or silent connections cannot hold the server's resources.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// What the server serves and how.
 #[derive(Debug, Clone)]
@@ -36,24 +51,65 @@ pub struct ServeOptions {
     pub token: Option<String>,
     /// The `fabro` executable that resumes a run after a gate is answered.
     pub fabro_exe: PathBuf,
+    /// A host name the server is reached by besides its address, `localhost`, `127.0.0.1` and
+    /// `[::1]` (the name given to `--bind`).
+    pub host_name: Option<String>,
 }
 
 struct AppState {
     options: ServeOptions,
+    /// Per run id: whether the `fabro resume` this server started for it still runs. Held while
+    /// a gate is answered, so concurrent answers start one resume.
+    resumes: Mutex<HashMap<String, Arc<AtomicBool>>>,
 }
 
-/// Serves until the listener fails or the future is dropped.
+/// The address a connection came in on, which names the server as the client reached it.
+#[derive(Debug, Clone, Copy)]
+struct LocalAddr(SocketAddr);
+
+/// Serves until the future is dropped. A connection that does not send its request headers
+/// within [`HEADER_READ_TIMEOUT`] is closed.
 pub async fn serve(listener: tokio::net::TcpListener, options: ServeOptions) -> std::io::Result<()> {
-    let state = Arc::new(AppState { options });
+    let state = Arc::new(AppState { options, resumes: Mutex::new(HashMap::new()) });
     let app = Router::new()
         .route("/", get(index))
+        .route("/fabro.js", get(script))
+        .route("/fabro.css", get(style))
         .route("/runs/{id}", get(run_page))
         .route("/runs/{id}/events", get(events))
         .route("/runs/{id}/answer", post(answer))
         .route("/runs/{id}/stages/{node}/{visit}", get(stage_page))
-        .layer(axum::middleware::from_fn_with_state(state.clone(), require_token))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), guard::require_token))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), guard::same_origin))
+        .layer(axum::middleware::from_fn(guard::security_headers))
         .with_state(state);
-    axum::serve(listener, app).await
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder.timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(HEADER_READ_TIMEOUT);
+    loop {
+        let (stream, _) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(error) => {
+                // Out of file descriptors and the like: wait for connections to close.
+                tracing::warn!("fabro serve cannot accept a connection: {error}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let Ok(local) = stream.local_addr() else { continue };
+        let router = app.clone();
+        let service =
+            hyper::service::service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
+                request.extensions_mut().insert(LocalAddr(local));
+                let mut router = router.clone();
+                async move { tower_service::Service::call(&mut router, request).await }
+            });
+        let connection = builder.serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+        tokio::spawn(async move {
+            if let Err(error) = connection.await {
+                tracing::debug!("fabro serve connection ended: {error}");
+            }
+        });
+    }
 }
 
 /// A new random token (128 bits from the kernel's generator) for a server reachable from other
@@ -65,40 +121,16 @@ pub fn new_token() -> std::io::Result<String> {
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
-const TOKEN_COOKIE: &str = "fabro_token";
-
-/// With a token set: the request must carry it as `?token=` or in the cookie the first such
-/// request sets.
-async fn require_token(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
-    let Some(token) = &state.options.token else { return next.run(request).await };
-    let in_query = request
-        .uri()
-        .query()
-        .into_iter()
-        .flat_map(|query| query.split('&'))
-        .any(|pair| pair.strip_prefix("token=") == Some(token.as_str()));
-    let in_cookie = request
-        .headers()
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|value| value.to_str().ok())
-        .flat_map(|cookies| cookies.split(';'))
-        .any(|cookie| cookie.trim().strip_prefix(&format!("{TOKEN_COOKIE}=")) == Some(token.as_str()));
-    if !in_query && !in_cookie {
-        return (StatusCode::UNAUTHORIZED, "a valid token is required: open the URL `fabro serve` printed\n")
-            .into_response();
-    }
-    let mut response = next.run(request).await;
-    if in_query {
-        if let Ok(value) = format!("{TOKEN_COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict").parse() {
-            response.headers_mut().insert(header::SET_COOKIE, value);
-        }
-    }
-    response
-}
-
 fn not_found(what: &str) -> Response {
     (StatusCode::NOT_FOUND, format!("{what}\n")).into_response()
+}
+
+/// The runs of the runs directory that are directories of their own: an entry that is a
+/// symbolic link (to a directory elsewhere) or not a directory is not served.
+fn served_runs(runs_dir: &Path) -> Vec<RunEntry> {
+    let mut runs = runs_in(runs_dir);
+    runs.retain(|run| std::fs::symlink_metadata(&run.dir).is_ok_and(|meta| meta.is_dir()));
+    runs
 }
 
 /// The run directory of run `id`: a direct child of the runs directory whose manifest has that id.
@@ -106,7 +138,7 @@ fn run_dir(state: &AppState, id: &str) -> Option<PathBuf> {
     if id.is_empty() || !id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
         return None;
     }
-    runs_in(&state.options.runs_dir).into_iter().find(|run| run.run_id == id).map(|run| run.dir)
+    served_runs(&state.options.runs_dir).into_iter().find(|run| run.run_id == id).map(|run| run.dir)
 }
 
 #[derive(serde::Deserialize)]
@@ -115,12 +147,25 @@ struct ListQuery {
 }
 
 async fn index(State(state): State<Arc<AppState>>, Query(query): Query<ListQuery>) -> Html<String> {
-    Html(pages::runs_list(&state.options.runs_dir, query.status.as_deref()))
+    Html(pages::runs_list(served_runs(&state.options.runs_dir), query.status.as_deref()))
+}
+
+async fn script() -> Response {
+    ([(header::CONTENT_TYPE, "text/javascript; charset=utf-8")], pages::LIVE_SCRIPT).into_response()
+}
+
+async fn style() -> Response {
+    ([(header::CONTENT_TYPE, "text/css; charset=utf-8")], pages::style_sheet()).into_response()
 }
 
 async fn run_page(State(state): State<Arc<AppState>>, UrlPath(id): UrlPath<String>) -> Response {
     match run_dir(&state, &id) {
-        Some(dir) => Html(pages::run(&dir, &id)).into_response(),
+        // Off the async workers: drawing the graph waits on Graphviz.
+        Some(dir) => match tokio::task::spawn_blocking(move || pages::run(&dir, &id)).await {
+            Ok(page) => Html(page).into_response(),
+            Err(error) => (StatusCode::INTERNAL_SERVER_ERROR, format!("cannot render the run: {error}\n"))
+                .into_response(),
+        },
         None => not_found("no such run"),
     }
 }
@@ -186,13 +231,19 @@ struct AnswerForm {
     answer: String,
 }
 
-/// Answers the gate a paused run waits at, then resumes the run in the background.
+/// Answers the gate a paused run waits at, then resumes the run in the background. Answers to
+/// one run are taken one at a time: while the resume this server started still runs, another
+/// answer is refused (409), so the run is resumed once.
 async fn answer(
     State(state): State<Arc<AppState>>,
     UrlPath(id): UrlPath<String>,
     Form(form): Form<AnswerForm>,
 ) -> Response {
     let Some(dir) = run_dir(&state, &id) else { return not_found("no such run") };
+    let mut resumes = state.resumes.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    if resumes.get(&id).is_some_and(|running| running.load(Ordering::SeqCst)) {
+        return (StatusCode::CONFLICT, "the gate is already answered: the run is resuming\n").into_response();
+    }
     let Some(gate) = pages::waiting_gate(&dir) else {
         return (StatusCode::CONFLICT, "the run is not waiting at a human gate\n").into_response();
     };
@@ -205,30 +256,43 @@ async fn answer(
         return (StatusCode::INTERNAL_SERVER_ERROR, format!("cannot write the answer: {error}\n"))
             .into_response();
     }
-    let log = std::fs::File::create(dir.join("serve-resume.log"));
-    let mut command = std::process::Command::new(&state.options.fabro_exe);
-    command
-        .arg("resume")
-        .arg(&dir)
-        .arg("--answers")
-        .arg(&answers)
-        .arg("-q")
-        .stdin(std::process::Stdio::null());
+    match resume(&state.options.fabro_exe, &dir, &answers) {
+        Ok(running) => {
+            resumes.insert(id.clone(), running);
+            Redirect::to(&format!("/runs/{id}")).into_response()
+        }
+        Err(error) => (StatusCode::INTERNAL_SERVER_ERROR, format!("cannot start fabro resume: {error}\n"))
+            .into_response(),
+    }
+}
+
+/// Starts `fabro resume DIR --answers ANSWERS` (output in `serve-resume.log`); the flag it
+/// returns turns false when the process ends.
+fn resume(fabro_exe: &Path, dir: &Path, answers: &Path) -> std::io::Result<Arc<AtomicBool>> {
+    // Never through a link a stage may have put there.
+    let log = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(dir.join("serve-resume.log"));
+    let mut command = std::process::Command::new(fabro_exe);
+    command.arg("resume").arg(dir).arg("--answers").arg(answers).arg("-q").stdin(std::process::Stdio::null());
     if let Ok(log) = log {
         if let Ok(copy) = log.try_clone() {
             command.stdout(copy);
         }
         command.stderr(log);
     }
-    match command.spawn() {
-        Ok(mut child) => {
-            // Reap it when it ends, so it leaves no zombie behind.
-            std::thread::spawn(move || child.wait());
-            Redirect::to(&format!("/runs/{id}")).into_response()
-        }
-        Err(error) => (StatusCode::INTERNAL_SERVER_ERROR, format!("cannot start fabro resume: {error}\n"))
-            .into_response(),
-    }
+    let mut child = command.spawn()?;
+    let running = Arc::new(AtomicBool::new(true));
+    let flag = running.clone();
+    // Reap it when it ends, so it leaves no zombie behind.
+    std::thread::spawn(move || {
+        let _ = child.wait();
+        flag.store(false, Ordering::SeqCst);
+    });
+    Ok(running)
 }
 
 /// A file-name-safe timestamp with milliseconds.

@@ -2,32 +2,39 @@
 
 use std::fmt::Write as _;
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use crate::graph::{Choice, HandlerType};
 use crate::render::{dot, DotOptions, Overlay};
 use crate::report::run_page::{escape, visit_html, RunPage, STYLE};
-use crate::run_dir::lookup::runs_in;
+use crate::run_dir::lookup::RunEntry;
 use crate::run_dir::{RunStatus, RunView};
 use crate::source::SourceFile;
 
 /// What `fabro serve` adds to the report style.
-const SERVE_STYLE: &str = "<style>\n.running{color:#b26a00}#graph svg{max-width:100%;height:auto}#events{max-height:24rem;overflow:auto;font-family:monospace;font-size:.85rem}\n</style>\n";
+const SERVE_STYLE: &str = ".running{color:#b26a00}#graph svg{max-width:100%;height:auto}#events{max-height:24rem;overflow:auto;font-family:monospace;font-size:.85rem}\n";
+
+/// The style sheet of every page (`/fabro.css`): the report's style and what serve adds. A file,
+/// not inline, so the Content-Security-Policy allows no inline style.
+pub fn style_sheet() -> String {
+    let report = STYLE.trim_start_matches("<style>\n").trim_end_matches("</style>\n");
+    format!("{report}{SERVE_STYLE}")
+}
 
 fn page(title: &str, body: &str) -> String {
     format!(
-        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>{} · fabro</title>\n{STYLE}{SERVE_STYLE}</head>\n<body>\n<p><a href=\"/\">runs</a></p>\n{body}</body>\n</html>\n",
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>{} · fabro</title>\n<link rel=\"stylesheet\" href=\"/fabro.css\">\n</head>\n<body>\n<p><a href=\"/\">runs</a></p>\n{body}</body>\n</html>\n",
         escape(title)
     )
 }
 
 /// The runs, newest first, optionally only those with `status`.
-pub fn runs_list(runs_dir: &Path, status: Option<&str>) -> String {
+pub fn runs_list(mut runs: Vec<RunEntry>, status: Option<&str>) -> String {
     let mut body = String::from("<h1>Runs</h1>\n<p>Status: <a href=\"/\">all</a>");
     for name in ["running", "paused", "interrupted", "succeeded", "failed"] {
         let _ = write!(body, " · <a href=\"/?status={name}\">{name}</a>");
     }
     body.push_str("</p>\n<table id=\"runs\">\n<tr><th>run</th><th>status</th><th>workflow</th><th>goal</th><th>started</th><th>duration</th><th>tokens in / out</th><th>cost</th></tr>\n");
-    let mut runs = runs_in(runs_dir);
     runs.reverse();
     for entry in runs {
         let Ok(view) = RunView::open(&entry.dir) else { continue };
@@ -96,6 +103,8 @@ pub fn waiting_gate(dir: &Path) -> Option<WaitingGate> {
 }
 
 fn load_workflow(dir: &Path, view: &RunView) -> Option<crate::CheckedWorkflow> {
+    // Not through a link a stage may have put in its place.
+    std::fs::symlink_metadata(dir.join("workflow.dot")).ok().filter(std::fs::Metadata::is_file)?;
     let text =
         crate::regular_file::read_to_string(dir.join("workflow.dot"), crate::regular_file::FileKind::Input)
             .ok()?;
@@ -103,7 +112,7 @@ fn load_workflow(dir: &Path, view: &RunView) -> Option<crate::CheckedWorkflow> {
 }
 
 /// The workflow drawn by Graphviz with the run's progress; a plain list of stages when Graphviz
-/// is not installed.
+/// is not installed, fails or takes too long.
 fn graph_svg(dir: &Path, view: &RunView) -> String {
     let drawn = load_workflow(dir, view).and_then(|checked| {
         let overlay = Overlay::from_run_dir(dir).ok();
@@ -113,7 +122,7 @@ fn graph_svg(dir: &Path, view: &RunView) -> String {
     match drawn {
         Some(svg) => svg,
         None => {
-            let mut list = String::from("<p>(Graphviz is not installed: each stage's last outcome)</p><ul>");
+            let mut list = String::from("<p>(No drawing: Graphviz is not installed, failed or took over 10 s. Each stage's last outcome:)</p><ul>");
             for (node, status) in view.checkpoint.iter().flat_map(|c| c.node_outcomes.iter()) {
                 let _ = write!(
                     list,
@@ -129,8 +138,12 @@ fn graph_svg(dir: &Path, view: &RunView) -> String {
     }
 }
 
+/// How long Graphviz may take to draw a run's workflow; past it the page shows the plain list.
+const GRAPHVIZ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// `dot -Tsvg` over `text`, killed when it takes longer than [`GRAPHVIZ_TIMEOUT`].
 fn graphviz_svg(text: &str) -> Option<String> {
-    use std::io::Write as _;
+    use std::io::{Read as _, Write as _};
     let mut child = std::process::Command::new("dot")
         .arg("-Tsvg")
         .stdin(std::process::Stdio::piped())
@@ -138,12 +151,28 @@ fn graphviz_svg(text: &str) -> Option<String> {
         .stderr(std::process::Stdio::null())
         .spawn()
         .ok()?;
-    let mut stdin = child.stdin.take()?;
+    let (mut stdin, mut stdout) = (child.stdin.take()?, child.stdout.take()?);
     let input = text.as_bytes().to_vec();
     let writer = std::thread::spawn(move || stdin.write_all(&input));
-    let output = child.wait_with_output().ok()?;
+    let reader = std::thread::spawn(move || {
+        let mut svg = Vec::new();
+        stdout.read_to_end(&mut svg).map(|_| svg)
+    });
+    let started = Instant::now();
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if started.elapsed() < GRAPHVIZ_TIMEOUT => std::thread::sleep(Duration::from_millis(20)),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
+            }
+        }
+    };
     let _ = writer.join();
-    let svg = String::from_utf8(output.stdout).ok().filter(|_| output.status.success())?;
+    let svg = reader.join().ok()?.ok()?;
+    let svg = String::from_utf8(svg).ok().filter(|_| status.success())?;
     // Inline: without the XML prolog and doctype.
     svg.find("<svg").map(|at| svg[at..].to_string())
 }
@@ -210,17 +239,19 @@ pub fn run(dir: &Path, id: &str) -> String {
     if let Some(chart) = &report.context_chart {
         let _ = writeln!(body, "<h2>Context usage</h2>\n{chart}");
     }
-    let _ = writeln!(body, "<h2>Events</h2>\n<ol id=\"events\"></ol>\n<script>{}</script>", live_script(id));
+    let _ = writeln!(
+        body,
+        "<h2>Events</h2>\n<ol id=\"events\" data-run=\"{}\"></ol>\n<script src=\"/fabro.js\"></script>",
+        escape(id)
+    );
     page(&view.manifest.workflow, &body)
 }
 
-/// Follows the run's events: lists them, and turns stage rows and graph nodes running (yellow),
-/// succeeded (green) or failed (red) as they happen.
-fn live_script(id: &str) -> String {
-    LIVE_SCRIPT.replace("__RUN_ID__", &serde_json::to_string(id).unwrap_or_default())
-}
-
-const LIVE_SCRIPT: &str = r##"
+/// The run page's script (`/fabro.js`): follows the events of the run its `#events` list names,
+/// lists them, and turns stage rows and graph nodes running (yellow), succeeded (green) or failed
+/// (red) as they happen. A file, not inline, so the Content-Security-Policy allows no inline
+/// script.
+pub const LIVE_SCRIPT: &str = r##"
 const fills = {started: "#fff59d", completed: "#c8e6c9", failed: "#ffcdd2"};
 function paint(node, fill) {
   for (const g of document.querySelectorAll("#graph g.node")) {
@@ -246,7 +277,7 @@ function row(e, status) {
   tr.cells[3].textContent = status;
   tr.cells[3].className = status;
 }
-const source = new EventSource("/runs/" + __RUN_ID__ + "/events");
+const source = new EventSource("/runs/" + encodeURIComponent(document.getElementById("events").dataset.run) + "/events");
 source.onmessage = (message) => {
   let e;
   try { e = JSON.parse(message.data); } catch (_) { return; }

@@ -184,6 +184,63 @@ pub fn unknown_attribute(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
     }
 }
 
+/// Link attributes (`URL`, `href`, `labelURL`, ...) must hold `http://` or `https://` links: a
+/// `javascript:` link would run in the page that shows the drawn graph (`fabro serve`). Such
+/// links are never drawn anyway (`render::dot`); this says so before a run.
+pub fn link_scheme(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
+    let mut seen = Seen::default();
+    for (owner, attributes) in all_attributes(workflow) {
+        for (key, attr) in attributes.iter() {
+            let value = attr.value.to_string();
+            if !attribute::is_link_attribute(key)
+                || attribute::is_web_link(&value)
+                || !seen.first_time(attr, attr.span)
+            {
+                continue;
+            }
+            out.push(
+                owner.attach(
+                    Diagnostic::error(
+                        "link_scheme",
+                        format!(
+                            "{}`{key}` is `{value}`: only http:// and https:// links are allowed in a drawn graph",
+                            owner.prefix()
+                        ),
+                    )
+                    .span(attr.span)
+                    .fix(format!("write an absolute http:// or https:// link, or remove `{key}`")),
+                ),
+            );
+        }
+    }
+}
+
+/// Graphviz attributes that name files (`image`, `shapefile`, `fontpath`, ...) are never passed
+/// to Graphviz (`render::dot`): a warning that they are not drawn.
+pub fn graphviz_file(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
+    let mut seen = Seen::default();
+    for (owner, attributes) in all_attributes(workflow) {
+        for (key, attr) in attributes.iter() {
+            if !attribute::is_file_attribute(key) || !seen.first_time(attr, attr.key_span) {
+                continue;
+            }
+            out.push(
+                owner.attach(
+                    Diagnostic::warning(
+                        "graphviz_file",
+                        format!(
+                            "{}`{key}` names a file, which fabro never passes to Graphviz: it is not drawn",
+                            owner.prefix()
+                        ),
+                    )
+                    .span(attr.key_span)
+                    .fix(format!("remove `{key}`")),
+                ),
+            );
+        }
+    }
+}
+
 /// Explicit `type` values must name a built-in or registered handler; shapes without a handler
 /// fall back to the agent handler, which is said rather than done silently.
 pub struct TypeKnown {

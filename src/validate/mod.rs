@@ -53,7 +53,7 @@ pub fn builtin_rules_with_children(
     custom_types: Vec<String>,
     child_failures: Vec<(String, Arc<ChildWorkflowError>)>,
 ) -> Vec<Box<dyn Rule>> {
-    let table: [(&'static str, Check); 33] = [
+    let table: [(&'static str, Check); 36] = [
         ("start_node", structure::start_node),
         ("terminal_node", structure::terminal_node),
         ("start_no_incoming", structure::start_no_incoming),
@@ -68,6 +68,8 @@ pub fn builtin_rules_with_children(
         ("unknown_attribute", attributes::unknown_attribute),
         ("fidelity_valid", attributes::fidelity_valid),
         ("stylesheet_syntax", attributes::stylesheet_syntax),
+        ("link_scheme", attributes::link_scheme),
+        ("graphviz_file", attributes::graphviz_file),
         ("condition_syntax", routing::condition_syntax),
         ("condition_key_typo", routing::condition_key_typo),
         ("custom_outcome", routing::custom_outcome),
@@ -87,6 +89,7 @@ pub fn builtin_rules_with_children(
         ("context_settings", stages::context_settings),
         ("small_tier_parent", stages::small_tier_parent),
         ("context_files", stages::context_files),
+        ("sandbox_paths", stages::sandbox_paths),
     ];
     let mut rules: Vec<Box<dyn Rule>> =
         table.into_iter().map(|(id, check)| Box::new(BuiltinRule { id, check }) as Box<dyn Rule>).collect();

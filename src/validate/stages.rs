@@ -238,6 +238,42 @@ pub fn context_files(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
     }
 }
 
+/// `sandbox_paths` on the graph or a node that `fabro run` would refuse (`sandbox::check_workflow`):
+/// an item that is not `ro:/absolute/path` or `rw:/absolute/path`, or a path that does not exist
+/// on this machine.
+pub fn sandbox_paths(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
+    let mut seen = rustc_hash::FxHashSet::default();
+    let owners = std::iter::once((None, workflow.attributes()))
+        .chain(workflow.nodes().map(|node| (Some(node.id.as_str()), &node.attributes)));
+    for (node, attributes) in owners {
+        let Some(attr) = attributes.get("sandbox_paths") else { continue };
+        if !seen.insert(attr.span) {
+            continue;
+        }
+        let (message, fix) = match crate::sandbox::parse_paths(&attr.value.to_string()) {
+            Err(message) => {
+                (message, "write each item as ro:/absolute/path or rw:/absolute/path".to_string())
+            }
+            Ok(binds) => match binds.iter().find(|bind| !bind.path.exists()) {
+                Some(missing) => (
+                    format!(
+                        "`{}` does not exist, so `fabro run` refuses the workflow",
+                        missing.path.display()
+                    ),
+                    "create the path, or take it out of sandbox_paths".to_string(),
+                ),
+                None => continue,
+            },
+        };
+        let diagnostic =
+            Diagnostic::error("sandbox_paths", format!("sandbox_paths: {message}")).span(attr.span).fix(fix);
+        out.push(match node {
+            Some(id) => diagnostic.node(id),
+            None => diagnostic,
+        });
+    }
+}
+
 /// An agent stage on a small-tier model (haiku, flash, mini, nano): small models lose the thread
 /// of long tool loops. `small_tier_parent=warn` (the default) warns, `refuse` is an error, `allow`
 /// says nothing; the node's value wins over the graph's `default_small_tier_parent`.
