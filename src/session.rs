@@ -143,8 +143,9 @@ impl BackendChoice {
                 if !workflow.nodes().any(|node| node.handler_type().is_llm()) =>
             {
                 // No server starts, but their variables are secrets all the same.
-                if let Some(Ok(servers)) =
-                    mcp_config.as_deref().map(|path| crate::backends::mcp::read_config_file(Path::new(path)))
+                if let Some(Ok(servers)) = mcp_config
+                    .as_deref()
+                    .map(|path| crate::backends::mcp::read_config_file(Path::new(path), files))
                 {
                     crate::secrets::register(
                         servers.values().flat_map(|server| server.allowed_env_vars.clone()),
