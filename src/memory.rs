@@ -137,8 +137,32 @@ impl MemoryStore {
         MemoryError::Io { path: self.dir.clone(), source }
     }
 
+    /// Refuses a store that is not a directory of its own: `.fabro` or `memory` replaced by a
+    /// link (a stage's shell may have made one to send `remember` elsewhere) or by a file.
+    fn check_dir(&self) -> Result<(), MemoryError> {
+        for dir in [self.dir.parent(), Some(self.dir.as_path())].into_iter().flatten() {
+            match std::fs::symlink_metadata(dir) {
+                Ok(meta) if meta.is_dir() => {}
+                Ok(_) => {
+                    return Err(MemoryError::Io {
+                        path: dir.to_path_buf(),
+                        source: std::io::Error::new(
+                            std::io::ErrorKind::InvalidInput,
+                            "it is not a directory of its own (a symbolic link or a file; fabro does not \
+                             follow links there): remove it",
+                        ),
+                    })
+                }
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+                Err(error) => return Err(MemoryError::Io { path: dir.to_path_buf(), source: error }),
+            }
+        }
+        Ok(())
+    }
+
     /// Every entry, ordered by kind then name. A store that does not exist is empty.
     pub fn list(&self) -> Result<Vec<Entry>, MemoryError> {
+        self.check_dir()?;
         let listing = match std::fs::read_dir(&self.dir) {
             Ok(listing) => listing,
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -157,8 +181,9 @@ impl MemoryStore {
     }
 
     pub fn get(&self, name: &str) -> Result<Entry, MemoryError> {
+        self.check_dir()?;
         let path = self.path_of(name);
-        if !path.exists() {
+        if std::fs::symlink_metadata(&path).is_err() {
             return Err(MemoryError::NotFound(name.trim().to_string()));
         }
         read_entry(&path)
@@ -166,9 +191,11 @@ impl MemoryStore {
 
     /// Writes `entry` (atomically), replacing one of the same name; true when it replaced one.
     pub fn put(&self, entry: &Entry) -> Result<bool, MemoryError> {
+        self.check_dir()?;
         std::fs::create_dir_all(&self.dir).map_err(|e| self.io(e))?;
+        self.check_dir()?;
         let path = self.path_of(&entry.name);
-        let replaced = path.exists();
+        let replaced = std::fs::symlink_metadata(&path).is_ok();
         let mut json = serde_json::to_vec_pretty(entry).map_err(|e| self.io(e.into()))?;
         json.push(b'\n');
         write_atomic(&path, &json).map_err(|e| self.io(e))?;
@@ -197,7 +224,7 @@ impl MemoryStore {
 }
 
 fn read_entry(path: &Path) -> Result<Entry, MemoryError> {
-    let text = std::fs::read_to_string(path)
+    let text = crate::regular_file::read_to_string(path, crate::regular_file::FileKind::MemoryEntry)
         .map_err(|source| MemoryError::Io { path: path.to_path_buf(), source })?;
     serde_json::from_str(&text)
         .map_err(|error| MemoryError::Corrupt { path: path.to_path_buf(), message: error.to_string() })
@@ -322,6 +349,32 @@ mod tests {
         store.remove("db").unwrap();
         assert!(matches!(store.remove("db"), Err(MemoryError::NotFound(_))));
         assert_eq!(store.clear().unwrap(), 1);
+    }
+
+    #[test]
+    fn a_store_that_is_a_link_and_entries_that_are_not_files_are_refused_at_once() {
+        let temp = tempfile::tempdir().unwrap();
+        let elsewhere = temp.path().join("elsewhere");
+        std::fs::create_dir_all(&elsewhere).unwrap();
+        std::fs::create_dir_all(temp.path().join("project/.fabro")).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, temp.path().join("project/.fabro/memory")).unwrap();
+        let store = MemoryStore::at(temp.path().join("project/.fabro/memory"));
+        let error = store.put(&entry("fact", "build", "cargo build")).unwrap_err();
+        assert!(error.to_string().contains("not a directory of its own"), "{error}");
+        assert!(store.list().is_err());
+        assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0, "nothing written through the link");
+
+        let store = MemoryStore::at(temp.path().join("real/.fabro/memory"));
+        store.put(&entry("fact", "build", "cargo build")).unwrap();
+        let fifo = std::ffi::CString::new(store.dir().join("stuck.json").to_str().unwrap()).unwrap();
+        // SAFETY: mkfifo reads the NUL-terminated path only.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        let error = store.list().unwrap_err();
+        assert!(error.to_string().contains("FIFO"), "{error}");
+        std::fs::remove_file(store.dir().join("stuck.json")).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", store.dir().join("zero.json")).unwrap();
+        let error = store.list().unwrap_err();
+        assert!(error.to_string().contains("symbolic link"), "{error}");
     }
 
     #[test]

@@ -152,7 +152,7 @@ pub fn index(files: &[ReferenceFile]) -> String {
         files.len()
     );
     for file in files {
-        let (size, first) = match std::fs::metadata(&file.path) {
+        let (size, first) = match std::fs::symlink_metadata(&file.path) {
             Ok(metadata) => (human_size(metadata.len()), first_line(&file.path)),
             Err(_) => ("gone".to_string(), String::new()),
         };
@@ -167,7 +167,9 @@ pub fn index(files: &[ReferenceFile]) -> String {
 
 fn first_line(path: &Path) -> String {
     use std::io::{BufRead, Read};
-    let Ok(file) = std::fs::File::open(path) else { return String::new() };
+    // The path was resolved when the run started: a link a stage put there since is not
+    // followed, and a FIFO is not waited on.
+    let Ok(file) = crate::regular_file::open(path, false) else { return String::new() };
     let mut line = Vec::new();
     let _ = std::io::BufReader::new(file.take(4096)).read_until(b'\n', &mut line);
     let text = String::from_utf8_lossy(&line);

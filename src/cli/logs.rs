@@ -113,7 +113,7 @@ pub fn run(args: LogsArgs) -> u8 {
         // A log that was replaced or cut short is read again from its start.
         if let (Ok(position), Ok(meta)) = (file.stream_position(), std::fs::metadata(&path)) {
             if meta.len() < position {
-                if let Ok(reopened) = std::fs::File::open(&path) {
+                if let Ok(reopened) = fabro::regular_file::open(&path, false) {
                     file = reopened;
                     pending.clear();
                     printer.line_no = 0;
@@ -130,7 +130,7 @@ fn open_log(run_dir: &Path, path: &Path, follow: bool) -> Result<std::fs::File, 
     }
     let mut waited = Duration::ZERO;
     loop {
-        match std::fs::File::open(path) {
+        match fabro::regular_file::open(path, false) {
             Ok(mut file) => {
                 file.seek(SeekFrom::Start(0))
                     .map_err(|e| format!("cannot read `{}`: {e}", path.display()))?;

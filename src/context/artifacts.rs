@@ -403,12 +403,15 @@ impl ArtifactStore {
     }
 
     fn read_value(&self, key: &str, path: &Path) -> Result<Value, ArtifactError> {
-        let bytes = std::fs::read(path).map_err(|source| match source.kind() {
-            std::io::ErrorKind::NotFound => {
-                ArtifactError::Missing { key: key.to_string(), path: path.to_path_buf() }
-            }
-            _ => ArtifactError::Read { key: key.to_string(), path: path.to_path_buf(), source },
-        })?;
+        let bytes =
+            crate::regular_file::read(path, crate::regular_file::FileKind::Record).map_err(|source| {
+                match source.kind() {
+                    std::io::ErrorKind::NotFound => {
+                        ArtifactError::Missing { key: key.to_string(), path: path.to_path_buf() }
+                    }
+                    _ => ArtifactError::Read { key: key.to_string(), path: path.to_path_buf(), source },
+                }
+            })?;
         serde_json::from_slice(&bytes).map_err(|source| ArtifactError::Corrupt {
             key: key.to_string(),
             path: path.to_path_buf(),
@@ -436,7 +439,10 @@ impl ArtifactStore {
             let Some(stem) = file_name.to_str().and_then(|n| n.strip_suffix(".json")) else { continue };
             let key = match decode_key(stem) {
                 Some(key) => key,
-                None if is_hashed_name(stem) => match std::fs::read(values.join(format!("{stem}.key"))) {
+                None if is_hashed_name(stem) => match crate::regular_file::read(
+                    values.join(format!("{stem}.key")),
+                    crate::regular_file::FileKind::Record,
+                ) {
                     Ok(bytes) => match String::from_utf8(bytes) {
                         Ok(key) if encode_key(&key) == stem => key,
                         _ => continue,
@@ -553,12 +559,15 @@ impl ArtifactStore {
         let key = offloaded.key.as_str();
         let source = self.path_for(key);
         refuse_symlink(&source)?;
-        let bytes = std::fs::read(&source).map_err(|error| match error.kind() {
-            std::io::ErrorKind::NotFound => {
-                ArtifactError::Missing { key: key.to_string(), path: source.clone() }
-            }
-            _ => ArtifactError::Read { key: key.to_string(), path: source.clone(), source: error },
-        })?;
+        let bytes =
+            crate::regular_file::read(&source, crate::regular_file::FileKind::Record).map_err(|error| {
+                match error.kind() {
+                    std::io::ErrorKind::NotFound => {
+                        ArtifactError::Missing { key: key.to_string(), path: source.clone() }
+                    }
+                    _ => ArtifactError::Read { key: key.to_string(), path: source.clone(), source: error },
+                }
+            })?;
         let fabro = work_dir.join(".fabro");
         let dir = fabro.join("artifacts");
         refuse_symlink(&fabro)?;

@@ -182,7 +182,11 @@ impl Retro {
         root: &Path,
         backend: &dyn crate::backends::Backend,
     ) -> Result<Narrative, String> {
-        let events = std::fs::read_to_string(root.join("events.jsonl")).unwrap_or_default();
+        let events = crate::regular_file::read_to_string(
+            root.join("events.jsonl"),
+            crate::regular_file::FileKind::EventLog,
+        )
+        .unwrap_or_default();
         let prompt = self.narrative_prompt(&events);
         let request = crate::backends::LlmRequest {
             node_id: "retro",
@@ -273,7 +277,13 @@ impl Retro {
 fn stage(root: &Path, record: &StageRecord) -> RetroStage {
     let status: Option<StageStatusFile> = record
         .dir_in(root)
-        .and_then(|dir| std::fs::read_to_string(dir.join("status.json")).ok())
+        .and_then(|dir| {
+            crate::regular_file::read_to_string(
+                dir.join("status.json"),
+                crate::regular_file::FileKind::Record,
+            )
+            .ok()
+        })
         .and_then(|text| serde_json::from_str(&text).ok());
     let usage = record.usage.unwrap_or_default();
     RetroStage {

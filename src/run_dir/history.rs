@@ -318,6 +318,8 @@ fn io(path: &Path, source: std::io::Error) -> HistoryError {
     HistoryError::RunDir(RunDirError::Io { path: path.to_path_buf(), source })
 }
 
+/// Copies the directories and regular files under `from`; a link or a FIFO a stage left in its
+/// directory is not followed and not copied.
 fn copy_dir_all(from: &Path, to: &Path) -> Result<(), HistoryError> {
     std::fs::create_dir_all(to).map_err(|source| io(to, source))?;
     for entry in std::fs::read_dir(from).map_err(|source| io(from, source))? {
@@ -326,8 +328,15 @@ fn copy_dir_all(from: &Path, to: &Path) -> Result<(), HistoryError> {
         let kind = entry.file_type().map_err(|source| io(&entry.path(), source))?;
         if kind.is_dir() {
             copy_dir_all(&entry.path(), &target)?;
-        } else {
-            std::fs::copy(entry.path(), &target).map_err(|source| io(&target, source))?;
+        } else if kind.is_file() {
+            let mut source = match crate::regular_file::open(&entry.path(), false) {
+                Ok(source) => source,
+                // Replaced by something else since it was listed: not copied either.
+                Err(error) if error.kind() == std::io::ErrorKind::InvalidInput => continue,
+                Err(error) => return Err(io(&entry.path(), error)),
+            };
+            let mut copy = std::fs::File::create_new(&target).map_err(|source| io(&target, source))?;
+            std::io::copy(&mut source, &mut copy).map_err(|source| io(&target, source))?;
         }
     }
     Ok(())
@@ -418,7 +427,7 @@ pub fn fork(
                 continue;
             }
             let source = from.join(&name);
-            if !source.is_dir() {
+            if !crate::regular_file::is_real_dir(&source) {
                 continue;
             }
             copy_dir_all(&source, &super::layout::node_dir(dir.root(), stage_node).join(&name))?;

@@ -19,20 +19,8 @@ const MAX_LINE_CHARS: usize = 300;
 /// replaced); `None` when the file cannot be read or is not a regular file: a symbolic link (a
 /// stage may have put one in its directory, pointing anywhere) or a FIFO is not read.
 pub fn read_tail(path: &Path, max_bytes: u64) -> Option<String> {
-    let mut file = open_regular(path)?;
-    let len = file.metadata().ok()?.len();
-    let start = len.saturating_sub(max_bytes);
-    file.seek(SeekFrom::Start(start)).ok()?;
-    let mut bytes = Vec::new();
-    file.take(max_bytes).read_to_end(&mut bytes).ok()?;
-    let mut cut = 0;
-    if start > 0 {
-        // Skip the continuation bytes of a character that began before the window.
-        while cut < bytes.len() && cut < 3 && (bytes[cut] & 0b1100_0000) == 0b1000_0000 {
-            cut += 1;
-        }
-    }
-    Some(String::from_utf8_lossy(&bytes[cut..]).into_owned())
+    let (_, bytes) = crate::regular_file::read_tail(path, max_bytes).ok()?;
+    Some(String::from_utf8_lossy(&bytes).into_owned())
 }
 
 /// The last `max_lines` non-empty lines of the log at `path` (empty when it is missing, empty or
@@ -111,14 +99,7 @@ impl LogFollower {
 /// The regular file at `path`, opened without following a symbolic link and without waiting on
 /// a FIFO.
 fn open_regular(path: &Path) -> Option<std::fs::File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path)
-        .ok()?;
-    file.metadata().ok().filter(std::fs::Metadata::is_file)?;
-    Some(file)
+    crate::regular_file::open(path, false).ok()
 }
 
 fn shorten(line: &str) -> String {

@@ -197,8 +197,9 @@ fn read_tail(path: &Path) -> Option<String> {
 }
 
 /// The last lines of a log, reading at most [`TAIL_READ_BYTES`] from its end.
+/// The stage wrote its directory: a link or a FIFO there is not read.
 fn read_whole_tail(path: &Path) -> Option<String> {
-    let mut file = std::fs::File::open(path).ok()?;
+    let mut file = crate::regular_file::open(path, false).ok()?;
     let len = file.metadata().ok()?.len();
     let start = len.saturating_sub(TAIL_READ_BYTES);
     file.seek(SeekFrom::Start(start)).ok()?;
@@ -220,7 +221,7 @@ fn read_whole_tail(path: &Path) -> Option<String> {
 
 /// The first [`RESPONSE_EXCERPT_CHARS`] characters of a file, reading at most [`HEAD_READ_BYTES`].
 fn read_head(path: &Path) -> Option<String> {
-    let file = std::fs::File::open(path).ok()?;
+    let file = crate::regular_file::open(path, false).ok()?;
     let mut bytes = Vec::new();
     file.take(HEAD_READ_BYTES).read_to_end(&mut bytes).ok()?;
     let text = String::from_utf8_lossy(&bytes);
