@@ -451,3 +451,44 @@ fn links_and_fifos_a_stage_plants_in_its_own_directory_are_not_followed() {
         }
     }
 }
+
+#[test]
+fn hooks_a_confined_stage_plants_are_reported_on_resume_and_never_run() {
+    // The workflow lies in the work directory, so a `fabro.toml` beside it is a file the
+    // confined stage can write. The run starts without one, pauses at a gate, and the resume
+    // must not take up the hook the stage planted (it would run unconfined, as the user).
+    let planted =
+        "[[hooks]]\nevent = \"run_complete\"\ntype = \"command\"\ncommand = \"echo pwned > MARKER\"\n";
+    for user in TestUser::all() {
+        let setup = Setup::for_user("", user);
+        let marker = setup.path("outside/pwned");
+        let plant = format!(
+            "printf '%s' '{}' > fabro.toml",
+            planted.replace("MARKER", &marker.display().to_string()).replace('\n', "\\n")
+        );
+        let workflow = format!(
+            "digraph planted {{\n  start [shape=Mdiamond]\n  exit [shape=Msquare]\n  \
+             plant [shape=parallelogram, sandbox=\"bwrap\", script=\"{}\"]\n  \
+             gate [shape=hexagon, label=\"Go on?\"]\n  start -> plant -> gate\n  gate -> exit [label=\"[Y] Yes\"]\n}}\n",
+            plant.replace('\\', "\\\\").replace('"', "\\\"")
+        );
+        std::fs::write(setup.path("work/w.dot"), workflow).unwrap();
+        user.own(setup.dir.path());
+        let ran = setup
+            .fabro(&["run", "work/w.dot", "--workdir", "work", "--run-dir", "run", "-q"])
+            .output()
+            .unwrap();
+        assert_eq!(ran.status.code(), Some(3), "{user:?}: the gate pauses the run: {}", text(&ran.stderr));
+        assert!(
+            std::fs::read_to_string(setup.path("work/fabro.toml")).unwrap().contains("run_complete"),
+            "{user:?}: the stage planted its hook"
+        );
+        let resumed = setup.fabro(&["resume", "run", "--auto-approve", "-q"]).output().unwrap();
+        let stderr = text(&resumed.stderr);
+        assert_eq!(resumed.status.code(), Some(0), "{user:?}: {stderr}");
+        assert!(!marker.exists(), "{user:?}: the planted hook ran on resume");
+        assert!(stderr.contains("fabro.toml changed since the run started"), "{user:?}: {stderr}");
+        let saved = std::fs::read_to_string(setup.path("run/config-files.json")).unwrap();
+        assert!(saved.contains("fabro.toml") && !saved.contains("run_complete"), "{user:?}: {saved}");
+    }
+}
