@@ -401,3 +401,40 @@ fn preambles_after_two_resumes_keep_the_choices_of_earlier_gates() {
     assert!(preamble.contains("Choice: [Y] Yes"), "{preamble}");
     assert!(preamble.contains("Choice: [G] Go"), "{preamble}");
 }
+
+#[test]
+fn a_tampered_visit_counter_is_refused_instead_of_wrapping_past_the_visit_cap() {
+    let dir = Dir::new(&[("w.dot", GATED)]);
+    assert_eq!(code(&dir.fabro(&["run", "w.dot", "--run-dir", "run", "-q"])), Some(3));
+    let journal = std::fs::read_to_string(dir.path("run/journal.jsonl")).unwrap();
+    assert!(journal.contains("\"plan\":1"), "{journal}");
+    std::fs::write(dir.path("run/journal.jsonl"), journal.replace("\"plan\":1", "\"plan\":4294967295"))
+        .unwrap();
+    for args in [&["resume", "run"][..], &["inspect", "run"], &["fork", "--at", "plan", "run"]] {
+        let output = dir.fabro(args);
+        assert_ne!(code(&output), Some(0), "{args:?}");
+        assert!(
+            stderr(&output).contains("the counter of `plan` is 4294967295, more than any run reaches"),
+            "{args:?}: {}",
+            stderr(&output)
+        );
+    }
+}
+
+#[test]
+fn an_emptied_journal_tells_one_story_with_an_instruction_that_works() {
+    let dir = Dir::new(&[("w.dot", GATED)]);
+    assert_eq!(code(&dir.fabro(&["run", "w.dot", "--run-dir", "run", "-q"])), Some(3));
+    assert!(dir.json("run/checkpoint.json")["journal_seq"].is_u64(), "a snapshot covering the journal");
+    std::fs::write(dir.path("run/journal.jsonl"), "").unwrap();
+    let story = "it holds no entry, but checkpoint.json records the state after entry";
+    let instruction = "fabro run WORKFLOW --run-dir NEW_DIR";
+    for args in [&["resume", "run"][..], &["inspect", "run"], &["fork", "--at", "plan", "run"]] {
+        let output = dir.fabro(args);
+        assert_ne!(code(&output), Some(0), "{args:?}");
+        let said = stderr(&output);
+        assert!(said.contains(story) && said.contains(instruction), "{args:?}: {said}");
+    }
+    // The instruction works.
+    assert_eq!(code(&dir.fabro(&["run", "w.dot", "--run-dir", "again", "-q"])), Some(3));
+}

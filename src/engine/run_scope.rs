@@ -73,7 +73,8 @@ impl VisitCounts {
     /// Counts one more visit of `node`; returns its number.
     pub fn count(&mut self, node: &str) -> u32 {
         let count = self.counts.entry(node.to_string()).or_insert(0);
-        *count += 1;
+        // Never wraps: a count this high is past every visit cap.
+        *count = count.saturating_add(1);
         let count = *count;
         self.unjournaled.insert(node.to_string());
         count

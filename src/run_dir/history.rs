@@ -91,6 +91,14 @@ fn select(root: &Path, node: &str, visit: Option<u32>) -> Result<Selected, Histo
         true => Some(Journal::read(root).map_err(journal_error)?),
         false => None,
     };
+    // An emptied journal beside a snapshot that went past it: the story resume and inspect tell.
+    if journal.as_ref().is_some_and(|journal| journal.entries.is_empty()) {
+        let snapshot = super::journal::read_snapshot(root).map_err(journal_error)?;
+        if let Some(covered) = snapshot.and_then(|snapshot| snapshot.journal_seq) {
+            let path = root.join(super::journal::FILE);
+            return Err(journal_error(super::journal::JournalError::Emptied { path, covered }));
+        }
+    }
     // A run made before the journal has its history in checkpoints/; one continued since has
     // it there up to its journal's first entry (which holds the whole state it went on from).
     let continued = journal.as_ref().is_none_or(|journal| journal.entries.first().is_some_and(|e| e.reset));

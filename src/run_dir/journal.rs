@@ -245,6 +245,17 @@ pub enum JournalError {
     /// `checkpoint.json` does not parse.
     #[error("`{}` is corrupt: {message}", path.display())]
     Snapshot { path: PathBuf, message: String },
+    /// The journal holds no entry, but the snapshot says the run got past entry `covered`.
+    #[error("`{}` is corrupt: {}", path.display(), emptied_message(*covered))]
+    Emptied { path: PathBuf, covered: u64 },
+}
+
+fn emptied_message(covered: u64) -> String {
+    format!(
+        "it holds no entry, but checkpoint.json records the state after entry {covered}: the journal was \
+         emptied, so what the run did cannot be read back; run the workflow again into another directory \
+         (`fabro run WORKFLOW --run-dir NEW_DIR`)"
+    )
 }
 
 impl JournalError {
@@ -254,6 +265,7 @@ impl JournalError {
             JournalError::Io { path, source } => Err((path, source)),
             JournalError::Corrupt { path, line, message } => Ok((path, format!("line {line}: {message}"))),
             JournalError::Snapshot { path, message } => Ok((path, message)),
+            JournalError::Emptied { path, covered } => Ok((path, emptied_message(covered))),
         }
     }
 }
@@ -307,7 +319,12 @@ impl Journal {
             line_number += 1;
             let end = bytes[offset..].iter().position(|&b| b == b'\n').map(|at| offset + at);
             let line = &bytes[offset..end.unwrap_or(bytes.len())];
-            let parsed = serde_json::from_slice::<Entry>(line);
+            let parsed =
+                serde_json::from_slice::<Entry>(line).map_err(|error| error.to_string()).and_then(|entry| {
+                    check_counters(&entry.visits)?;
+                    check_counters(&entry.retries)?;
+                    Ok(entry)
+                });
             match (parsed, end) {
                 (Ok(entry), Some(end)) => {
                     let expected = match journal_end.last_seq {
@@ -331,8 +348,8 @@ impl Journal {
                         Some(Torn { offset: offset as u64, bytes: (bytes.len() - offset) as u64 });
                     break;
                 }
-                (Err(error), Some(_)) => {
-                    return Err(JournalError::Corrupt { path, line: line_number, message: error.to_string() })
+                (Err(message), Some(_)) => {
+                    return Err(JournalError::Corrupt { path, line: line_number, message })
                 }
             }
         }
@@ -381,10 +398,15 @@ pub fn read_state(root: &Path) -> Result<Option<(State, JournalEnd)>, JournalErr
         Ok::<_, JournalError>((fold.state, end))
     };
     let (mut state, mut end) = fold(snapshot.as_ref())?;
-    if snapshot.as_ref().and_then(|s| s.journal_seq).is_some_and(|covered| covered > end.last_seq) {
+    if let Some(covered) =
+        snapshot.as_ref().and_then(|s| s.journal_seq).filter(|covered| *covered > end.last_seq)
+    {
         // A snapshot ahead of its journal (never written so, but a copied directory may be):
-        // the journal alone.
+        // the journal alone, unless nothing is left of it.
         (state, end) = fold(None)?;
+        if end.last_seq == 0 {
+            return Err(JournalError::Emptied { path: root.join(FILE), covered });
+        }
     }
     Ok((end.last_seq > 0).then_some((state, end)))
 }
@@ -414,10 +436,32 @@ impl<'a> Fold<'a> {
 /// `checkpoint.json`, when present.
 pub fn read_snapshot(root: &Path) -> Result<Option<Checkpoint>, JournalError> {
     let path = root.join("checkpoint.json");
-    super::read_record(&path).map_err(|error| match error {
-        super::RecordError::Io(source) => JournalError::Io { path, source },
-        super::RecordError::Corrupt(message) => JournalError::Snapshot { path, message },
-    })
+    let snapshot: Option<Checkpoint> = super::read_record(&path).map_err(|error| match error {
+        super::RecordError::Io(source) => JournalError::Io { path: path.clone(), source },
+        super::RecordError::Corrupt(message) => JournalError::Snapshot { path: path.clone(), message },
+    })?;
+    if let Some(snapshot) = &snapshot {
+        check_counters(&snapshot.node_visits)
+            .and_then(|()| check_counters(&snapshot.node_retries))
+            .map_err(|message| JournalError::Snapshot { path, message })?;
+    }
+    Ok(snapshot)
+}
+
+/// The most visits or retries of one node a run record may count. A node run a million times is
+/// no workflow; a counter beyond that was tampered with, and near `u32::MAX` the next visit
+/// would wrap to 0 and slip past `max_node_visits`.
+pub const MAX_COUNTER: u32 = 1_000_000;
+
+/// Refuses counters beyond [`MAX_COUNTER`].
+fn check_counters(counters: &BTreeMap<String, u32>) -> Result<(), String> {
+    match counters.iter().find(|(_, count)| **count > MAX_COUNTER) {
+        Some((node, count)) => Err(format!(
+            "the counter of `{node}` is {count}, more than any run reaches ({MAX_COUNTER}); the record was \
+             tampered with or is corrupt"
+        )),
+        None => Ok(()),
+    }
 }
 
 /// Appends entries to a run's journal.
