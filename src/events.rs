@@ -75,8 +75,7 @@ impl EventLog {
     }
 
     pub fn open(run_dir: &Path, run_id: &str, next_seq: u64) -> std::io::Result<EventLog> {
-        let file =
-            std::fs::OpenOptions::new().create(true).append(true).open(run_dir.join("events.jsonl"))?;
+        let file = crate::regular_file::open_append(&run_dir.join("events.jsonl"))?;
         Ok(EventLog {
             run_id: run_id.to_string(),
             state: Mutex::new(EventState {
@@ -139,8 +138,7 @@ impl EventLog {
     /// observers; sequence numbers start again.
     pub fn reopen(&mut self, run_dir: &Path, run_id: &str) -> std::io::Result<()> {
         self.flush();
-        let file =
-            std::fs::OpenOptions::new().create(true).append(true).open(run_dir.join("events.jsonl"))?;
+        let file = crate::regular_file::open_append(&run_dir.join("events.jsonl"))?;
         let state = self.state.get_mut().map_err(|_| std::io::Error::other("event log lock poisoned"))?;
         state.seq = 0;
         state.file = Some(std::io::BufWriter::new(file));

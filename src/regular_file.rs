@@ -100,6 +100,38 @@ pub fn open(path: &Path, follow_links: bool) -> std::io::Result<std::fs::File> {
     Ok(file)
 }
 
+/// Opens the regular file at `path` for appending, creating it if it is missing. What stands
+/// there instead is an error at once: a symbolic link is not followed (`O_NOFOLLOW`), and a FIFO
+/// is not waited on for a reader (`O_NONBLOCK`).
+pub fn open_append(path: &Path) -> std::io::Result<std::fs::File> {
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|error| match error.raw_os_error() {
+            Some(libc::ELOOP) => std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "it is a symbolic link (fabro does not follow links in run directories)",
+            ),
+            // Opening a FIFO without a reader for writing, without waiting.
+            Some(libc::ENXIO) => not_regular_kind("a FIFO (named pipe)"),
+            _ => error,
+        })?;
+    let file_type = file.metadata()?.file_type();
+    if !file_type.is_file() {
+        return Err(not_regular(file_type));
+    }
+    Ok(file)
+}
+
+fn not_regular_kind(what: &str) -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::InvalidInput,
+        format!("it is {what}, not a regular file (fabro reads only regular files)"),
+    )
+}
+
 /// The error for a file that is not a regular one.
 fn not_regular(file_type: std::fs::FileType) -> std::io::Error {
     let what = if file_type.is_dir() {
@@ -117,10 +149,7 @@ fn not_regular(file_type: std::fs::FileType) -> std::io::Error {
     } else {
         "a special file"
     };
-    std::io::Error::new(
-        std::io::ErrorKind::InvalidInput,
-        format!("it is {what}, not a regular file (fabro reads only regular files)"),
-    )
+    not_regular_kind(what)
 }
 
 /// Whether `path` itself (not what a link there names) is a regular file.

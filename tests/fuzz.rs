@@ -5,7 +5,10 @@
 //!
 //! Inputs: mutations of real workflows (`workflows/*.dot`) and of inline seeds that use every
 //! construct, random DOT token soups, randomly generated workflows built from the attribute schema,
-//! and random condition strings.
+//! and random condition strings; and run directories where a hostile stage replaced files with
+//! links, FIFOs, huge or garbled files, which every reader of a run must survive.
+
+mod common;
 
 use std::cell::RefCell;
 use std::panic::{self, AssertUnwindSafe};
@@ -1072,4 +1075,190 @@ fn unclosed_nested_subgraphs_fail_quickly() {
             });
         assert!(outcome.starts_with("syntax error"), "{depth} unclosed subgraphs: {outcome}");
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Hostile run directories
+
+/// What a hostile stage (or anyone else who can write a run directory) leaves where fabro
+/// expects one of its files.
+#[derive(Debug, Clone, Copy)]
+enum Planted {
+    LinkToSecret,
+    LinkToZero,
+    LinkToEnviron,
+    Fifo,
+    /// A sparse file of 2 GiB: past every size limit, costless on disk.
+    Huge,
+    Directory,
+    Garbage,
+}
+
+const PLANTS: &[Planted] = &[
+    Planted::LinkToSecret,
+    Planted::LinkToZero,
+    Planted::LinkToEnviron,
+    Planted::Fifo,
+    Planted::Huge,
+    Planted::Directory,
+    Planted::Garbage,
+];
+
+/// The files of a paused run that readers open, stage files first.
+const RUN_FILES: &[&str] = &[
+    "stages/work/1/stdout.log",
+    "stages/work/1/stderr.log",
+    "stages/work/1/status.json",
+    "stages/work/1/context.json",
+    "stages/work/1/attempts",
+    "stages/work/1/process.json",
+    "events.jsonl",
+    "journal.jsonl",
+    "checkpoint.json",
+    "manifest.json",
+    "workflow.dot",
+    "config-files.json",
+    "result.json",
+];
+
+const HOSTILE_SECRET: &str = "BEGIN-PRIVATE-KEY-4c1d";
+
+fn plant(path: &Path, what: Planted, secret: &Path) {
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.is_dir() => std::fs::remove_dir_all(path).unwrap(),
+        Ok(_) => std::fs::remove_file(path).unwrap(),
+        Err(_) => {}
+    }
+    match what {
+        Planted::LinkToSecret => std::os::unix::fs::symlink(secret, path).unwrap(),
+        Planted::LinkToZero => std::os::unix::fs::symlink("/dev/zero", path).unwrap(),
+        Planted::LinkToEnviron => std::os::unix::fs::symlink("/proc/self/environ", path).unwrap(),
+        Planted::Fifo => {
+            let name = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+            // SAFETY: mkfifo reads the NUL-terminated path only.
+            assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0);
+        }
+        Planted::Huge => std::fs::File::create(path).unwrap().set_len(2 << 30).unwrap(),
+        Planted::Directory => std::fs::create_dir(path).unwrap(),
+        Planted::Garbage => std::fs::write(path, "{\"not\": [\"what was expected\"").unwrap(),
+    }
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap().flatten() {
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
+/// `fabro ARGS` in `dir` with a secret in its environment; `None` when it still runs after 15
+/// seconds (it is killed).
+fn hostile_reader(dir: &Path, args: &[&str]) -> Option<std::process::Output> {
+    let mut child = common::fabro_command(dir, args)
+        .env("ANTHROPIC_API_KEY", format!("sk-ant-{HOSTILE_SECRET}"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > Duration::from_secs(15) {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Some(child.wait_with_output().unwrap())
+}
+
+#[test]
+fn hostile_run_directories_never_hang_leak_or_crash_a_reader() {
+    let temp = tempfile::tempdir().unwrap();
+    let dir = temp.path();
+    let secret = dir.join("id_ed25519");
+    std::fs::write(&secret, HOSTILE_SECRET).unwrap();
+    std::fs::write(
+        dir.join("w.dot"),
+        "digraph hostile {\n  start [shape=Mdiamond]\n  exit [shape=Msquare]\n  \
+         work [shape=parallelogram, script=\"echo built; echo warned >&2\"]\n  \
+         gate [shape=hexagon, label=\"Ship?\"]\n  start -> work -> gate\n  gate -> exit [label=\"[Y] Yes\"]\n}\n",
+    )
+    .unwrap();
+    let paused = common::fabro_in(dir, &["run", "w.dot", "--run-dir", "pristine", "-q"]);
+    assert_eq!(paused.status.code(), Some(3), "{}", String::from_utf8_lossy(&paused.stderr));
+
+    let mut rng = Rng::new(0x5eed_41);
+    let mut failures = Vec::new();
+    for case in 0..24 {
+        let name = format!("runs/case{case}");
+        let run = dir.join(&name);
+        copy_tree(&dir.join("pristine"), &run);
+        let mut planted = Vec::new();
+        for _ in 0..1 + rng.below(3) {
+            let (file, what) = (rng.pick(RUN_FILES), rng.pick(PLANTS));
+            plant(&run.join(file), what, &secret);
+            planted.push(format!("{file}={what:?}"));
+        }
+        // Readers first; fork, rewind and resume write, so they come last.
+        let readers: [&[&str]; 9] = [
+            &["inspect", &name],
+            &["logs", &name],
+            &["report", &name],
+            &["retro", &name],
+            &["graph", &name, "--format", "dot"],
+            &["runs", "--dir", "runs", "--all"],
+            &["fork", "--at", "work", &name],
+            &["rewind", "--to", "work", &name],
+            &["resume", &name, "--auto-approve", "-q"],
+        ];
+        for args in readers {
+            let Some(output) = hostile_reader(dir, args) else {
+                failures.push(format!("{} hung with {}", args.join(" "), planted.join(", ")));
+                continue;
+            };
+            let said = format!(
+                "{}{}",
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            );
+            let problem = if output.status.code().is_none_or(|code| code == 101) || said.contains("panicked")
+            {
+                Some("crashed")
+            } else if said.contains(HOSTILE_SECRET) {
+                Some("printed the secret")
+            } else {
+                None
+            };
+            if let Some(problem) = problem {
+                failures.push(format!("{} {problem} with {}: {}", args.join(" "), planted.join(", "), said));
+            }
+        }
+    }
+    // Nothing fabro wrote holds the secret (the planted links themselves are not followed).
+    let mut pending = vec![dir.join("runs")];
+    while let Some(at) = pending.pop() {
+        for entry in std::fs::read_dir(&at).unwrap().flatten() {
+            let kind = entry.file_type().unwrap();
+            if kind.is_dir() {
+                pending.push(entry.path());
+            } else if kind.is_file() && entry.metadata().unwrap().len() < (1 << 20) {
+                let text = String::from_utf8_lossy(&std::fs::read(entry.path()).unwrap()).into_owned();
+                if text.contains(HOSTILE_SECRET) {
+                    failures.push(format!("{} holds the secret", entry.path().display()));
+                }
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} failure(s):\n{}",
+        failures.len(),
+        failures[..failures.len().min(5)].join("\n")
+    );
 }

@@ -54,11 +54,8 @@ impl<'a> Transcript<'a> {
             entry.extend(fields);
         }
         let line = entry.to_string() + "\n";
-        let written = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .and_then(|mut file| file.write_all(line.as_bytes()));
+        let written =
+            crate::regular_file::open_append(path).and_then(|mut file| file.write_all(line.as_bytes()));
         if let Err(error) = written {
             tracing::warn!(%error, path = %path.display(), "transcript entry not written");
         }

@@ -132,6 +132,14 @@ fn open_log(run_dir: &Path, path: &Path, follow: bool) -> Result<std::fs::File, 
     loop {
         match fabro::regular_file::open(path, false) {
             Ok(mut file) => {
+                let limit = fabro::regular_file::FileKind::EventLog.limit();
+                if file.metadata().is_ok_and(|meta| meta.len() > limit) {
+                    return Err(format!(
+                        "cannot read `{}`: it is larger than {} GiB, more than any run's event log",
+                        path.display(),
+                        limit >> 30
+                    ));
+                }
                 file.seek(SeekFrom::Start(0))
                     .map_err(|e| format!("cannot read `{}`: {e}", path.display()))?;
                 return Ok(file);

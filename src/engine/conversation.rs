@@ -130,7 +130,7 @@ impl Conversation {
             exchange.iter().filter_map(|m| serde_json::to_string(m).ok()).map(|l| l + "\n").collect();
         let appended = std::fs::create_dir_all(layout::threads_dir(run_dir)).and_then(|()| {
             use std::io::Write as _;
-            std::fs::OpenOptions::new().create(true).append(true).open(&path)?.write_all(lines.as_bytes())
+            crate::regular_file::open_append(&path)?.write_all(lines.as_bytes())
         });
         if let Err(error) = appended {
             tracing::warn!(%error, "thread `{key}` not persisted");

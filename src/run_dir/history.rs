@@ -327,7 +327,9 @@ fn io(path: &Path, source: std::io::Error) -> HistoryError {
 }
 
 /// Copies the directories and regular files under `from`; a link or a FIFO a stage left in its
-/// directory is not followed and not copied.
+/// directory is not followed and not copied. Files are hard links where the file system allows
+/// (fabro never rewrites a finished stage's file in place), so a fork of a run with gigabytes
+/// of logs costs nothing.
 fn copy_dir_all(from: &Path, to: &Path) -> Result<(), HistoryError> {
     std::fs::create_dir_all(to).map_err(|source| io(to, source))?;
     for entry in std::fs::read_dir(from).map_err(|source| io(from, source))? {
@@ -337,6 +339,10 @@ fn copy_dir_all(from: &Path, to: &Path) -> Result<(), HistoryError> {
         if kind.is_dir() {
             copy_dir_all(&entry.path(), &target)?;
         } else if kind.is_file() {
+            // linkat without AT_SYMLINK_FOLLOW: never what a link names.
+            if std::fs::hard_link(entry.path(), &target).is_ok() {
+                continue;
+            }
             let mut source = match crate::regular_file::open(&entry.path(), false) {
                 Ok(source) => source,
                 // Replaced by something else since it was listed: not copied either.

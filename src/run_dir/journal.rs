@@ -484,7 +484,7 @@ impl Writer {
     /// line is cut off first (at `torn.offset`), so new entries never follow half of one.
     pub fn open(root: &Path, last_seq: u64, torn: Option<&Torn>, mode: SyncMode) -> std::io::Result<Writer> {
         let path = root.join(FILE);
-        let file = std::fs::OpenOptions::new().create(true).append(true).open(&path)?;
+        let file = crate::regular_file::open_append(&path)?;
         if let Some(torn) = torn {
             file.set_len(torn.offset)?;
             file.sync_data()?;
