@@ -75,34 +75,48 @@ fn command_workflow(attributes: &str, script: &str) -> String {
 
 #[test]
 fn a_confined_command_cannot_write_outside_its_work_directory_nor_read_the_home() {
-    let outside = tempfile::tempdir_in("/var/tmp").unwrap();
-    let script = format!(
-        "echo inside > made.txt; echo hacked > {outside}/planted 2>/dev/null && echo WROTE-OUTSIDE; \
-         touch /etc/fabro-sandbox-test 2>/dev/null && echo WROTE-ETC; \
-         cat \"$HOME/.ssh/id_ed25519\" 2>/dev/null || echo no-secret; env",
-        outside = outside.path().display()
-    );
-    let setup = Setup::new(&command_workflow("sandbox=\"bwrap\",", &script));
-    let ran = setup.run(&[]);
-    assert_eq!(ran.status.code(), Some(0), "{}", text(&ran.stderr));
-    let out = setup.stdout_of("probe");
-    assert_eq!(
-        std::fs::read_to_string(setup.path("work/made.txt")).unwrap(),
-        "inside\n",
-        "the work directory is writable"
-    );
-    assert!(!out.contains("WROTE-OUTSIDE") && !outside.path().join("planted").exists(), "{out}");
-    assert!(!out.contains("WROTE-ETC") && !Path::new("/etc/fabro-sandbox-test").exists(), "{out}");
-    assert!(out.contains("no-secret") && !out.contains(SECRET), "{out}");
-    assert!(!out.contains(API_KEY) && !out.contains("ANTHROPIC_API_KEY"), "API keys stay outside: {out}");
-    assert!(out.contains("FABRO_STAGE_DIR="), "the stage variables are there: {out}");
-    let status = std::fs::read_to_string(setup.path("run/stages/probe/1/status.json")).unwrap();
-    assert!(status.contains("\"sandbox\": \"bwrap\""), "{status}");
-    let events = std::fs::read_to_string(setup.path("run/events.jsonl")).unwrap();
-    assert!(
-        events.lines().any(|l| l.contains("\"stage.started\"") && l.contains("\"sandbox\":\"bwrap\"")),
-        "{events}"
-    );
+    for user in TestUser::all() {
+        // Writable for everyone: only the sandbox keeps the stage out.
+        let outside = tempfile::tempdir_in("/var/tmp").unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(outside.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        let script = format!(
+            "echo inside > made.txt; echo hacked > {outside}/planted 2>/dev/null && echo WROTE-OUTSIDE; \
+             touch /etc/fabro-sandbox-test 2>/dev/null && echo WROTE-ETC; \
+             cat \"$HOME/.ssh/id_ed25519\" 2>/dev/null || echo no-secret; env",
+            outside = outside.path().display()
+        );
+        let setup = Setup::for_user(&command_workflow("sandbox=\"bwrap\",", &script), user);
+        let ran = setup.run(&[]);
+        assert_eq!(ran.status.code(), Some(0), "{user:?}: {}", text(&ran.stderr));
+        let out = setup.stdout_of("probe");
+        assert_eq!(
+            std::fs::read_to_string(setup.path("work/made.txt")).unwrap(),
+            "inside\n",
+            "{user:?}: the work directory is writable"
+        );
+        assert!(
+            !out.contains("WROTE-OUTSIDE") && !outside.path().join("planted").exists(),
+            "{user:?}: {out}"
+        );
+        assert!(
+            !out.contains("WROTE-ETC") && !Path::new("/etc/fabro-sandbox-test").exists(),
+            "{user:?}: {out}"
+        );
+        assert!(out.contains("no-secret") && !out.contains(SECRET), "{user:?}: {out}");
+        assert!(
+            !out.contains(API_KEY) && !out.contains("ANTHROPIC_API_KEY"),
+            "{user:?}: API keys stay outside: {out}"
+        );
+        assert!(out.contains("FABRO_STAGE_DIR="), "{user:?}: the stage variables are there: {out}");
+        let status = std::fs::read_to_string(setup.path("run/stages/probe/1/status.json")).unwrap();
+        assert!(status.contains("\"sandbox\": \"bwrap\""), "{status}");
+        let events = std::fs::read_to_string(setup.path("run/events.jsonl")).unwrap();
+        assert!(
+            events.lines().any(|l| l.contains("\"stage.started\"") && l.contains("\"sandbox\":\"bwrap\"")),
+            "{events}"
+        );
+    }
 }
 
 #[test]

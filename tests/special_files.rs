@@ -104,3 +104,30 @@ fn run_records_that_are_devices_or_fifos_never_stop_inspect_or_runs() {
     let resumed = fabro_within_deadline(dir.path(), &["resume", "runs/b"]);
     assert_eq!(resumed.status.code(), Some(2), "{}", text(&resumed.stderr));
 }
+
+#[test]
+fn project_memory_that_is_a_link_a_fifo_or_a_device_is_an_error_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let memory = dir.path().join("project/.fabro/memory");
+    std::fs::create_dir_all(&memory).unwrap();
+    // A FIFO entry (it hung `fabro memory list` and every memory=true stage) and a link to
+    // /dev/zero (it filled memory).
+    mkfifo(&memory.join("stuck.json"));
+    let listed = fabro_within_deadline(dir.path(), &["memory", "list", "--dir", "project"]);
+    assert_ne!(listed.status.code(), Some(0));
+    assert!(text(&listed.stderr).contains("a FIFO"), "{}", text(&listed.stderr));
+    std::fs::remove_file(memory.join("stuck.json")).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", memory.join("zero.json")).unwrap();
+    let listed = fabro_within_deadline(dir.path(), &["memory", "list", "--dir", "project"]);
+    assert!(text(&listed.stderr).contains("symbolic link"), "{}", text(&listed.stderr));
+    // The store itself linked elsewhere (a confined shell made the link): nothing is read or
+    // written there.
+    std::fs::remove_dir_all(&memory).unwrap();
+    let elsewhere = dir.path().join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    std::fs::write(elsewhere.join("planted.json"), "{}").unwrap();
+    std::os::unix::fs::symlink(&elsewhere, &memory).unwrap();
+    let listed = fabro_within_deadline(dir.path(), &["memory", "list", "--dir", "project"]);
+    assert_ne!(listed.status.code(), Some(0));
+    assert!(text(&listed.stderr).contains("not a directory of its own"), "{}", text(&listed.stderr));
+}
