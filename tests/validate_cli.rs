@@ -1042,3 +1042,17 @@ fn sandbox_paths_that_run_refuses_are_errors_at_their_value() {
     let output = validate(&missing, 2).stdout();
     assert!(output.contains("error[sandbox_paths] workflow.dot:5:60 node build: sandbox_paths: `/no/such/fabro/path` does not exist"), "{output}");
 }
+
+#[test]
+fn keep_background_in_the_bwrap_sandbox_is_warned_about_as_having_no_effect() {
+    let source = "digraph w {\n  default_sandbox = \"bwrap\"\n  start [shape=Mdiamond]\n  exit [shape=Msquare]\n  serve [shape=parallelogram, script=\"true\", keep_background=true]\n  start -> serve -> exit\n}\n";
+    let output = validate(source, 0).stdout();
+    assert_diagnostic(
+        &output,
+        "warning[confined_keep_background] workflow.dot:5:62 node serve: command stage `serve` keeps its background processes, but it runs in the bwrap sandbox, whose processes all end with the stage",
+        Some((5, 62, "true")),
+        Some("remove keep_background, or run `serve` with sandbox=\"none\""),
+    );
+    let unconfined = source.replace("keep_background=true", "keep_background=true, sandbox=\"none\"");
+    assert!(!validate(&unconfined, 0).stdout().contains("confined_keep_background"));
+}

@@ -53,7 +53,7 @@ pub fn builtin_rules_with_children(
     custom_types: Vec<String>,
     child_failures: Vec<(String, Arc<ChildWorkflowError>)>,
 ) -> Vec<Box<dyn Rule>> {
-    let table: [(&'static str, Check); 36] = [
+    let table: [(&'static str, Check); 37] = [
         ("start_node", structure::start_node),
         ("terminal_node", structure::terminal_node),
         ("start_no_incoming", structure::start_no_incoming),
@@ -90,6 +90,7 @@ pub fn builtin_rules_with_children(
         ("small_tier_parent", stages::small_tier_parent),
         ("context_files", stages::context_files),
         ("sandbox_paths", stages::sandbox_paths),
+        ("confined_keep_background", stages::confined_keep_background),
     ];
     let mut rules: Vec<Box<dyn Rule>> =
         table.into_iter().map(|(id, check)| Box::new(BuiltinRule { id, check }) as Box<dyn Rule>).collect();

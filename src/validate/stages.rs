@@ -274,6 +274,35 @@ pub fn sandbox_paths(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
     }
 }
 
+/// `keep_background=true` on a command stage confined by bubblewrap (its `sandbox`, else the
+/// graph's `default_sandbox`): the stage's PID namespace ends with it, so nothing it leaves in the
+/// background survives, whatever the attribute says.
+pub fn confined_keep_background(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
+    let graph_sandbox = workflow.attributes().text("default_sandbox");
+    for node in nodes_of_type(workflow, HandlerType::Command) {
+        let Some(attr) = node.attributes.get("keep_background") else { continue };
+        if node.attributes.boolean("keep_background") != Some(true) {
+            continue;
+        }
+        if node.attributes.text("sandbox").or(graph_sandbox).map(str::trim) != Some("bwrap") {
+            continue;
+        }
+        out.push(
+            Diagnostic::warning(
+                "confined_keep_background",
+                format!(
+                    "command stage `{}` keeps its background processes, but it runs in the bwrap sandbox, \
+                     whose processes all end with the stage",
+                    node.id
+                ),
+            )
+            .node(&node.id)
+            .span(attr.span)
+            .fix(format!("remove keep_background, or run `{}` with sandbox=\"none\"", node.id)),
+        );
+    }
+}
+
 /// An agent stage on a small-tier model (haiku, flash, mini, nano): small models lose the thread
 /// of long tool loops. `small_tier_parent=warn` (the default) warns, `refuse` is an error, `allow`
 /// says nothing; the node's value wins over the graph's `default_small_tier_parent`.
