@@ -1111,7 +1111,7 @@ const RUN_FILES: &[&str] = &[
     "stages/work/1/status.json",
     "stages/work/1/context.json",
     "stages/work/1/attempts",
-    "stages/work/1/process.json",
+    "stages/work/1.process.json",
     "events.jsonl",
     "journal.jsonl",
     "checkpoint.json",

@@ -71,7 +71,7 @@ const SLOW_WORKFLOW: &str = r#"digraph slow {
 fn slow_stage_running(dir: &std::path::Path) -> (std::process::Child, i32) {
     let fabro =
         common::fabro_command(dir, &["run", "workflow.dot", "--run-dir", "run", "-q"]).spawn().unwrap();
-    let record = dir.join("run/stages/work/1/process.json");
+    let record = dir.join("run/stages/work/1.process.json");
     common::wait_for_file(&record, "the work stage");
     common::wait_for_file(&dir.join("again"), "the script");
     let process: serde_json::Value =
@@ -118,7 +118,7 @@ fn a_resume_kills_what_a_killed_fabro_left_running_before_the_stage_runs_again()
     assert!(!group_alive(pgid), "the survivor is gone");
     let output = std::fs::read_to_string(dir.join("run/stages/work/1.2/stdout.log")).unwrap();
     assert_eq!(output, "second run\n");
-    assert!(!dir.join("run/stages/work/1.2/process.json").exists(), "a finished stage leaves no record");
+    assert!(!dir.join("run/stages/work/1.2.process.json").exists(), "a finished stage leaves no record");
 }
 
 #[test]

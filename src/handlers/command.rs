@@ -104,7 +104,7 @@ impl Handler for CommandHandler {
             .env("FABRO_CONTEXT", &context_path)
             .kill_on_drop(true);
         // The group dies with fabro; if even its guard was killed, the next resume finds the
-        // group in process.json and kills it.
+        // group in its process record and kills it.
         lead_guarded_group(&mut command);
 
         let started = Instant::now();

@@ -1,13 +1,21 @@
-//! `stages/<node>/<visit>/process.json`: the process group a command stage runs in, written when
+//! `stages/<node>/<visit>.process.json`: the process group a command stage runs in, written when
 //! it starts and removed when it ends. If fabro is killed meanwhile, the file stays, and a resume
 //! kills what is left of that group before it runs the stage again, so two copies of a stage
 //! never write to the work directory at once. The process's start time guards against a reused
-//! pid: a group is only killed when its leader is the process the file names.
+//! pid: a group is only killed when its leader is the process the file names. The file lies
+//! beside the stage directory, not in it: a confined stage can write its own directory, and a
+//! record it planted there would have a resume kill a process group of its choosing.
 
 use std::path::{Path, PathBuf};
 
-/// The file's name in a stage directory.
-pub const PROCESS_FILE: &str = "process.json";
+/// The end of the file's name, after the stage directory's name.
+pub const PROCESS_FILE_SUFFIX: &str = ".process.json";
+
+/// Where the record of the stage in `stage_dir` is kept: `<visit>.process.json` beside it.
+pub fn record_path(stage_dir: &Path) -> PathBuf {
+    let name = stage_dir.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default();
+    stage_dir.with_file_name(format!("{name}{PROCESS_FILE_SUFFIX}"))
+}
 
 /// A stage's running process group.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -38,25 +46,25 @@ pub fn start_ticks(pid: i32) -> Option<u64> {
 pub fn record(stage_dir: &Path, pgid: i32) {
     let Some(start_ticks) = start_ticks(pgid) else { return };
     let process = StageProcess { pgid, start_ticks };
-    if let Err(error) = super::write_json_file(&stage_dir.join(PROCESS_FILE), &process) {
+    if let Err(error) = super::write_json_file(&record_path(stage_dir), &process) {
         tracing::warn!(%error, "stage process not recorded");
     }
 }
 
 /// Forgets the group of a stage that ended.
 pub fn clear(stage_dir: &Path) {
-    let _ = std::fs::remove_file(stage_dir.join(PROCESS_FILE));
+    let _ = std::fs::remove_file(record_path(stage_dir));
 }
 
 /// Kills every process group that stages of the run in `root` left running, and forgets them.
 pub fn kill_survivors(root: &Path) -> Vec<Survivor> {
     let mut killed = Vec::new();
     let Ok(nodes) = std::fs::read_dir(super::layout::stages_dir(root)) else { return killed };
-    for visit_dir in
-        nodes.flatten().filter_map(|node| std::fs::read_dir(node.path()).ok()).flatten().flatten()
-    {
-        let stage_dir = visit_dir.path();
-        let path = stage_dir.join(PROCESS_FILE);
+    for record in nodes.flatten().filter_map(|node| std::fs::read_dir(node.path()).ok()).flatten().flatten() {
+        let name = record.file_name().to_string_lossy().into_owned();
+        let Some(visit) = name.strip_suffix(PROCESS_FILE_SUFFIX) else { continue };
+        let path = record.path();
+        let stage_dir = path.with_file_name(visit);
         let Ok(text) = crate::regular_file::read_to_string(&path, crate::regular_file::FileKind::Record)
         else {
             continue;
@@ -93,16 +101,20 @@ mod tests {
         let mut child = command.arg("30").spawn().unwrap();
         let pgid = child.id() as i32;
         record(&stage_dir, pgid);
-        assert!(stage_dir.join(PROCESS_FILE).exists());
+        assert!(temp.path().join("stages/work/1.process.json").exists());
         let killed = kill_survivors(temp.path());
         assert_eq!(killed, [Survivor { stage_dir: stage_dir.clone(), pgid }]);
         assert!(child.wait().unwrap().code().is_none(), "killed by a signal");
-        assert!(!stage_dir.join(PROCESS_FILE).exists());
+        assert!(!record_path(&stage_dir).exists());
 
         // A record whose start time does not match (a reused pid) kills nothing.
         let other = std::process::Command::new("sleep").arg("30").spawn().unwrap();
         let stale = StageProcess { pgid: other.id() as i32, start_ticks: 1 };
-        crate::run_dir::write_json_file(&stage_dir.join(PROCESS_FILE), &stale).unwrap();
+        crate::run_dir::write_json_file(&record_path(&stage_dir), &stale).unwrap();
+        // One planted in the stage directory itself (the stage can write there) is not read.
+        let planted =
+            StageProcess { pgid: other.id() as i32, start_ticks: start_ticks(other.id() as i32).unwrap() };
+        crate::run_dir::write_json_file(&stage_dir.join("process.json"), &planted).unwrap();
         assert!(kill_survivors(temp.path()).is_empty());
         let mut other = other;
         assert!(other.try_wait().unwrap().is_none(), "still running");
