@@ -38,10 +38,10 @@ impl ConfigFiles {
         ConfigFiles::default()
     }
 
-    /// The texts the run in `run_dir` started with. A run made before fabro kept them has none:
-    /// its files are read from disk, as they were then.
-    pub fn saved_in(run_dir: &Path) -> Result<ConfigFiles, ConfigFilesError> {
-        let path = crate::run_dir::layout::config_files(run_dir);
+    /// The texts a run started with, kept at `path` (its `config-files.json`). A run made before
+    /// fabro kept them has none: its files are read from disk, as they were then.
+    pub fn saved_at(path: &Path) -> Result<ConfigFiles, ConfigFilesError> {
+        let path = path.to_path_buf();
         let bytes = match crate::regular_file::read(&path, crate::regular_file::FileKind::Record) {
             Ok(bytes) => bytes,
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(ConfigFiles::default()),
@@ -86,14 +86,14 @@ impl ConfigFiles {
             .collect()
     }
 
-    /// Keeps the texts read so far in the run directory `run_dir` (a resume keeps the file).
-    pub fn save(&self, run_dir: &Path) -> std::io::Result<()> {
+    /// Keeps the texts read so far at `path` (a resume keeps the file it read them from).
+    pub fn save(&self, path: &Path) -> std::io::Result<()> {
         let snapshot = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         if snapshot.saved || snapshot.files.is_empty() {
             return Ok(());
         }
         let json = serde_json::to_vec_pretty(&*snapshot).map_err(std::io::Error::other)?;
-        crate::atomic_file::write_atomic(&crate::run_dir::layout::config_files(run_dir), &json)
+        crate::atomic_file::write_atomic(path, &json)
     }
 }
 
@@ -118,23 +118,23 @@ mod tests {
         let run = ConfigFiles::from_disk();
         assert_eq!(run.read(&file).unwrap().as_deref(), Some("[[hooks]]\n"));
         assert_eq!(run.read(&missing).unwrap(), None);
-        run.save(temp.path()).unwrap();
+        let saved = temp.path().join("config-files.json");
+        run.save(&saved).unwrap();
 
         std::fs::write(&file, "planted").unwrap();
         std::fs::write(&missing, "planted too").unwrap();
-        let resumed = ConfigFiles::saved_in(temp.path()).unwrap();
+        let resumed = ConfigFiles::saved_at(&saved).unwrap();
         assert!(resumed.is_saved());
         assert_eq!(resumed.read(&file).unwrap().as_deref(), Some("[[hooks]]\n"));
         assert_eq!(resumed.read(&missing).unwrap(), None);
         assert_eq!(resumed.changed(), [missing.clone(), file.clone()]);
         // The record is not rewritten by a resume.
-        resumed.save(temp.path()).unwrap();
+        resumed.save(&saved).unwrap();
         assert_eq!(
-            ConfigFiles::saved_in(temp.path()).unwrap().read(&file).unwrap().as_deref(),
+            ConfigFiles::saved_at(&saved).unwrap().read(&file).unwrap().as_deref(),
             Some("[[hooks]]\n")
         );
         // A run from before the record reads the files now.
-        let old = tempfile::tempdir().unwrap();
-        assert!(!ConfigFiles::saved_in(old.path()).unwrap().is_saved());
+        assert!(!ConfigFiles::saved_at(&temp.path().join("none.json")).unwrap().is_saved());
     }
 }

@@ -60,7 +60,8 @@ async fn continue_run(args: &mut ResumeArgs) -> Result<u8, Refusal> {
     source.adopt(&mut saved, &valid.workflow)?;
     // Configuration that can run code is what the run started with: a confined stage may have
     // rewritten the files since.
-    let config_files = ConfigFiles::saved_in(&run_dir).map_err(Refusal::error)?;
+    let config_files =
+        ConfigFiles::saved_at(&fabro::run_dir::layout::config_files(&run_dir)).map_err(Refusal::error)?;
     let user_sandbox = super::run::check_sandbox(&args.launch, &valid.workflow, &config_files)?;
     let workflow_path = args.workflow.clone().unwrap_or_else(|| PathBuf::from(&saved.manifest.source_path));
     let hooks =

@@ -184,10 +184,11 @@ impl Engine {
         };
         run_dir.write_json("manifest.json", &manifest)?;
         run_dir.write_text("workflow.dot", workflow.source().text())?;
-        options.config_files.save(run_dir.root()).map_err(|source| crate::run_dir::RunDirError::Io {
-            path: crate::run_dir::layout::config_files(run_dir.root()),
-            source,
-        })?;
+        let config_files = crate::run_dir::layout::config_files(run_dir.root());
+        options
+            .config_files
+            .save(&config_files)
+            .map_err(|source| crate::run_dir::RunDirError::Io { path: config_files, source })?;
         let journal = run_dir.journal(0, None, options.checkpoint_sync)?;
         let mut context = seed_context(workflow, options, work_dir);
         context.set("internal.run_id", run_id.clone());
