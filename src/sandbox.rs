@@ -227,19 +227,29 @@ impl Sandbox for Bubblewrap {
         for bind in &confinement.binds {
             command.arg(if bind.writable { "--bind" } else { "--ro-bind" }).arg(&bind.path).arg(&bind.path);
         }
-        command.arg("--bind").arg(setup.work_dir).arg(setup.work_dir);
-        // What fabro trusts stays read-only though it lies in the work directory: the run
-        // directory (`.fabro/runs/...` by default) and `.fabro/` with the project's memory.
+        // What fabro trusts stays read-only though it lies in a writable directory: the run
+        // directory (`.fabro/runs/...` by default) and the work directory's `.fabro/` with the
+        // project's memory. Writable directories inside them (a worktree run's work directory,
+        // the stage directory) are shown writable again on top.
         let protected = protected_dirs(setup);
+        let inside_protected = |path: &Path| protected.iter().any(|dir| path.starts_with(dir));
+        let writable: Vec<&Path> =
+            std::iter::once(setup.work_dir).chain(setup.writable.iter().copied()).collect();
+        for path in writable.iter().filter(|path| !inside_protected(path)) {
+            command.arg("--bind").arg(path).arg(path);
+        }
         for path in &protected {
             command.arg("--ro-bind-try").arg(path).arg(path);
         }
-        // A work directory inside the run directory (a worktree run) stays writable.
-        if protected.iter().any(|dir| setup.work_dir.starts_with(dir) && setup.work_dir != dir.as_path()) {
-            command.arg("--bind").arg(setup.work_dir).arg(setup.work_dir);
-        }
-        for path in setup.writable {
+        let rebound: Vec<&&Path> = writable.iter().filter(|path| inside_protected(path)).collect();
+        for path in &rebound {
             command.arg("--bind").arg(path).arg(path);
+        }
+        // And what is protected inside those (a worktree's own `.fabro/`) is read-only again.
+        for path in
+            protected.iter().filter(|dir| rebound.iter().any(|outer| dir.starts_with(outer) && dir != outer))
+        {
+            command.arg("--ro-bind-try").arg(path).arg(path);
         }
         command.arg("--chdir").arg(setup.work_dir).arg("--").arg(program).args(args);
         command.current_dir(setup.work_dir).env_clear();
@@ -281,8 +291,6 @@ fn protected_dirs(setup: &Setup<'_>) -> Vec<PathBuf> {
     if crate::regular_file::is_real_dir(&dot_fabro) {
         dirs.push(dot_fabro);
     }
-    // A writable stage directory never hides inside a protected one that is listed after it.
-    dirs.retain(|dir| !setup.writable.iter().any(|writable| dir.starts_with(writable)));
     dirs
 }
 
@@ -381,6 +389,54 @@ mod tests {
         assert!(parse_paths("/opt/sdk").unwrap_err().contains("ro:/absolute/path"));
         assert!(parse_paths("rw:relative").unwrap_err().contains("absolute"));
         assert_eq!(parse_paths(" ").unwrap(), []);
+    }
+
+    /// Whether `path` ends up writable in `command`: the last bind at or above it decides (a bind
+    /// shows the host's directory, hiding the mounts made below it before).
+    fn writable_in(command: &tokio::process::Command, path: &Path) -> bool {
+        let args: Vec<String> =
+            command.as_std().get_args().map(|a| a.to_string_lossy().into_owned()).collect();
+        let mut writable = false;
+        for window in args.windows(3) {
+            let mode = match window[0].as_str() {
+                "--bind" => true,
+                "--ro-bind" | "--ro-bind-try" => false,
+                _ => continue,
+            };
+            // A later mount replaces what earlier ones showed at and below its target.
+            if path.starts_with(&window[2]) {
+                writable = mode;
+            }
+        }
+        writable
+    }
+
+    #[test]
+    fn the_run_directory_and_dot_fabro_stay_read_only_under_every_writable_bind() {
+        let temp = tempfile::tempdir().unwrap();
+        let work = temp.path().join("work");
+        let run = work.join(".fabro/runs/r1");
+        let stage = run.join("stages/build/1");
+        std::fs::create_dir_all(&stage).unwrap();
+        let confinement = Confinement { kind: SandboxKind::Bwrap, ..Confinement::default() }.protecting(&run);
+        // A command stage: the stage directory writable inside the protected run directory.
+        let command = confinement.command("sh".as_ref(), &[], &work, &[&stage], &[&run]);
+        assert!(writable_in(&command, &work.join("src")));
+        assert!(!writable_in(&command, &work.join(".fabro/memory")));
+        assert!(!writable_in(&command, &run.join("journal.jsonl")));
+        assert!(writable_in(&command, &stage.join("status.json")));
+        // An MCP server: the work directory itself given as writable.
+        let command = confinement.command("server".as_ref(), &[], &work, &[&work], &[]);
+        assert!(!writable_in(&command, &work.join(".fabro/memory")));
+        assert!(!writable_in(&command, &run.join("checkpoint.json")));
+        // A worktree run: the work directory inside the run directory, with a `.fabro` of its own.
+        let worktree = run.join("worktree");
+        std::fs::create_dir_all(worktree.join(".fabro")).unwrap();
+        let command = confinement.command("sh".as_ref(), &[], &worktree, &[&stage], &[&run]);
+        assert!(writable_in(&command, &worktree.join("src/lib.rs")));
+        assert!(!writable_in(&command, &worktree.join(".fabro/memory")));
+        assert!(!writable_in(&command, &run.join("journal.jsonl")));
+        assert!(writable_in(&command, &stage.join("stdout.log")));
     }
 
     #[test]
