@@ -1199,6 +1199,11 @@ fn hostile_run_directories_never_hang_leak_or_crash_a_reader() {
         let name = format!("runs/case{case}");
         let run = dir.join(&name);
         copy_tree(&dir.join("pristine"), &run);
+        // A run id of its own, so that `fabro serve` tells the copies apart.
+        let mut manifest: Value =
+            serde_json::from_slice(&std::fs::read(run.join("manifest.json")).unwrap()).unwrap();
+        manifest["run_id"] = json!(format!("case-{case}"));
+        std::fs::write(run.join("manifest.json"), manifest.to_string()).unwrap();
         let mut planted = Vec::new();
         for _ in 0..1 + rng.below(3) {
             let (file, what) = (rng.pick(RUN_FILES), rng.pick(PLANTS));
@@ -1240,6 +1245,8 @@ fn hostile_run_directories_never_hang_leak_or_crash_a_reader() {
             }
         }
     }
+    // The web view reads the same directories: every page answers in time, without the secret.
+    failures.extend(serve_pages_of_hostile_runs(dir, 24));
     // Nothing fabro wrote holds the secret (the planted links themselves are not followed).
     let mut pending = vec![dir.join("runs")];
     while let Some(at) = pending.pop() {
@@ -1261,4 +1268,44 @@ fn hostile_run_directories_never_hang_leak_or_crash_a_reader() {
         failures.len(),
         failures[..failures.len().min(5)].join("\n")
     );
+}
+
+/// Starts `fabro serve` over `runs/` and asks for the list, each run's page, its stage page and
+/// its events; returns what hung, failed on the server's side or showed the secret.
+fn serve_pages_of_hostile_runs(dir: &Path, cases: usize) -> Vec<String> {
+    use std::io::BufRead;
+    let mut server = common::fabro_command(dir, &["serve", "--dir", "runs"])
+        .env("ANTHROPIC_API_KEY", format!("sk-ant-{HOSTILE_SECRET}"))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    std::io::BufReader::new(server.stdout.take().unwrap()).read_line(&mut first).unwrap();
+    let base = first.trim().strip_prefix("fabro serve: ").expect(&first).trim_end_matches('/').to_string();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let client = reqwest::Client::builder().timeout(Duration::from_secs(15)).build().unwrap();
+    let mut failures = Vec::new();
+    let mut paths = vec!["/".to_string()];
+    for case in 0..cases {
+        paths.push(format!("/runs/case-{case}"));
+        paths.push(format!("/runs/case-{case}/stages/work/1"));
+    }
+    for path in paths {
+        let answer = runtime.block_on(async {
+            let response = client.get(format!("{base}{path}")).send().await?;
+            let status = response.status().as_u16();
+            Ok::<_, reqwest::Error>((status, response.text().await.unwrap_or_default()))
+        });
+        match answer {
+            Err(error) => failures.push(format!("serve {path}: {error}")),
+            Ok((status, _)) if status >= 500 => failures.push(format!("serve {path}: HTTP {status}")),
+            Ok((_, body)) if body.contains(HOSTILE_SECRET) => {
+                failures.push(format!("serve {path} shows the secret"))
+            }
+            Ok(_) => {}
+        }
+    }
+    let _ = server.kill();
+    let _ = server.wait();
+    failures
 }
