@@ -146,12 +146,14 @@ fn the_network_is_off_unless_the_stage_asks_for_it() {
         }
     });
     let script = format!("bash -c 'exec 3<>/dev/tcp/127.0.0.1/{port} && head -1 <&3' || echo no-network");
-    for (attributes, expected) in [("", "no-network"), ("sandbox_network=true,", "hello from the host")] {
-        let setup = Setup::new(&command_workflow(attributes, &script));
-        let ran = setup.run(&["--sandbox", "bwrap"]);
-        assert_eq!(ran.status.code(), Some(0), "{}", text(&ran.stderr));
-        let out = setup.stdout_of("probe");
-        assert!(out.contains(expected), "{attributes}: {out}");
+    for user in TestUser::all() {
+        for (attributes, expected) in [("", "no-network"), ("sandbox_network=true,", "hello from the host")] {
+            let setup = Setup::for_user(&command_workflow(attributes, &script), user);
+            let ran = setup.run(&["--sandbox", "bwrap"]);
+            assert_eq!(ran.status.code(), Some(0), "{user:?}: {}", text(&ran.stderr));
+            let out = setup.stdout_of("probe");
+            assert!(out.contains(expected), "{user:?} {attributes}: {out}");
+        }
     }
 }
 
@@ -235,22 +237,25 @@ fn a_build_and_test_workflow_passes_unchanged_in_the_sandbox() {
 fn a_confined_cli_agent_sees_neither_the_home_nor_api_keys_unless_let_through() {
     let agent =
         r#"cat $HOME/.ssh/id_ed25519 2>/dev/null || echo no-secret; env | grep -c ANTHROPIC_API_KEY || true"#;
-    for (extra, keys_seen) in [("", "0"), (", sandbox_env=\"ANTHROPIC_API_KEY\"", "1")] {
+    for (user, (extra, keys_seen)) in TestUser::all()
+        .into_iter()
+        .flat_map(|user| [("", "0"), (", sandbox_env=\"ANTHROPIC_API_KEY\"", "1")].map(|case| (user, case)))
+    {
         let workflow = format!(
             "digraph cli {{\n  start [shape=Mdiamond]\n  exit [shape=Msquare]\n  code [shape=box, backend=\"cli\", \
              sandbox=\"bwrap\", prompt=\"Look around\", cli_agent=\"{}\"{extra}]\n  start -> code -> exit\n}}\n",
             agent.replace('"', "\\\"")
         );
-        let setup = Setup::new(&workflow);
+        let setup = Setup::for_user(&workflow, user);
         let ran = setup.run(&[]);
-        assert_eq!(ran.status.code(), Some(0), "{}", text(&ran.stderr));
+        assert_eq!(ran.status.code(), Some(0), "{user:?}: {}", text(&ran.stderr));
         let mut response = String::new();
         std::fs::File::open(setup.path("run/stages/code/1/response.md"))
             .unwrap()
             .read_to_string(&mut response)
             .unwrap();
         assert!(response.contains("no-secret") && !response.contains(SECRET), "{response}");
-        assert_eq!(response.lines().last(), Some(keys_seen), "{extra}: {response}");
+        assert_eq!(response.lines().last(), Some(keys_seen), "{user:?} {extra}: {response}");
     }
 }
 
@@ -311,34 +316,35 @@ fn extra_paths_are_shown_read_only_or_writable() {
 fn an_agents_shell_tool_runs_confined() {
     use common::llm_server::{anthropic_text, anthropic_tools, LlmServer};
     let command = "cat \"$HOME/.ssh/id_ed25519\" 2>/dev/null || echo no-secret; touch /etc/agent-was-here 2>/dev/null || echo read-only; env; echo ok > agent.txt";
-    let server = LlmServer::start(
-        vec![
-            anthropic_tools("Looking around.", &[("t1", "shell", serde_json::json!({"command": command}))]),
-            anthropic_text("Done.", 100, 10),
-        ],
-        vec![],
-    );
-    let workflow = "digraph agent {\n  start [shape=Mdiamond]\n  exit [shape=Msquare]\n  \
-                    look [shape=box, prompt=\"Look around\", llm_model=\"claude-sonnet-4-5\"]\n  start -> look -> exit\n}\n";
-    let setup = Setup::new(workflow);
-    let ran = common::fabro_command(
-        setup.dir.path(),
-        &["run", "w.dot", "--workdir", "work", "--run-dir", "run", "-q", "--sandbox", "bwrap"],
-    )
-    .env("HOME", setup.path("home"))
-    .env("ANTHROPIC_API_KEY", API_KEY)
-    .env("ANTHROPIC_BASE_URL", server.url(""))
-    .env("FABRO_LLM_MAX_RETRIES", "0")
-    .output()
-    .unwrap();
-    assert_eq!(ran.status.code(), Some(0), "{}", text(&ran.stderr));
-    let requests = server.requests();
-    assert_eq!(requests.len(), 2);
-    let result = requests[1].json()["messages"][2]["content"][0]["content"].as_str().unwrap().to_string();
-    assert!(result.starts_with("exit code 0\nno-secret\nread-only\n"), "{result}");
-    assert!(!result.contains(SECRET) && !result.contains(API_KEY), "{result}");
-    assert_eq!(std::fs::read_to_string(setup.path("work/agent.txt")).unwrap(), "ok\n");
-    assert!(!Path::new("/etc/agent-was-here").exists());
+    for user in TestUser::all() {
+        let server = LlmServer::start(
+            vec![
+                anthropic_tools(
+                    "Looking around.",
+                    &[("t1", "shell", serde_json::json!({"command": command}))],
+                ),
+                anthropic_text("Done.", 100, 10),
+            ],
+            vec![],
+        );
+        let workflow = "digraph agent {\n  start [shape=Mdiamond]\n  exit [shape=Msquare]\n  \
+                        look [shape=box, prompt=\"Look around\", llm_model=\"claude-sonnet-4-5\"]\n  start -> look -> exit\n}\n";
+        let setup = Setup::for_user(workflow, user);
+        let ran = setup
+            .fabro(&["run", "w.dot", "--workdir", "work", "--run-dir", "run", "-q", "--sandbox", "bwrap"])
+            .env("ANTHROPIC_BASE_URL", server.url(""))
+            .env("FABRO_LLM_MAX_RETRIES", "0")
+            .output()
+            .unwrap();
+        assert_eq!(ran.status.code(), Some(0), "{user:?}: {}", text(&ran.stderr));
+        let requests = server.requests();
+        assert_eq!(requests.len(), 2);
+        let result = requests[1].json()["messages"][2]["content"][0]["content"].as_str().unwrap().to_string();
+        assert!(result.starts_with("exit code 0\nno-secret\nread-only\n"), "{user:?}: {result}");
+        assert!(!result.contains(SECRET) && !result.contains(API_KEY), "{user:?}: {result}");
+        assert_eq!(std::fs::read_to_string(setup.path("work/agent.txt")).unwrap(), "ok\n");
+        assert!(!Path::new("/etc/agent-was-here").exists());
+    }
 }
 
 /// Every regular file under `dir` (links not followed), with its text.
