@@ -26,6 +26,7 @@ pub mod load;
 pub mod memory;
 pub mod outcome;
 pub mod process_group;
+pub mod redaction;
 pub mod regular_file;
 pub mod render;
 pub mod report;

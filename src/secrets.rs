@@ -17,7 +17,7 @@ use std::borrow::Cow;
 use std::collections::BTreeSet;
 use std::sync::{Arc, LazyLock, RwLock};
 
-use crate::backends::redaction::Secrets;
+use crate::redaction::Secrets;
 
 /// The variables that hold the keys of the providers fabro knows.
 pub const PROVIDER_KEYS: &[&str] =

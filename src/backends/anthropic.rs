@@ -4,8 +4,8 @@ use serde_json::{json, Value};
 
 use super::chat::{ChatMessage, ChatProvider, ChatRequest, ChatResponse, ToolCall};
 use super::http::{post_json, RetrySettings};
-use super::redaction::Secrets;
 use super::{BackendError, Usage};
+use crate::redaction::Secrets;
 
 /// The API version header fabro speaks.
 const API_VERSION: &str = "2023-06-01";

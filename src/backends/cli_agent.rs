@@ -12,9 +12,9 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::redaction::Secrets;
 use super::BackendError;
 use crate::process_group::{lead_guarded_group, ProcessGroup};
+use crate::redaction::Secrets;
 
 /// The argv of a named agent, or `None` for a custom command.
 pub fn known_agent(name: &str, prompt: &str) -> Option<Vec<String>> {

@@ -18,8 +18,8 @@ use std::time::Duration;
 
 use super::http::RetrySettings;
 use super::models::{self, Price};
-use super::redaction::Secrets;
 use crate::config_files::ConfigFiles;
+use crate::redaction::Secrets;
 
 /// The API a provider speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::redaction::Secrets;
 use super::BackendError;
+use crate::redaction::Secrets;
 
 /// How a provider's requests are retried in place before the engine's retry policy takes over.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

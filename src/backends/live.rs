@@ -19,12 +19,12 @@ use super::chat::{ChatMessage, ChatProvider, ChatRequest};
 use super::config::{ConfigError, LlmConfig, ProviderKind};
 use super::failover;
 use super::openai::{Dialect, OpenAi};
-use super::redaction::Secrets;
 use super::tools::Toolbox;
 use super::transcript::{assistant_record, Transcript};
 use super::{Backend, BackendError, LlmRequest, LlmResponse, StageEnv};
 use crate::event::Event;
 use crate::graph::{settings, Workflow};
+use crate::redaction::Secrets;
 use crate::usage::{ModelUsage, Usage};
 
 /// Most output tokens asked for per call (less for small context windows).

@@ -16,7 +16,6 @@ pub mod mcp;
 pub mod models;
 pub mod openai;
 pub mod permissions;
-pub mod redaction;
 pub mod scripted;
 pub mod simulated;
 pub mod tools;

@@ -5,8 +5,8 @@ use serde_json::{json, Value};
 
 use super::chat::{ChatMessage, ChatProvider, ChatRequest, ChatResponse, ToolCall};
 use super::http::{post_json, RetrySettings};
-use super::redaction::Secrets;
 use super::{BackendError, Usage};
+use crate::redaction::Secrets;
 
 pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
 

@@ -9,9 +9,9 @@ use serde::Deserialize as _;
 use serde_json::{json, Value};
 
 use super::chat::ChatResponse;
-use super::redaction::Secrets;
 use crate::event::Event;
 use crate::events::{now_rfc3339, EventLog};
+use crate::redaction::Secrets;
 
 /// The transcript entry of one model answer: text, tool calls, the provider's thinking when it
 /// sent any, usage, model and stop reason.
