@@ -59,7 +59,8 @@ impl EventLog {
         };
         let len = std::fs::symlink_metadata(&path).ok().filter(|meta| meta.is_file()).map(|meta| meta.len());
         let tail = len.and_then(|len| {
-            let tail = crate::run_dir::stage_output::read_tail(&path, TAIL)?;
+            let (_, tail) = crate::regular_file::read_tail(&path, TAIL).ok()?;
+            let tail = String::from_utf8_lossy(&tail).into_owned();
             // A window that starts inside the log starts mid-line.
             Some(if len > TAIL { tail.split_once('\n').map(|(_, rest)| rest.to_string())? } else { tail })
         });

@@ -7,6 +7,7 @@
 pub mod agent_context;
 pub mod atomic_file;
 pub mod backends;
+pub mod chat;
 pub mod child_run;
 pub mod child_workflow;
 pub mod condition;
@@ -16,6 +17,7 @@ pub mod diagnostic;
 pub mod engine;
 pub mod event;
 pub mod events;
+pub mod fabro_dir;
 pub mod fidelity;
 pub mod graph;
 pub mod handlers;

@@ -287,8 +287,8 @@ impl StageMemory {
 }
 
 /// The `remember` tool an agent stage with memory gets.
-pub fn tool_definition() -> crate::backends::chat::ToolDefinition {
-    crate::backends::chat::ToolDefinition {
+pub fn tool_definition() -> crate::chat::ToolDefinition {
+    crate::chat::ToolDefinition {
         name: REMEMBER.into(),
         description: "Keep something for later runs of this project (any workflow): they see it at their start. kind:                       fact, preference, decision or warning; name: a short unique name (the same name replaces an                       entry, to correct it); text: one or two sentences. Keep only what is durable and not obvious                       from the code.".into(),
         parameters: serde_json::json!({"type": "object", "properties": {

@@ -275,7 +275,7 @@ pub struct Outcome {
     pub files_touched: Vec<String>,
     /// Estimated tokens the context layers kept out of an agent stage's model calls, per layer.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
-    pub context_tokens_saved: crate::agent_context::Savings,
+    pub context_tokens_saved: crate::usage::Savings,
     /// Names of the project memory entries an agent stage wrote.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub memory_added: Vec<String>,
@@ -295,7 +295,7 @@ pub struct Exchange {
     pub response: String,
     /// The whole conversation from the prompt to the answer when the stage had tool turns (its
     /// thread carries them); empty otherwise.
-    pub conversation: Vec<crate::backends::chat::ChatMessage>,
+    pub conversation: Vec<crate::chat::ChatMessage>,
 }
 
 /// Reads a status in any accepted spelling (`failed`, `succeeded`, ...).

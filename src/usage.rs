@@ -12,6 +12,18 @@ use crate::graph::Node;
 use crate::graph::Workflow;
 use crate::run_dir::{StageRecord, UsageTotals};
 
+/// Characters per token in every estimate fabro makes without a tokenizer: preambles, the agent
+/// context layers, compaction, the simulated and scripted backends.
+pub const CHARS_PER_TOKEN: usize = 4;
+
+/// The tokens of `text` by that estimate, rounded up.
+pub fn estimated_tokens(chars: usize) -> u64 {
+    chars.div_ceil(CHARS_PER_TOKEN) as u64
+}
+
+/// Estimated tokens the agent context layers saved, by layer name, over a stage's calls.
+pub type Savings = std::collections::BTreeMap<String, u64>;
+
 /// Tokens a model call (or a stage, or a run) used.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Usage {

@@ -2,8 +2,9 @@
 //! 20 messages from the end keep 2,000 tokens, 21 to 40 keep 1,000, older ones 500, each with a
 //! notice of what was cut. On unless `tool_result_aging=false`.
 
-use super::{cut, ContextSettings, CHARS_PER_TOKEN};
-use crate::backends::chat::ChatMessage;
+use super::{cut, ContextSettings};
+use crate::chat::ChatMessage;
+use crate::usage::CHARS_PER_TOKEN;
 
 /// (oldest age in messages, tokens kept) from the youngest band to the oldest.
 const BANDS: [(usize, usize); 3] = [(20, 2000), (40, 1000), (usize::MAX, 500)];

@@ -21,16 +21,10 @@ pub mod sliding_window;
 pub mod thread_filters;
 pub mod trim_retry;
 
-use std::collections::BTreeMap;
-
-use crate::backends::chat::ChatMessage;
+use crate::chat::ChatMessage;
 pub use crate::graph::settings::{ContextSettings, DEFAULT_MAX_REPLAY_CHARS, TOOL_RESULT_CHARS_PREFIX};
 
-/// Characters per token in the estimates the layers use (as compaction does).
-pub const CHARS_PER_TOKEN: usize = 4;
-
-/// Estimated tokens saved by each layer (by layer name), over a stage's calls.
-pub type Savings = BTreeMap<String, u64>;
+use crate::usage::Savings;
 
 /// A layer: shortens what a view sends, in place.
 type Layer = fn(&mut [ChatMessage], &ContextSettings);
@@ -59,7 +53,7 @@ pub fn view(messages: &[ChatMessage], settings: &ContextSettings) -> (Vec<ChatMe
 
 /// Estimated tokens of messages.
 pub fn tokens(messages: &[ChatMessage]) -> u64 {
-    (messages.iter().map(ChatMessage::char_count).sum::<usize>().div_ceil(CHARS_PER_TOKEN)) as u64
+    crate::usage::estimated_tokens(messages.iter().map(ChatMessage::char_count).sum())
 }
 
 /// `text` cut to `max` characters (at a character boundary) followed by `notice`, when longer.
@@ -90,7 +84,7 @@ pub(crate) fn result_positions(messages: &[ChatMessage]) -> Vec<(usize, usize)> 
 pub(crate) fn result_at(
     messages: &mut [ChatMessage],
     (m, r): (usize, usize),
-) -> Option<&mut crate::backends::chat::ToolResult> {
+) -> Option<&mut crate::chat::ToolResult> {
     match messages.get_mut(m) {
         Some(ChatMessage::ToolResults { results }) => results.get_mut(r),
         _ => None,
@@ -100,7 +94,7 @@ pub(crate) fn result_at(
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::backends::chat::{ToolCall, ToolResult};
+    use crate::chat::{ToolCall, ToolResult};
 
     /// A conversation: a prompt, then one assistant turn per (tool, arguments, result) with its
     /// result message.

@@ -5,7 +5,7 @@
 
 use super::compaction::is_block;
 use super::{cut, result_positions, ContextSettings};
-use crate::backends::chat::ChatMessage;
+use crate::chat::ChatMessage;
 
 /// What is kept of a read whose file changed later.
 pub const CONSUMED_READ_CHARS: usize = 500;

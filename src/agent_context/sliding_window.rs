@@ -4,7 +4,7 @@
 //! still has its result.
 
 use super::{result_at, result_positions, tokens, ContextSettings};
-use crate::backends::chat::ChatMessage;
+use crate::chat::ChatMessage;
 
 /// What an omitted result says instead.
 pub const OMITTED: &str = "[result omitted: sliding window; re-run the tool if you need it]";

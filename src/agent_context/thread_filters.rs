@@ -14,8 +14,8 @@
 use super::compaction::intent::Operation;
 use super::shortened;
 use super::trim_retry::text_only;
-use crate::backends::chat::{ChatMessage, ToolCall};
 use crate::backends::ThreadMessage;
+use crate::chat::{ChatMessage, ToolCall};
 use crate::graph::settings::{ContextSettings, ThreadHandoff};
 
 /// The first line of a task summary.
@@ -199,7 +199,7 @@ fn task_summary(node: Option<&str>, messages: &[ThreadMessage]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backends::chat::ToolResult;
+    use crate::chat::ToolResult;
 
     /// A node's task: its prompt, one tool turn, its answer.
     fn task(node: &str, tool: &str, result: &str) -> Vec<ThreadMessage> {

@@ -7,7 +7,7 @@
 //! 3. no tool messages at all: tool results dropped, tool calls taken out of assistant messages.
 
 use super::{replay_caps, ContextSettings};
-use crate::backends::chat::ChatMessage;
+use crate::chat::ChatMessage;
 
 /// The steps, in order: (tool result cap, what the step does).
 pub const STEPS: [(Option<usize>, &str); 3] = [

@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::agentic_tools;
-use super::chat::{ChatMessage, ChatProvider, ChatRequest, ToolResult};
+use super::chat::{ChatProvider, ChatRequest};
 use super::permissions::{Level as PermissionLevel, Verdict};
 use super::tools::{self, Toolbox};
 use super::transcript::{assistant_record, Transcript};
@@ -20,6 +20,7 @@ use super::{BackendError, Usage};
 use crate::agent_context::compaction::{
     checkpoint, intent::Operation, lossless::RunRecord, Compactor, Done, Inputs,
 };
+use crate::chat::{ChatMessage, ToolResult};
 use crate::event::Event;
 
 /// Tool results longer than this many characters go to the artifact store.
@@ -74,7 +75,7 @@ pub struct AgentRun {
     /// True when `max_turns` ended the loop while the model still wanted tools.
     pub hit_turn_limit: bool,
     /// Estimated tokens each context layer kept out of the calls, summed.
-    pub context_savings: crate::agent_context::Savings,
+    pub context_savings: crate::usage::Savings,
     /// The conversation from the prompt on, as compaction left it, ending with the answer.
     pub conversation: Vec<ChatMessage>,
     /// Names of the memory entries the stage wrote.
@@ -169,7 +170,7 @@ pub async fn run(
     let mut subtasks = 0;
     // The detail of a `mark_task_done` call of this turn: a checkpoint follows the turn.
     let mut task_done: Option<String> = None;
-    let system_tokens = system.len().div_ceil(crate::agent_context::CHARS_PER_TOKEN) as u64;
+    let system_tokens = crate::usage::estimated_tokens(system.len());
     let mut run = AgentRun::default();
     let mut watchdog = Watchdog::default();
     let prompt_at = messages.len().saturating_sub(1);
@@ -351,7 +352,7 @@ pub async fn run(
 /// what is wrong with it.
 fn remember(
     memory: &crate::memory::StageMemory,
-    call: &super::chat::ToolCall,
+    call: &crate::chat::ToolCall,
     transcript: &Transcript<'_>,
     run: &mut AgentRun,
 ) -> tools::ToolOutput {
@@ -540,7 +541,7 @@ async fn run_with_hooks(
     toolbox: &mut Toolbox,
     transcript: &Transcript<'_>,
     turn: u32,
-    call: &super::chat::ToolCall,
+    call: &crate::chat::ToolCall,
 ) -> tools::ToolOutput {
     let record = |hook: &tools::HookRun| {
         transcript.record(

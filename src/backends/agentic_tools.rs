@@ -8,10 +8,11 @@
 
 use serde_json::{json, Value};
 
-use super::chat::{ChatMessage, ChatProvider, ChatRequest, ToolCall, ToolDefinition, ToolResult};
+use super::chat::{ChatProvider, ChatRequest};
 use super::tools::{self, ToolOutput, Toolbox};
 use super::transcript::{assistant_record, Transcript};
 use super::Usage;
+use crate::chat::{ChatMessage, ToolCall, ToolDefinition, ToolResult};
 
 pub const READ_FILE: &str = "agentic_read_file";
 pub const GREP: &str = "agentic_grep";

@@ -2,9 +2,10 @@
 
 use serde_json::{json, Value};
 
-use super::chat::{ChatMessage, ChatProvider, ChatRequest, ChatResponse, ToolCall};
+use super::chat::{ChatProvider, ChatRequest, ChatResponse};
 use super::http::{post_json, RetrySettings};
 use super::{BackendError, Usage};
+use crate::chat::{ChatMessage, ToolCall};
 use crate::redaction::Secrets;
 
 /// The API version header fabro speaks.
@@ -189,7 +190,7 @@ pub fn parse_response(value: &Value) -> Result<ChatResponse, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backends::chat::{ToolDefinition, ToolResult};
+    use crate::chat::{ToolDefinition, ToolResult};
 
     #[test]
     fn requests_merge_roles_and_carry_tools() {

@@ -115,7 +115,7 @@ pub fn parse_models(text: &str) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backends::chat::ChatMessage;
+    use crate::chat::ChatMessage;
     use std::time::Duration;
 
     /// Answers with its name, or fails with the error it was given.

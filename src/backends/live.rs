@@ -15,13 +15,14 @@ use serde_json::json;
 
 use super::agent_loop::{self, AgentSettings};
 use super::anthropic::Anthropic;
-use super::chat::{ChatMessage, ChatProvider, ChatRequest};
+use super::chat::{ChatProvider, ChatRequest};
 use super::config::{ConfigError, LlmConfig, ProviderKind};
 use super::failover;
 use super::openai::{Dialect, OpenAi};
 use super::tools::Toolbox;
 use super::transcript::{assistant_record, Transcript};
 use super::{Backend, BackendError, LlmRequest, LlmResponse, StageEnv};
+use crate::chat::ChatMessage;
 use crate::event::Event;
 use crate::graph::{settings, Workflow};
 use crate::redaction::Secrets;
@@ -226,7 +227,7 @@ impl LiveBackend {
                 request.node_id
             )));
         }
-        let mut context_savings = crate::agent_context::Savings::new();
+        let mut context_savings = crate::usage::Savings::new();
         let (thread, filters) = thread_filters::replay(request.history, request.node_id, &context);
         let mut messages: Vec<ChatMessage> = thread.into_iter().map(|t| t.message).collect();
         if !filters.is_empty() {

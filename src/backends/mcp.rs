@@ -29,8 +29,8 @@ use rmcp::service::{Peer, RoleClient, RunningService};
 use rmcp::ServiceExt;
 use serde_json::Value;
 
-use super::chat::ToolDefinition;
 use super::tools::ToolOutput;
+use crate::chat::ToolDefinition;
 use crate::sandbox::{Confinement, SandboxKind};
 
 /// How long a server may take to start and answer the handshake, unless its entry says.

@@ -117,7 +117,7 @@ pub struct ThreadMessage {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node: Option<String>,
     #[serde(flatten)]
-    pub message: chat::ChatMessage,
+    pub message: crate::chat::ChatMessage,
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -131,10 +131,10 @@ pub struct LlmResponse {
     /// Files the stage wrote or edited (relative to the work directory).
     pub files_touched: Vec<String>,
     /// Estimated tokens the context layers kept out of an agent stage's calls, per layer.
-    pub context_savings: crate::agent_context::Savings,
+    pub context_savings: crate::usage::Savings,
     /// An agent stage's conversation from its prompt to its answer, tool turns included (as
     /// compaction left it), for its thread under `full` fidelity; empty when the backend has none.
-    pub conversation: Vec<chat::ChatMessage>,
+    pub conversation: Vec<crate::chat::ChatMessage>,
     /// Names of the memory entries the stage wrote (`remember`, `memory_extract`).
     pub memory_added: Vec<String>,
     /// Tokens and estimated cost per model, when the stage failed over to another model.

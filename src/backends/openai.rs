@@ -3,9 +3,10 @@
 
 use serde_json::{json, Value};
 
-use super::chat::{ChatMessage, ChatProvider, ChatRequest, ChatResponse, ToolCall};
+use super::chat::{ChatProvider, ChatRequest, ChatResponse};
 use super::http::{post_json, RetrySettings};
 use super::{BackendError, Usage};
+use crate::chat::{ChatMessage, ToolCall};
 use crate::redaction::Secrets;
 
 pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
@@ -166,7 +167,7 @@ pub fn parse_response(value: &Value) -> Result<ChatResponse, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backends::chat::ToolResult;
+    use crate::chat::ToolResult;
 
     #[test]
     fn requests_follow_the_dialect() {

@@ -145,8 +145,8 @@ impl Backend for ScriptedBackend {
         };
         // The same rough token count as the simulated backend (characters / 4).
         let usage = Usage {
-            input_tokens: request.prompt.len().div_ceil(4) as u64,
-            output_tokens: text.len().div_ceil(4) as u64,
+            input_tokens: crate::usage::estimated_tokens(request.prompt.len()),
+            output_tokens: crate::usage::estimated_tokens(text.len()),
             ..Usage::default()
         };
         Ok(LlmResponse {

@@ -30,8 +30,8 @@ impl Backend for SimulatedBackend {
         }
         // A rough token count (characters / 4) so usage figures are plausible.
         let usage = Usage {
-            input_tokens: request.prompt.len().div_ceil(4) as u64,
-            output_tokens: text.len().div_ceil(4) as u64,
+            input_tokens: crate::usage::estimated_tokens(request.prompt.len()),
+            output_tokens: crate::usage::estimated_tokens(text.len()),
             ..Usage::default()
         };
         Ok(LlmResponse {

@@ -13,7 +13,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use tokio::io::AsyncReadExt;
 
-use super::chat::ToolDefinition;
+use crate::chat::ToolDefinition;
 use crate::process_group::{lead_guarded_group, ProcessGroup};
 
 /// Most bytes of each shell output stream kept; the rest is read and dropped.

@@ -577,7 +577,7 @@ impl ArtifactStore {
             path: dir.clone(),
             source,
         })?;
-        crate::run_dir::keep_out_of_git(&fabro);
+        crate::fabro_dir::keep_out_of_git(&fabro);
         let target = dir.join(format!("{}.json", encode_key(key)));
         write_atomic_with(&target, &bytes, Durability::Unsynced).map_err(|source| ArtifactError::Write {
             key: key.to_string(),

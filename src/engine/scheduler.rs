@@ -141,7 +141,7 @@ impl Engine {
         let root = match &options.run_dir {
             Some(root) => root.clone(),
             None => {
-                crate::run_dir::keep_out_of_git(Path::new(".fabro"));
+                crate::fabro_dir::keep_out_of_git(Path::new(".fabro"));
                 PathBuf::from(".fabro").join("runs").join(&run_id)
             }
         };

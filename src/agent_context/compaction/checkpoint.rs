@@ -10,8 +10,9 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::{intent, summary};
-use crate::backends::chat::{ask, ChatMessage, ChatProvider, ToolDefinition};
+use crate::backends::chat::{ask, ChatProvider};
 use crate::backends::Usage;
+use crate::chat::{ChatMessage, ToolDefinition};
 
 /// The tool the model calls at a task boundary.
 pub const TOOL: &str = "mark_task_done";

@@ -5,7 +5,7 @@
 use serde_json::Value;
 
 use crate::agent_context::shortened;
-use crate::backends::chat::ToolCall;
+use crate::chat::ToolCall;
 
 /// The first line of every intent block.
 pub const HEADER: &str = "[Intent-derived reconstruction";

@@ -26,8 +26,9 @@ pub mod window;
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use crate::backends::chat::{ChatMessage, ChatProvider};
+use crate::backends::chat::ChatProvider;
 use crate::backends::Usage;
+use crate::chat::ChatMessage;
 use crate::event::{Compaction, Event};
 use crate::graph::settings::{CompactionMode, ContextSettings};
 
@@ -278,7 +279,10 @@ impl Compactor {
         done.events.push(Event::AgentCompactionCompleted(Compaction {
             original_turn_count: turn_count,
             preserved_turn_count: self.uncompacted_turns(messages),
-            summary_token_estimate: done.block.as_deref().map_or(0, |b| b.len().div_ceil(4) as u64),
+            summary_token_estimate: done
+                .block
+                .as_deref()
+                .map_or(0, |b| crate::usage::estimated_tokens(b.len())),
             tracked_file_count: inputs.file_count,
             mode: mode.as_str().to_string(),
             before_tokens: before,

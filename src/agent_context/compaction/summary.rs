@@ -7,8 +7,9 @@
 use std::time::Duration;
 
 use crate::agent_context::shortened;
-use crate::backends::chat::{ask, ChatMessage, ChatProvider};
+use crate::backends::chat::{ask, ChatProvider};
 use crate::backends::Usage;
+use crate::chat::ChatMessage;
 
 /// Tool arguments and results are cut to this many characters for the summarizer.
 pub const SUMMARY_FIELD_CHARS: usize = 500;
@@ -122,8 +123,9 @@ fn prune(text: &str, max: usize) -> String {
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
-    use crate::backends::chat::{ChatRequest, ChatResponse, ToolCall};
+    use crate::backends::chat::{ChatRequest, ChatResponse};
     use crate::backends::BackendError;
+    use crate::chat::ToolCall;
 
     pub struct Summarizer(pub Result<&'static str, BackendError>, pub std::sync::Mutex<Vec<String>>);
 

@@ -3,7 +3,7 @@
 //! blocks are pinned: they are never dropped. A turn is an assistant message with the results of
 //! its tool calls, so dropping one keeps every remaining call id paired with its result.
 
-use crate::backends::chat::ChatMessage;
+use crate::chat::ChatMessage;
 
 /// Drops the oldest unpinned messages from `messages` (whole turns) while the estimate of
 /// `system` plus the messages is over `budget` tokens or more than `max_turns` turns are left,

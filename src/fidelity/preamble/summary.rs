@@ -50,7 +50,7 @@ impl Level {
 
 pub(super) fn render(facts: &PreambleFacts<'_>, level: Level) -> String {
     // Byte lengths bound character counts, so budgeting bytes keeps the estimate within budget.
-    let budget = level.budget_tokens() * 4;
+    let budget = level.budget_tokens() * crate::usage::CHARS_PER_TOKEN;
     let mut out = String::with_capacity(budget + 64);
     let _ = writeln!(out, "Goal: {}", clip(facts.goal, budget / 5));
     out.push('\n');
