@@ -8,10 +8,6 @@
 //! the agent loop stops before its next model call once the stage's own spend reaches one, the run
 //! pauses, and the stage runs again on resume only when that bound was raised.
 
-use crate::graph::Node;
-use crate::graph::Workflow;
-use crate::run_dir::{StageRecord, UsageTotals};
-
 /// Characters per token in every estimate fabro makes without a tokenizer: preambles, the agent
 /// context layers, compaction, the simulated and scripted backends.
 pub const CHARS_PER_TOKEN: usize = 4;
@@ -74,6 +70,24 @@ pub struct ModelUsage {
     pub cost_usd: Option<f64>,
 }
 
+/// Tokens and estimated cost of a run's LLM stages, summed (`UsageTotals::of` in `run_dir`
+/// sums a run's stage records).
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct UsageTotals {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    /// Summed over the stages whose cost is known; `None` when none is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
+}
+
+impl UsageTotals {
+    /// Tokens in and out.
+    pub fn tokens(&self) -> u64 {
+        self.input_tokens.saturating_add(self.output_tokens)
+    }
+}
+
 /// The ceilings of a run; `None` means no ceiling.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct UsageLimits {
@@ -86,34 +100,21 @@ pub struct UsageLimits {
 }
 
 impl UsageLimits {
-    /// The command line's limits, else the graph's attributes.
-    pub fn resolve(given: UsageLimits, workflow: &Workflow) -> UsageLimits {
-        let graph = workflow.attributes();
-        UsageLimits {
-            max_tokens: given
-                .max_tokens
-                .or_else(|| graph.integer("max_tokens").and_then(|n| u64::try_from(n).ok())),
-            max_cost: given.max_cost.or_else(|| graph.float("max_cost")),
-            stage: given.stage,
-        }
-    }
-
-    /// What is left under the ceilings after `stages`, for a stage that makes several model
-    /// calls; `None` without ceilings.
-    pub fn left(&self, stages: &[StageRecord]) -> Option<UsageLeft> {
+    /// What is left under the ceilings once the run has used `totals`, for a stage that makes
+    /// several model calls; `None` without ceilings.
+    pub fn left(&self, totals: UsageTotals) -> Option<UsageLeft> {
         if self.max_tokens.is_none() && self.max_cost.is_none() {
             return None;
         }
-        let totals = UsageTotals::of(stages).unwrap_or_default();
         Some(UsageLeft {
             tokens: self.max_tokens.map(|max| max.saturating_sub(totals.tokens())),
             cost_usd: self.max_cost.map(|max| (max - totals.cost_usd.unwrap_or(0.0)).max(0.0)),
         })
     }
 
-    /// Why the run must pause before the next model call, if a ceiling has been reached.
-    pub fn reached(&self, stages: &[StageRecord]) -> Option<String> {
-        let totals = UsageTotals::of(stages).unwrap_or_default();
+    /// Why the run must pause before the next model call, if the run's `totals` have reached a
+    /// ceiling.
+    pub fn reached(&self, totals: UsageTotals) -> Option<String> {
         if let Some(max) = self.max_tokens.filter(|max| totals.tokens() >= *max) {
             return Some(format!(
                 "token ceiling reached: the run has used {} tokens and the limit is {max}; resume with a higher \
@@ -167,23 +168,6 @@ pub struct StageLimits {
 }
 
 impl StageLimits {
-    /// The command line's stage ceilings, else the node's `max_stage_tokens`/`max_stage_cost`,
-    /// else the graph's `default_max_stage_tokens`/`default_max_stage_cost`.
-    pub fn resolve(given: StageLimits, node: &Node, workflow: &Workflow) -> StageLimits {
-        let graph = workflow.attributes();
-        let integer = |key: &str| {
-            node.attributes
-                .integer(key)
-                .or_else(|| graph.integer(&format!("default_{key}")))
-                .and_then(|n| u64::try_from(n).ok())
-        };
-        let float = |key: &str| node.attributes.float(key).or_else(|| graph.float(&format!("default_{key}")));
-        StageLimits {
-            max_tokens: given.max_tokens.or_else(|| integer("max_stage_tokens")),
-            max_cost: given.max_cost.or_else(|| float("max_stage_cost")),
-        }
-    }
-
     pub fn is_unbounded(&self) -> bool {
         self.max_tokens.is_none() && self.max_cost.is_none()
     }
@@ -275,45 +259,32 @@ impl StageCeiling {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::outcome::StageStatus;
-    use crate::usage::Usage;
 
-    fn stage(tokens: u64, cost: Option<f64>) -> StageRecord {
-        StageRecord {
-            node_id: "a".into(),
-            visit: 1,
-            status: StageStatus::Success,
-            duration_ms: 1,
-            handler: Some(crate::graph::HandlerType::Agent),
-            failure_reason: None,
-            usage: Some(Usage::new(tokens, 0)),
-            cost_usd: cost,
-            branch: None,
-            dir: None,
-        }
+    fn used(tokens: u64, cost_usd: Option<f64>) -> UsageTotals {
+        UsageTotals { input_tokens: tokens, output_tokens: 0, cost_usd }
     }
 
     #[test]
     fn ceilings_are_reached_at_the_limit() {
         let limits = UsageLimits { max_tokens: Some(100), ..UsageLimits::default() };
-        assert_eq!(limits.reached(&[stage(60, None)]), None);
-        let reason = limits.reached(&[stage(60, None), stage(40, None)]).unwrap();
+        assert_eq!(limits.reached(used(60, None)), None);
+        let reason = limits.reached(used(100, None)).unwrap();
         assert!(reason.contains("used 100 tokens and the limit is 100"), "{reason}");
         let limits = UsageLimits { max_cost: Some(0.5), ..UsageLimits::default() };
-        assert_eq!(limits.reached(&[stage(1, Some(0.2))]), None);
-        assert!(limits.reached(&[stage(1, Some(0.2)), stage(1, Some(0.3))]).unwrap().contains("$0.5000"));
-        assert_eq!(UsageLimits::default().reached(&[stage(1_000_000, Some(100.0))]), None);
+        assert_eq!(limits.reached(used(1, Some(0.2))), None);
+        assert!(limits.reached(used(2, Some(0.5))).unwrap().contains("$0.5000"));
+        assert_eq!(UsageLimits::default().reached(used(1_000_000, Some(100.0))), None);
     }
 
     #[test]
     fn what_is_left_bounds_a_stage() {
         let limits = UsageLimits { max_tokens: Some(100), max_cost: Some(1.0), ..UsageLimits::default() };
-        let left = limits.left(&[stage(30, Some(0.5))]).unwrap();
+        let left = limits.left(used(30, Some(0.5))).unwrap();
         assert_eq!(left, UsageLeft { tokens: Some(70), cost_usd: Some(0.5) });
         assert_eq!(left.exhausted_by(69, 0.1), None);
         assert!(left.exhausted_by(70, 0.1).unwrap().contains("70 tokens used, 70 were left"));
         assert!(left.exhausted_by(1, 0.6).unwrap().contains("cost ceiling"));
-        assert_eq!(UsageLimits::default().left(&[]), None);
+        assert_eq!(UsageLimits::default().left(UsageTotals::default()), None);
     }
 
     #[test]

@@ -488,7 +488,7 @@ impl Run<'_> {
             duration_ms: self.started.elapsed().as_millis() as u64,
             stages: self.main.state.stages.clone(),
             run_dir: scope.run_dir.root().display().to_string(),
-            usage: crate::run_dir::UsageTotals::of(&self.main.state.stages),
+            usage: crate::usage::UsageTotals::of(&self.main.state.stages),
             dry_run: scope.options.dry_run.then(|| scope.walk().report(scope.workflow)),
         };
         if let Err(error) = scope.run_dir.write_json("result.json", &result) {

@@ -412,7 +412,7 @@ impl<'e> Walker<'e> {
         if !node.handler_type().is_llm() || scope.options.dry_run {
             return None;
         }
-        crate::usage::UsageLimits::resolve(scope.options.limits, scope.workflow).reached(&self.state.stages)
+        self.run_limits().reached(self.usage_so_far())
     }
 
     /// A stage that stopped at its own ceiling runs again only once that bound is higher (or
@@ -430,13 +430,45 @@ impl<'e> Walker<'e> {
         })
     }
 
-    /// The node's own ceilings under this run's options (none in a dry run).
+    /// The run's ceilings: the command line's, else the graph's `max_tokens`/`max_cost`.
+    fn run_limits(&self) -> crate::usage::UsageLimits {
+        let given = self.scope.options.limits;
+        let graph = self.scope.workflow.attributes();
+        crate::usage::UsageLimits {
+            max_tokens: given
+                .max_tokens
+                .or_else(|| graph.integer("max_tokens").and_then(|n| u64::try_from(n).ok())),
+            max_cost: given.max_cost.or_else(|| graph.float("max_cost")),
+            stage: given.stage,
+        }
+    }
+
+    /// What the run's LLM stages have used so far.
+    fn usage_so_far(&self) -> crate::usage::UsageTotals {
+        crate::usage::UsageTotals::of(&self.state.stages).unwrap_or_default()
+    }
+
+    /// The node's own ceilings under this run's options (none in a dry run): the command line's
+    /// stage ceilings, else the node's `max_stage_tokens`/`max_stage_cost`, else the graph's
+    /// `default_max_stage_tokens`/`default_max_stage_cost`.
     fn stage_limits(&self, node: &Node) -> StageLimits {
         let scope = &self.scope;
         if scope.options.dry_run {
             return StageLimits::default();
         }
-        StageLimits::resolve(scope.options.limits.stage, node, scope.workflow)
+        let given = scope.options.limits.stage;
+        let graph = scope.workflow.attributes();
+        let integer = |key: &str| {
+            node.attributes
+                .integer(key)
+                .or_else(|| graph.integer(&format!("default_{key}")))
+                .and_then(|n| u64::try_from(n).ok())
+        };
+        let float = |key: &str| node.attributes.float(key).or_else(|| graph.float(&format!("default_{key}")));
+        StageLimits {
+            max_tokens: given.max_tokens.or_else(|| integer("max_stage_tokens")),
+            max_cost: given.max_cost.or_else(|| float("max_stage_cost")),
+        }
     }
 
     /// `max_visits` on the node, graph `max_node_visits`, and the dry-run cap.
@@ -561,9 +593,7 @@ impl<'e> Walker<'e> {
             thread: self.conversation.thread(),
             children: &super::ChildLauncher::new(scope.engine, scope.options, scope.children),
             // The ceilings' remainder bounds a stage that makes several model calls.
-            usage_left: crate::usage::UsageLimits::resolve(scope.options.limits, scope.workflow)
-                .left(&self.state.stages)
-                .filter(|_| !scope.options.dry_run),
+            usage_left: self.run_limits().left(self.usage_so_far()).filter(|_| !scope.options.dry_run),
             stage_limits: self.stage_limits(node),
             reference_files: &scope.options.launch.context_files,
             max_output: scope.options.max_output,

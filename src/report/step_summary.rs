@@ -57,7 +57,7 @@ pub fn render(
         result.stages.iter().filter_map(|s| s.usage.as_ref()).fold((0u64, 0u64), |acc, u| {
             (acc.0.saturating_add(u.input_tokens), acc.1.saturating_add(u.output_tokens))
         });
-    let cost = crate::run_dir::UsageTotals::of(&result.stages)
+    let cost = crate::usage::UsageTotals::of(&result.stages)
         .and_then(|totals| totals.cost_usd)
         .map_or_else(|| "n/a (no priced model)".to_string(), |cost| format!("${cost:.4} (estimated)"));
     let _ = writeln!(

@@ -305,7 +305,7 @@ fn resumable_result(
         failure_reason: None,
         completed_nodes: checkpoint.completed_nodes.clone(),
         duration_ms: stages.iter().map(|stage| stage.duration_ms).sum(),
-        usage: super::UsageTotals::of(&stages),
+        usage: crate::usage::UsageTotals::of(&stages),
         dry_run: None,
         stages,
         run_dir: root.display().to_string(),

@@ -38,7 +38,7 @@ pub use lock::{RunLock, LOCK_FILE};
 pub(crate) use records::recorded_handler;
 pub use records::{
     AssumedEdge, Checkpoint, CheckpointRef, DryRunWalk, LaunchRecord, Manifest, RunResult, RunStatus,
-    StageRecord, StageStatusFile, UsageTotals, WalkedEdge, WorktreeRecord,
+    StageRecord, StageStatusFile, WalkedEdge, WorktreeRecord,
 };
 pub use saved::{ResumeError, SavedRun};
 pub use view::{RunView, StageSummary, ViewError};

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use crate::context::Context;
 use crate::graph::HandlerType;
 use crate::outcome::{Outcome, StageStatus};
+use crate::usage::UsageTotals;
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -234,16 +235,6 @@ impl StageRecord {
     }
 }
 
-/// Tokens and estimated cost of a run's LLM stages, summed.
-#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct UsageTotals {
-    pub input_tokens: u64,
-    pub output_tokens: u64,
-    /// Summed over the stages whose cost is known; `None` when none is.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cost_usd: Option<f64>,
-}
-
 impl UsageTotals {
     /// The totals of `stages`, or `None` when no stage used a model.
     pub fn of(stages: &[StageRecord]) -> Option<UsageTotals> {
@@ -262,11 +253,6 @@ impl UsageTotals {
             }
         }
         totals
-    }
-
-    /// Tokens in and out.
-    pub fn tokens(&self) -> u64 {
-        self.input_tokens.saturating_add(self.output_tokens)
     }
 }
 
