@@ -26,6 +26,7 @@ pub mod join;
 pub mod lifecycle_hooks;
 pub mod load;
 pub mod memory;
+pub mod models;
 pub mod outcome;
 pub mod process_group;
 pub mod redaction;

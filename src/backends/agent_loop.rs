@@ -46,11 +46,11 @@ pub struct AgentSettings<'a> {
     pub usage_left: Option<crate::usage::UsageLeft>,
     /// The stage's own ceilings (`max_stage_tokens`/`max_stage_cost`).
     pub stage_limits: crate::usage::StageLimits,
-    pub price: Option<super::models::Price>,
+    pub price: Option<crate::models::Price>,
     /// The small model of the agentic tool wrappers (none: the stage has no wrappers), and its
     /// price.
     pub small_model: Option<agentic_tools::SmallModel<'a>>,
-    pub small_price: Option<super::models::Price>,
+    pub small_price: Option<crate::models::Price>,
     /// The context layers: what each call sends is a trimmed view of the conversation; and how
     /// the conversation is compacted.
     pub context: &'a crate::agent_context::ContextSettings,
@@ -432,7 +432,7 @@ fn stop_at_ceilings(
     run: &AgentRun,
     transcript: &Transcript<'_>,
 ) -> Result<(), BackendError> {
-    let cost = super::models::cost_of(&run.usage, settings.price, settings.small_price).unwrap_or(0.0);
+    let cost = crate::models::cost_of(&run.usage, settings.price, settings.small_price).unwrap_or(0.0);
     let tokens = run.usage.input_tokens.saturating_add(run.usage.output_tokens);
     if let Some(reason) = settings.usage_left.and_then(|left| left.exhausted_by(tokens, cost)) {
         transcript.record("paused", json!({"turn": run.turns, "reason": reason}));

@@ -17,8 +17,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::http::RetrySettings;
-use super::models::{self, Price};
 use crate::config_files::ConfigFiles;
+use crate::models::{self, Price};
 use crate::redaction::Secrets;
 
 /// The API a provider speaks.

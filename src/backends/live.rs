@@ -424,7 +424,7 @@ impl LiveBackend {
                 };
                 main.zip(small_cost).map(|(main, small)| main + small)
             } else {
-                super::models::cost_of(usage, self.config.price(model), small_price)
+                crate::models::cost_of(usage, self.config.price(model), small_price)
             };
         }
         if failed_over {

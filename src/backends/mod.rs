@@ -13,7 +13,6 @@ pub mod failover;
 pub mod http;
 pub mod live;
 pub mod mcp;
-pub mod models;
 pub mod openai;
 pub mod permissions;
 pub mod scripted;

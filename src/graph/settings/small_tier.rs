@@ -47,7 +47,7 @@ pub fn is_small_tier(model: &str) -> bool {
 
 /// A stronger model of the same family, to suggest instead of a small-tier one.
 pub fn stronger_model(model: &str) -> &'static str {
-    match crate::backends::models::infer_provider(model) {
+    match crate::models::infer_provider(model) {
         Some("anthropic") => "claude-sonnet-4-5",
         Some("gemini") => "gemini-2.5-pro",
         _ => "gpt-5",

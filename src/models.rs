@@ -1,9 +1,9 @@
 //! What fabro knows about models by name: which provider serves them, their price per million
 //! tokens and their context window. Lookups take the longest matching prefix, so
 //! `claude-sonnet-4-5-20250929` finds `claude-sonnet-4-5`. The config file can add or override
-//! prices and context windows (see [`super::config`]).
+//! prices and context windows (see [`crate::backends::config`]).
 
-use super::Usage;
+use crate::usage::Usage;
 
 /// US dollars per million tokens.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Deserialize)]
