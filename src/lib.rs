@@ -17,6 +17,7 @@ pub mod diagnostic;
 pub mod engine;
 pub mod event;
 pub mod events;
+pub mod excerpt;
 pub mod fabro_dir;
 pub mod fidelity;
 pub mod graph;

@@ -9,7 +9,8 @@ use super::render::{
     push_context, push_labeled_code, push_llm_lines, push_stage_line, stream_tail, Shown, StageDetail,
 };
 use super::stage_summary::TAIL_LINES;
-use super::text::{clip, clip_line, VALUE_CHARS};
+use super::text::VALUE_CHARS;
+use crate::excerpt::{clip, clip_line};
 
 /// Characters of a script shown.
 const SCRIPT_CHARS: usize = 500;

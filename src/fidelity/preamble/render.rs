@@ -10,11 +10,9 @@ use serde_json::Value;
 use super::facts::{ContextEntry, ContextValue, PreambleFacts};
 use super::stage_summary::TAIL_CHARS;
 use super::summary::Level;
-use super::text::{
-    clip_line, fmt_bytes, fmt_files, fmt_usage, inline_code, last_chars, longest_backtick_run, plural,
-    tail_lines, VALUE_CHARS,
-};
+use super::text::{fmt_bytes, fmt_files, fmt_usage, inline_code, longest_backtick_run, plural, VALUE_CHARS};
 use super::{compact, summary, StageSummary};
+use crate::excerpt::{clip_line, last_chars, tail_lines};
 use crate::fidelity::FidelityMode;
 
 /// The preamble `facts` render to under `mode`; None under Full (full fidelity sends the thread

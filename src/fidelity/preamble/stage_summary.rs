@@ -8,7 +8,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use super::text::{clip, last_chars, tail_lines};
+use crate::excerpt::{clip, last_chars, tail_lines};
 use crate::graph::HandlerType;
 use crate::outcome::{Outcome, StageStatus};
 use crate::run_dir::StageRecord;

@@ -12,8 +12,9 @@ use super::render::{
     StageDetail,
 };
 use super::stage_summary::RESPONSE_EXCERPT_CHARS;
-use super::text::{clip, clip_line, clip_tail, fmt_duration, inline_code, last_line, plural, VALUE_CHARS};
+use super::text::{fmt_duration, inline_code, plural, VALUE_CHARS};
 use super::StageSummary;
+use crate::excerpt::{clip, clip_line, clip_tail, last_line};
 use crate::outcome::StageStatus;
 
 /// Token budgets of the summary levels (estimated as characters / 4).

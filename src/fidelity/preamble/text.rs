@@ -1,9 +1,10 @@
-//! Text helpers shared by gathering and rendering: clipping by characters and lines, tails of
-//! logs, number formats, Markdown code. All are linear in their input and never panic on any
-//! UTF-8 text.
+//! Formatting shared by the preamble renderers: numbers, sizes, durations, file lists, Markdown
+//! code (excerpts of text are [`crate::excerpt`]'s). All are linear in their input and never
+//! panic on any UTF-8 text.
 
 use std::fmt::Write as _;
 
+use crate::excerpt::clip_line;
 use crate::usage::Usage;
 
 /// Characters a context value, a failure reason or a file name is shortened to.
@@ -68,76 +69,6 @@ pub(super) fn fmt_duration(ms: u64) -> String {
     }
 }
 
-/// The last `n` characters of `text`.
-pub(super) fn last_chars(text: &str, n: usize) -> &str {
-    match text.char_indices().rev().nth(n.saturating_sub(1)) {
-        Some((index, _)) if index > 0 => &text[index..],
-        _ => text,
-    }
-}
-
-/// The last `n` lines of `text` (without a trailing newline).
-pub(super) fn tail_lines(text: &str, n: usize) -> &str {
-    let text = text.trim_end_matches(['\n', '\r']);
-    let mut start = text.len();
-    for _ in 0..n {
-        match text[..start].rfind('\n') {
-            Some(index) => start = index,
-            None => return text,
-        }
-    }
-    &text[start + 1..]
-}
-
-pub(super) fn last_line(text: &str) -> Option<&str> {
-    text.lines().rev().map(str::trim).find(|line| !line.is_empty())
-}
-
-/// `text` cut to `max` characters, with `…` when cut.
-pub(super) fn clip(text: &str, max: usize) -> String {
-    match text.char_indices().nth(max) {
-        Some((index, _)) => format!("{}…", &text[..index]),
-        None => text.to_string(),
-    }
-}
-
-/// The last `max` characters of `text`, with `…` in front when cut.
-pub(super) fn clip_tail(text: &str, max: usize) -> String {
-    match text.char_indices().rev().nth(max.saturating_sub(1)) {
-        Some((index, _)) if index > 0 => format!("…{}", &text[index..]),
-        _ => text.to_string(),
-    }
-}
-
-/// `text` on one line (whitespace runs become one space), cut to `max` characters with `…`.
-pub(super) fn clip_line(text: &str, max: usize) -> String {
-    let mut out = String::with_capacity(text.len().min(max * 4 + 4));
-    let mut count = 0;
-    let mut space = false;
-    for ch in text.trim().chars() {
-        if ch.is_whitespace() {
-            space = true;
-            continue;
-        }
-        if space {
-            if count == max {
-                out.push('…');
-                return out;
-            }
-            out.push(' ');
-            count += 1;
-            space = false;
-        }
-        if count == max {
-            out.push('…');
-            return out;
-        }
-        out.push(ch);
-        count += 1;
-    }
-    out
-}
-
 pub(super) fn longest_backtick_run(text: &str) -> usize {
     let (mut best, mut run) = (0, 0);
     for byte in text.bytes() {
@@ -168,13 +99,6 @@ mod tests {
         assert_eq!(fmt_tokens(1_000), "1.0k");
         assert_eq!(fmt_tokens(12_449), "12.4k");
         assert_eq!(fmt_tokens(3_150), "3.2k");
-        assert_eq!(clip_line("  a \n\n b  c ", 10), "a b c");
-        assert_eq!(clip_line("abcdef", 3), "abc…");
-        assert_eq!(clip_line("ab cdef", 2), "ab…");
-        assert_eq!(clip("héllo", 2), "hé…");
-        assert_eq!(clip_tail("héllo", 3), "…llo");
-        assert_eq!(tail_lines("a\nb\nc\n", 2), "b\nc");
-        assert_eq!(tail_lines("a\nb", 5), "a\nb");
         assert_eq!(inline_code("a `b`"), "`` a `b` ``");
         assert_eq!(fmt_bytes(512), "512 B");
         assert_eq!(fmt_duration(125_000), "2m 5s");
