@@ -45,7 +45,7 @@ pub struct StageRun<'a> {
     /// For LLM stages: the run so far as the stage's fidelity shows it (none under `full`).
     pub preamble: Option<&'a str>,
     /// The stage visits completed before this one on its line, oldest first.
-    pub stages: &'a [crate::fidelity::preamble::StageSummary],
+    pub stages: &'a [crate::run_dir::stage_summary::StageSummary],
     /// For LLM stages under `full`: the thread key and its earlier messages.
     pub thread: Option<(&'a str, &'a [crate::backends::ThreadMessage])>,
     /// Runs child workflows through the engine running this stage (manager stages).

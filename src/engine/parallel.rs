@@ -318,7 +318,7 @@ fn summarize_journaled(parent: &mut Walker<'_>, stages: &[StageRecord]) {
         parent
             .state
             .summaries
-            .push(crate::fidelity::preamble::StageSummary::from_stage_dir(record, script, &dir));
+            .push(crate::run_dir::stage_summary::StageSummary::from_stage_dir(record, script, &dir));
     }
 }
 

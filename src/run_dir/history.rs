@@ -18,7 +18,7 @@ use super::records::{Checkpoint, Manifest, RunResult, RunStatus, StageRecord};
 use super::{write_json_file, Durability, RunDir, RunDirError};
 use crate::event::Event;
 use crate::events::{now_rfc3339, EventLog};
-use crate::fidelity::preamble::StageSummary;
+use crate::run_dir::stage_summary::StageSummary;
 
 /// Why a run's history cannot be used as asked.
 #[derive(Debug, thiserror::Error)]

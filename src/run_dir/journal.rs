@@ -23,8 +23,8 @@ use serde_json::Value;
 
 use super::records::{Checkpoint, RunStatus};
 use crate::context::Context;
-use crate::fidelity::preamble::StageSummary;
 use crate::outcome::StageStatus;
+use crate::run_dir::stage_summary::StageSummary;
 
 /// The journal's file name in a run directory.
 pub const FILE: &str = "journal.jsonl";

@@ -26,6 +26,7 @@ mod records;
 mod saved;
 pub mod stage_output;
 pub mod stage_process;
+pub mod stage_summary;
 mod view;
 
 use std::path::{Path, PathBuf};

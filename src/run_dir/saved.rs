@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use super::journal::{Journal, JournalEnd};
 use super::records::{Checkpoint, Manifest, RunResult, RunStatus, StageRecord, StageStatusFile};
 use super::RunDir;
-use crate::fidelity::preamble::StageSummary;
+use crate::run_dir::stage_summary::StageSummary;
 
 /// Why a directory cannot be resumed.
 #[derive(Debug, thiserror::Error)]

@@ -8,9 +8,9 @@ use super::facts::PreambleFacts;
 use super::render::{
     push_context, push_labeled_code, push_llm_lines, push_stage_line, stream_tail, Shown, StageDetail,
 };
-use super::stage_summary::TAIL_LINES;
 use super::text::VALUE_CHARS;
 use crate::excerpt::{clip, clip_line};
+use crate::run_dir::stage_summary::TAIL_LINES;
 
 /// Characters of a script shown.
 const SCRIPT_CHARS: usize = 500;

@@ -7,10 +7,11 @@ use std::path::PathBuf;
 
 use serde_json::Value;
 
-use super::{PreambleInput, StageSummary};
+use super::PreambleInput;
 use crate::context::artifacts::Pointer;
 use crate::context::Context;
 use crate::fidelity::FidelityMode;
+use crate::run_dir::stage_summary::StageSummary;
 
 /// Everything a preamble can say about the run so far.
 #[derive(Debug, Clone)]

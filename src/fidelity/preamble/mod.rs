@@ -21,7 +21,6 @@
 mod compact;
 mod facts;
 mod render;
-mod stage_summary;
 mod summary;
 mod text;
 
@@ -29,12 +28,12 @@ use std::fmt::Write as _;
 
 pub use facts::{is_internal_key, ContextEntry, ContextValue, PreambleFacts};
 pub use render::render;
-pub use stage_summary::{StageSummary, RESPONSE_EXCERPT_CHARS, TAIL_LINES};
 pub use summary::{HIGH_BUDGET_TOKENS, LOW_BUDGET_TOKENS, MEDIUM_BUDGET_TOKENS};
 pub use text::VALUE_CHARS;
 
 use super::FidelityMode;
 use crate::context::Context;
+use crate::run_dir::stage_summary::StageSummary;
 
 /// The run as it stands before a stage, which [`build`] gathers a preamble's facts from.
 #[derive(Debug, Clone, Copy)]

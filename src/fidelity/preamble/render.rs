@@ -8,12 +8,13 @@ use std::fmt::Write as _;
 use serde_json::Value;
 
 use super::facts::{ContextEntry, ContextValue, PreambleFacts};
-use super::stage_summary::TAIL_CHARS;
 use super::summary::Level;
 use super::text::{fmt_bytes, fmt_files, fmt_usage, inline_code, longest_backtick_run, plural, VALUE_CHARS};
-use super::{compact, summary, StageSummary};
+use super::{compact, summary};
 use crate::excerpt::{clip_line, last_chars, tail_lines};
 use crate::fidelity::FidelityMode;
+use crate::run_dir::stage_summary::StageSummary;
+use crate::run_dir::stage_summary::TAIL_CHARS;
 
 /// The preamble `facts` render to under `mode`; None under Full (full fidelity sends the thread
 /// instead).

@@ -11,11 +11,11 @@ use super::render::{
     push_context, push_fenced, push_labeled_code, push_llm_lines, push_stage_line, stream_tail, Shown,
     StageDetail,
 };
-use super::stage_summary::RESPONSE_EXCERPT_CHARS;
 use super::text::{fmt_duration, inline_code, plural, VALUE_CHARS};
-use super::StageSummary;
 use crate::excerpt::{clip, clip_line, clip_tail, last_line};
 use crate::outcome::StageStatus;
+use crate::run_dir::stage_summary::StageSummary;
+use crate::run_dir::stage_summary::RESPONSE_EXCERPT_CHARS;
 
 /// Token budgets of the summary levels (estimated as characters / 4).
 pub const LOW_BUDGET_TOKENS: usize = 600;

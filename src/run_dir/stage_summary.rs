@@ -8,10 +8,10 @@ use std::path::Path;
 
 use serde_json::Value;
 
+use super::StageRecord;
 use crate::excerpt::{clip, last_chars, tail_lines};
 use crate::graph::HandlerType;
 use crate::outcome::{Outcome, StageStatus};
-use crate::run_dir::StageRecord;
 use crate::usage::Usage;
 
 /// Lines of stdout/stderr kept for a command stage.
@@ -23,7 +23,7 @@ const TAIL_READ_BYTES: u64 = 64 * 1024;
 /// Bytes read from the start of `response.md`.
 const HEAD_READ_BYTES: u64 = 4 * 1024;
 /// Characters kept of a tail, however long its lines are.
-pub(super) const TAIL_CHARS: usize = 2_000;
+pub const TAIL_CHARS: usize = 2_000;
 
 /// What the preamble knows about one completed stage visit; built once when the stage completes
 /// and journaled with it (`journal.jsonl`), so a resumed run has it without reading stage files.
@@ -185,7 +185,7 @@ impl StageSummary {
     }
 
     /// Whether the stage ran a script, so its blocks show the script and its output.
-    pub(super) fn is_command(&self) -> bool {
+    pub fn is_command(&self) -> bool {
         self.handler == Some(HandlerType::Command) || self.script.is_some()
     }
 }
