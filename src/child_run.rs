@@ -202,7 +202,8 @@ impl SteeringInbox {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::run_dir::{RunDir, RunStatus};
+    use crate::run_dir::RunDir;
+    use crate::run_status::RunStatus;
 
     fn write(path: &Path, text: &str) {
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::join::BranchStatus;
 use crate::outcome::StageStatus;
-use crate::run_dir::RunStatus;
+use crate::run_status::RunStatus;
 
 /// One event, without the keys every line has.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

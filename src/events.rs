@@ -441,7 +441,7 @@ mod tests {
             sandbox: None,
         };
         log.stage_event("plan", 2, started);
-        let status = crate::run_dir::RunStatus::Running;
+        let status = crate::run_status::RunStatus::Running;
         log.stage_event("plan", 2, Event::CheckpointSaved { node_id: "mine".into(), status });
         log.flush();
         let text = std::fs::read_to_string(dir.path().join("events.jsonl")).unwrap();

@@ -35,6 +35,7 @@ pub mod regular_file;
 pub mod render;
 pub mod report;
 pub mod run_dir;
+pub mod run_status;
 pub mod sandbox;
 pub mod secrets;
 pub mod serve;

@@ -9,7 +9,8 @@ use std::process::{Command, Output};
 use common::{fabro_bin, repo_root};
 use fabro::backends::Usage;
 use fabro::outcome::StageStatus;
-use fabro::run_dir::{RunResult, RunStatus, StageRecord};
+use fabro::run_dir::{RunResult, StageRecord};
+use fabro::run_status::RunStatus;
 
 /// A passing command stage, a failing one routed by `outcome=fail` to an LLM stage, then exit.
 const CI_DEMO: &str = r#"digraph ci_demo {
@@ -495,7 +496,7 @@ fn readme_documents_ci_mode() {
 fn a_run_that_fails_without_a_failed_stage_is_a_junit_failure() {
     let result = fabro::run_dir::RunResult {
         run_id: "r1".into(),
-        status: fabro::run_dir::RunStatus::Failed,
+        status: fabro::run_status::RunStatus::Failed,
         failure_reason: Some("goal gate `tests` has not succeeded (not run) and has no retry target".into()),
         completed_nodes: vec!["start".into()],
         duration_ms: 5,

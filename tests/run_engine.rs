@@ -1070,7 +1070,7 @@ mod library {
     use fabro::handlers::{builtin_handlers, Handler, HandlerError, HandlerRegistry, Services, StageRun};
     use fabro::interview::NoAnswers;
     use fabro::outcome::Outcome;
-    use fabro::run_dir::RunStatus;
+    use fabro::run_status::RunStatus;
     use fabro::source::SourceFile;
     use fabro::{Loader, ValidWorkflow};
     use tokio_util::sync::CancellationToken;

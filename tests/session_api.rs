@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use fabro::engine::RunOptions;
-use fabro::run_dir::RunStatus;
+use fabro::run_status::RunStatus;
 use fabro::session::{BackendChoice, EngineBuilder, SetupError};
 use fabro::stage::HandlerRegistry;
 use fabro::Loader;

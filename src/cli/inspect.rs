@@ -2,7 +2,8 @@
 
 use std::path::Path;
 
-use fabro::run_dir::{RunStatus, RunView, StageSummary};
+use fabro::run_dir::{RunView, StageSummary};
+use fabro::run_status::RunStatus;
 use serde_json::{json, Map, Value};
 
 use super::exit;

@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use fabro::run_dir::housekeeping::{delete_run, prune_candidates, PruneReason};
-use fabro::run_dir::{RunStatus, RunView};
+use fabro::run_dir::RunView;
+use fabro::run_status::RunStatus;
 use serde_json::{json, Value};
 
 use super::exit;

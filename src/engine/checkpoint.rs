@@ -11,7 +11,8 @@ use crate::events::now_rfc3339;
 use crate::graph::Node;
 use crate::outcome::{Pause, PauseKind};
 use crate::run_dir::journal::{self, Entry};
-use crate::run_dir::{CheckpointRef, RunStatus};
+use crate::run_dir::CheckpointRef;
+use crate::run_status::RunStatus;
 
 impl Walker<'_> {
     /// Records the main line's state in the run's journal: the stages completed since the last

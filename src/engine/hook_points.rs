@@ -9,7 +9,7 @@ use crate::event::Event;
 use crate::graph::{HandlerType, Node};
 use crate::lifecycle_hooks::{Firing, HookEvent, HookPayload, HookReport, Veto};
 use crate::outcome::{Outcome, StageStatus};
-use crate::run_dir::RunStatus;
+use crate::run_status::RunStatus;
 
 impl Walker<'_> {
     fn hooks_fire(&self, event: HookEvent) -> bool {

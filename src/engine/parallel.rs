@@ -25,7 +25,8 @@ use crate::graph::settings::{ParallelSettings, ParallelSettingsError};
 use crate::graph::{HandlerType, Node, Workflow};
 use crate::join::{BranchResult, BranchStatus};
 use crate::outcome::{Outcome, Pause, StageStatus};
-use crate::run_dir::{Durability, RunStatus, StageRecord};
+use crate::run_dir::{Durability, StageRecord};
+use crate::run_status::RunStatus;
 use crate::worktree::branch::{BranchBase, BranchWorktree, BASE_SHA_KEY};
 
 /// The parallel stage's settings, read when the workflow loaded; a workflow that validated has

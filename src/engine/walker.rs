@@ -28,7 +28,8 @@ use crate::events::now_rfc3339;
 use crate::graph::{EdgeRef, HandlerType, Node, Workflow};
 use crate::outcome::{Outcome, Pause, PauseKind, StageStatus};
 use crate::run_dir::stage_summary::StageSummary;
-use crate::run_dir::{Durability, RunStatus, StageRecord, StageStatusFile};
+use crate::run_dir::{Durability, StageRecord, StageStatusFile};
+use crate::run_status::RunStatus;
 use crate::stage::{Handler, HandlerError, StageRun};
 use crate::usage::{StageCeiling, StageLimits};
 

@@ -28,7 +28,8 @@ use crate::event::{ChildObservation, Event};
 use crate::graph::settings::ManagerSettings;
 use crate::graph::Node;
 use crate::outcome::{Outcome, Pause, PauseKind, StageStatus};
-use crate::run_dir::{Checkpoint, RunResult, RunStatus};
+use crate::run_dir::{Checkpoint, RunResult};
+use crate::run_status::RunStatus;
 use crate::source::SourceFile;
 use crate::ValidWorkflow;
 

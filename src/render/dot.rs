@@ -289,7 +289,7 @@ pub fn quote(text: &str) -> String {
 mod tests {
     use super::*;
     use crate::outcome::StageStatus;
-    use crate::run_dir::RunStatus;
+    use crate::run_status::RunStatus;
     use crate::source::SourceFile;
     use crate::Loader;
     use std::collections::BTreeMap;

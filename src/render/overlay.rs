@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use crate::outcome::StageStatus;
-use crate::run_dir::{Checkpoint, RunStatus};
+use crate::run_dir::Checkpoint;
+use crate::run_status::RunStatus;
 
 /// Why a directory's progress cannot be read.
 #[derive(Debug, thiserror::Error)]

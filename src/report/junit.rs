@@ -30,7 +30,8 @@ use std::path::Path;
 
 use crate::graph::HandlerType;
 use crate::outcome::StageStatus;
-use crate::run_dir::{RunResult, RunStatus, StageRecord};
+use crate::run_dir::{RunResult, StageRecord};
+use crate::run_status::RunStatus;
 
 use super::{seconds_3, visit_output};
 

@@ -12,7 +12,8 @@ use serde::{Deserialize, Serialize};
 
 use super::{seconds, shorten};
 use crate::outcome::StageStatus;
-use crate::run_dir::{RunStatus, RunView, StageRecord, StageStatusFile, ViewError};
+use crate::run_dir::{RunView, StageRecord, StageStatusFile, ViewError};
+use crate::run_status::RunStatus;
 
 /// The most characters of the event log a narrative is given (the log's end when it is longer).
 const MAX_EVENT_CHARS: usize = 60_000;

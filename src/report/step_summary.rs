@@ -4,7 +4,8 @@
 use std::fmt::Write as _;
 
 use crate::outcome::{PauseKind, StageStatus};
-use crate::run_dir::{RunResult, RunStatus};
+use crate::run_dir::RunResult;
+use crate::run_status::RunStatus;
 
 /// The Markdown summary of `result`. `run_dir_display` is how to show the run directory (a
 /// relative path: the summary is read on another machine, so it has no links); `pause` is what a

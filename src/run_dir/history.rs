@@ -14,11 +14,12 @@ use std::path::{Path, PathBuf};
 use serde_json::{json, Value};
 
 use super::journal::{Entry, Journal, State, SyncMode};
-use super::records::{Checkpoint, Manifest, RunResult, RunStatus, StageRecord};
+use super::records::{Checkpoint, Manifest, RunResult, StageRecord};
 use super::{write_json_file, Durability, RunDir, RunDirError};
 use crate::event::Event;
 use crate::events::{now_rfc3339, EventLog};
 use crate::run_dir::stage_summary::StageSummary;
+use crate::run_status::RunStatus;
 
 /// Why a run's history cannot be used as asked.
 #[derive(Debug, thiserror::Error)]

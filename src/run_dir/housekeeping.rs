@@ -6,8 +6,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use super::lookup::runs_in;
-use super::records::{Manifest, RunStatus};
+use super::records::Manifest;
 use super::{RunDir, RunDirError};
+use crate::run_status::RunStatus;
 
 /// Why a run was chosen for pruning.
 #[derive(Debug, Clone, PartialEq, Eq)]

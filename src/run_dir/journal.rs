@@ -21,10 +21,11 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::records::{Checkpoint, RunStatus};
+use super::records::Checkpoint;
 use crate::context::Context;
 use crate::outcome::StageStatus;
 use crate::run_dir::stage_summary::StageSummary;
+use crate::run_status::RunStatus;
 
 /// The journal's file name in a run directory.
 pub const FILE: &str = "journal.jsonl";

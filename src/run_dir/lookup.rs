@@ -99,7 +99,8 @@ pub fn last_run(runs_dir: &Path) -> Result<PathBuf, LookupError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::run_dir::{write_json_file, RunStatus};
+    use crate::run_dir::write_json_file;
+    use crate::run_status::RunStatus;
 
     fn add_run(runs: &Path, id: &str, started_at: &str) -> PathBuf {
         let dir = runs.join(id);

@@ -38,8 +38,8 @@ pub use lock::is_held as lock_is_held;
 pub use lock::{RunLock, LOCK_FILE};
 pub(crate) use records::recorded_handler;
 pub use records::{
-    AssumedEdge, Checkpoint, CheckpointRef, DryRunWalk, LaunchRecord, Manifest, RunResult, RunStatus,
-    StageRecord, StageStatusFile, WalkedEdge, WorktreeRecord,
+    AssumedEdge, Checkpoint, CheckpointRef, DryRunWalk, LaunchRecord, Manifest, RunResult, StageRecord,
+    StageStatusFile, WalkedEdge, WorktreeRecord,
 };
 pub use saved::{ResumeError, SavedRun};
 pub use view::{RunView, StageSummary, ViewError};

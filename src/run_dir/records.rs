@@ -5,33 +5,8 @@ use std::collections::BTreeMap;
 use crate::context::Context;
 use crate::graph::HandlerType;
 use crate::outcome::{Outcome, StageStatus};
+use crate::run_status::RunStatus;
 use crate::usage::UsageTotals;
-
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RunStatus {
-    #[default]
-    Running,
-    Paused,
-    Succeeded,
-    Failed,
-    Interrupted,
-    /// A `loop_restart` edge ended this run; it continues in a new run directory.
-    Restarted,
-}
-
-impl RunStatus {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RunStatus::Running => "running",
-            RunStatus::Paused => "paused",
-            RunStatus::Succeeded => "succeeded",
-            RunStatus::Failed => "failed",
-            RunStatus::Interrupted => "interrupted",
-            RunStatus::Restarted => "restarted",
-        }
-    }
-}
 
 /// `manifest.json`: what ran, from where, when, and how it ended.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]

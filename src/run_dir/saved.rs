@@ -3,9 +3,10 @@
 use std::path::{Path, PathBuf};
 
 use super::journal::{Journal, JournalEnd};
-use super::records::{Checkpoint, Manifest, RunResult, RunStatus, StageRecord, StageStatusFile};
+use super::records::{Checkpoint, Manifest, RunResult, StageRecord, StageStatusFile};
 use super::RunDir;
 use crate::run_dir::stage_summary::StageSummary;
+use crate::run_status::RunStatus;
 
 /// Why a directory cannot be resumed.
 #[derive(Debug, thiserror::Error)]

@@ -4,8 +4,9 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use super::records::{Checkpoint, Manifest, RunResult, RunStatus};
+use super::records::{Checkpoint, Manifest, RunResult};
 use crate::outcome::StageStatus;
+use crate::run_status::RunStatus;
 
 /// Why a directory cannot be looked at.
 #[derive(Debug, thiserror::Error)]

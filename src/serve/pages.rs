@@ -8,7 +8,8 @@ use crate::graph::{Choice, HandlerType};
 use crate::render::{dot, DotOptions, Overlay};
 use crate::report::run_page::{escape, visit_html, RunPage, STYLE};
 use crate::run_dir::lookup::RunEntry;
-use crate::run_dir::{RunStatus, RunView};
+use crate::run_dir::RunView;
+use crate::run_status::RunStatus;
 use crate::source::SourceFile;
 
 /// What `fabro serve` adds to the report style.
