@@ -14,6 +14,7 @@ pub mod condition;
 pub mod config_files;
 pub mod context;
 pub mod diagnostic;
+pub mod dot_string;
 pub mod engine;
 pub mod event;
 pub mod events;

@@ -109,7 +109,7 @@ impl SourceFile {
             last_inside = literal.start + i;
             if c == '\\' {
                 if let Some((_, escaped)) = chars.next() {
-                    decoded += crate::syntax::decoded_escape_len(escaped);
+                    decoded += crate::dot_string::decoded_escape_len(escaped);
                 }
             } else {
                 decoded += c.len_utf8();

@@ -9,7 +9,7 @@ use pest::Parser as _;
 
 use super::syntax_error::{SyntaxError, SyntaxErrorKind};
 use super::tree::{Attribute, DefaultsKind, Id, Literal, Statement, Subgraph, SyntaxTree};
-use super::unescape;
+use crate::dot_string::unescape;
 use crate::source::Span;
 
 #[derive(pest_derive::Parser)]
