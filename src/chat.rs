@@ -81,3 +81,13 @@ impl ChatMessage {
         }
     }
 }
+
+/// One message of a conversation thread: what an earlier stage sent or received (tool calls and
+/// results included), and the node of that stage (none in threads written before fabro noted it).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ThreadMessage {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    #[serde(flatten)]
+    pub message: ChatMessage,
+}

@@ -26,6 +26,7 @@ pub mod handlers;
 pub mod interview;
 pub mod join;
 pub mod lifecycle_hooks;
+pub mod llm;
 pub mod load;
 pub mod memory;
 pub mod models;

@@ -47,7 +47,7 @@ pub struct StageRun<'a> {
     /// The stage visits completed before this one on its line, oldest first.
     pub stages: &'a [crate::run_dir::stage_summary::StageSummary],
     /// For LLM stages under `full`: the thread key and its earlier messages.
-    pub thread: Option<(&'a str, &'a [crate::backends::ThreadMessage])>,
+    pub thread: Option<(&'a str, &'a [crate::chat::ThreadMessage])>,
     /// Runs child workflows through the engine running this stage (manager stages).
     pub children: &'a dyn crate::child_run::ChildRunner,
     /// What the stage may still use under `--max-tokens`/`--max-cost` (none without ceilings).

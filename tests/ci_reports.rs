@@ -7,10 +7,10 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 use common::{fabro_bin, repo_root};
-use fabro::backends::Usage;
 use fabro::outcome::StageStatus;
 use fabro::run_dir::{RunResult, StageRecord};
 use fabro::run_status::RunStatus;
+use fabro::usage::Usage;
 
 /// A passing command stage, a failing one routed by `outcome=fail` to an LLM stage, then exit.
 const CI_DEMO: &str = r#"digraph ci_demo {

@@ -1063,12 +1063,13 @@ mod library {
     use super::*;
 
     use fabro::backends::simulated::SimulatedBackend;
-    use fabro::backends::{Backend, BackendError, LlmRequest, LlmResponse};
+    use fabro::backends::{Backend, LlmRequest, LlmResponse};
     use fabro::engine::{Engine, RunOptions};
     use fabro::event::{Event, SelectedEdge};
     use fabro::events::LoggedEvent;
     use fabro::handlers::{builtin_handlers, Handler, HandlerError, HandlerRegistry, Services, StageRun};
     use fabro::interview::NoAnswers;
+    use fabro::llm::BackendError;
     use fabro::outcome::Outcome;
     use fabro::run_status::RunStatus;
     use fabro::source::SourceFile;

@@ -14,7 +14,7 @@
 use super::compaction::intent::Operation;
 use super::shortened;
 use super::trim_retry::text_only;
-use crate::backends::ThreadMessage;
+use crate::chat::ThreadMessage;
 use crate::chat::{ChatMessage, ToolCall};
 use crate::graph::settings::{ContextSettings, ThreadHandoff};
 

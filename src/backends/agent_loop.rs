@@ -12,16 +12,17 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::agentic_tools;
-use super::chat::{ChatProvider, ChatRequest};
 use super::permissions::{Level as PermissionLevel, Verdict};
 use super::tools::{self, Toolbox};
 use super::transcript::{assistant_record, Transcript};
-use super::{BackendError, Usage};
 use crate::agent_context::compaction::{
     checkpoint, intent::Operation, lossless::RunRecord, Compactor, Done, Inputs,
 };
 use crate::chat::{ChatMessage, ToolResult};
 use crate::event::Event;
+use crate::llm::chat::{ChatProvider, ChatRequest};
+use crate::llm::BackendError;
+use crate::usage::Usage;
 
 /// Tool results longer than this many characters go to the artifact store.
 pub const OFFLOAD_CHARS: usize = 40_000;
@@ -282,7 +283,7 @@ pub async fn run(
             if settings.watchdog != WatchdogMode::Off
                 && watchdog.observe(&call.name, &call.arguments.to_string())
             {
-                let arguments = super::http::excerpt(&call.arguments.to_string(), 500);
+                let arguments = crate::llm::http::excerpt(&call.arguments.to_string(), 500);
                 transcript.event(Event::AgentWatchdog {
                     tool: call.name.clone(),
                     arguments: arguments.clone(),
@@ -405,16 +406,22 @@ async fn extract_memory(
     );
     let question = format!("<stage_work>\n{work}\n</stage_work>\n\n{}", crate::memory::EXTRACT_REQUEST);
     let system = "You choose what later runs of a coding project should remember.";
-    let answer =
-        match super::chat::ask(provider, settings.model, system, question, 2048, settings.request_timeout)
-            .await
-        {
-            Ok(answer) => answer,
-            Err(error) => {
-                transcript.record("memory_extract_failed", json!({"error": error.to_string()}));
-                return;
-            }
-        };
+    let answer = match crate::llm::chat::ask(
+        provider,
+        settings.model,
+        system,
+        question,
+        2048,
+        settings.request_timeout,
+    )
+    .await
+    {
+        Ok(answer) => answer,
+        Err(error) => {
+            transcript.record("memory_extract_failed", json!({"error": error.to_string()}));
+            return;
+        }
+    };
     run.usage.add(&answer.usage);
     transcript.record("memory_extract", json!({"answer": answer.text, "usage": answer.usage}));
     for entry in crate::memory::parse_extracted(&answer.text) {
@@ -460,7 +467,7 @@ async fn send_smaller(
     mut error: String,
     transcript: &Transcript<'_>,
     run: &mut AgentRun,
-) -> Result<super::chat::ChatResponse, BackendError> {
+) -> Result<crate::llm::chat::ChatResponse, BackendError> {
     use crate::agent_context::trim_retry::{trimmed, STEPS};
     let before = crate::agent_context::tokens(request.messages);
     for (step, (_, action)) in STEPS.iter().enumerate() {

@@ -8,11 +8,11 @@
 
 use serde_json::{json, Value};
 
-use super::chat::{ChatProvider, ChatRequest};
 use super::tools::{self, ToolOutput, Toolbox};
 use super::transcript::{assistant_record, Transcript};
-use super::Usage;
 use crate::chat::{ChatMessage, ToolCall, ToolDefinition, ToolResult};
+use crate::llm::chat::{ChatProvider, ChatRequest};
+use crate::usage::Usage;
 
 pub const READ_FILE: &str = "agentic_read_file";
 pub const GREP: &str = "agentic_grep";

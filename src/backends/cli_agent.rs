@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::BackendError;
+use crate::llm::BackendError;
 use crate::process_group::{lead_guarded_group, ProcessGroup};
 use crate::redaction::Secrets;
 
@@ -158,7 +158,7 @@ pub async fn run(
             .join(" | ");
         return Err(BackendError::Terminal(format!(
             "the CLI agent `{shown}` {code}: {}",
-            super::http::excerpt(&tail, 500)
+            crate::llm::http::excerpt(&tail, 500)
         )));
     }
     Ok(CliRun { stdout, stderr })

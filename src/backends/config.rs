@@ -16,8 +16,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::http::RetrySettings;
 use crate::config_files::ConfigFiles;
+use crate::llm::http::RetrySettings;
 use crate::models::{self, Price};
 use crate::redaction::Secrets;
 
@@ -534,8 +534,8 @@ impl LlmConfig {
 
 fn default_base_url(name: &str, kind: ProviderKind) -> Option<&'static str> {
     match (name, kind) {
-        (_, ProviderKind::Anthropic) => Some(super::anthropic::DEFAULT_BASE_URL),
-        (_, ProviderKind::OpenAi) => Some(super::openai::DEFAULT_BASE_URL),
+        (_, ProviderKind::Anthropic) => Some(crate::llm::anthropic::DEFAULT_BASE_URL),
+        (_, ProviderKind::OpenAi) => Some(crate::llm::openai::DEFAULT_BASE_URL),
         ("gemini", _) => Some(GEMINI_BASE_URL),
         _ => None,
     }

@@ -14,17 +14,18 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::agent_loop::{self, AgentSettings};
-use super::anthropic::Anthropic;
-use super::chat::{ChatProvider, ChatRequest};
 use super::config::{ConfigError, LlmConfig, ProviderKind};
-use super::failover;
-use super::openai::{Dialect, OpenAi};
 use super::tools::Toolbox;
 use super::transcript::{assistant_record, Transcript};
-use super::{Backend, BackendError, LlmRequest, LlmResponse, StageEnv};
+use super::{Backend, LlmRequest, LlmResponse, StageEnv};
 use crate::chat::ChatMessage;
 use crate::event::Event;
 use crate::graph::{settings, Workflow};
+use crate::llm::anthropic::Anthropic;
+use crate::llm::chat::{ChatProvider, ChatRequest};
+use crate::llm::failover;
+use crate::llm::openai::{Dialect, OpenAi};
+use crate::llm::BackendError;
 use crate::redaction::Secrets;
 use crate::usage::{ModelUsage, Usage};
 
@@ -44,7 +45,7 @@ pub struct LiveBackend {
 
 impl LiveBackend {
     pub fn new(config: LlmConfig) -> Result<LiveBackend, BackendError> {
-        let client = super::http::client()?;
+        let client = crate::llm::http::client()?;
         let secrets = config.register_secrets();
         let mut providers: BTreeMap<String, Arc<dyn ChatProvider>> = BTreeMap::new();
         for (name, settings) in &config.providers {

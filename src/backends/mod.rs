@@ -5,15 +5,10 @@
 
 pub mod agent_loop;
 pub mod agentic_tools;
-pub mod anthropic;
-pub mod chat;
 pub mod cli_agent;
 pub mod config;
-pub mod failover;
-pub mod http;
 pub mod live;
 pub mod mcp;
-pub mod openai;
 pub mod permissions;
 pub mod scripted;
 pub mod simulated;
@@ -24,8 +19,10 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
+use crate::chat::ThreadMessage;
 use crate::events::EventLog;
-pub use crate::usage::Usage;
+use crate::llm::BackendError;
+use crate::usage::Usage;
 
 /// One model call.
 #[derive(Debug, Clone)]
@@ -109,16 +106,6 @@ impl std::fmt::Debug for StageEnv<'_> {
     }
 }
 
-/// One message of a conversation thread: what an earlier stage sent or received (tool calls and
-/// results included), and the node of that stage (none in threads written before fabro noted it).
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct ThreadMessage {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub node: Option<String>,
-    #[serde(flatten)]
-    pub message: crate::chat::ChatMessage,
-}
-
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct LlmResponse {
     pub text: String,
@@ -138,27 +125,6 @@ pub struct LlmResponse {
     pub memory_added: Vec<String>,
     /// Tokens and estimated cost per model, when the stage failed over to another model.
     pub usage_by_model: BTreeMap<String, crate::usage::ModelUsage>,
-}
-
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum BackendError {
-    /// Rate limits, timeouts, 5xx: the engine's retry policy applies.
-    #[error("{0}")]
-    Retryable(String),
-    /// Bad request, authentication, malformed response: the stage fails.
-    #[error("{0}")]
-    Terminal(String),
-    /// A usage ceiling was reached mid-stage: the run pauses and the stage runs again on resume.
-    #[error("{0}")]
-    Paused(String),
-    /// The provider rejected the request for its size (HTTP 413 or a context-length error): an
-    /// agent stage retries with less ([`crate::agent_context::trim_retry`]), anything else fails.
-    #[error("{0}")]
-    TooLarge(String),
-    /// The stage reached its own ceiling (`max_stage_tokens`/`max_stage_cost`): the run pauses
-    /// and the stage runs again on resume only with a higher bound.
-    #[error("{}", ceiling.reason(node))]
-    StageCeiling { node: String, ceiling: crate::usage::StageCeiling },
 }
 
 #[async_trait::async_trait]

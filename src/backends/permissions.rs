@@ -99,7 +99,7 @@ impl Permissions {
         let text = format!(
             "Stage `{node}` (permissions={}) wants to call `{tool}` {}",
             self.level.as_str(),
-            super::http::excerpt(&arguments.to_string(), 300)
+            crate::llm::http::excerpt(&arguments.to_string(), 300)
         );
         // What each answer does, shown after its label.
         let for_stage = format!("every `{tool}` call of this stage runs");

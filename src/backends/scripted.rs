@@ -15,7 +15,9 @@ use std::path::Path;
 use serde_json::Value;
 
 use super::simulated::SimulatedBackend;
-use super::{Backend, BackendError, LlmRequest, LlmResponse, Usage};
+use super::{Backend, LlmRequest, LlmResponse};
+use crate::llm::BackendError;
+use crate::usage::Usage;
 
 /// Why a responses file could not be used.
 #[derive(Debug, thiserror::Error)]

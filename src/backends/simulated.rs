@@ -1,6 +1,8 @@
 //! The `simulated` backend: deterministic placeholder text, for `--simulate` and `--dry-run`.
 
-use super::{Backend, BackendError, LlmRequest, LlmResponse, Usage};
+use super::{Backend, LlmRequest, LlmResponse};
+use crate::llm::BackendError;
+use crate::usage::Usage;
 
 /// Answers every call with text naming the stage and visit; never fails.
 pub struct SimulatedBackend;

@@ -314,7 +314,7 @@ impl Toolbox {
         if !arguments.is_object() {
             return ToolOutput::error(format!(
                 "the arguments of `{name}` must be a JSON object, got: {}",
-                super::http::excerpt(&arguments.to_string(), 200)
+                crate::llm::http::excerpt(&arguments.to_string(), 200)
             ));
         }
         if let Some(output) = self.mcp.call(name, arguments).await {

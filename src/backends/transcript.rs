@@ -8,9 +8,9 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize as _;
 use serde_json::{json, Value};
 
-use super::chat::ChatResponse;
 use crate::event::Event;
 use crate::events::{now_rfc3339, EventLog};
+use crate::llm::chat::ChatResponse;
 use crate::redaction::Secrets;
 
 /// The transcript entry of one model answer: text, tool calls, the provider's thinking when it

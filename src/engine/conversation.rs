@@ -9,8 +9,8 @@ use serde_json::Value;
 
 use super::step::{pending_notes, OPERATOR_NOTES_KEY};
 use super::walker::LineState;
-use crate::backends::ThreadMessage;
 use crate::chat::ChatMessage;
+use crate::chat::ThreadMessage;
 use crate::child_run::ParentLink;
 use crate::fidelity::preamble::PreambleInput;
 use crate::fidelity::FidelityMode;

@@ -16,9 +16,10 @@ use super::{Handler, HandlerError, StageRun};
 use crate::agent_context::compaction::lossless::{RunRecord, StageLine};
 use crate::backends::agent_loop::WatchdogMode;
 use crate::backends::simulated::SimulatedBackend;
-use crate::backends::{Backend, BackendError, LlmRequest, LlmResponse, StageEnv};
+use crate::backends::{Backend, LlmRequest, LlmResponse, StageEnv};
 use crate::context::Context;
 use crate::graph::HandlerType;
+use crate::llm::BackendError;
 use crate::outcome::{Exchange, Outcome, Pause, PauseKind, StageStatus};
 
 /// How many characters of the response go into the `last_response` context key.
@@ -113,7 +114,7 @@ pub(crate) fn request_for<'a>(
             small_model: attributes
                 .non_empty_text("small_model")
                 .or_else(|| stage.workflow.attributes().non_empty_text("default_small_model")),
-            fallback_models: crate::backends::failover::models_of(stage.node, stage.workflow),
+            fallback_models: crate::llm::failover::models_of(stage.node, stage.workflow),
             mcp_servers: crate::backends::mcp::Selection::of(
                 attributes.text("mcp_servers").or_else(|| stage.workflow.attributes().text("mcp_servers")),
             ),

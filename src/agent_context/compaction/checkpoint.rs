@@ -10,9 +10,9 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::{intent, summary};
-use crate::backends::chat::{ask, ChatProvider};
-use crate::backends::Usage;
 use crate::chat::{ChatMessage, ToolDefinition};
+use crate::llm::chat::{ask, ChatProvider};
+use crate::usage::Usage;
 
 /// The tool the model calls at a task boundary.
 pub const TOOL: &str = "mark_task_done";

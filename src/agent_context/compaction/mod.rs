@@ -26,11 +26,11 @@ pub mod window;
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use crate::backends::chat::ChatProvider;
-use crate::backends::Usage;
 use crate::chat::ChatMessage;
 use crate::event::{Compaction, Event};
 use crate::graph::settings::{CompactionMode, ContextSettings};
+use crate::llm::chat::ChatProvider;
+use crate::usage::Usage;
 
 use super::tokens;
 
@@ -426,8 +426,8 @@ mod tests {
     use super::summary::tests::Summarizer;
     use super::*;
     use crate::agent_context::tests::conversation;
-    use crate::backends::BackendError;
     use crate::graph::settings::CompactionPreset;
+    use crate::llm::BackendError;
 
     fn turns(n: usize) -> Vec<ChatMessage> {
         let turns: Vec<_> = (0..n)

@@ -7,9 +7,9 @@
 use std::time::Duration;
 
 use crate::agent_context::shortened;
-use crate::backends::chat::{ask, ChatProvider};
-use crate::backends::Usage;
 use crate::chat::ChatMessage;
+use crate::llm::chat::{ask, ChatProvider};
+use crate::usage::Usage;
 
 /// Tool arguments and results are cut to this many characters for the summarizer.
 pub const SUMMARY_FIELD_CHARS: usize = 500;
@@ -123,9 +123,9 @@ fn prune(text: &str, max: usize) -> String {
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
-    use crate::backends::chat::{ChatRequest, ChatResponse};
-    use crate::backends::BackendError;
     use crate::chat::ToolCall;
+    use crate::llm::chat::{ChatRequest, ChatResponse};
+    use crate::llm::BackendError;
 
     pub struct Summarizer(pub Result<&'static str, BackendError>, pub std::sync::Mutex<Vec<String>>);
 

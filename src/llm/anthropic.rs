@@ -4,9 +4,10 @@ use serde_json::{json, Value};
 
 use super::chat::{ChatProvider, ChatRequest, ChatResponse};
 use super::http::{post_json, RetrySettings};
-use super::{BackendError, Usage};
+use super::BackendError;
 use crate::chat::{ChatMessage, ToolCall};
 use crate::redaction::Secrets;
+use crate::usage::Usage;
 
 /// The API version header fabro speaks.
 const API_VERSION: &str = "2023-06-01";

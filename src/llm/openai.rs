@@ -5,9 +5,10 @@ use serde_json::{json, Value};
 
 use super::chat::{ChatProvider, ChatRequest, ChatResponse};
 use super::http::{post_json, RetrySettings};
-use super::{BackendError, Usage};
+use super::BackendError;
 use crate::chat::{ChatMessage, ToolCall};
 use crate::redaction::Secrets;
+use crate::usage::Usage;
 
 pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
 

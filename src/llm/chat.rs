@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::{BackendError, Usage};
+use super::BackendError;
 use crate::chat::{ChatMessage, ToolCall, ToolDefinition, ToolResult};
+use crate::usage::Usage;
 
 /// One model call.
 #[derive(Debug, Clone)]
