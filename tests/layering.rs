@@ -1,17 +1,48 @@
-//! The runtime's layers, as docs/library.md draws them: the stage contract (stage.rs,
-//! child_run.rs, join.rs, usage.rs, event.rs, events.rs, outcome.rs) sits below both the engine and
-//! the handlers; the engine and the handlers do not import each other; backends and the run
-//! directory import neither; child workflows load in the loader, and validation and the graph never
-//! load one. Checked on the source (test modules excluded), so that a shortcut across layers fails
-//! here instead of growing a knot.
+//! The layers of `src/`, as docs/library.md draws them: every folder and top-level file sits on
+//! one layer and imports only from layers below its own. Checked on the source (test modules and
+//! comments excluded), so that a shortcut across layers fails here instead of growing a knot.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-/// Every `.rs` file under `src/<part>` (a folder or one file).
-fn sources(part: &str) -> Vec<PathBuf> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("src").join(part);
+fn src() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+/// The layer of each module, from the block after `<!-- layers: bottom first -->` in
+/// docs/library.md: one line per layer, `N   module, module, ...`, continued on indented lines.
+fn layers() -> BTreeMap<String, usize> {
+    let doc = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/library.md")).unwrap();
+    let start = doc.find("<!-- layers: bottom first -->").expect("docs/library.md draws the layers");
+    let block = doc[start..].split("```").nth(1).expect("the layers block");
+    let mut layer_of = BTreeMap::new();
+    let mut layer = None;
+    for line in block.lines().filter(|line| !line.trim().is_empty()) {
+        let rest = match line.split_once(char::is_whitespace) {
+            Some((number, rest)) if !line.starts_with(' ') => {
+                layer = Some(number.parse::<usize>().expect("a layer number"));
+                rest
+            }
+            _ => line,
+        };
+        for module in rest.split(',').map(str::trim).filter(|m| !m.is_empty()) {
+            let previous = layer_of.insert(module.to_string(), layer.expect("a layer number first"));
+            assert!(previous.is_none(), "docs/library.md places `{module}` twice");
+        }
+    }
+    layer_of
+}
+
+/// The module a source file belongs to: its folder under src/, or its own name.
+fn module_of(path: &Path) -> String {
+    let relative = path.strip_prefix(src()).unwrap();
+    let first = relative.components().next().unwrap().as_os_str().to_string_lossy().into_owned();
+    first.strip_suffix(".rs").map(str::to_string).unwrap_or(first)
+}
+
+fn sources() -> Vec<PathBuf> {
     let mut found = Vec::new();
-    let mut pending = vec![path];
+    let mut pending = vec![src()];
     while let Some(path) = pending.pop() {
         if path.is_dir() {
             pending.extend(std::fs::read_dir(&path).unwrap().map(|entry| entry.unwrap().path()));
@@ -19,32 +50,36 @@ fn sources(part: &str) -> Vec<PathBuf> {
             found.push(path);
         }
     }
-    assert!(!found.is_empty(), "src/{part} has no sources");
     found
 }
 
-/// The file's code before its first `#[cfg(test)]` (test modules come last in this crate).
-fn code(path: &Path) -> String {
+/// The file's code before its first `#[cfg(test)]` (test modules come last in this crate),
+/// without comment lines.
+fn code(path: &Path) -> Vec<(usize, String)> {
     let text = std::fs::read_to_string(path).unwrap();
-    match text.find("#[cfg(test)]") {
-        Some(at) => text[..at].to_string(),
-        None => text,
-    }
+    let code = text.find("#[cfg(test)]").map_or(text.as_str(), |at| &text[..at]);
+    code.lines()
+        .enumerate()
+        .filter(|(_, line)| !line.trim_start().starts_with("//"))
+        .map(|(n, line)| (n + 1, line.to_string()))
+        .collect()
 }
 
-/// Lines of `part` that name any of `forbidden` (`crate::<module>`).
-fn crossings(part: &str, forbidden: &[&str]) -> Vec<String> {
+/// The modules a line names as `crate::<module>` or, in the binary, `fabro::<module>`.
+fn named_modules(line: &str) -> Vec<String> {
     let mut found = Vec::new();
-    for path in sources(part) {
-        for (n, line) in code(&path).lines().enumerate() {
-            for module in forbidden {
-                let named = format!("crate::{module}");
-                let at_boundary = line.match_indices(&named).any(|(at, _)| {
-                    line[at + named.len()..].chars().next().is_none_or(|c| !c.is_alphanumeric() && c != '_')
-                });
-                if at_boundary {
-                    found.push(format!("{}:{}: {}", path.display(), n + 1, line.trim()));
-                }
+    for prefix in ["crate::", "fabro::"] {
+        for (at, _) in line.match_indices(prefix) {
+            let before = line[..at].chars().next_back();
+            if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+                continue;
+            }
+            let name: String = line[at + prefix.len()..]
+                .chars()
+                .take_while(|c| c.is_ascii_lowercase() || *c == '_')
+                .collect();
+            if !name.is_empty() {
+                found.push(name);
             }
         }
     }
@@ -52,28 +87,49 @@ fn crossings(part: &str, forbidden: &[&str]) -> Vec<String> {
 }
 
 #[test]
-fn the_engine_and_the_handlers_do_not_import_each_other() {
-    assert_eq!(crossings("handlers", &["engine"]), Vec::<String>::new());
-    assert_eq!(crossings("engine", &["handlers"]), Vec::<String>::new());
+fn every_module_sits_on_one_layer() {
+    let layer_of = layers();
+    let mut modules: Vec<String> = sources().iter().map(|path| module_of(path)).collect();
+    modules.sort();
+    modules.dedup();
+    modules.retain(|module| module != "lib");
+    let unplaced: Vec<&String> = modules.iter().filter(|module| !layer_of.contains_key(*module)).collect();
+    assert!(unplaced.is_empty(), "docs/library.md's layers do not place {unplaced:?}");
+    let gone: Vec<&String> = layer_of.keys().filter(|module| !modules.contains(module)).collect();
+    assert!(gone.is_empty(), "docs/library.md's layers name modules that do not exist: {gone:?}");
 }
 
 #[test]
-fn the_stage_contract_sits_below_engine_and_handlers() {
-    for part in ["stage.rs", "child_run.rs", "join.rs", "usage.rs", "event.rs", "events.rs", "outcome.rs"] {
-        assert_eq!(crossings(part, &["engine", "handlers", "session", "cli"]), Vec::<String>::new());
+fn every_import_goes_down_the_layers() {
+    let layer_of = layers();
+    let mut climbing = Vec::new();
+    for path in sources() {
+        let module = module_of(&path);
+        let Some(&own) = layer_of.get(&module) else { continue };
+        for (line_number, line) in code(&path) {
+            for named in named_modules(&line) {
+                let Some(&theirs) = layer_of.get(&named) else { continue };
+                if named != module && theirs >= own {
+                    climbing.push(format!(
+                        "{}:{line_number}: `{module}` (layer {own}) imports `{named}` (layer {theirs}): {}",
+                        path.strip_prefix(src()).unwrap().display(),
+                        line.trim()
+                    ));
+                }
+            }
+        }
     }
+    assert!(climbing.is_empty(), "imports that do not go down the layers:\n{}", climbing.join("\n"));
 }
 
 #[test]
-fn backends_and_the_run_directory_import_neither_engine_nor_handlers() {
-    assert_eq!(crossings("backends", &["engine", "handlers", "run_dir", "session"]), Vec::<String>::new());
-    assert_eq!(crossings("run_dir", &["engine", "handlers", "backends", "session"]), Vec::<String>::new());
-}
-
-#[test]
-fn child_workflows_load_in_the_loader_and_validation_only_reads_what_it_found() {
-    for part in ["child_workflow.rs", "validate", "graph"] {
-        assert_eq!(crossings(part, &["load"]), Vec::<String>::new());
-    }
-    assert_eq!(crossings("graph", &["validate", "child_workflow"]), Vec::<String>::new());
+fn the_check_sees_a_climbing_import() {
+    assert_eq!(
+        named_modules("use crate::engine::Engine; let x = fabro::run_dir::RunDir::create(p);"),
+        ["engine", "run_dir"]
+    );
+    assert!(named_modules("use mycrate::engine;").is_empty());
+    let layer_of = layers();
+    assert!(layer_of["engine"] > layer_of["stage"] && layer_of["stage"] > layer_of["outcome"]);
+    assert!(layer_of["handlers"] == layer_of["engine"], "engine and handlers never import each other");
 }
