@@ -16,7 +16,7 @@
 //!
 //! Run with `cargo run --release --example bench_context`.
 
-#[path = "../tests/common/llm_server.rs"]
+#[path = "../tests/integration/common/llm_server.rs"]
 mod llm_server;
 
 use std::sync::Arc;

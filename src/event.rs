@@ -4,9 +4,10 @@
 //!
 //! The JSON is the log's format, read by `fabro logs`, `fabro serve`, reports and other tools:
 //! a field that is `null` today stays `null` (an `Option` without `skip_serializing_if`), one
-//! that is left out stays left out (tests/event_log.rs holds the lines). A line of a log written
-//! by another fabro version may not deserialize (an event this version does not know, a field
-//! it lacks): readers of `events.jsonl` from disk read it as JSON and fall back on that.
+//! that is left out stays left out (tests/integration/event_log.rs holds the lines). A line of a
+//! log written by another fabro version may not deserialize (an event this version does not
+//! know, a field it lacks): readers of `events.jsonl` from disk read it as JSON and fall back on
+//! that.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

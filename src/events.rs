@@ -33,7 +33,7 @@ struct EventState {
     seq: u64,
     /// Buffered: flushed by [`EventLog::flush`] at every checkpoint and when the run ends, so
     /// a stage costs one write, not one per event.
-    file: Option<std::io::BufWriter<std::fs::File>>,
+    file: std::io::BufWriter<std::fs::File>,
     /// Reused for every line, so writing an event allocates nothing once the log is warm.
     scratch: line::Scratch,
 }
@@ -81,20 +81,11 @@ impl EventLog {
             run_id: run_id.to_string(),
             state: Mutex::new(EventState {
                 seq: next_seq,
-                file: Some(std::io::BufWriter::new(file)),
+                file: std::io::BufWriter::new(file),
                 scratch: line::Scratch::default(),
             }),
             observers: Vec::new(),
         })
-    }
-
-    /// An event log that only tells observers (for tests and dry runs without a directory).
-    pub fn in_memory(run_id: &str) -> EventLog {
-        EventLog {
-            run_id: run_id.to_string(),
-            state: Mutex::new(EventState { seq: 0, file: None, scratch: line::Scratch::default() }),
-            observers: Vec::new(),
-        }
     }
 
     pub fn observe(&mut self, observer: impl Fn(&LoggedEvent) + Send + Sync + 'static) {
@@ -124,10 +115,8 @@ impl EventLog {
             event,
         };
         let EventState { file, scratch, .. } = &mut *state;
-        if let Some(file) = file.as_mut() {
-            if let Err(error) = line::write(file, scratch, &self.run_id, &record) {
-                tracing::warn!(%error, "could not append to events.jsonl");
-            }
+        if let Err(error) = line::write(file, scratch, &self.run_id, &record) {
+            tracing::warn!(%error, "could not append to events.jsonl");
         }
         drop(state);
         for observer in &self.observers {
@@ -142,7 +131,7 @@ impl EventLog {
         let file = crate::regular_file::open_append(&run_dir.join("events.jsonl"))?;
         let state = self.state.get_mut().map_err(|_| std::io::Error::other("event log lock poisoned"))?;
         state.seq = 0;
-        state.file = Some(std::io::BufWriter::new(file));
+        state.file = std::io::BufWriter::new(file);
         self.run_id = run_id.to_string();
         Ok(())
     }
@@ -150,7 +139,7 @@ impl EventLog {
     /// Writes buffered events to the file.
     pub fn flush(&self) {
         let Ok(mut state) = self.state.lock() else { return };
-        if let Some(Err(error)) = state.file.as_mut().map(Write::flush) {
+        if let Err(error) = state.file.flush() {
             tracing::warn!(%error, "could not write events.jsonl");
         }
     }

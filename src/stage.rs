@@ -119,10 +119,6 @@ impl HandlerRegistry {
         self.handlers.get(node.handler_type().name())
     }
 
-    pub fn type_names(&self) -> impl Iterator<Item = &str> {
-        self.handlers.keys().map(String::as_str)
-    }
-
     /// The first node (in declaration order) whose type has no handler, if any. Parallel stages
     /// need none: the engine runs their branches itself.
     pub fn first_unhandled<'w>(&self, workflow: &'w Workflow) -> Option<&'w Node> {

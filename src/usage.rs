@@ -168,10 +168,6 @@ pub struct StageLimits {
 }
 
 impl StageLimits {
-    pub fn is_unbounded(&self) -> bool {
-        self.max_tokens.is_none() && self.max_cost.is_none()
-    }
-
     /// The ceiling a stage that has used `tokens` and `cost_usd` has reached, if any.
     pub fn reached(&self, tokens: u64, cost_usd: f64) -> Option<StageCeiling> {
         let hit = |bound: StageBound, limit: f64| StageCeiling {
@@ -302,6 +298,6 @@ mod tests {
         assert!(StageLimits { max_cost: None, ..limits }.raised_past(&cost));
         // Raising the other bound does not let it go on.
         assert!(!StageLimits { max_tokens: Some(5_000), ..limits }.raised_past(&cost));
-        assert!(StageLimits::default().is_unbounded());
+        assert_eq!(StageLimits::default().reached(u64::MAX, f64::MAX), None);
     }
 }

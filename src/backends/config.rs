@@ -149,10 +149,10 @@ struct FileConfig {
     mcp_servers: BTreeMap<String, super::mcp::ServerConfig>,
     /// Agent stages' tool permissions when neither the node, the graph nor `--permissions` says.
     permissions: Option<super::permissions::Level>,
-    /// Run lifecycle hooks: read by [`crate::lifecycle_hooks`], not here.
-    #[serde(default)]
-    #[allow(dead_code)]
-    hooks: Vec<toml::Value>,
+    /// Run lifecycle hooks: an array here, its entries skipped unread; [`crate::lifecycle_hooks`]
+    /// is their one parser.
+    #[serde(default, rename = "hooks")]
+    _hooks: Vec<serde::de::IgnoredAny>,
 }
 
 #[derive(Debug, Default, serde::Deserialize)]

@@ -92,6 +92,7 @@ pub(crate) mod test_support {
                     (node.id.clone(), stage_dir)
                 })
                 .collect();
+            let events = EventLog::open(dir.path(), "test-run", 0).expect("event log");
             Fixture {
                 work_dir,
                 stage_dirs,
@@ -113,7 +114,7 @@ pub(crate) mod test_support {
                     Box::leak(Box::default()),
                     Box::leak(Box::default()),
                 ),
-                events: EventLog::in_memory("test-run"),
+                events,
                 cancel: CancellationToken::new(),
                 dry_run: false,
             }

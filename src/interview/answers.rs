@@ -133,14 +133,6 @@ impl AnswersFile {
         &self.origin
     }
 
-    /// The gate ids the file has answers for (used or not), sorted; a caller can warn about ids
-    /// that name no gate of the workflow.
-    pub fn gate_ids(&self) -> Vec<String> {
-        let mut ids: Vec<String> = self.lock().keys().cloned().collect();
-        ids.sort();
-        ids
-    }
-
     /// Refuses answers that could route a gate the wrong way, before anything runs: a key that
     /// names none of `gates`, or an answer that names none of its gate's choices at a gate that
     /// takes no freeform text.
@@ -186,11 +178,6 @@ impl AnswersFile {
             }
         }
         Ok(())
-    }
-
-    /// How many answers are left for `gate_id`.
-    pub fn remaining(&self, gate_id: &str) -> usize {
-        self.lock().get(gate_id).map_or(0, VecDeque::len)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, VecDeque<String>>> {
@@ -255,8 +242,6 @@ mod tests {
         )
         .unwrap();
         let choices = choices();
-        assert_eq!(answers.gate_ids(), ["gate", "other"]);
-        assert_eq!(answers.remaining("gate"), 5);
         assert_eq!(ask(&answers, "gate", &choices).await, Answer::Choice(1));
         assert_eq!(ask(&answers, "gate", &choices).await, Answer::Choice(1));
         assert_eq!(ask(&answers, "gate", &choices).await, Answer::Choice(2));
@@ -342,13 +327,14 @@ mod tests {
         assert!(error.to_string().ends_with("found null"), "{error}");
     }
 
-    #[test]
-    fn files_are_read_and_unreadable_files_named() {
+    #[tokio::test]
+    async fn files_are_read_and_unreadable_files_named() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("answers.json");
         std::fs::write(&path, r#"{"gate": ["A"]}"#).unwrap();
         let answers = AnswersFile::from_file(&path).unwrap();
-        assert_eq!(answers.remaining("gate"), 1);
+        assert_eq!(ask(&answers, "gate", &choices()).await, Answer::Choice(0));
+        assert_eq!(ask(&answers, "gate", &choices()).await, Answer::Unavailable);
         assert_eq!(answers.origin(), path.display().to_string());
 
         std::fs::write(&path, "{").unwrap();

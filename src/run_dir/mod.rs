@@ -193,8 +193,15 @@ pub fn write_json_file_with(
 }
 
 /// What fabro writes into a run directory before its first stage is journaled.
-const START_FILES: [&str; 6] =
-    ["manifest.json", "workflow.dot", "events.jsonl", LOCK_FILE, journal::FILE, "stages"];
+const START_FILES: [&str; 7] = [
+    "manifest.json",
+    "workflow.dot",
+    "config-files.json",
+    "events.jsonl",
+    LOCK_FILE,
+    journal::FILE,
+    "stages",
+];
 
 /// The entries of `root` when it holds a run that never started: only the files fabro writes
 /// when a run starts (and temporary files of atomic writes), no journaled stage, no snapshot or
@@ -256,9 +263,10 @@ mod tests {
         std::fs::create_dir_all(root.join("stages/start/1")).unwrap();
         std::fs::write(root.join("events.jsonl"), "{\"event\":\"run.started\"}\n").unwrap();
         std::fs::write(root.join("run.lock"), "1").unwrap();
+        std::fs::write(root.join("config-files.json"), "{}").unwrap();
         std::fs::write(root.join(journal::FILE), "{\"seq\":1,").unwrap();
         let (run, removed) = RunDir::create_or_reuse(&root).unwrap();
-        assert_eq!(removed, ["events.jsonl", "journal.jsonl", "run.lock", "stages"]);
+        assert_eq!(removed, ["config-files.json", "events.jsonl", "journal.jsonl", "run.lock", "stages"]);
         assert!(run.root().join("stages").is_dir());
         assert!(!run.root().join("events.jsonl").exists());
         // A journaled stage, a foreign file or a live lock: refused.

@@ -86,11 +86,6 @@ pub fn with_steering(preamble: Option<&str>, messages: &[String]) -> String {
     out
 }
 
-/// Estimated tokens of a text: characters / 4, rounded up.
-pub fn estimate_tokens(text: &str) -> usize {
-    text.chars().count().div_ceil(4)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -194,7 +194,7 @@ fn stage_block(stage: &StageSummary, level: Level) -> String {
 #[cfg(test)]
 mod tests {
     use super::super::render::fixtures::{fixture_context, render, stage};
-    use super::super::{build, estimate_tokens, PreambleInput};
+    use super::super::{build, PreambleInput};
     use super::*;
     use crate::context::Context;
     use crate::fidelity::FidelityMode;
@@ -357,6 +357,11 @@ then test it.
         let line =
             text.lines().find(|l| l.starts_with("(… ") && l.contains("elided")).expect("an elision line");
         line["(… ".len()..].split(' ').next().unwrap().parse().unwrap()
+    }
+
+    /// Estimated tokens of a text, as the budgets count them: characters / 4, rounded up.
+    fn estimate_tokens(text: &str) -> usize {
+        text.chars().count().div_ceil(4)
     }
 
     #[test]

@@ -61,11 +61,6 @@ impl CompactionMode {
     pub fn as_str(self) -> &'static str {
         Self::NAMES[self as usize]
     }
-
-    /// Whether the mode asks a model for a summary.
-    pub fn calls_model(self) -> bool {
-        matches!(self, CompactionMode::Llm | CompactionMode::Hybrid)
-    }
 }
 
 /// How often a stage compacts, as a named pair of turn counts.

@@ -1,0 +1,53 @@
+//! The integration tests: one test crate (as in `just` and ripgrep), so the library is linked
+//! into one test binary instead of one per file. A module per capability, each reading like
+//! examples a user could follow; `common` holds the builder that runs the real `fabro` binary.
+//!
+//! The modules share one process: a test must not change process-wide state (environment
+//! variables, the current directory) that another test could see. The fuzz module's panic hook
+//! records panics only on the thread running a fuzz case and passes every other panic on.
+
+mod common;
+
+mod agent_context;
+mod artifacts_cli;
+mod authoring_cli;
+mod ci_reports;
+mod cli_agent;
+mod dialects;
+mod event_log;
+mod first_hour;
+mod fuzz;
+mod graph_cli;
+mod history_cli;
+mod hooks;
+mod imports;
+mod layering;
+mod llm_ceilings;
+mod llm_providers;
+mod mcp;
+mod parallel;
+mod permissions;
+mod pre_journal_runs;
+mod preamble_cli;
+mod readme;
+mod reliability;
+mod resume;
+mod retro;
+mod run_engine;
+mod run_workflows;
+mod sandbox;
+mod secrets;
+mod serve;
+mod session_api;
+mod spec_conditions;
+mod spec_parsing;
+mod spec_stylesheet_transforms;
+mod spec_validation;
+mod special_files;
+mod stage_processes;
+mod sub_workflows;
+mod terminal_text;
+mod validate_cli;
+mod watching_runs;
+mod workflows;
+mod worktree_cli;
