@@ -139,7 +139,7 @@ struct ModelTokens {
 
 impl ModelTokens {
     fn cost(&self, model: &str) -> f64 {
-        let price = fabro::backends::models::builtin_price(model).expect("a priced model");
+        let price = fabro::models::builtin_price(model).expect("a priced model");
         price.cost(&fabro::usage::Usage::new(self.input, self.output))
     }
 }

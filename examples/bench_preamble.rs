@@ -5,12 +5,13 @@
 
 use std::time::Instant;
 
-use fabro::backends::Usage;
 use fabro::context::Context;
-use fabro::fidelity::preamble::{build, PreambleInput, StageSummary};
+use fabro::fidelity::preamble::{build, PreambleInput};
 use fabro::fidelity::FidelityMode;
 use fabro::graph::HandlerType;
 use fabro::outcome::StageStatus;
+use fabro::run_dir::stage_summary::StageSummary;
+use fabro::usage::Usage;
 
 const RUNS: usize = 50;
 const MODES: [FidelityMode; 5] = [
