@@ -201,16 +201,24 @@ fn comparable_context(checkpoint: &Value) -> BTreeMap<String, Value> {
 }
 
 /// Waits until no command a killed fabro left behind still runs with this run directory in its
-/// environment; a stage's processes die with fabro, within a second.
+/// environment, and no process still holds the run's lock file open (a stage's process forked
+/// by fabro holds fabro's descriptors until it execs its command or its guard closes them); a
+/// stage's processes die with fabro, within a second.
 fn wait_for_orphans(run_dir: &Path) {
     let needle = format!("FABRO_RUN_DIR={}", run_dir.display()).into_bytes();
+    let lock = run_dir.join("run.lock");
     let deadline = Instant::now() + Duration::from_secs(1);
     loop {
         let busy = std::fs::read_dir("/proc").into_iter().flatten().flatten().any(|entry| {
             entry.file_name().to_string_lossy().bytes().all(|b| b.is_ascii_digit())
-                && std::fs::read(entry.path().join("environ"))
+                && (std::fs::read(entry.path().join("environ"))
                     .map(|env| env.split(|&b| b == 0).any(|var| var == needle.as_slice()))
                     .unwrap_or(false)
+                    || std::fs::read_dir(entry.path().join("fd"))
+                        .into_iter()
+                        .flatten()
+                        .flatten()
+                        .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|target| target == lock)))
         });
         if !busy {
             return;
