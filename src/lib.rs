@@ -4,7 +4,7 @@
 //! typed [`graph`], rewritten by transforms, and checked by [`validate`]; [`load`] runs those
 //! phases in order.
 
-pub mod agent_context;
+pub mod agent;
 pub mod atomic_file;
 pub mod backends;
 pub mod chat;

@@ -480,7 +480,7 @@ impl LifecycleHook {
     }
 
     async fn run_command(&self, command: &str, json: &str, firing: &Firing<'_>) -> HookResult {
-        use crate::backends::tools::{run_collected, Unfinished};
+        use crate::agent::tools::{run_collected, Unfinished};
         let mut process = firing.confinement.command(
             "sh".as_ref(),
             &["-c".as_ref(), command.as_ref()],

@@ -146,11 +146,11 @@ impl BackendChoice {
                 // No server starts, but their variables are secrets all the same.
                 if let Some(Ok(servers)) = mcp_config
                     .as_deref()
-                    .map(|path| crate::backends::mcp::read_config_file(Path::new(path), files))
+                    .map(|path| crate::agent::mcp::read_config_file(Path::new(path), files))
                 {
                     crate::secrets::register(
                         servers.values().flat_map(|server| server.allowed_env_vars.clone()),
-                        servers.values().flat_map(crate::backends::mcp::ServerConfig::secrets),
+                        servers.values().flat_map(crate::agent::mcp::ServerConfig::secrets),
                     );
                 }
                 return Ok(Arc::new(SimulatedBackend));
@@ -164,12 +164,11 @@ impl BackendChoice {
         config.model_override = non_empty(model);
         config.provider_override = non_empty(provider);
         config.small_model_override = non_empty(small_model);
-        config.permissions_flag = permissions.as_deref().and_then(crate::backends::permissions::Level::parse);
+        config.permissions_flag = permissions.as_deref().and_then(crate::agent::permissions::Level::parse);
         if let Some(path) = mcp_config {
-            let servers =
-                crate::backends::mcp::read_config_file(Path::new(path), files).map_err(|problem| {
-                    SetupError::Provider(ConfigError::Mcp(format!("--mcp-config: {problem}")))
-                })?;
+            let servers = crate::agent::mcp::read_config_file(Path::new(path), files).map_err(|problem| {
+                SetupError::Provider(ConfigError::Mcp(format!("--mcp-config: {problem}")))
+            })?;
             config.mcp_servers.extend(servers);
         }
         let no_provider = config.providers.is_empty();

@@ -53,7 +53,7 @@ pub struct StageRun<'a> {
     /// What the stage may still use under `--max-tokens`/`--max-cost` (none without ceilings).
     pub usage_left: Option<crate::usage::UsageLeft>,
     /// The run's reference files (`context_files`, `--context-file`), for agent stages.
-    pub reference_files: &'a [crate::agent_context::reference_files::ReferenceFile],
+    pub reference_files: &'a [crate::agent::context::reference_files::ReferenceFile],
     /// The stage's own ceilings (`max_stage_tokens`/`max_stage_cost`, resolved).
     pub stage_limits: crate::usage::StageLimits,
     /// `--max-output`: the most bytes a command stage may write (node `max_output` wins).

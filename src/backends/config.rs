@@ -88,12 +88,12 @@ pub struct LlmConfig {
     pub small_model: Option<String>,
     pub small_model_override: Option<String>,
     /// The config file's `[mcp_servers.NAME]`, with `--mcp-config`'s entries over them.
-    pub mcp_servers: BTreeMap<String, super::mcp::ServerConfig>,
+    pub mcp_servers: BTreeMap<String, crate::agent::mcp::ServerConfig>,
     /// The config file's `permissions`: agent stages' tool permissions when neither the node, the
     /// graph nor `--permissions` says.
-    pub permissions: Option<super::permissions::Level>,
+    pub permissions: Option<crate::agent::permissions::Level>,
     /// `--permissions`: below the node's and the graph's, over the config file's.
-    pub permissions_flag: Option<super::permissions::Level>,
+    pub permissions_flag: Option<crate::agent::permissions::Level>,
     /// The config file's `api_key_env` names: secrets (see [`crate::secrets`]).
     pub key_env_names: Vec<String>,
 }
@@ -146,9 +146,9 @@ struct FileConfig {
     small_model: Option<String>,
     /// MCP servers whose tools agent stages get.
     #[serde(default)]
-    mcp_servers: BTreeMap<String, super::mcp::ServerConfig>,
+    mcp_servers: BTreeMap<String, crate::agent::mcp::ServerConfig>,
     /// Agent stages' tool permissions when neither the node, the graph nor `--permissions` says.
-    permissions: Option<super::permissions::Level>,
+    permissions: Option<crate::agent::permissions::Level>,
     /// Run lifecycle hooks: an array here, its entries skipped unread; [`crate::lifecycle_hooks`]
     /// is their one parser.
     #[serde(default, rename = "hooks")]
@@ -226,7 +226,7 @@ impl LlmConfig {
             permissions: file.permissions,
             ..LlmConfig::default()
         };
-        super::mcp::check_all(&file.mcp_servers)
+        crate::agent::mcp::check_all(&file.mcp_servers)
             .map_err(|problem| ConfigError::Mcp(format!("the fabro config file's {problem}")))?;
         config.mcp_servers = file.mcp_servers;
         let conflicts = config.context.conflicts(|_| crate::source::Span::default());
@@ -324,7 +324,7 @@ impl LlmConfig {
         let keys = self.providers.values().filter_map(|p| p.api_key.clone());
         crate::secrets::register(
             names,
-            keys.chain(self.mcp_servers.values().flat_map(super::mcp::ServerConfig::secrets)),
+            keys.chain(self.mcp_servers.values().flat_map(crate::agent::mcp::ServerConfig::secrets)),
         );
         crate::secrets::values()
     }

@@ -1,23 +1,23 @@
 //! The `live` backend: real model calls. Each request is routed to its stage's provider and
 //! model ([`LlmConfig::resolve`]); prompt stages make one call, agent stages run the tool loop
-//! ([`super::agent_loop`]), and `backend="cli"` stages run an installed coding agent
+//! ([`crate::agent::tool_loop`]), and `backend="cli"` stages run an installed coding agent
 //! ([`super::cli_agent`]). Usage and estimated cost come back with the response; everything
 //! recorded is redacted.
 
-use crate::agent_context::thread_filters;
-use crate::agent_context::tokens;
-use crate::agent_context::trim_retry::text_only;
+use crate::agent::context::thread_filters;
+use crate::agent::context::tokens;
+use crate::agent::context::trim_retry::text_only;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
 
-use super::agent_loop::{self, AgentSettings};
 use super::config::{ConfigError, LlmConfig, ProviderKind};
-use super::tools::Toolbox;
-use super::transcript::{assistant_record, Transcript};
 use super::{Backend, LlmRequest, LlmResponse, StageEnv};
+use crate::agent::tool_loop::{self, AgentSettings};
+use crate::agent::tools::Toolbox;
+use crate::agent::transcript::{assistant_record, Transcript};
 use crate::chat::ChatMessage;
 use crate::event::Event;
 use crate::graph::{settings, Workflow};
@@ -38,7 +38,7 @@ pub struct LiveBackend {
     providers: BTreeMap<String, Arc<dyn ChatProvider>>,
     secrets: Secrets,
     /// The run's MCP servers, started on first use.
-    mcp: super::mcp::McpServers,
+    mcp: crate::agent::mcp::McpServers,
     /// Who is asked about tool calls above a stage's permissions (none: they are denied).
     person: Option<Arc<dyn crate::interview::Interviewer>>,
 }
@@ -74,7 +74,7 @@ impl LiveBackend {
             };
             providers.insert(name.clone(), provider);
         }
-        let mcp = super::mcp::McpServers::new(config.mcp_servers.clone());
+        let mcp = crate::agent::mcp::McpServers::new(config.mcp_servers.clone());
         Ok(LiveBackend { config, providers, secrets, mcp, person: None })
     }
 
@@ -91,7 +91,7 @@ impl LiveBackend {
         for node in workflow.nodes().filter(|node| node.handler_type() == crate::graph::HandlerType::Agent) {
             let named =
                 node.attributes.text("mcp_servers").or_else(|| workflow.attributes().text("mcp_servers"));
-            let selection = super::mcp::Selection::of(named);
+            let selection = crate::agent::mcp::Selection::of(named);
             let unknown = self.mcp.unknown(&selection);
             if let Some(name) = unknown.first() {
                 let configured: Vec<&str> = self.mcp.names().collect();
@@ -287,7 +287,7 @@ impl LiveBackend {
                 let settings = AgentSettings {
                     model,
                     reasoning_effort,
-                    max_turns: stage.max_turns.unwrap_or(agent_loop::DEFAULT_MAX_TURNS).max(1),
+                    max_turns: stage.max_turns.unwrap_or(tool_loop::DEFAULT_MAX_TURNS).max(1),
                     context_window: window,
                     request_timeout,
                     max_output_tokens,
@@ -298,7 +298,7 @@ impl LiveBackend {
                     stage_limits: stage.stage_limits,
                     price: self.config.price(model),
                     small_model: small.as_ref().zip(small_provider).map(|(small, provider)| {
-                        super::agentic_tools::SmallModel {
+                        crate::agent::agentic_tools::SmallModel {
                             provider: provider.as_ref(),
                             model: &small.model,
                             timeout: request_timeout,
@@ -326,7 +326,7 @@ impl LiveBackend {
                     })?
                     .confined(stage.confinement.clone())
                     .with_hooks(stage.tool_hooks.clone())
-                    .with_permissions(super::permissions::Permissions::new(
+                    .with_permissions(crate::agent::permissions::Permissions::new(
                         stage
                             .permissions
                             .or(self.config.permissions_flag)
@@ -358,7 +358,7 @@ impl LiveBackend {
                     }
                     toolbox = toolbox.with_mcp(tools);
                 }
-                let run = agent_loop::run(&failover, &settings, &mut toolbox, messages, &transcript).await?;
+                let run = tool_loop::run(&failover, &settings, &mut toolbox, messages, &transcript).await?;
                 let mut text = run.text;
                 if run.hit_turn_limit {
                     text.push_str(&format!(

@@ -3,17 +3,11 @@
 //! (Anthropic, OpenAI, OpenAI-compatible servers) and runs agent stages as a tool-using loop, or
 //! runs an installed CLI agent for `backend="cli"` stages.
 
-pub mod agent_loop;
-pub mod agentic_tools;
 pub mod cli_agent;
 pub mod config;
 pub mod live;
-pub mod mcp;
-pub mod permissions;
 pub mod scripted;
 pub mod simulated;
-pub mod tools;
-pub mod transcript;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -68,29 +62,29 @@ pub struct StageEnv<'a> {
     pub stage_limits: crate::usage::StageLimits,
     /// How the agent loop trims what it sends and compacts (node attributes and graph defaults;
     /// the backend fills what they leave unset from its configuration).
-    pub context: crate::agent_context::ContextSettings,
+    pub context: crate::agent::context::ContextSettings,
     /// What the run's records said when the stage started (for lossless compaction).
-    pub run_record: Option<crate::agent_context::compaction::lossless::RunRecord>,
+    pub run_record: Option<crate::agent::context::compaction::lossless::RunRecord>,
     /// Where the shell tool's commands and CLI agents run.
     pub confinement: crate::sandbox::Confinement,
     /// Commands run around every agent tool call.
-    pub tool_hooks: tools::ToolHooks,
+    pub tool_hooks: crate::agent::tools::ToolHooks,
     /// What the agent loop does when the same tool call repeats.
-    pub watchdog: agent_loop::WatchdogMode,
+    pub watchdog: crate::agent::tool_loop::WatchdogMode,
     /// The node's `small_model` (else the graph's `default_small_model`).
     pub small_model: Option<&'a str>,
     /// The project memory of a stage with `memory=true`.
     pub memory: Option<crate::memory::StageMemory>,
     /// The run's reference files: indexed in the system prompt, readable by the tools.
-    pub reference_files: &'a [crate::agent_context::reference_files::ReferenceFile],
+    pub reference_files: &'a [crate::agent::context::reference_files::ReferenceFile],
     /// The node's (or graph's) small-tier guard; the config file's applies when unset.
     pub small_tier_parent: Option<crate::graph::settings::SmallTierParent>,
     /// The node's `fallback_models` (else the graph's `default_fallback_models`), in order.
     pub fallback_models: Vec<String>,
     /// The MCP servers whose tools the stage gets (node `mcp_servers`, else the graph's).
-    pub mcp_servers: mcp::Selection,
+    pub mcp_servers: crate::agent::mcp::Selection,
     /// The node's `permissions` (else the graph's); the backend's default applies when unset.
-    pub permissions: Option<permissions::Level>,
+    pub permissions: Option<crate::agent::permissions::Level>,
 }
 
 impl std::fmt::Debug for StageEnv<'_> {

@@ -87,7 +87,7 @@ async fn continue_run(args: &mut ResumeArgs) -> Result<u8, Refusal> {
         parent: None,
         // The run's reference files stay as they were resolved; --context-file adds to them.
         launch: fabro::run_dir::LaunchRecord {
-            context_files: fabro::agent_context::reference_files::merged(
+            context_files: fabro::agent::context::reference_files::merged(
                 saved.manifest.launch.context_files.clone(),
                 args.launch.reference_files(None)?,
             ),

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use fabro::agent_context::reference_files::{self, ReferenceEntry, ReferenceFile};
+use fabro::agent::context::reference_files::{self, ReferenceEntry, ReferenceFile};
 use fabro::config_files::ConfigFiles;
 use fabro::engine::{Engine, RunOptions};
 use fabro::graph::Workflow;
@@ -270,7 +270,7 @@ fn parse_sandbox(text: &str) -> Result<fabro::sandbox::SandboxKind, String> {
 }
 
 fn parse_permissions(text: &str) -> Result<String, String> {
-    match fabro::backends::permissions::Level::parse(text) {
+    match fabro::agent::permissions::Level::parse(text) {
         Some(level) => Ok(level.as_str().to_string()),
         None => Err(format!("`{text}` is not read-only, read-write or full")),
     }

@@ -13,8 +13,8 @@ use std::path::Path;
 use serde_json::{Map, Value};
 
 use super::{Handler, HandlerError, StageRun};
-use crate::agent_context::compaction::lossless::{RunRecord, StageLine};
-use crate::backends::agent_loop::WatchdogMode;
+use crate::agent::context::compaction::lossless::{RunRecord, StageLine};
+use crate::agent::tool_loop::WatchdogMode;
 use crate::backends::simulated::SimulatedBackend;
 use crate::backends::{Backend, LlmRequest, LlmResponse, StageEnv};
 use crate::context::Context;
@@ -115,13 +115,13 @@ pub(crate) fn request_for<'a>(
                 .non_empty_text("small_model")
                 .or_else(|| stage.workflow.attributes().non_empty_text("default_small_model")),
             fallback_models: crate::llm::failover::models_of(stage.node, stage.workflow),
-            mcp_servers: crate::backends::mcp::Selection::of(
+            mcp_servers: crate::agent::mcp::Selection::of(
                 attributes.text("mcp_servers").or_else(|| stage.workflow.attributes().text("mcp_servers")),
             ),
             permissions: attributes
                 .non_empty_text("permissions")
                 .or_else(|| stage.workflow.attributes().non_empty_text("permissions"))
-                .and_then(crate::backends::permissions::Level::parse),
+                .and_then(crate::agent::permissions::Level::parse),
             memory: {
                 let flag = |key: &str| {
                     attributes
@@ -145,10 +145,7 @@ pub(crate) fn request_for<'a>(
                 let hook = |key: &str| {
                     attributes.non_empty_text(key).or_else(|| graph.non_empty_text(key)).map(str::to_string)
                 };
-                crate::backends::tools::ToolHooks {
-                    pre: hook("tool_hooks.pre"),
-                    post: hook("tool_hooks.post"),
-                }
+                crate::agent::tools::ToolHooks { pre: hook("tool_hooks.pre"), post: hook("tool_hooks.post") }
             },
             context,
             run_record: Some(run_record(stage)),

@@ -21,7 +21,7 @@ pub enum BackendError {
     #[error("{0}")]
     Paused(String),
     /// The provider rejected the request for its size (HTTP 413 or a context-length error): an
-    /// agent stage retries with less ([`crate::agent_context::trim_retry`]), anything else fails.
+    /// agent stage retries with less ([`crate::agent::context::trim_retry`]), anything else fails.
     #[error("{0}")]
     TooLarge(String),
     /// The stage reached its own ceiling (`max_stage_tokens`/`max_stage_cost`): the run pauses

@@ -88,7 +88,7 @@ pub struct LaunchRecord {
     /// The run's reference files (the graph's `context_files` and `--context-file`), resolved to
     /// absolute paths when the run started, so a resume shows the same ones.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub context_files: Vec<crate::agent_context::reference_files::ReferenceFile>,
+    pub context_files: Vec<crate::agent::context::reference_files::ReferenceFile>,
     /// `--mcp-config`, as an absolute path.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mcp_config: Option<String>,

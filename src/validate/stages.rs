@@ -226,7 +226,7 @@ pub fn context_settings(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
 
 /// The graph's `context_files` name files or folders that exist, relative to the workflow file.
 pub fn context_files(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
-    use crate::agent_context::reference_files::{base_of, expand, ReferenceEntry};
+    use crate::agent::context::reference_files::{base_of, expand, ReferenceEntry};
     let Some(attr) = workflow.attributes().get("context_files") else { return };
     let base = base_of(workflow);
     for entry in ReferenceEntry::list(&attr.value.to_string()) {

@@ -74,7 +74,7 @@ pub struct LlmServer {
     script: Arc<Mutex<Script>>,
 }
 
-/// Mark summarizer calls (`src/agent_context/compaction/summary.rs`) and completion records of
+/// Mark summarizer calls (`src/agent/context/compaction/summary.rs`) and completion records of
 /// task checkpoints (`checkpoint.rs`): both are served from the `summaries` replies.
 const SUMMARY_MARKERS: &[&str] = &["You summarize the history", "You write the completion record"];
 

@@ -66,7 +66,7 @@ pub fn drop_oldest(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agent_context::tests::conversation;
+    use crate::agent::context::tests::conversation;
 
     #[test]
     fn the_oldest_turns_go_until_the_budget_holds_and_pins_stay() {

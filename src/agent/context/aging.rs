@@ -37,7 +37,7 @@ pub fn apply(messages: &mut [ChatMessage], settings: &ContextSettings) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agent_context::tests::{conversation, results};
+    use crate::agent::context::tests::{conversation, results};
 
     #[test]
     fn older_results_keep_less() {

@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use crate::agent_context::shortened;
+use crate::agent::context::shortened;
 use crate::chat::ToolCall;
 
 /// The first line of every intent block.

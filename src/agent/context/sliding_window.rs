@@ -38,7 +38,7 @@ fn omit(messages: &mut [ChatMessage], position: (usize, usize)) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agent_context::tests::{conversation, results};
+    use crate::agent::context::tests::{conversation, results};
 
     #[test]
     fn only_the_last_pairs_keep_their_results() {

@@ -114,8 +114,8 @@ fn cap_assistant_messages(messages: &mut [ChatMessage], max: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agent_context::compaction::summary::HEADER as SUMMARY_HEADER;
-    use crate::agent_context::tests::{conversation, results};
+    use crate::agent::context::compaction::summary::HEADER as SUMMARY_HEADER;
+    use crate::agent::context::tests::{conversation, results};
     use serde_json::json;
 
     #[test]

@@ -425,7 +425,7 @@ fn failed_block(through: u32, error: &str, files: &str) -> String {
 mod tests {
     use super::summary::tests::Summarizer;
     use super::*;
-    use crate::agent_context::tests::conversation;
+    use crate::agent::context::tests::conversation;
     use crate::graph::settings::CompactionPreset;
     use crate::llm::BackendError;
 
@@ -514,7 +514,7 @@ mod tests {
     #[test]
     fn triggers_budget_warnings_and_the_anti_thrash_guard() {
         let messages = turns(8);
-        let tokens = 10 + crate::agent_context::tokens(&messages);
+        let tokens = 10 + crate::agent::context::tokens(&messages);
         // The window: over the threshold (0.80 for unknown models).
         let mut compactor = Compactor::new(&ContextSettings::default(), "local", tokens, 0);
         assert_eq!(compactor.due(&messages, 10).0, Some(Trigger::Window));

@@ -48,7 +48,7 @@ pub fn text_only(messages: &[ChatMessage]) -> Vec<ChatMessage> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agent_context::tests::{conversation, results};
+    use crate::agent::context::tests::{conversation, results};
 
     #[test]
     fn each_step_sends_less() {

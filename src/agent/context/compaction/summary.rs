@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use crate::agent_context::shortened;
+use crate::agent::context::shortened;
 use crate::chat::ChatMessage;
 use crate::llm::chat::{ask, ChatProvider};
 use crate::usage::Usage;
@@ -117,7 +117,7 @@ pub fn render_for_summary(messages: &[ChatMessage], prune_chars: usize) -> Strin
 /// A message over `max` characters, cut with a note of its full length.
 fn prune(text: &str, max: usize) -> String {
     let total = |dropped: usize| format!(" [TRUNCATED — {} chars total]", max + dropped);
-    crate::agent_context::cut(text, max, total).unwrap_or_else(|| text.to_string())
+    crate::agent::context::cut(text, max, total).unwrap_or_else(|| text.to_string())
 }
 
 #[cfg(test)]

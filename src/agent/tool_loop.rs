@@ -15,7 +15,7 @@ use super::agentic_tools;
 use super::permissions::{Level as PermissionLevel, Verdict};
 use super::tools::{self, Toolbox};
 use super::transcript::{assistant_record, Transcript};
-use crate::agent_context::compaction::{
+use crate::agent::context::compaction::{
     checkpoint, intent::Operation, lossless::RunRecord, Compactor, Done, Inputs,
 };
 use crate::chat::{ChatMessage, ToolResult};
@@ -54,14 +54,14 @@ pub struct AgentSettings<'a> {
     pub small_price: Option<crate::models::Price>,
     /// The context layers: what each call sends is a trimmed view of the conversation; and how
     /// the conversation is compacted.
-    pub context: &'a crate::agent_context::ContextSettings,
+    pub context: &'a crate::agent::context::ContextSettings,
     /// What the run's records said when the stage started (for lossless compaction).
     pub run_record: Option<&'a RunRecord>,
     pub watchdog: WatchdogMode,
     /// The project memory of a stage with `memory=true`.
     pub memory: Option<&'a crate::memory::StageMemory>,
     /// The run's reference files, indexed in the system prompt.
-    pub reference_files: &'a [crate::agent_context::reference_files::ReferenceFile],
+    pub reference_files: &'a [crate::agent::context::reference_files::ReferenceFile],
 }
 
 /// What the loop produced.
@@ -88,12 +88,13 @@ pub struct AgentRun {
 pub fn system_prompt(
     work_dir: &Path,
     runtime: bool,
-    references: &[crate::agent_context::reference_files::ReferenceFile],
+    references: &[crate::agent::context::reference_files::ReferenceFile],
     memory: &str,
     withheld_above: Option<PermissionLevel>,
 ) -> String {
-    let runtime = if runtime { crate::agent_context::runtime::block(work_dir) + "\n" } else { String::new() };
-    let references = match crate::agent_context::reference_files::index(references) {
+    let runtime =
+        if runtime { crate::agent::context::runtime::block(work_dir) + "\n" } else { String::new() };
+    let references = match crate::agent::context::reference_files::index(references) {
         index if index.is_empty() => index,
         index => format!("\n\n{}", index.trim_end()),
     };
@@ -186,12 +187,12 @@ pub async fn run(
             stop_at_ceilings(settings, &run, transcript)?;
         }
         run.turns += 1;
-        let (view, saved) = crate::agent_context::view(&messages, settings.context);
+        let (view, saved) = crate::agent::context::view(&messages, settings.context);
         if !saved.is_empty() {
             transcript.event(Event::AgentContextTrimmed {
                 turn: run.turns,
-                before_tokens: crate::agent_context::tokens(&messages),
-                after_tokens: crate::agent_context::tokens(&view),
+                before_tokens: crate::agent::context::tokens(&messages),
+                after_tokens: crate::agent::context::tokens(&view),
                 saved_tokens: saved.clone(),
             });
             for (layer, tokens) in saved {
@@ -215,7 +216,7 @@ pub async fn run(
         };
         run.usage.add(&response.usage);
         let sent = match response.usage.input_tokens {
-            0 => system_tokens + crate::agent_context::tokens(&view),
+            0 => system_tokens + crate::agent::context::tokens(&view),
             reported => reported,
         };
         if let Some(warning) = compactor.count_input(sent) {
@@ -400,7 +401,7 @@ async fn extract_memory(
     transcript: &Transcript<'_>,
     run: &mut AgentRun,
 ) {
-    let work = crate::agent_context::compaction::summary::render_for_summary(
+    let work = crate::agent::context::compaction::summary::render_for_summary(
         conversation,
         settings.context.prune_chars(),
     );
@@ -468,11 +469,11 @@ async fn send_smaller(
     transcript: &Transcript<'_>,
     run: &mut AgentRun,
 ) -> Result<crate::llm::chat::ChatResponse, BackendError> {
-    use crate::agent_context::trim_retry::{trimmed, STEPS};
-    let before = crate::agent_context::tokens(request.messages);
+    use crate::agent::context::trim_retry::{trimmed, STEPS};
+    let before = crate::agent::context::tokens(request.messages);
     for (step, (_, action)) in STEPS.iter().enumerate() {
         let smaller = trimmed(request.messages, step);
-        let after = crate::agent_context::tokens(&smaller);
+        let after = crate::agent::context::tokens(&smaller);
         transcript.event(Event::AgentContextTrimRetry {
             turn: run.turns,
             step: step + 1,
