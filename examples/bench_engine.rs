@@ -139,7 +139,7 @@ async fn run(dot: &str, dir: &Path, samples: &WriteSamples) -> Measured {
     let options = options(dir);
     let ended = Arc::new(Mutex::new(0usize));
     let (at, taken) = (samples.at.clone(), samples.taken.clone());
-    let observe = move |logged: &fabro::events::LoggedEvent| {
+    let observe = move |logged: &fabro::event_log::LoggedEvent| {
         if !matches!(logged.event, fabro::event::Event::StageCompleted(_)) {
             return;
         }
@@ -175,7 +175,7 @@ async fn pause_and_resume(dot: &str, dir: &Path) -> (usize, Resumed) {
     let clock = Instant::now();
     let first_stage: Arc<Mutex<Option<Duration>>> = Arc::default();
     let seen = first_stage.clone();
-    let observe = move |logged: &fabro::events::LoggedEvent| {
+    let observe = move |logged: &fabro::event_log::LoggedEvent| {
         if matches!(logged.event, fabro::event::Event::StageStarted { .. }) {
             if let Ok(mut seen) = seen.lock() {
                 seen.get_or_insert_with(|| clock.elapsed());

@@ -15,7 +15,7 @@ use std::time::Duration;
 use fabro::backends::simulated::SimulatedBackend;
 use fabro::engine::{Engine, RunOptions, RunReport};
 use fabro::event::Event;
-use fabro::events::LoggedEvent;
+use fabro::event_log::LoggedEvent;
 use fabro::handlers::{builtin_handlers, Services};
 use fabro::interview::NoAnswers;
 use fabro::source::SourceFile;

@@ -19,7 +19,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::child_workflow::ChildWorkflowError;
-use crate::events::LoggedEvent;
+use crate::event_log::LoggedEvent;
 use crate::graph::{HandlerType, Node, Workflow};
 use crate::run_dir::{ResumeError, RunResult, SavedRun};
 use crate::ValidWorkflow;

@@ -1,5 +1,5 @@
 //! What an event says: one variant per line kind of `events.jsonl`, named as the line names it
-//! (`"event": "stage.started"`), with its fields typed. [`crate::events::EventLog`] adds what
+//! (`"event": "stage.started"`), with its fields typed. [`crate::event_log::EventLog`] adds what
 //! every line has (`seq`, `ts`, `run_id`, and `node_id`/`visit` for a stage's events).
 //!
 //! The JSON is the log's format, read by `fabro logs`, `fabro serve`, reports and other tools:
@@ -14,7 +14,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::join::BranchStatus;
+use crate::branch_results::BranchStatus;
 use crate::outcome::StageStatus;
 use crate::run_status::RunStatus;
 

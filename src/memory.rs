@@ -79,7 +79,7 @@ impl Entry {
             kind,
             name: name.to_string(),
             text: text.to_string(),
-            updated_at: crate::events::now_rfc3339(),
+            updated_at: crate::event_log::now_rfc3339(),
             run_id: None,
             node: None,
         })

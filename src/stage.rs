@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backends::Backend;
 use crate::context::Context;
-use crate::events::EventLog;
+use crate::event_log::EventLog;
 use crate::graph::{Node, Workflow};
 use crate::interview::Interviewer;
 use crate::outcome::Outcome;

@@ -9,7 +9,7 @@ use serde::Deserialize as _;
 use serde_json::{json, Value};
 
 use crate::event::Event;
-use crate::events::{now_rfc3339, EventLog};
+use crate::event_log::{now_rfc3339, EventLog};
 use crate::llm::chat::ChatResponse;
 use crate::redaction::Secrets;
 

@@ -14,7 +14,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::chat::ThreadMessage;
-use crate::events::EventLog;
+use crate::event_log::EventLog;
 use crate::llm::BackendError;
 use crate::usage::Usage;
 

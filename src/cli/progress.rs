@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fabro::event::{Event, SelectedEdge, StageEnd};
-use fabro::events::LoggedEvent;
+use fabro::event_log::LoggedEvent;
 use fabro::graph::HandlerType;
 use fabro::run_dir::stage_output::{tail_lines, LogFollower, OUTPUT_LOGS};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};

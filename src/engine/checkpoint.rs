@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use super::walker::{Step, Walker};
 use crate::event::Event;
-use crate::events::now_rfc3339;
+use crate::event_log::now_rfc3339;
 use crate::graph::Node;
 use crate::outcome::{Pause, PauseKind};
 use crate::run_dir::journal::{self, Entry};

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use crate::event::Event;
-use crate::events::EventLog;
+use crate::event_log::EventLog;
 use crate::graph::Node;
 use crate::outcome::StageStatus;
 use crate::worktree::RunWorktree;

@@ -20,10 +20,10 @@ use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
 use super::walker::{StageEnd, Step, Walker};
+use crate::branch_results::{BranchResult, BranchStatus};
 use crate::event::{Event, SelectedEdge};
 use crate::graph::settings::{ParallelSettings, ParallelSettingsError};
 use crate::graph::{HandlerType, Node, Workflow};
-use crate::join::{BranchResult, BranchStatus};
 use crate::outcome::{Outcome, Pause, StageStatus};
 use crate::run_dir::{Durability, StageRecord};
 use crate::run_status::RunStatus;
@@ -280,9 +280,9 @@ fn merge_without_fan_in(
     git_base: Option<&BranchBase>,
     outcome: Outcome,
 ) -> Outcome {
-    let ranked = crate::join::rank(results);
+    let ranked = crate::branch_results::rank(results);
     let Some(best) = ranked.first() else { return outcome };
-    let merged = crate::join::consolidate(results, best);
+    let merged = crate::branch_results::consolidate(results, best);
     let mut outcome = outcome;
     for (key, value) in merged.context_updates {
         outcome.context_updates.insert(key, value);

@@ -7,7 +7,7 @@ use std::sync::{Mutex, MutexGuard};
 use super::scheduler::{Engine, RunOptions, RunTimings};
 use crate::context::artifacts::ArtifactStore;
 use crate::event::{Event, SelectedEdge};
-use crate::events::EventLog;
+use crate::event_log::EventLog;
 use crate::graph::Workflow;
 use crate::run_dir::journal;
 use crate::run_dir::{AssumedEdge, DryRunWalk, RunDir, WalkedEdge};

@@ -18,7 +18,7 @@ use super::walker::{LineState, Step, Walker};
 use crate::context::artifacts::ArtifactStore;
 use crate::context::Context;
 use crate::event::{Event, RunEnd};
-use crate::events::{now_rfc3339, EventLog, LoggedEvent};
+use crate::event_log::{now_rfc3339, EventLog, LoggedEvent};
 use crate::graph::{HandlerType, Workflow};
 use crate::run_dir::stage_summary::StageSummary;
 use crate::run_dir::{Manifest, RunDir, RunDirError, RunResult, SavedRun};

@@ -24,7 +24,7 @@ use super::run_scope::RunScope;
 use super::step::{pending_notes, StageReview, StepDecision, OPERATOR_NOTES_KEY};
 use crate::context::Context;
 use crate::event::{Event, SelectedEdge};
-use crate::events::now_rfc3339;
+use crate::event_log::now_rfc3339;
 use crate::graph::{EdgeRef, HandlerType, Node, Workflow};
 use crate::outcome::{Outcome, Pause, PauseKind, StageStatus};
 use crate::run_dir::stage_summary::StageSummary;

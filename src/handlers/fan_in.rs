@@ -14,9 +14,9 @@ use serde_json::{Map, Value};
 
 use super::{Handler, HandlerError, StageRun};
 use crate::backends::LlmResponse;
+use crate::branch_results::{consolidate, rank, BranchResult};
 use crate::context::artifacts::ArtifactStore;
 use crate::event::Event;
-use crate::join::{consolidate, rank, BranchResult};
 use crate::outcome::{Outcome, StageStatus};
 
 /// Characters of each context value shown to the model when it picks the best branch.

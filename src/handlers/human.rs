@@ -228,7 +228,7 @@ mod tests {
     use serde_json::{json, Value};
 
     use super::*;
-    use crate::events::{EventLog, LoggedEvent};
+    use crate::event_log::{EventLog, LoggedEvent};
     use crate::handlers::test_support::{FixedAnswer, Fixture};
     use crate::interview::answers::AnswersFile;
     use crate::interview::{AutoApprove, FirstAvailable, Interviewer, NoAnswers};

@@ -43,7 +43,7 @@ pub(crate) mod test_support {
     use super::{Services, StageRun};
     use crate::backends::simulated::SimulatedBackend;
     use crate::context::Context;
-    use crate::events::EventLog;
+    use crate::event_log::EventLog;
     use crate::graph::Workflow;
     use crate::interview::{Answer, Interviewer, Question};
     use crate::source::SourceFile;

@@ -17,7 +17,7 @@ use super::journal::{Entry, Journal, State, SyncMode};
 use super::records::{Checkpoint, Manifest, RunResult, StageRecord};
 use super::{write_json_file, Durability, RunDir, RunDirError};
 use crate::event::Event;
-use crate::events::{now_rfc3339, EventLog};
+use crate::event_log::{now_rfc3339, EventLog};
 use crate::run_dir::stage_summary::StageSummary;
 use crate::run_status::RunStatus;
 

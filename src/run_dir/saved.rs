@@ -100,7 +100,7 @@ impl SavedRun {
             crate::regular_file::FileKind::SavedWorkflow,
         )
         .map_err(|_| ResumeError::NotARun { path: root.to_path_buf(), missing: "workflow.dot" })?;
-        let last_event_seq = crate::events::EventLog::last_seq_in(root);
+        let last_event_seq = crate::event_log::EventLog::last_seq_in(root);
         Ok(SavedRun { dir, lock, manifest, checkpoint, summaries, workflow_source, last_event_seq, journal })
     }
 }

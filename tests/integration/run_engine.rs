@@ -1066,7 +1066,7 @@ mod library {
     use fabro::backends::{Backend, LlmRequest, LlmResponse};
     use fabro::engine::{Engine, RunOptions};
     use fabro::event::{Event, SelectedEdge};
-    use fabro::events::LoggedEvent;
+    use fabro::event_log::LoggedEvent;
     use fabro::handlers::{builtin_handlers, Handler, HandlerError, HandlerRegistry, Services, StageRun};
     use fabro::interview::NoAnswers;
     use fabro::llm::BackendError;

@@ -48,7 +48,7 @@ async fn a_library_user_runs_a_workflow_with_answers_from_a_file() {
     let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
     let events = Arc::clone(&seen);
     let observe =
-        move |logged: &fabro::events::LoggedEvent| events.lock().unwrap().push(logged.event.clone());
+        move |logged: &fabro::event_log::LoggedEvent| events.lock().unwrap().push(logged.event.clone());
     let report = engine.run(&valid, &options, observe, CancellationToken::new()).await.unwrap();
     assert_eq!(report.result.status, RunStatus::Succeeded);
     assert!(dir.path().join("fixed.txt").is_file(), "the answer `F` routes to fix");
