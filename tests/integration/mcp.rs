@@ -13,7 +13,7 @@ use common::llm_server::{openai_text, openai_tools, LlmServer, Request};
 use common::Test;
 use serde_json::{json, Value};
 
-/// `mcp-server-filesystem`, installed by `.ci/run` (npm) into `FABRO_TEST_NPM_DIR`.
+/// `mcp-server-filesystem`, installed by `scripts/test` (npm) into `FABRO_TEST_NPM_DIR`.
 fn filesystem_server() -> PathBuf {
     let dir = std::env::var_os("FABRO_TEST_NPM_DIR").map(PathBuf::from).unwrap_or_else(|| {
         PathBuf::from(std::env::var_os("HOME").expect("HOME is set")).join(".cache/fabro/test-npm")
@@ -22,7 +22,7 @@ fn filesystem_server() -> PathBuf {
     assert!(
         server.exists(),
         "{} is missing: the MCP tests need the npm package @modelcontextprotocol/server-filesystem; install it \
-         with `npm install --prefix {} @modelcontextprotocol/server-filesystem@2026.8.31` (.ci/run does)",
+         with `npm install --prefix {} @modelcontextprotocol/server-filesystem@2026.8.31` (scripts/test does)",
         server.display(),
         dir.display()
     );

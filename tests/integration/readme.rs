@@ -85,9 +85,17 @@ fn readme_test_command_is_what_ci_runs() {
     let ci = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/.ci/run")).expect(".ci/run");
     let command = readme
         .lines()
-        .find_map(|line| line.split('#').next().map(str::trim).filter(|cmd| cmd.starts_with("cargo test")))
-        .expect("README has a cargo test command");
+        .skip_while(|line| !line.starts_with("# run the whole test suite"))
+        .nth(1)
+        .map(str::trim)
+        .expect("README's set-up block names the test command");
     assert!(ci.lines().any(|line| line.trim() == command), "`{command}` is not a line of .ci/run");
+    let script =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/test")).expect("scripts/test");
+    assert!(
+        script.lines().any(|line| line.trim() == "cargo test --locked \"$@\""),
+        "scripts/test runs cargo test"
+    );
 }
 
 #[test]

@@ -1,5 +1,5 @@
 //! Sandboxed stages (`sandbox=bwrap`, `fabro run --sandbox bwrap`) through the binary: what a
-//! confined command stage and CLI agent can and cannot do. bubblewrap is installed by `.ci/run`;
+//! confined command stage and CLI agent can and cannot do. bubblewrap is installed by `scripts/test`;
 //! without it these tests fail, they never skip.
 
 use crate::common;

@@ -1,5 +1,5 @@
 //! `fabro serve`: the web view of runs, over real HTTP on loopback, and in a real headless
-//! Chromium driven over WebDriver (Debian's `chromium` and `chromium-driver`; `.ci/run` installs
+//! Chromium driven over WebDriver (Debian's `chromium` and `chromium-driver`; `scripts/test` installs
 //! them, and in CI a missing browser fails these tests rather than skipping them).
 
 use crate::common;
