@@ -61,11 +61,7 @@ pub fn link_atomic(original: &Path, link: &Path, durability: Durability) -> std:
 /// stage planted in its own directory, pointing at a file of the user's) is removed, and the new
 /// file is made with `O_EXCL`, which never follows a link.
 fn create_temp(temp: &Path) -> std::io::Result<std::fs::File> {
-    match std::fs::remove_file(temp) {
-        Ok(()) => {}
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
-        Err(error) => return Err(error),
-    }
+    crate::regular_file::remove_if_present(temp)?;
     std::fs::OpenOptions::new().write(true).create_new(true).open(temp)
 }
 

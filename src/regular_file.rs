@@ -162,6 +162,21 @@ pub fn is_real_dir(path: &Path) -> bool {
     std::fs::symlink_metadata(path).is_ok_and(|meta| meta.file_type().is_dir())
 }
 
+/// Removes whatever stands at `path` (a file, a link, a FIFO: never what a link names); nothing
+/// there is fine. What a stage may have planted goes before fabro makes its own file there.
+pub fn remove_if_present(path: &Path) -> std::io::Result<()> {
+    match std::fs::remove_file(path) {
+        Err(error) if error.kind() != std::io::ErrorKind::NotFound => Err(error),
+        _ => Ok(()),
+    }
+}
+
+/// How many bytes at the start of `bytes` continue a character that began before them, so a
+/// window cut from the middle of a file starts on a character boundary.
+pub fn continuation_len(bytes: &[u8]) -> usize {
+    bytes.iter().take(3).take_while(|&&byte| byte & 0xC0 == 0x80).count()
+}
+
 /// The last `max_bytes` of the regular file at `path` (not followed through a link) and how many
 /// bytes before them were skipped, starting on a UTF-8 character boundary.
 pub fn read_tail(path: &Path, max_bytes: u64) -> std::io::Result<(u64, Vec<u8>)> {
@@ -176,7 +191,7 @@ pub fn read_tail(path: &Path, max_bytes: u64) -> std::io::Result<(u64, Vec<u8>)>
     let mut skipped = start;
     if start > 0 {
         // Do not start in the middle of a multi-byte character.
-        let continuation = bytes.iter().take(3).take_while(|&&byte| byte & 0xC0 == 0x80).count();
+        let continuation = continuation_len(&bytes);
         bytes.drain(..continuation);
         skipped += continuation as u64;
     }

@@ -943,11 +943,7 @@ fn real_dir(dir: &Path) -> std::io::Result<()> {
     if crate::regular_file::is_real_dir(dir) {
         return Ok(());
     }
-    match std::fs::remove_file(dir) {
-        Ok(()) => {}
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
-        Err(error) => return Err(error),
-    }
+    crate::regular_file::remove_if_present(dir)?;
     std::fs::create_dir(dir)
 }
 

@@ -235,11 +235,8 @@ impl OutputLog {
     /// never follows a link.
     fn create(path: &Path) -> Result<OutputLog, HandlerError> {
         use std::os::unix::fs::OpenOptionsExt;
-        match std::fs::remove_file(path) {
-            Ok(()) => {}
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
-            Err(error) => return Err(stage_file_error("replace", path, &error)),
-        }
+        crate::regular_file::remove_if_present(path)
+            .map_err(|error| stage_file_error("replace", path, &error))?;
         std::fs::OpenOptions::new()
             .read(true)
             .write(true)
@@ -268,12 +265,8 @@ impl OutputLog {
         let len = self.len();
         let start = len.saturating_sub(limit);
         let mut bytes = self.read_range(start, len - start)?;
-        let continuation = if start > 0 {
-            // Do not start in the middle of a multi-byte character.
-            bytes.iter().take(3).take_while(|&&byte| byte & 0xC0 == 0x80).count()
-        } else {
-            0
-        };
+        // Do not start in the middle of a multi-byte character.
+        let continuation = if start > 0 { crate::regular_file::continuation_len(&bytes) } else { 0 };
         bytes.drain(..continuation);
         Ok((start + continuation as u64, bytes))
     }
