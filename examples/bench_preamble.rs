@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use fabro::context::Context;
 use fabro::fidelity::preamble::{build, PreambleInput};
-use fabro::fidelity::FidelityMode;
+use fabro::graph::settings::FidelityMode;
 use fabro::graph::HandlerType;
 use fabro::outcome::StageStatus;
 use fabro::run_dir::stage_summary::StageSummary;

@@ -19,68 +19,15 @@
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
+use crate::graph::settings::{Bind, SandboxKind, SandboxSettings};
 use crate::graph::{Node, Workflow};
 
-/// The sandboxes there are.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
-pub enum SandboxKind {
-    /// Stages run with the user's whole account.
-    #[default]
-    None,
-    /// Stages run under bubblewrap.
-    Bwrap,
-}
-
-impl SandboxKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SandboxKind::None => "none",
-            SandboxKind::Bwrap => "bwrap",
-        }
+/// The implementation of `kind`.
+fn implementation(kind: SandboxKind) -> &'static dyn Sandbox {
+    match kind {
+        SandboxKind::None => &Unconfined,
+        SandboxKind::Bwrap => &Bubblewrap,
     }
-
-    /// `none` or `bwrap`.
-    pub fn parse(text: &str) -> Result<SandboxKind, String> {
-        match text.trim() {
-            "none" => Ok(SandboxKind::None),
-            "bwrap" => Ok(SandboxKind::Bwrap),
-            other => Err(format!("`{other}` is not a sandbox; use none or bwrap")),
-        }
-    }
-
-    fn implementation(self) -> &'static dyn Sandbox {
-        match self {
-            SandboxKind::None => &Unconfined,
-            SandboxKind::Bwrap => &Bubblewrap,
-        }
-    }
-}
-
-/// One extra directory or file shown inside the sandbox (`sandbox_paths`).
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Bind {
-    pub writable: bool,
-    pub path: PathBuf,
-}
-
-/// `ro:/opt/sdk, rw:/var/cache/cargo`: absolute paths, each read-only (`ro:`) or writable (`rw:`).
-pub fn parse_paths(text: &str) -> Result<Vec<Bind>, String> {
-    text.split(',')
-        .map(str::trim)
-        .filter(|item| !item.is_empty())
-        .map(|item| {
-            let (writable, path) = match item.split_once(':') {
-                Some(("ro", path)) => (false, path),
-                Some(("rw", path)) => (true, path),
-                _ => return Err(format!("`{item}` should be ro:/absolute/path or rw:/absolute/path")),
-            };
-            let path = PathBuf::from(path.trim());
-            if !path.is_absolute() {
-                return Err(format!("`{item}`: the path must be absolute"));
-            }
-            Ok(Bind { writable, path })
-        })
-        .collect()
 }
 
 /// How one stage's processes run: the sandbox and what it lets in.
@@ -101,7 +48,7 @@ pub struct Confinement {
 const BASIC_ENV: &[&str] = &["PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TERM", "TZ"];
 
 impl Confinement {
-    /// The confinement of `node`: its attributes, else `flag` (`--sandbox`), else the graph's
+    /// The confinement of `node`: its settings, else `flag` (`--sandbox`), else the graph's
     /// defaults, else `user_default` (the config file). Unparsable values were refused by
     /// [`check_workflow`]; here they fall back to the next source.
     pub fn of(
@@ -110,33 +57,13 @@ impl Confinement {
         flag: Option<SandboxKind>,
         user_default: Option<SandboxKind>,
     ) -> Confinement {
-        let graph = workflow.attributes();
-        let kind = node
-            .attributes
-            .text("sandbox")
-            .and_then(|text| SandboxKind::parse(text).ok())
-            .or(flag)
-            .or_else(|| graph.text("default_sandbox").and_then(|text| SandboxKind::parse(text).ok()))
-            .or(user_default)
-            .unwrap_or_default();
-        let mut binds = Vec::new();
-        for attributes in [&node.attributes, graph] {
-            binds.extend(
-                attributes.text("sandbox_paths").and_then(|text| parse_paths(text).ok()).unwrap_or_default(),
-            );
-        }
-        let mut pass_env = Vec::new();
-        for attributes in [&node.attributes, graph] {
-            if let Some(names) = attributes.text("sandbox_env") {
-                pass_env
-                    .extend(names.split(',').map(str::trim).filter(|n| !n.is_empty()).map(str::to_string));
-            }
-        }
+        let own = &node.settings.stage.sandbox;
+        let graph = &workflow.settings().sandbox;
         Confinement {
-            kind,
-            network: node.attributes.boolean("sandbox_network").unwrap_or(false),
-            binds,
-            pass_env,
+            kind: own.kind.or(flag).or(graph.kind).or(user_default).unwrap_or_default(),
+            network: own.network,
+            binds: [own, graph].into_iter().flat_map(SandboxSettings::binds).cloned().collect(),
+            pass_env: [own, graph].into_iter().flat_map(|settings| settings.env.iter().cloned()).collect(),
             read_only: Vec::new(),
         }
     }
@@ -161,7 +88,7 @@ impl Confinement {
         readable: &[&Path],
     ) -> tokio::process::Command {
         let setup = Setup { work_dir, writable, readable, confinement: self };
-        let mut command = self.kind.implementation().command(program, args, &setup);
+        let mut command = implementation(self.kind).command(program, args, &setup);
         crate::secrets::strip_env(&mut command, &self.pass_env);
         command
     }
@@ -322,21 +249,17 @@ pub fn check_workflow(
 ) -> Result<(), SandboxError> {
     let mut confined = Vec::new();
     for node in workflow.nodes() {
-        for (owner, attributes) in [(node.id.as_str(), &node.attributes), ("(graph)", workflow.attributes())]
-        {
-            if let Some(text) = attributes.text("sandbox_paths") {
-                let binds = parse_paths(text).map_err(|message| SandboxError::Attribute {
-                    node: owner.to_string(),
-                    attribute: "sandbox_paths",
-                    message,
-                })?;
-                if let Some(missing) = binds.iter().find(|bind| !bind.path.exists()) {
-                    return Err(SandboxError::Attribute {
-                        node: owner.to_string(),
-                        attribute: "sandbox_paths",
-                        message: format!("{} does not exist", missing.path.display()),
-                    });
-                }
+        let sources =
+            [(node.id.as_str(), &node.settings.stage.sandbox), ("(graph)", &workflow.settings().sandbox)];
+        for (owner, settings) in sources {
+            let invalid = |message: String| SandboxError::Attribute {
+                node: owner.to_string(),
+                attribute: "sandbox_paths",
+                message,
+            };
+            let binds = settings.paths.as_ref().map_err(|message| invalid(message.clone()))?;
+            if let Some(missing) = binds.iter().find(|bind| !bind.path.exists()) {
+                return Err(invalid(format!("{} does not exist", missing.path.display())));
             }
         }
         if runs_programs(node)
@@ -376,20 +299,6 @@ pub fn runs_programs(node: &Node) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn paths_are_read_only_or_writable_and_absolute() {
-        assert_eq!(
-            parse_paths("ro:/opt/sdk, rw:/var/cache/cargo").unwrap(),
-            [
-                Bind { writable: false, path: "/opt/sdk".into() },
-                Bind { writable: true, path: "/var/cache/cargo".into() }
-            ]
-        );
-        assert!(parse_paths("/opt/sdk").unwrap_err().contains("ro:/absolute/path"));
-        assert!(parse_paths("rw:relative").unwrap_err().contains("absolute"));
-        assert_eq!(parse_paths(" ").unwrap(), []);
-    }
 
     /// Whether `path` ends up writable in `command`: the last bind at or above it decides (a bind
     /// shows the host's directory, hiding the mounts made below it before).
@@ -440,10 +349,7 @@ mod tests {
     }
 
     #[test]
-    fn kinds_parse() {
-        assert_eq!(SandboxKind::parse("bwrap"), Ok(SandboxKind::Bwrap));
-        assert_eq!(SandboxKind::parse("none"), Ok(SandboxKind::None));
-        assert!(SandboxKind::parse("docker").unwrap_err().contains("none or bwrap"));
-        assert_eq!(SandboxKind::Bwrap.implementation().name(), "bwrap");
+    fn each_kind_has_its_implementation() {
+        assert_eq!(implementation(SandboxKind::Bwrap).name(), "bwrap");
     }
 }

@@ -324,7 +324,8 @@ pub fn resumed_launch(
     inherit(&mut launch.small_model, &started.small_model, "small-model");
     inherit(&mut launch.mcp_config, &started.mcp_config, "mcp-config");
     inherit(&mut launch.permissions, &started.permissions, "permissions");
-    let sandbox = started.sandbox.as_deref().and_then(|text| crate::sandbox::SandboxKind::parse(text).ok());
+    let sandbox =
+        started.sandbox.as_deref().and_then(|text| crate::graph::settings::SandboxKind::parse(text).ok());
     inherit(&mut launch.sandbox, &sandbox.map(|kind| kind.as_str().to_string()), "sandbox");
     (launch, taken)
 }

@@ -20,14 +20,13 @@ use crate::graph::{Node, Workflow};
 use crate::interview::Interviewer;
 use crate::outcome::Outcome;
 
-/// Everything a handler may read while it runs one visit of one stage.
+/// Everything a handler may read while it runs one visit of one stage: the stage itself, what
+/// it is shown of the run so far, what it may still spend, and the run it belongs to. What the
+/// node sets is in its typed settings (`node.settings`: every stage's, and its kind's).
 pub struct StageRun<'a> {
     pub node: &'a Node,
-    pub workflow: &'a Workflow,
     pub context: &'a Context,
-    pub run_id: &'a str,
-    pub run_dir: &'a Path,
-    /// Where commands run and agents edit files.
+    /// Where commands run and agents edit files (the line's worktree in a worktree run).
     pub work_dir: &'a Path,
     /// `stages/<node_id>/<visit>/`, already created unless the handler keeps no stage files;
     /// everything the stage writes goes here.
@@ -36,30 +35,54 @@ pub struct StageRun<'a> {
     pub visit: u32,
     /// 1 for the first attempt of this visit; retries count up.
     pub attempt: u32,
+    /// Where the stage's programs run (commands, the agent's shell tool, CLI agents).
+    pub confinement: crate::sandbox::Confinement,
+    pub past: RunSoFar<'a>,
+    pub budget: StageBudget,
+    pub run: RunEnv<'a>,
+}
+
+/// What a stage is shown of the run so far.
+#[derive(Clone, Copy, Default)]
+pub struct RunSoFar<'a> {
+    /// For LLM and manager stages: the run so far as the stage's fidelity shows it (none under
+    /// `full`).
+    pub preamble: Option<&'a str>,
+    /// For LLM stages under `full`: the thread key and its earlier messages.
+    pub thread: Option<(&'a str, &'a [crate::chat::ThreadMessage])>,
+    /// The stage visits completed before this one on its line, oldest first.
+    pub stages: &'a [crate::run_dir::stage_summary::StageSummary],
+}
+
+/// What a stage may still spend on model calls.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StageBudget {
+    /// What the run's ceilings (`--max-tokens`/`--max-cost`, graph `max_tokens`/`max_cost`) leave
+    /// (none without ceilings).
+    pub usage_left: Option<crate::usage::UsageLeft>,
+    /// The stage's own ceilings (`max_stage_tokens`/`max_stage_cost`, resolved).
+    pub stage_limits: crate::usage::StageLimits,
+}
+
+/// The run a stage belongs to: the same for every stage of a run (but `cancel`, which is the
+/// stage's line's).
+#[derive(Clone, Copy)]
+pub struct RunEnv<'a> {
+    pub workflow: &'a Workflow,
+    pub run_id: &'a str,
+    pub run_dir: &'a Path,
     pub services: &'a Services,
     pub events: &'a EventLog,
     /// Cancelled on SIGINT/SIGTERM or when the run is stopped; long work must watch it.
     pub cancel: &'a CancellationToken,
     /// `--dry-run`: simulate every side effect (commands, waits, LLM calls).
     pub dry_run: bool,
-    /// For LLM stages: the run so far as the stage's fidelity shows it (none under `full`).
-    pub preamble: Option<&'a str>,
-    /// The stage visits completed before this one on its line, oldest first.
-    pub stages: &'a [crate::run_dir::stage_summary::StageSummary],
-    /// For LLM stages under `full`: the thread key and its earlier messages.
-    pub thread: Option<(&'a str, &'a [crate::chat::ThreadMessage])>,
     /// Runs child workflows through the engine running this stage (manager stages).
     pub children: &'a dyn crate::child_run::ChildRunner,
-    /// What the stage may still use under `--max-tokens`/`--max-cost` (none without ceilings).
-    pub usage_left: Option<crate::usage::UsageLeft>,
     /// The run's reference files (`context_files`, `--context-file`), for agent stages.
     pub reference_files: &'a [crate::agent::context::reference_files::ReferenceFile],
-    /// The stage's own ceilings (`max_stage_tokens`/`max_stage_cost`, resolved).
-    pub stage_limits: crate::usage::StageLimits,
     /// `--max-output`: the most bytes a command stage may write (node `max_output` wins).
     pub max_output: Option<u64>,
-    /// Where the stage's programs run (commands, the agent's shell tool, CLI agents).
-    pub confinement: crate::sandbox::Confinement,
 }
 
 /// Shared services handlers call out to.

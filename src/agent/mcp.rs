@@ -31,7 +31,8 @@ use serde_json::Value;
 
 use super::tools::ToolOutput;
 use crate::chat::ToolDefinition;
-use crate::sandbox::{Confinement, SandboxKind};
+use crate::graph::settings::{McpSelection, SandboxKind};
+use crate::sandbox::Confinement;
 
 /// How long a server may take to start and answer the handshake, unless its entry says.
 pub const DEFAULT_STARTUP_TIMEOUT_SECS: u64 = 10;
@@ -276,25 +277,6 @@ pub fn exposed_name(server: &str, tool: &str) -> String {
     format!("{PREFIX}{}__{}", clean(server), clean(tool))
 }
 
-/// Which servers a stage gets: its `mcp_servers` attribute (`"a,b"`; `""` for none), else all.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Selection {
-    All,
-    Only(Vec<String>),
-}
-
-impl Selection {
-    /// The selection an `mcp_servers` attribute value makes (`None` when unset).
-    pub fn of(attribute: Option<&str>) -> Selection {
-        match attribute {
-            None => Selection::All,
-            Some(list) => Selection::Only(
-                list.split(',').map(str::trim).filter(|name| !name.is_empty()).map(str::to_string).collect(),
-            ),
-        }
-    }
-}
-
 /// The run's MCP servers: their entries, and those started so far (by name and placement).
 pub struct McpServers {
     configs: BTreeMap<String, ServerConfig>,
@@ -347,10 +329,10 @@ impl McpServers {
     }
 
     /// The names in `selection` that are not configured.
-    pub fn unknown<'a>(&self, selection: &'a Selection) -> Vec<&'a str> {
+    pub fn unknown<'a>(&self, selection: &'a McpSelection) -> Vec<&'a str> {
         match selection {
-            Selection::All => Vec::new(),
-            Selection::Only(names) => {
+            McpSelection::All => Vec::new(),
+            McpSelection::Only(names) => {
                 names.iter().map(String::as_str).filter(|name| !self.configs.contains_key(*name)).collect()
             }
         }
@@ -361,13 +343,13 @@ impl McpServers {
     /// started now. Fails with what went wrong when a server cannot start.
     pub async fn for_stage(
         &self,
-        selection: &Selection,
+        selection: &McpSelection,
         work_dir: &Path,
         confinement: &Confinement,
     ) -> Result<(StageTools, Vec<StartedServer>), String> {
         let names: Vec<&str> = match selection {
-            Selection::All => self.configs.keys().map(String::as_str).collect(),
-            Selection::Only(names) => names.iter().map(String::as_str).collect(),
+            McpSelection::All => self.configs.keys().map(String::as_str).collect(),
+            McpSelection::Only(names) => names.iter().map(String::as_str).collect(),
         };
         // A parallel branch's worktree is removed when the branch ends: its servers stop.
         self.running.lock().await.retain(|(_, placement), _| placement.is_current());
@@ -836,10 +818,10 @@ mod tests {
 
     #[test]
     fn a_selection_narrows_or_empties() {
-        assert_eq!(Selection::of(None), Selection::All);
-        assert_eq!(Selection::of(Some("")), Selection::Only(vec![]));
-        assert_eq!(Selection::of(Some(" a, b ")), Selection::Only(vec!["a".into(), "b".into()]));
+        assert_eq!(McpSelection::of(None), McpSelection::All);
+        assert_eq!(McpSelection::of(Some("")), McpSelection::Only(vec![]));
+        assert_eq!(McpSelection::of(Some(" a, b ")), McpSelection::Only(vec!["a".into(), "b".into()]));
         let servers = McpServers::new(BTreeMap::from([("a".to_string(), http(&[], &[]))]));
-        assert_eq!(servers.unknown(&Selection::of(Some("a,zz"))), vec!["zz"]);
+        assert_eq!(servers.unknown(&McpSelection::of(Some("a,zz"))), vec!["zz"]);
     }
 }

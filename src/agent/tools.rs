@@ -14,6 +14,7 @@ use serde_json::{json, Value};
 use tokio::io::AsyncReadExt;
 
 use crate::chat::ToolDefinition;
+use crate::graph::settings::ToolHooks;
 use crate::process_group::{lead_guarded_group, ProcessGroup};
 
 /// Most bytes of each shell output stream kept; the rest is read and dropped.
@@ -102,13 +103,6 @@ pub struct Toolbox {
     mcp: super::mcp::StageTools,
     /// What the tools may do without asking.
     pub permissions: super::permissions::Permissions,
-}
-
-/// The commands a stage runs around each tool call (`tool_hooks.pre`, `tool_hooks.post`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ToolHooks {
-    pub pre: Option<String>,
-    pub post: Option<String>,
 }
 
 /// When a hook runs.

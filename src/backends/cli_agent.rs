@@ -78,7 +78,7 @@ pub async fn run(
     // The sandbox's command left the run's secrets out. A known agent talks to its provider
     // itself: unconfined, it keeps that provider's key (and no other); in the sandbox only what
     // sandbox_env names gets in, as for every program.
-    if confinement.kind == crate::sandbox::SandboxKind::None {
+    if confinement.kind == crate::graph::settings::SandboxKind::None {
         for name in own_keys(agent) {
             if let Some(value) = std::env::var_os(name) {
                 command.env(name, value);

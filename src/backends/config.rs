@@ -204,12 +204,14 @@ impl LlmConfig {
     }
 
     /// The config file's `sandbox`: the user's default sandbox for stages that name none.
-    pub fn user_sandbox(files: &ConfigFiles) -> Result<Option<crate::sandbox::SandboxKind>, ConfigError> {
+    pub fn user_sandbox(
+        files: &ConfigFiles,
+    ) -> Result<Option<crate::graph::settings::SandboxKind>, ConfigError> {
         let env = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
         let Some(path) = config_path(&env) else { return Ok(None) };
         let Some(file) = read_file(&path, files)? else { return Ok(None) };
         file.sandbox
-            .map(|text| crate::sandbox::SandboxKind::parse(&text))
+            .map(|text| crate::graph::settings::SandboxKind::parse(&text))
             .transpose()
             .map_err(|message| ConfigError::Invalid { path, message: format!("sandbox: {message}") })
     }

@@ -89,10 +89,8 @@ impl LiveBackend {
     /// want of a key.
     pub fn check(&self, workflow: &Workflow) -> Result<(), ConfigError> {
         for node in workflow.nodes().filter(|node| node.handler_type() == crate::graph::HandlerType::Agent) {
-            let named =
-                node.attributes.text("mcp_servers").or_else(|| workflow.attributes().text("mcp_servers"));
-            let selection = crate::agent::mcp::Selection::of(named);
-            let unknown = self.mcp.unknown(&selection);
+            let Some(llm) = node.settings.llm() else { continue };
+            let unknown = self.mcp.unknown(&llm.mcp_servers);
             if let Some(name) = unknown.first() {
                 let configured: Vec<&str> = self.mcp.names().collect();
                 return Err(ConfigError::Mcp(format!(
@@ -107,12 +105,13 @@ impl LiveBackend {
             }
         }
         for node in workflow.nodes().filter(|node| node.handler_type().is_llm()) {
+            let Some(llm) = node.settings.llm() else { continue };
             let backend = node.settings.backend.as_ref().map_err(|invalid| {
                 ConfigError::Backend(format!("stage `{}` has an invalid backend: {invalid}", node.id))
             })?;
             match backend {
                 settings::Backend::Cli => {
-                    if node.attributes.non_empty_text("cli_agent").is_none() {
+                    if llm.cli_agent.is_none() {
                         return Err(ConfigError::Backend(format!(
                             "stage `{}` has backend=\"cli\" but no cli_agent; set cli_agent=\"claude\", \"codex\", \
                              \"gemini\" or a command",
@@ -121,17 +120,14 @@ impl LiveBackend {
                     }
                 }
                 settings::Backend::Api => {
-                    let resolved = self.config.resolve(
-                        &node.id,
-                        node.attributes.non_empty_text("llm_model"),
-                        node.attributes.non_empty_text("llm_provider"),
-                    )?;
-                    for fallback in failover::models_of(node, workflow) {
-                        self.config.resolve_fallback(&node.id, &fallback).map_err(|error| {
+                    let resolved =
+                        self.config.resolve(&node.id, llm.model.as_deref(), llm.provider.as_deref())?;
+                    for fallback in &llm.fallback_models {
+                        self.config.resolve_fallback(&node.id, fallback).map_err(|error| {
                             ConfigError::NoProvider(format!("`{fallback}` in fallback_models: {error}"))
                         })?;
                     }
-                    let guard = settings::SmallTierParent::of(node, workflow);
+                    let guard = llm.small_tier_parent;
                     if node.handler_type() == crate::graph::HandlerType::Agent
                         && settings::is_small_tier(&resolved.model)
                         && self.small_tier_parent(guard) == settings::SmallTierParent::Refuse

@@ -68,7 +68,7 @@ pub struct StageEnv<'a> {
     /// Where the shell tool's commands and CLI agents run.
     pub confinement: crate::sandbox::Confinement,
     /// Commands run around every agent tool call.
-    pub tool_hooks: crate::agent::tools::ToolHooks,
+    pub tool_hooks: crate::graph::settings::ToolHooks,
     /// What the agent loop does when the same tool call repeats.
     pub watchdog: crate::agent::tool_loop::WatchdogMode,
     /// The node's `small_model` (else the graph's `default_small_model`).
@@ -82,7 +82,7 @@ pub struct StageEnv<'a> {
     /// The node's `fallback_models` (else the graph's `default_fallback_models`), in order.
     pub fallback_models: Vec<String>,
     /// The MCP servers whose tools the stage gets (node `mcp_servers`, else the graph's).
-    pub mcp_servers: crate::agent::mcp::Selection,
+    pub mcp_servers: crate::graph::settings::McpSelection,
     /// The node's `permissions` (else the graph's); the backend's default applies when unset.
     pub permissions: Option<crate::agent::permissions::Level>,
 }

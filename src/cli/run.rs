@@ -127,7 +127,7 @@ pub struct LaunchArgs {
     /// Where command stages, the agent's shell tool and CLI agents run: none (default), or bwrap
     /// (read-only system, home hidden, no network, no API keys). A stage's `sandbox` wins.
     #[arg(long, value_name = "none|bwrap", value_parser = parse_sandbox)]
-    pub sandbox: Option<fabro::sandbox::SandboxKind>,
+    pub sandbox: Option<fabro::graph::settings::SandboxKind>,
     /// Fail a command stage once its stdout and stderr pass this size (e.g. 200MB, 1GiB; default
     /// 1GiB); the node's max_output wins, the graph's default_max_output applies when unset.
     #[arg(long, value_name = "SIZE", value_parser = fabro::handlers::command::parse_size)]
@@ -239,7 +239,7 @@ impl LaunchArgs {
         self.mcp_config = launch.mcp_config.map(PathBuf::from);
         self.permissions = launch.permissions;
         self.sandbox =
-            launch.sandbox.as_deref().and_then(|text| fabro::sandbox::SandboxKind::parse(text).ok());
+            launch.sandbox.as_deref().and_then(|text| fabro::graph::settings::SandboxKind::parse(text).ok());
         (!taken.is_empty()).then(|| taken.join(" "))
     }
 
@@ -265,8 +265,8 @@ impl LaunchArgs {
     }
 }
 
-fn parse_sandbox(text: &str) -> Result<fabro::sandbox::SandboxKind, String> {
-    fabro::sandbox::SandboxKind::parse(text)
+fn parse_sandbox(text: &str) -> Result<fabro::graph::settings::SandboxKind, String> {
+    fabro::graph::settings::SandboxKind::parse(text)
 }
 
 fn parse_permissions(text: &str) -> Result<String, String> {
@@ -282,7 +282,7 @@ pub fn check_sandbox(
     launch: &LaunchArgs,
     workflow: &Workflow,
     files: &ConfigFiles,
-) -> Result<Option<fabro::sandbox::SandboxKind>, Refusal> {
+) -> Result<Option<fabro::graph::settings::SandboxKind>, Refusal> {
     let user = fabro::backends::config::LlmConfig::user_sandbox(files).map_err(Refusal::error)?;
     fabro::sandbox::check_workflow(workflow, launch.sandbox, user)
         .map_err(|error| format!("{error}; the run did not start"))?;

@@ -13,8 +13,8 @@ use crate::chat::ChatMessage;
 use crate::chat::ThreadMessage;
 use crate::child_run::ParentLink;
 use crate::fidelity::preamble::PreambleInput;
-use crate::fidelity::FidelityMode;
-use crate::graph::{Attributes, Node, Workflow};
+use crate::graph::settings::{resolve_fidelity, EdgeSettings, FidelityMode};
+use crate::graph::{Node, Workflow};
 use crate::outcome::Exchange;
 use crate::run_dir::layout;
 
@@ -69,12 +69,12 @@ impl Conversation {
     pub fn prepare(
         &mut self,
         node: &Node,
-        edge: Option<&Attributes>,
+        edge: Option<&EdgeSettings>,
         run: &RunFacts<'_>,
         state: &mut LineState,
     ) {
         let workflow = run.workflow;
-        let mut fidelity = crate::fidelity::resolve(edge, &node.attributes, workflow.attributes());
+        let mut fidelity = resolve_fidelity(edge, &node.settings.stage, workflow.settings());
         if std::mem::take(&mut self.degrade_full_fidelity) && fidelity == FidelityMode::Full {
             fidelity = FidelityMode::SummaryHigh;
         }

@@ -314,7 +314,7 @@ fn adopt_summaries(parent: &mut Walker<'_>, mut walker: Walker<'_>) {
 fn summarize_journaled(parent: &mut Walker<'_>, stages: &[StageRecord]) {
     let scope = Arc::clone(&parent.scope);
     for record in stages {
-        let script = scope.workflow.node(&record.node_id).and_then(|n| n.attributes.text("script"));
+        let script = scope.workflow.node(&record.node_id).and_then(|n| n.script());
         let dir = record.dir_in(scope.run_dir.root()).unwrap_or_default();
         parent
             .state

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use petgraph::graph::NodeIndex;
-use serde_json::{json, Value};
+use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::conversation::Conversation;
@@ -56,9 +56,9 @@ pub struct RunOptions {
     /// `--max-output`: the most bytes a command stage may write to its logs.
     pub max_output: Option<u64>,
     /// `--sandbox`: where stages' programs run, unless a stage says otherwise.
-    pub sandbox: Option<crate::sandbox::SandboxKind>,
+    pub sandbox: Option<crate::graph::settings::SandboxKind>,
     /// The config file's `sandbox`: used when neither the stage, `--sandbox` nor the graph says.
-    pub user_sandbox: Option<crate::sandbox::SandboxKind>,
+    pub user_sandbox: Option<crate::graph::settings::SandboxKind>,
     /// Run lifecycle hooks (`[[hooks]]`); none fire in a dry run or in a manager's child runs.
     pub hooks: crate::lifecycle_hooks::LifecycleHooks,
     /// The configuration files read to set the run up, kept in the run directory when it starts
@@ -271,8 +271,7 @@ impl Engine {
         let checkpoint = saved.checkpoint;
         let mut summaries = saved.summaries;
         for summary in &mut summaries {
-            summary.script =
-                workflow.node(&summary.node_id).and_then(|n| n.attributes.text("script")).map(str::to_string);
+            summary.script = workflow.node(&summary.node_id).and_then(|n| n.script()).map(str::to_string);
         }
         let conversation = Conversation::resumed(saved.dir.root());
         let journal = saved.dir.journal(
@@ -385,25 +384,16 @@ impl Engine {
 
 /// The run's artifact store, with the graph's `artifact_threshold` (default 100 KiB).
 fn artifact_store(workflow: &Workflow, run_dir: &std::path::Path) -> ArtifactStore {
-    let threshold = workflow
-        .attributes()
-        .integer("artifact_threshold")
-        .and_then(|n| usize::try_from(n).ok())
-        .unwrap_or(crate::context::artifacts::DEFAULT_THRESHOLD);
+    let threshold =
+        workflow.settings().artifact_threshold.unwrap_or(crate::context::artifacts::DEFAULT_THRESHOLD);
     ArtifactStore::new(run_dir, threshold)
 }
 
 /// Context at the start: `graph.*` mirrors of every graph attribute, then `--set` values.
 fn seed_context(workflow: &Workflow, options: &RunOptions, work_dir: &std::path::Path) -> Context {
     let mut context = Context::new();
-    for (key, attr) in workflow.attributes().iter() {
-        let value = match &attr.value {
-            crate::graph::Value::Integer(n) => json!(n),
-            crate::graph::Value::Float(x) => json!(x),
-            crate::graph::Value::Boolean(b) => json!(b),
-            other => json!(other.to_string()),
-        };
-        context.set(format!("graph.{key}"), value);
+    for (key, value) in workflow.context_mirror() {
+        context.set(key, value);
     }
     context.set("internal.work_dir", work_dir.display().to_string());
     for (key, value) in &options.context {

@@ -30,7 +30,7 @@ use crate::outcome::{Outcome, Pause, PauseKind, StageStatus};
 use crate::run_dir::stage_summary::StageSummary;
 use crate::run_dir::{Durability, StageRecord, StageStatusFile};
 use crate::run_status::RunStatus;
-use crate::stage::{Handler, HandlerError, StageRun};
+use crate::stage::{Handler, HandlerError, RunEnv, RunSoFar, StageBudget, StageRun};
 use crate::usage::{StageCeiling, StageLimits};
 
 /// Default cap on how often any one node may run (graph `max_node_visits` overrides it).
@@ -372,7 +372,7 @@ impl<'e> Walker<'e> {
     fn prepare_llm_stage(&mut self, node: &Node) {
         let scope = Arc::clone(&self.scope);
         let workflow: &'e Workflow = scope.workflow;
-        let edge = self.entered_by.take().map(|index| &workflow.graph()[index].attributes);
+        let edge = self.entered_by.take().map(|index| &workflow.graph()[index].settings);
         let run = RunFacts { workflow, run_id: &scope.run_id, parent: scope.options.parent.as_ref() };
         self.conversation.prepare(node, edge, &run, &mut self.state);
     }
@@ -434,12 +434,10 @@ impl<'e> Walker<'e> {
     /// The run's ceilings: the command line's, else the graph's `max_tokens`/`max_cost`.
     fn run_limits(&self) -> crate::usage::UsageLimits {
         let given = self.scope.options.limits;
-        let graph = self.scope.workflow.attributes();
+        let graph = self.scope.workflow.settings();
         crate::usage::UsageLimits {
-            max_tokens: given
-                .max_tokens
-                .or_else(|| graph.integer("max_tokens").and_then(|n| u64::try_from(n).ok())),
-            max_cost: given.max_cost.or_else(|| graph.float("max_cost")),
+            max_tokens: given.max_tokens.or(graph.max_tokens),
+            max_cost: given.max_cost.or(graph.max_cost),
             stage: given.stage,
         }
     }
@@ -458,24 +456,17 @@ impl<'e> Walker<'e> {
             return StageLimits::default();
         }
         let given = scope.options.limits.stage;
-        let graph = scope.workflow.attributes();
-        let integer = |key: &str| {
-            node.attributes
-                .integer(key)
-                .or_else(|| graph.integer(&format!("default_{key}")))
-                .and_then(|n| u64::try_from(n).ok())
-        };
-        let float = |key: &str| node.attributes.float(key).or_else(|| graph.float(&format!("default_{key}")));
+        let own = &node.settings.stage;
         StageLimits {
-            max_tokens: given.max_tokens.or_else(|| integer("max_stage_tokens")),
-            max_cost: given.max_cost.or_else(|| float("max_stage_cost")),
+            max_tokens: given.max_tokens.or(own.max_tokens),
+            max_cost: given.max_cost.or(own.max_cost),
         }
     }
 
     /// `max_visits` on the node, graph `max_node_visits`, and the dry-run cap.
     fn visit_limit_exceeded(&self, node: &Node, visit: u32) -> Option<String> {
         let visit = i64::from(visit);
-        if let Some(max) = node.attributes.integer("max_visits").filter(|max| visit > *max) {
+        if let Some(max) = node.settings.stage.max_visits.filter(|max| visit > *max) {
             return Some(format!(
                 "node `{}` would run a {} time, but max_visits={max}",
                 node.id,
@@ -483,8 +474,7 @@ impl<'e> Walker<'e> {
             ));
         }
         let options = self.scope.options;
-        let graph_max =
-            self.scope.workflow.attributes().integer("max_node_visits").unwrap_or(DEFAULT_MAX_NODE_VISITS);
+        let graph_max = self.scope.workflow.settings().max_node_visits.unwrap_or(DEFAULT_MAX_NODE_VISITS);
         let max = if options.dry_run { graph_max.min(DRY_RUN_MAX_VISITS) } else { graph_max };
         (visit > max).then(|| {
             let why = if options.dry_run { "the dry-run visit cap" } else { "max_node_visits" };
@@ -575,29 +565,14 @@ impl<'e> Walker<'e> {
         stage_dir: &Path,
     ) -> Result<Outcome, HandlerError> {
         let scope = Arc::clone(&self.scope);
+        let children = super::ChildLauncher::new(scope.engine, scope.options, scope.children);
         let stage = StageRun {
             node,
-            workflow: scope.workflow,
             context: &self.state.context,
-            run_id: &scope.run_id,
-            run_dir: scope.run_dir.root(),
             work_dir: &self.worktree.work_dir,
             stage_dir,
             visit,
             attempt,
-            services: &scope.engine.services,
-            events: &scope.events,
-            cancel: &self.cancel,
-            dry_run: scope.options.dry_run,
-            preamble: self.conversation.preamble.as_deref(),
-            stages: &self.state.summaries,
-            thread: self.conversation.thread(),
-            children: &super::ChildLauncher::new(scope.engine, scope.options, scope.children),
-            // The ceilings' remainder bounds a stage that makes several model calls.
-            usage_left: self.run_limits().left(self.usage_so_far()).filter(|_| !scope.options.dry_run),
-            stage_limits: self.stage_limits(node),
-            reference_files: &scope.options.launch.context_files,
-            max_output: scope.options.max_output,
             confinement: crate::sandbox::Confinement::of(
                 node,
                 scope.workflow,
@@ -605,6 +580,28 @@ impl<'e> Walker<'e> {
                 scope.options.user_sandbox,
             )
             .protecting(scope.run_dir.root()),
+            past: RunSoFar {
+                preamble: self.conversation.preamble.as_deref(),
+                thread: self.conversation.thread(),
+                stages: &self.state.summaries,
+            },
+            budget: StageBudget {
+                // The ceilings' remainder bounds a stage that makes several model calls.
+                usage_left: self.run_limits().left(self.usage_so_far()).filter(|_| !scope.options.dry_run),
+                stage_limits: self.stage_limits(node),
+            },
+            run: RunEnv {
+                workflow: scope.workflow,
+                run_id: &scope.run_id,
+                run_dir: scope.run_dir.root(),
+                services: &scope.engine.services,
+                events: &scope.events,
+                cancel: &self.cancel,
+                dry_run: scope.options.dry_run,
+                children: &children,
+                reference_files: &scope.options.launch.context_files,
+                max_output: scope.options.max_output,
+            },
         };
         match AssertUnwindSafe(handler.run(&stage)).catch_unwind().await {
             Ok(result) => result,
@@ -724,7 +721,7 @@ impl<'e> Walker<'e> {
             dir: stage_dir.map(|dir| relative_dir(scope.run_dir.root(), dir)),
         });
         if let Some(record) = self.state.stages.last() {
-            let script = node.attributes.text("script");
+            let script = node.script();
             let summary = StageSummary::from_outcome(record, script, &status_file.outcome, stage_dir);
             self.state.summaries.push(summary);
         }
@@ -768,8 +765,7 @@ impl<'e> Walker<'e> {
                 let (edge, reason, why) = self.dry_run_loop_exit(index, outcome, edge, reason);
                 // A dry run follows a loop_restart edge as a plain one: a fresh run directory would
                 // forget the visits that cap its loops.
-                let restart =
-                    !scope.options.dry_run && edge.edge.attributes.boolean("loop_restart").unwrap_or(false);
+                let restart = !scope.options.dry_run && edge.edge.settings.loop_restart;
                 let chosen = SelectedEdge {
                     loop_restart: Some(restart),
                     ..SelectedEdge::new(&node.id, &edge.to.id, reason.as_str())
@@ -877,14 +873,8 @@ impl<'e> Walker<'e> {
             let status = *self.state.outcomes.get(&node.id)?;
             (!status.is_successful()).then_some((node, status))
         })?;
-        let candidates = [
-            gate.attributes.non_empty_text("retry_target"),
-            gate.attributes.non_empty_text("fallback_retry_target"),
-            workflow.attributes().non_empty_text("retry_target"),
-            workflow.attributes().non_empty_text("fallback_retry_target"),
-        ];
         let status = status.to_string();
-        match candidates.into_iter().flatten().map(str::trim).find_map(|t| workflow.index_of(t)) {
+        match gate.settings.stage.retry_targets.iter().find_map(|target| workflow.index_of(target)) {
             Some(target) => {
                 let to = &workflow.node_at(target).id;
                 let chosen = SelectedEdge {

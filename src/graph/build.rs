@@ -50,6 +50,7 @@ pub fn build(tree: &SyntaxTree<'_>, source: Arc<SourceFile>) -> Workflow {
         ids: builder.ids,
         subgraphs: builder.subgraphs,
         stylesheet,
+        settings: Default::default(),
     };
     settings::read_settings(&mut workflow);
     workflow
@@ -131,6 +132,7 @@ impl Builder {
                             attributes: edge_attributes.clone(),
                             span: *span,
                             condition: condition.clone(),
+                            settings: Default::default(),
                         };
                         self.graph.add_edge(pair[0], pair[1], edge);
                     }

@@ -2,7 +2,7 @@
 
 use super::attribute::Attributes;
 use super::handler_type::HandlerType;
-use super::settings::NodeSettings;
+use super::settings::{EdgeSettings, NodeSettings};
 use crate::condition::{Condition, ConditionError};
 use crate::source::Span;
 
@@ -64,6 +64,11 @@ impl Node {
         self.attributes.non_empty_text("prompt")
     }
 
+    /// A command stage's script (`None` for other kinds, and when blank).
+    pub fn script(&self) -> Option<&str> {
+        self.settings.command().and_then(|command| command.script.as_deref())
+    }
+
     pub fn is_goal_gate(&self) -> bool {
         self.attributes.boolean("goal_gate").unwrap_or(false)
     }
@@ -81,6 +86,8 @@ pub struct Edge {
     pub span: Span,
     /// The `condition` attribute, parsed once when the graph is built.
     pub condition: Option<Result<Condition, ConditionError>>,
+    /// The edge's settings, typed: read with the nodes'.
+    pub settings: EdgeSettings,
 }
 
 impl Edge {

@@ -8,7 +8,7 @@ use petgraph::graph::{DiGraph, EdgeIndex, NodeIndex};
 use petgraph::visit::EdgeRef as _;
 use petgraph::Direction;
 
-use super::attribute::Attributes;
+use super::attribute::{Attributes, Value};
 use super::node::{Edge, Node};
 use super::stylesheet::{Stylesheet, StylesheetError};
 use crate::source::{SourceFile, Span};
@@ -43,6 +43,8 @@ pub struct Workflow {
     pub(super) ids: FxHashMap<String, NodeIndex>,
     pub(super) subgraphs: Vec<SubgraphInfo>,
     pub(super) stylesheet: Option<Result<Stylesheet, StylesheetError>>,
+    /// The graph's settings, typed: read with the nodes'.
+    pub(super) settings: super::settings::WorkflowSettings,
 }
 
 impl Workflow {
@@ -57,6 +59,25 @@ impl Workflow {
 
     pub fn attributes(&self) -> &Attributes {
         &self.attributes
+    }
+
+    /// Every graph attribute as the run's context shows it: `graph.KEY`, numbers and booleans as
+    /// JSON numbers and booleans, everything else as text.
+    pub fn context_mirror(&self) -> impl Iterator<Item = (String, serde_json::Value)> + '_ {
+        self.attributes.iter().map(|(key, attr)| {
+            let value = match &attr.value {
+                Value::Integer(n) => serde_json::json!(n),
+                Value::Float(x) => serde_json::json!(x),
+                Value::Boolean(b) => serde_json::json!(b),
+                other => serde_json::json!(other.to_string()),
+            };
+            (format!("graph.{key}"), value)
+        })
+    }
+
+    /// What the graph sets for the run as a whole.
+    pub fn settings(&self) -> &super::settings::WorkflowSettings {
+        &self.settings
     }
 
     pub fn attributes_mut(&mut self) -> &mut Attributes {

@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use super::{Handler, HandlerError, StageRun};
 use crate::graph::attribute::format_duration;
+use crate::graph::settings::CommandSettings;
 use crate::outcome::{Outcome, Pause, PauseKind, StageStatus};
 use crate::process_group::{lead_guarded_group, ProcessGroup};
 
@@ -47,19 +48,19 @@ enum Ending {
 impl Handler for CommandHandler {
     async fn run(&self, stage: &StageRun<'_>) -> Result<Outcome, HandlerError> {
         let node_id = &stage.node.id;
-        let script = stage
-            .node
-            .attributes
-            .non_empty_text("script")
+        let settings = stage.node.settings.command().cloned().unwrap_or_default();
+        let script = settings
+            .script
+            .as_deref()
             .ok_or_else(|| HandlerError::Terminal(format!("command stage `{node_id}` has no script")))?;
 
-        if stage.dry_run {
+        if stage.run.dry_run {
             return Ok(Outcome::success()
                 .with_notes(format!("dry run: would run `{script}`"))
                 .with_update("command.output", "")
                 .with_update("command.stderr", ""));
         }
-        if stage.cancel.is_cancelled() {
+        if stage.run.cancel.is_cancelled() {
             return Err(HandlerError::Cancelled);
         }
 
@@ -84,7 +85,7 @@ impl Handler for CommandHandler {
         let stdout_log = OutputLog::create(&stdout_path)?;
         let stderr_log = OutputLog::create(&stderr_path)?;
 
-        let run_dir = absolute(stage.run_dir);
+        let run_dir = absolute(stage.run.run_dir);
         let mut command = stage.confinement.command(
             "sh".as_ref(),
             &["-c".as_ref(), script.as_ref()],
@@ -96,7 +97,7 @@ impl Handler for CommandHandler {
             .stdin(Stdio::null())
             .stdout(stdout_log.for_child()?)
             .stderr(stderr_log.for_child()?)
-            .env("FABRO_RUN_ID", stage.run_id)
+            .env("FABRO_RUN_ID", stage.run.run_id)
             .env("FABRO_RUN_DIR", &run_dir)
             .env("FABRO_STAGE_DIR", &stage_dir)
             .env("FABRO_NODE_ID", node_id)
@@ -120,8 +121,8 @@ impl Handler for CommandHandler {
         }
         let _recorded = ProcessRecord(&stage_dir);
 
-        let timeout = stage.node.attributes.duration("timeout");
-        let max_output = max_output(stage);
+        let timeout = stage.node.settings.stage.timeout;
+        let max_output = max_output(stage, &settings);
         let ending = tokio::select! {
             status = child.wait() => match status {
                 Ok(status) => Ending::Exited(status),
@@ -133,14 +134,14 @@ impl Handler for CommandHandler {
                 }
             },
             () = sleep_or_forever(timeout) => Ending::TimedOut(timeout.unwrap_or_default()),
-            () = stage.cancel.cancelled() => Ending::Cancelled,
+            () = stage.run.cancel.cancelled() => Ending::Cancelled,
             () = output_passes(&stdout_log, &stderr_log, max_output) => Ending::TooMuchOutput,
         };
         let status = match ending {
             Ending::Exited(status) => {
                 // What the script left running in the background ends with its stage, unless
                 // the stage says to keep it.
-                if stage.node.attributes.boolean("keep_background") == Some(true) {
+                if settings.keep_background {
                     group.release();
                 } else {
                     group.stop_rest().await;
@@ -190,8 +191,7 @@ impl Handler for CommandHandler {
                 .with_notes(summary);
         record_output(&mut outcome, Some(status), &stdout_log, &stderr_log);
 
-        let auto_status = stage.node.attributes.boolean("auto_status") == Some(true);
-        Ok(apply_status_file(outcome, status, &status_path, auto_status).await)
+        Ok(apply_status_file(outcome, status, &status_path, settings.auto_status).await)
     }
 }
 
@@ -202,12 +202,8 @@ const OUTPUT_POLL: Duration = Duration::from_millis(100);
 
 /// The stage's output limit: node `max_output`, else `--max-output`, else the graph's
 /// `default_max_output`, else [`DEFAULT_MAX_OUTPUT`].
-fn max_output(stage: &StageRun<'_>) -> u64 {
-    let bytes = |value: Option<i64>| value.and_then(|n| u64::try_from(n).ok());
-    bytes(stage.node.attributes.integer("max_output"))
-        .or(stage.max_output)
-        .or_else(|| bytes(stage.workflow.attributes().integer("default_max_output")))
-        .unwrap_or(DEFAULT_MAX_OUTPUT)
+fn max_output(stage: &StageRun<'_>, settings: &CommandSettings) -> u64 {
+    settings.max_output.or(stage.run.max_output).or(settings.default_max_output).unwrap_or(DEFAULT_MAX_OUTPUT)
 }
 
 /// Resolves once the two logs together hold more than `limit` bytes.
@@ -570,7 +566,7 @@ mod tests {
         let mut lines = output.splitn(4, '\n');
         assert_eq!(lines.next(), Some("run 1 test-run"));
         assert_eq!(lines.next().map(PathBuf::from), Some(std::path::absolute(stage.stage_dir).unwrap()));
-        assert_eq!(lines.next().map(PathBuf::from), Some(std::path::absolute(stage.run_dir).unwrap()));
+        assert_eq!(lines.next().map(PathBuf::from), Some(std::path::absolute(stage.run.run_dir).unwrap()));
         let snapshot: serde_json::Value =
             serde_json::from_str(lines.next().unwrap()).expect("context is JSON");
         assert_eq!(snapshot, json!({"answer": 42, "name": "fabro"}));
@@ -793,6 +789,7 @@ mod tests {
             let attr = node.attributes.get("script").cloned().unwrap();
             node.attributes.set("script", Attr { value: Value::Text("  ".into()), ..attr });
         }
+        crate::graph::settings::read_settings(&mut fixture.workflow);
         let result = CommandHandler.run(&fixture.stage("run")).await;
         assert_eq!(result, Err(HandlerError::Terminal("command stage `run` has no script".into())));
     }

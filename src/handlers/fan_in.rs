@@ -75,7 +75,7 @@ fn merge_best(
     branch_id: &str,
     outcome: Outcome,
 ) -> Result<Outcome, HandlerError> {
-    if stage.dry_run {
+    if stage.run.dry_run {
         return Ok(outcome);
     }
     match crate::worktree::branch::merge_into_work_dir(stage.work_dir, base, head, branch_id) {
@@ -85,7 +85,7 @@ fn merge_best(
                 commit: merge.commit.clone(),
                 fast_forward: merge.fast_forward,
             };
-            stage.events.stage_event(&stage.node.id, stage.visit, merged);
+            stage.run.events.stage_event(&stage.node.id, stage.visit, merged);
             let how = if merge.fast_forward { "fast-forwarded" } else { "merged with a merge commit" };
             let notes = format!(
                 "{}; {how} the work directory to {}",
@@ -108,7 +108,7 @@ fn merge_best(
 /// `parallel.results` from the context (read back from the artifact store when it was large).
 fn branch_results(stage: &StageRun<'_>) -> Result<Vec<BranchResult>, HandlerError> {
     let Some(value) = stage.context.get("parallel.results") else { return Ok(Vec::new()) };
-    let store = ArtifactStore::new(stage.run_dir, usize::MAX);
+    let store = ArtifactStore::new(stage.run.run_dir, usize::MAX);
     let resolved = store
         .resolve(value)
         .map_err(|error| HandlerError::Terminal(format!("cannot read `parallel.results`: {error}")))?;

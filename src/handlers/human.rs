@@ -43,8 +43,8 @@ impl Handler for HumanHandler {
     async fn run(&self, stage: &StageRun<'_>) -> Result<Outcome, HandlerError> {
         let node = stage.node;
         let gate = node.id.as_str();
-        let edges = match stage.workflow.index_of(gate) {
-            Some(index) => stage.workflow.outgoing(index),
+        let edges = match stage.run.workflow.index_of(gate) {
+            Some(index) => stage.run.workflow.outgoing(index),
             None => Vec::new(),
         };
         let options: Vec<GateChoice<'_>> = edges.iter().map(option_for).collect();
@@ -53,25 +53,25 @@ impl Handler for HumanHandler {
         }
         let choices: Vec<Choice<'_>> = options.iter().map(|option| option.choice.clone()).collect();
 
-        if stage.dry_run {
+        if stage.run.dry_run {
             let first = &options[0];
             return Ok(chosen(first).with_notes(format!("dry run: chose {}", describe(first))));
         }
 
         let text = node.prompt().unwrap_or_else(|| node.label());
-        let timeout = node.attributes.duration("timeout");
+        let timeout = node.settings.stage.timeout;
         let started = Event::InterviewStarted {
             question: text.to_string(),
             choices: options.iter().map(|option| option.full_label.to_string()).collect(),
             timeout: timeout.map(format_duration),
         };
-        stage.events.stage_event(gate, stage.visit, started);
+        stage.run.events.stage_event(gate, stage.visit, started);
 
         let question =
             Question { gate_id: gate, text, choices: &choices, timeout, freeform: takes_freeform(node) };
         let answer = tokio::select! {
             biased;
-            () = stage.cancel.cancelled() => return Err(HandlerError::Cancelled),
+            () = stage.run.cancel.cancelled() => return Err(HandlerError::Cancelled),
             answer = ask(stage, &question) => answer,
         };
 
@@ -116,7 +116,7 @@ impl Handler for HumanHandler {
 /// Asks the interviewer, giving up after the gate's timeout even if the interviewer does not
 /// watch it itself.
 async fn ask(stage: &StageRun<'_>, question: &Question<'_>) -> Answer {
-    let asking = stage.services.interviewer.ask(question);
+    let asking = stage.run.services.interviewer.ask(question);
     match question.timeout {
         Some(timeout) => tokio::time::timeout(timeout, asking).await.unwrap_or(Answer::Timeout),
         None => asking.await,
@@ -154,7 +154,7 @@ fn completed(stage: &StageRun<'_>, answer: String, option: Option<&GateChoice<'_
         label: option.map(|o| o.full_label.to_string()),
         target: option.map(|o| o.choice.target.to_string()),
     };
-    stage.events.stage_event(&stage.node.id, stage.visit, completed);
+    stage.run.events.stage_event(&stage.node.id, stage.visit, completed);
 }
 
 /// A freeform answer: text that names a choice (an interviewer that does not match) takes it;
@@ -195,12 +195,7 @@ fn timed_out(
     timeout: Option<Duration>,
 ) -> Outcome {
     let gate = stage.node.id.as_str();
-    let default = stage
-        .node
-        .attributes
-        .get("human.default_choice")
-        .map(|attr| attr.value.to_string())
-        .filter(|text| !text.trim().is_empty());
+    let default = stage.node.settings.human().and_then(|human| human.default_choice.clone());
     let option = default.as_deref().and_then(|text| choice_for(text, choices)).and_then(|i| options.get(i));
     let waited = timeout.map(|t| format!(" after {}", format_duration(t))).unwrap_or_default();
     let timed_out = Event::InterviewTimeout {
@@ -210,7 +205,7 @@ fn timed_out(
         label: option.map(|o| o.full_label.to_string()),
         target: option.map(|o| o.choice.target.to_string()),
     };
-    stage.events.stage_event(gate, stage.visit, timed_out);
+    stage.run.events.stage_event(gate, stage.visit, timed_out);
     match (option, default) {
         (Some(option), _) => chosen(option)
             .with_notes(format!("no answer{waited}; took the default choice {}", describe(option))),

@@ -14,7 +14,6 @@ use serde_json::{Map, Value};
 
 use super::{Handler, HandlerError, StageRun};
 use crate::agent::context::compaction::lossless::{RunRecord, StageLine};
-use crate::agent::tool_loop::WatchdogMode;
 use crate::backends::simulated::SimulatedBackend;
 use crate::backends::{Backend, LlmRequest, LlmResponse, StageEnv};
 use crate::context::Context;
@@ -39,13 +38,14 @@ impl Handler for LlmHandler {
         let node = stage.node;
         let template = node.prompt().unwrap_or_else(|| node.label());
         let mut prompt = expand_prompt(template, stage.context);
-        if let Some(preamble) = stage.preamble {
+        if let Some(preamble) = stage.past.preamble {
             // What the stage knows of the run so far, at its fidelity; kept on its own too.
             write_file(&stage.stage_dir.join("preamble.md"), preamble).await?;
             prompt = format!("{}\n\n---\n\n{prompt}", preamble.trim_end());
         }
         write_file(&stage.stage_dir.join("prompt.md"), &prompt).await?;
-        let (thread, history) = stage.thread.map_or((None, &[][..]), |(key, history)| (Some(key), history));
+        let (thread, history) =
+            stage.past.thread.map_or((None, &[][..]), |(key, history)| (Some(key), history));
         if !history.is_empty() {
             // The conversation this call continues, exactly as the backend receives it.
             let lines: Vec<String> = history.iter().filter_map(|m| serde_json::to_string(m).ok()).collect();
@@ -72,89 +72,67 @@ pub(crate) fn request_for<'a>(
     prompt: &'a str,
 ) -> Result<LlmRequest<'a>, HandlerError> {
     let node = stage.node;
-    let attributes = &node.attributes;
     let backend = node.settings.backend.as_ref().map_err(|invalid| {
         HandlerError::Terminal(format!("stage `{}` has an invalid backend: {invalid}", node.id))
     })?;
-    let context = match node.settings.context() {
-        Some(Ok(settings)) => settings.clone(),
-        Some(Err(errors)) => {
-            let reasons: Vec<String> = errors.iter().map(ToString::to_string).collect();
-            return Err(HandlerError::Terminal(format!(
-                "stage `{}` has invalid context settings: {}",
-                node.id,
-                reasons.join("; ")
-            )));
-        }
-        None => Default::default(),
-    };
+    let settings = node.settings.llm().ok_or_else(|| {
+        HandlerError::Terminal(format!(
+            "stage `{}` is a {} stage, not an LLM stage",
+            node.id,
+            node.handler_type()
+        ))
+    })?;
+    let context = settings.context.as_ref().map_err(|errors| {
+        let reasons: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        HandlerError::Terminal(format!(
+            "stage `{}` has invalid context settings: {}",
+            node.id,
+            reasons.join("; ")
+        ))
+    })?;
     Ok(LlmRequest {
         node_id: &node.id,
         visit: stage.visit,
         agentic: false,
         prompt,
-        model: attributes.non_empty_text("llm_model"),
-        provider: attributes.non_empty_text("llm_provider"),
-        reasoning_effort: attributes.non_empty_text("reasoning_effort"),
-        timeout: attributes.duration("timeout"),
+        model: settings.model.as_deref(),
+        provider: settings.provider.as_deref(),
+        reasoning_effort: settings.reasoning_effort.as_deref(),
+        timeout: node.settings.stage.timeout,
         thread: None,
         history: &[],
         stage: Some(StageEnv {
             work_dir: stage.work_dir,
             stage_dir: stage.stage_dir,
-            run_dir: stage.run_dir,
-            events: stage.events,
-            max_turns: attributes.integer("max_turns").and_then(|n| u32::try_from(n).ok()),
-            context_window: attributes.integer("context_window").and_then(|n| u64::try_from(n).ok()),
+            run_dir: stage.run.run_dir,
+            events: stage.run.events,
+            max_turns: settings.max_turns,
+            context_window: settings.context_window,
             backend: *backend,
-            cli_agent: attributes.non_empty_text("cli_agent"),
-            usage_left: stage.usage_left,
-            stage_limits: stage.stage_limits,
-            reference_files: stage.reference_files,
-            small_model: attributes
-                .non_empty_text("small_model")
-                .or_else(|| stage.workflow.attributes().non_empty_text("default_small_model")),
-            fallback_models: crate::llm::failover::models_of(stage.node, stage.workflow),
-            mcp_servers: crate::agent::mcp::Selection::of(
-                attributes.text("mcp_servers").or_else(|| stage.workflow.attributes().text("mcp_servers")),
-            ),
-            permissions: attributes
-                .non_empty_text("permissions")
-                .or_else(|| stage.workflow.attributes().non_empty_text("permissions"))
-                .and_then(crate::agent::permissions::Level::parse),
-            memory: {
-                let flag = |key: &str| {
-                    attributes
-                        .boolean(key)
-                        .or_else(|| stage.workflow.attributes().boolean(&format!("default_{key}")))
-                };
-                flag("memory").unwrap_or(false).then(|| {
-                    let source = stage.workflow.source().path();
-                    let start =
-                        source.parent().filter(|dir| !dir.as_os_str().is_empty()).unwrap_or(stage.work_dir);
-                    crate::memory::StageMemory {
-                        store: crate::memory::MemoryStore::of_project(start, stage.work_dir),
-                        extract: flag("memory_extract").unwrap_or(false),
-                        run_id: stage.run_id.to_string(),
-                    }
-                })
-            },
+            cli_agent: settings.cli_agent.as_deref(),
+            usage_left: stage.budget.usage_left,
+            stage_limits: stage.budget.stage_limits,
+            reference_files: stage.run.reference_files,
+            small_model: settings.small_model.as_deref(),
+            fallback_models: settings.fallback_models.clone(),
+            mcp_servers: settings.mcp_servers.clone(),
+            permissions: settings.permissions,
+            memory: settings.memory.then(|| {
+                let source = stage.run.workflow.source().path();
+                let start =
+                    source.parent().filter(|dir| !dir.as_os_str().is_empty()).unwrap_or(stage.work_dir);
+                crate::memory::StageMemory {
+                    store: crate::memory::MemoryStore::of_project(start, stage.work_dir),
+                    extract: settings.memory_extract,
+                    run_id: stage.run.run_id.to_string(),
+                }
+            }),
             confinement: stage.confinement.clone(),
-            tool_hooks: {
-                let graph = stage.workflow.attributes();
-                let hook = |key: &str| {
-                    attributes.non_empty_text(key).or_else(|| graph.non_empty_text(key)).map(str::to_string)
-                };
-                crate::agent::tools::ToolHooks { pre: hook("tool_hooks.pre"), post: hook("tool_hooks.post") }
-            },
-            context,
+            tool_hooks: settings.tool_hooks.clone(),
+            context: context.clone(),
             run_record: Some(run_record(stage)),
-            watchdog: attributes
-                .non_empty_text("watchdog")
-                .or_else(|| stage.workflow.attributes().non_empty_text("default_watchdog"))
-                .and_then(|name| WatchdogMode::from_name(name.trim()))
-                .unwrap_or_default(),
-            small_tier_parent: crate::graph::settings::SmallTierParent::of(stage.node, stage.workflow),
+            watchdog: settings.watchdog,
+            small_tier_parent: settings.small_tier_parent,
         }),
     })
 }
@@ -162,23 +140,25 @@ pub(crate) fn request_for<'a>(
 /// What the run's records say as the stage starts, for a lossless compaction inside it.
 fn run_record(stage: &StageRun<'_>) -> RunRecord {
     let last_status = |node: &str| {
-        stage.stages.iter().rev().find(|s| s.node_id == node).map(|s| match &s.failure_reason {
+        stage.past.stages.iter().rev().find(|s| s.node_id == node).map(|s| match &s.failure_reason {
             Some(reason) => format!("{}: {reason}", s.status.as_str()),
             None => s.status.as_str().to_string(),
         })
     };
     RunRecord {
-        run_id: stage.run_id.to_string(),
-        goal: stage.workflow.goal().to_string(),
+        run_id: stage.run.run_id.to_string(),
+        goal: stage.run.workflow.goal().to_string(),
         node: stage.node.id.clone(),
         visit: stage.visit,
         goal_gates: stage
+            .run
             .workflow
             .nodes()
             .filter(|node| node.is_goal_gate())
             .map(|node| (node.id.clone(), last_status(&node.id).unwrap_or_else(|| "not run yet".to_string())))
             .collect(),
         stages: stage
+            .past
             .stages
             .iter()
             .map(|s| StageLine {
@@ -210,11 +190,12 @@ pub(crate) async fn complete(
     stage: &StageRun<'_>,
     request: &LlmRequest<'_>,
 ) -> Result<(LlmResponse, String), HandlerError> {
-    let simulated = stage.dry_run;
-    let backend: &dyn Backend = if simulated { &SimulatedBackend } else { stage.services.backend.as_ref() };
+    let simulated = stage.run.dry_run;
+    let backend: &dyn Backend =
+        if simulated { &SimulatedBackend } else { stage.run.services.backend.as_ref() };
     let response = tokio::select! {
         biased;
-        () = stage.cancel.cancelled() => return Err(HandlerError::Cancelled),
+        () = stage.run.cancel.cancelled() => return Err(HandlerError::Cancelled),
         result = backend.complete(request) => result,
     };
     let response = response.map_err(|err| match err {

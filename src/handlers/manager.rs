@@ -40,7 +40,7 @@ pub struct ManagerHandler;
 impl Handler for ManagerHandler {
     async fn run(&self, stage: &StageRun<'_>) -> Result<Outcome, HandlerError> {
         let settings = settings_of(stage.node)?;
-        let slot = locate_child(stage.run_dir, &stage.node.id, stage.visit, stage.attempt)
+        let slot = locate_child(stage.run.run_dir, &stage.node.id, stage.visit, stage.attempt)
             .map_err(|e| HandlerError::Terminal(e.to_string()))?;
         let (report, stopped_by) = match slot {
             ChildSlot::Finished(result) => {
@@ -48,12 +48,12 @@ impl Handler for ManagerHandler {
                 (ChildEnd { result: *result, pause: None }, None)
             }
             slot => {
-                if let Some(preamble) = stage.preamble {
+                if let Some(preamble) = stage.past.preamble {
                     // What the child's stages are given of this run, kept beside the stage.
                     write_stage_file(&stage.stage_dir.join("preamble.md"), preamble)?;
                 }
                 let child = child_workflow(stage, &slot)?;
-                if let Some(node) = stage.children.first_unhandled(&child.get().workflow) {
+                if let Some(node) = stage.run.children.first_unhandled(&child.get().workflow) {
                     return Err(HandlerError::Terminal(format!(
                         "the child workflow's node `{}` is a {} stage, which this version of fabro cannot run",
                         node.id,
@@ -118,11 +118,11 @@ fn child_workflow<'s>(stage: &'s StageRun<'_>, slot: &ChildSlot) -> Result<Child
     match slot {
         ChildSlot::Unfinished(saved) => {
             let source = SourceFile::new(&saved.manifest.source_path, saved.workflow_source.clone());
-            let ancestors = [child_workflow::canonical(stage.workflow.source().path())];
+            let ancestors = [child_workflow::canonical(stage.run.workflow.source().path())];
             let valid = crate::load::load_child_source(source, &ancestors).map_err(|error| failed(&error))?;
             Ok(ChildWorkflow::Stored(Box::new(valid)))
         }
-        _ => match stage.children.child_workflow(&stage.node.id) {
+        _ => match stage.run.children.child_workflow(&stage.node.id) {
             Some(Ok(valid)) => Ok(ChildWorkflow::Loaded(valid)),
             Some(Err(error)) => Err(failed(error)),
             None => Err(HandlerError::Terminal(format!(
@@ -228,13 +228,13 @@ impl<'s, 'a> Supervisor<'s, 'a> {
         };
         let checkpoints = Arc::new(tokio::sync::Notify::new());
         let saved = checkpoints.clone();
-        let cancel = stage.cancel.child_token();
+        let cancel = stage.run.cancel.child_token();
         let request = ChildRunRequest {
             workflow,
             slot,
             work_dir: self.child_work_dir()?,
             context: inherited_context(stage.context),
-            link: ParentLink::new(stage.preamble.map(str::to_string), self.steering.clone()),
+            link: ParentLink::new(stage.past.preamble.map(str::to_string), self.steering.clone()),
             observe: Box::new(move |event| {
                 if matches!(event.event, Event::CheckpointSaved { .. }) {
                     saved.notify_one();
@@ -247,10 +247,10 @@ impl<'s, 'a> Supervisor<'s, 'a> {
             run_dir: child_dir.display().to_string(),
             resumed,
         };
-        stage.events.stage_event(&stage.node.id, stage.visit, child_started);
+        stage.run.events.stage_event(&stage.node.id, stage.visit, child_started);
         // The parent writes no checkpoint while its child runs: make its events visible now.
-        stage.events.flush();
-        let child = stage.children.run(request);
+        stage.run.events.flush();
+        let child = stage.run.children.run(request);
         tokio::pin!(child);
         let mut cycle = 0u64;
         let stopped_by = loop {
@@ -279,8 +279,8 @@ impl<'s, 'a> Supervisor<'s, 'a> {
         let stage = self.stage;
         let observation = Observation::read(child_dir);
         let child = observation.as_ref().map(|observed| observed.seen(observed.checkpoint.status, child_dir));
-        stage.events.stage_event(&stage.node.id, stage.visit, Event::ManagerCycle { cycle, child });
-        stage.events.flush();
+        stage.run.events.stage_event(&stage.node.id, stage.visit, Event::ManagerCycle { cycle, child });
+        stage.run.events.flush();
         if let Some(observed) = &observation {
             if self.settings.actions.steer {
                 self.steer(observed, child_dir);
@@ -317,7 +317,7 @@ impl<'s, 'a> Supervisor<'s, 'a> {
             child_visit: visit,
             path: path.display().to_string(),
         };
-        stage.events.stage_event(&stage.node.id, stage.visit, steered);
+        stage.run.events.stage_event(&stage.node.id, stage.visit, steered);
         self.steered = Some((node, visit));
     }
 
@@ -325,13 +325,9 @@ impl<'s, 'a> Supervisor<'s, 'a> {
     /// when missing; else this run's work directory.
     fn child_work_dir(&self) -> Result<PathBuf, HandlerError> {
         let stage = self.stage;
-        let setting = stage
-            .node
-            .attributes
-            .non_empty_text("stack.child_workdir")
-            .or_else(|| stage.workflow.attributes().non_empty_text("stack.child_workdir"));
+        let setting = stage.node.settings.manager().and_then(|manager| manager.child_workdir.as_deref());
         let Some(relative) = setting else { return Ok(stage.work_dir.to_path_buf()) };
-        let dir = stage.work_dir.join(relative.trim());
+        let dir = stage.work_dir.join(relative);
         std::fs::create_dir_all(&dir).map_err(|e| {
             HandlerError::Terminal(format!("cannot create the child's work directory {}: {e}", dir.display()))
         })?;
@@ -343,7 +339,7 @@ impl<'s, 'a> Supervisor<'s, 'a> {
 fn stage_goal<'s>(stage: &'s StageRun<'_>) -> &'s str {
     match stage.context.get("graph.goal") {
         Some(Value::String(goal)) => goal,
-        _ => stage.workflow.goal(),
+        _ => stage.run.workflow.goal(),
     }
 }
 
@@ -398,7 +394,7 @@ fn conclude(
         run_dir: result.run_dir.clone(),
         stopped_by: stopped_by.map(|by| by.as_str().to_string()),
     };
-    stage.events.stage_event(&stage.node.id, stage.visit, finished);
+    stage.run.events.stage_event(&stage.node.id, stage.visit, finished);
     let name = stage.node.id.as_str();
     let mut outcome = match (result.status, stopped_by) {
         (RunStatus::Paused, None) => {
@@ -411,7 +407,9 @@ fn conclude(
                 format!("the child run of `{name}` paused: {reason} (resume this run to continue it)"),
             )));
         }
-        (RunStatus::Interrupted, None) if stage.cancel.is_cancelled() => return Err(HandlerError::Cancelled),
+        (RunStatus::Interrupted, None) if stage.run.cancel.is_cancelled() => {
+            return Err(HandlerError::Cancelled)
+        }
         (_, Some(StoppedBy::StopCondition)) => Outcome::success().with_notes(format!(
             "manager.stop_condition `{}` held; child stopped ({})",
             settings.stop_condition.as_ref().map_or("", Condition::text),

@@ -47,6 +47,7 @@ pub(crate) mod test_support {
     use crate::graph::Workflow;
     use crate::interview::{Answer, Interviewer, Question};
     use crate::source::SourceFile;
+    use crate::stage::{RunEnv, RunSoFar, StageBudget};
 
     /// An interviewer that always gives the same answer.
     pub struct FixedAnswer(pub Answer);
@@ -125,27 +126,26 @@ pub(crate) mod test_support {
             let node = self.workflow.node(node_id).expect("node exists");
             StageRun {
                 node,
-                workflow: &self.workflow,
                 context: &self.context,
-                run_id: "test-run",
-                run_dir: self.dir.path(),
                 work_dir: &self.work_dir,
                 stage_dir: &self.stage_dirs[node_id],
                 visit: 1,
                 attempt: 1,
-                services: &self.services,
-                events: &self.events,
-                cancel: &self.cancel,
-                dry_run: self.dry_run,
-                preamble: None,
-                stages: &[],
-                thread: None,
-                children: &self.children,
-                usage_left: None,
-                stage_limits: crate::usage::StageLimits::default(),
-                reference_files: &[],
-                max_output: None,
                 confinement: crate::sandbox::Confinement::default(),
+                past: RunSoFar::default(),
+                budget: StageBudget::default(),
+                run: RunEnv {
+                    workflow: &self.workflow,
+                    run_id: "test-run",
+                    run_dir: self.dir.path(),
+                    services: &self.services,
+                    events: &self.events,
+                    cancel: &self.cancel,
+                    dry_run: self.dry_run,
+                    children: &self.children,
+                    reference_files: &[],
+                    max_output: None,
+                },
             }
         }
     }

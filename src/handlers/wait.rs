@@ -3,7 +3,6 @@
 
 use super::{Handler, HandlerError, StageRun};
 use crate::graph::attribute::format_duration;
-use crate::graph::Value;
 use crate::outcome::Outcome;
 
 /// Runs wait stages.
@@ -13,22 +12,23 @@ pub struct WaitHandler;
 impl Handler for WaitHandler {
     async fn run(&self, stage: &StageRun<'_>) -> Result<Outcome, HandlerError> {
         let node_id = &stage.node.id;
-        let duration = match stage.node.attributes.get("duration").map(|attr| &attr.value) {
-            Some(Value::Duration(duration)) => *duration,
-            Some(other) => {
-                return Err(HandlerError::Terminal(format!(
-                    "wait stage `{node_id}` has an invalid duration `{other}`"
-                )))
-            }
-            None => return Err(HandlerError::Terminal(format!("wait stage `{node_id}` has no duration"))),
-        };
+        let settings = stage.node.settings.wait().ok_or_else(|| {
+            HandlerError::Terminal(format!(
+                "stage `{node_id}` is a {} stage, not a wait",
+                stage.node.handler_type()
+            ))
+        })?;
+        let duration = settings
+            .duration
+            .clone()
+            .map_err(|error| HandlerError::Terminal(format!("wait stage `{node_id}` {error}")))?;
         let spelled = format_duration(duration);
-        if stage.dry_run {
+        if stage.run.dry_run {
             return Ok(Outcome::success().with_notes(format!("dry run: would wait {spelled}")));
         }
         tokio::select! {
             () = tokio::time::sleep(duration) => Ok(Outcome::success().with_notes(format!("waited {spelled}"))),
-            () = stage.cancel.cancelled() => Err(HandlerError::Cancelled),
+            () = stage.run.cancel.cancelled() => Err(HandlerError::Cancelled),
         }
     }
 }
@@ -38,7 +38,7 @@ mod tests {
     use std::time::{Duration, Instant};
 
     use super::*;
-    use crate::graph::Attr;
+    use crate::graph::{Attr, Value};
     use crate::handlers::test_support::Fixture;
     use crate::outcome::StageStatus;
 
@@ -92,6 +92,7 @@ mod tests {
             let attr = node.attributes.get("duration").cloned().expect("duration set");
             node.attributes.set("duration", Attr { value: Value::Text("soon".into()), ..attr });
         }
+        crate::graph::settings::read_settings(&mut fixture.workflow);
         let result = WaitHandler.run(&fixture.stage("pause")).await;
         assert_eq!(
             result,
@@ -111,6 +112,7 @@ mod tests {
                 node.attributes = attributes;
             }
         }
+        crate::graph::settings::read_settings(&mut fixture.workflow);
         let result = WaitHandler.run(&fixture.stage("pause")).await;
         assert_eq!(result, Err(HandlerError::Terminal("wait stage `pause` has no duration".into())));
     }

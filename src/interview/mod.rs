@@ -54,7 +54,7 @@ impl<'w> Gate<'w> {
 
 /// True when the gate declares `human.freeform=true`.
 pub fn takes_freeform(node: &Node) -> bool {
-    node.attributes.boolean(FREEFORM_ATTRIBUTE).unwrap_or(false)
+    node.settings.human().is_some_and(|human| human.freeform)
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

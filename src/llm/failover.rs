@@ -91,27 +91,6 @@ impl ChatProvider for Failover<'_> {
     }
 }
 
-/// The fallback models of `node`: its `fallback_models`, else the graph's
-/// `default_fallback_models`.
-pub fn models_of(node: &crate::graph::Node, workflow: &crate::graph::Workflow) -> Vec<String> {
-    let text = node
-        .attributes
-        .non_empty_text("fallback_models")
-        .or_else(|| workflow.attributes().non_empty_text("default_fallback_models"));
-    parse_models(text.unwrap_or_default())
-}
-
-/// The models of `fallback_models="a, b"`, in order, each once.
-pub fn parse_models(text: &str) -> Vec<String> {
-    let mut models: Vec<String> = Vec::new();
-    for model in text.split(',').map(str::trim).filter(|model| !model.is_empty()) {
-        if !models.iter().any(|known| known == model) {
-            models.push(model.to_string());
-        }
-    }
-    models
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -209,11 +188,5 @@ mod tests {
         let down = Fixed { name: "openai", error: Some(BackendError::Retryable("HTTP 503".into())) };
         let failover = Failover::new(vec![Target { provider: &down, model: "gpt-5.2".into() }], |_| {});
         assert_eq!(ask(&failover).unwrap_err(), BackendError::Retryable("HTTP 503".into()));
-    }
-
-    #[test]
-    fn fallback_lists_are_trimmed_and_deduplicated() {
-        assert_eq!(parse_models(" gpt-5.2, claude-sonnet-4-5 ,,gpt-5.2"), ["gpt-5.2", "claude-sonnet-4-5"]);
-        assert!(parse_models(" , ").is_empty());
     }
 }

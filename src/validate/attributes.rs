@@ -5,8 +5,8 @@ use rustc_hash::FxHashSet;
 
 use super::Rule;
 use crate::diagnostic::{did_you_mean, Diagnostic};
-use crate::fidelity::FidelityMode;
 use crate::graph::attribute::{self, Scope, ATTRIBUTES, DISPLAY_ATTRIBUTES};
+use crate::graph::settings::FidelityMode;
 use crate::graph::{Attributes, HandlerType, Value, Workflow};
 use crate::source::Span;
 

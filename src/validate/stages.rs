@@ -1,11 +1,11 @@
 //! Stage rules: what each kind of node needs to run as intended.
 
 use crate::diagnostic::Diagnostic;
-use crate::fidelity::FidelityMode;
 use crate::graph::settings::{
     is_small_tier, small_tier_complaint, ContextSettingsError, ParallelSettingsError, SmallTierParent,
 };
-use crate::graph::{Attributes, Choice, HandlerType, Node, Workflow};
+use crate::graph::settings::{resolve_fidelity, EdgeSettings, FidelityMode};
+use crate::graph::{Choice, HandlerType, Node, Workflow};
 
 fn nodes_of_type<'w>(
     workflow: &'w Workflow,
@@ -97,9 +97,9 @@ pub fn human_gate_has_choices(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
     }
 }
 
-/// The fidelity in force for a stage entered over an edge with `edge_attributes` (if any).
-fn resolved_fidelity(workflow: &Workflow, node: &Attributes, edge: Option<&Attributes>) -> FidelityMode {
-    crate::fidelity::resolve(edge, node, workflow.attributes())
+/// The fidelity in force for `node` entered over `edge` (if any).
+fn resolved_fidelity(workflow: &Workflow, node: &Node, edge: Option<&EdgeSettings>) -> FidelityMode {
+    resolve_fidelity(edge, &node.settings.stage, workflow.settings())
 }
 
 pub fn thread_id_without_full_fidelity(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
@@ -107,14 +107,14 @@ pub fn thread_id_without_full_fidelity(workflow: &Workflow, out: &mut Vec<Diagno
         let Some(attr) = node.attributes.get("thread_id") else { continue };
         // The thread is lost on any way in that does not resolve to full fidelity.
         let incoming = workflow.index_of(&node.id).map(|index| workflow.incoming(index)).unwrap_or_default();
-        let entries: Vec<Option<&Attributes>> = if incoming.is_empty() {
+        let entries: Vec<Option<&EdgeSettings>> = if incoming.is_empty() {
             vec![None]
         } else {
-            incoming.iter().map(|edge| Some(&edge.edge.attributes)).collect()
+            incoming.iter().map(|edge| Some(&edge.edge.settings)).collect()
         };
         let lossy = entries
             .into_iter()
-            .map(|edge| resolved_fidelity(workflow, &node.attributes, edge))
+            .map(|edge| resolved_fidelity(workflow, node, edge))
             .find(|mode| *mode != FidelityMode::Full);
         if let Some(mode) = lossy {
             out.push(
@@ -130,7 +130,7 @@ pub fn thread_id_without_full_fidelity(workflow: &Workflow, out: &mut Vec<Diagno
     }
     for edge in workflow.edges() {
         let Some(attr) = edge.edge.attributes.get("thread_id") else { continue };
-        let mode = resolved_fidelity(workflow, &edge.to.attributes, Some(&edge.edge.attributes));
+        let mode = resolved_fidelity(workflow, edge.to, Some(&edge.edge.settings));
         if mode != FidelityMode::Full {
             out.push(
                 Diagnostic::warning(
@@ -250,7 +250,7 @@ pub fn sandbox_paths(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
         if !seen.insert(attr.span) {
             continue;
         }
-        let (message, fix) = match crate::sandbox::parse_paths(&attr.value.to_string()) {
+        let (message, fix) = match crate::graph::settings::parse_paths(&attr.value.to_string()) {
             Err(message) => {
                 (message, "write each item as ro:/absolute/path or rw:/absolute/path".to_string())
             }
@@ -314,7 +314,7 @@ pub fn small_tier_parent(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
             continue;
         }
         let (message, fix) = small_tier_complaint(&node.id, &model);
-        let diagnostic = match SmallTierParent::of(node, workflow).unwrap_or_default() {
+        let diagnostic = match node.settings.llm().and_then(|llm| llm.small_tier_parent).unwrap_or_default() {
             SmallTierParent::Refuse => Diagnostic::error("small_tier_parent", message),
             SmallTierParent::Allow => continue,
             SmallTierParent::Warn => Diagnostic::warning("small_tier_parent", message),

@@ -133,3 +133,58 @@ fn the_check_sees_a_climbing_import() {
     assert!(layer_of["engine"] > layer_of["stage"] && layer_of["stage"] > layer_of["outcome"]);
     assert!(layer_of["handlers"] == layer_of["engine"], "engine and handlers never import each other");
 }
+
+/// Where attributes may be read: the language (syntax, the graph and its settings), validation,
+/// rendering a workflow back to DOT, and loading (which sets `--goal`). Everything that runs a
+/// workflow reads typed settings instead.
+const READS_ATTRIBUTES: &[&str] = &["syntax", "graph", "validate", "render", "load"];
+
+/// The lines of runtime code that read a node's, an edge's or the graph's attributes.
+fn raw_attribute_reads() -> Vec<String> {
+    let mut found = Vec::new();
+    for path in sources() {
+        if READS_ATTRIBUTES.contains(&module_of(&path).as_str()) {
+            continue;
+        }
+        for (number, line) in code(&path) {
+            if reads_attributes(&line) {
+                found.push(format!(
+                    "{}:{number}: {}",
+                    path.strip_prefix(src()).unwrap().display(),
+                    line.trim()
+                ));
+            }
+        }
+    }
+    found
+}
+
+/// Whether a line of code reads attributes: it names a field or method `attributes` (or
+/// `attributes_mut`), on one line or at the start of a chained call.
+fn reads_attributes(line: &str) -> bool {
+    line.match_indices(".attributes").any(|(at, found)| {
+        let next = line[at + found.len()..].chars().next();
+        next.is_none_or(|c| !(c.is_alphanumeric() || c == '_'))
+            || line[at + found.len()..].starts_with("_mut")
+    })
+}
+
+#[test]
+fn the_attribute_check_sees_a_raw_read() {
+    assert!(reads_attributes(r#"let t = node.attributes.duration("timeout");"#));
+    assert!(reads_attributes("            .attributes"));
+    assert!(reads_attributes("workflow.attributes().integer(\"max_tokens\")"));
+    assert!(reads_attributes("workflow.attributes_mut().set(key, attr)"));
+    assert!(!reads_attributes("node.settings.stage.timeout"));
+    assert!(!reads_attributes("let attributes_seen = 1;"));
+}
+
+#[test]
+fn runtime_code_reads_typed_settings_not_attributes() {
+    let reads = raw_attribute_reads();
+    assert!(
+        reads.is_empty(),
+        "runtime code reads raw attributes; read them into graph::settings when the workflow loads:\n{}",
+        reads.join("\n")
+    );
+}

@@ -98,7 +98,7 @@ pub fn expand(entries: &[ReferenceEntry], base: &Path) -> Result<Vec<ReferenceFi
 
 /// The files of the workflow's `context_files` attribute, relative to the workflow file.
 pub fn of_workflow(workflow: &crate::graph::Workflow) -> Result<Vec<ReferenceFile>, ReferenceError> {
-    match workflow.attributes().non_empty_text("context_files") {
+    match workflow.settings().context_files.as_deref() {
         Some(text) => expand(&ReferenceEntry::list(text), &base_of(workflow)),
         None => Ok(Vec::new()),
     }

@@ -47,7 +47,7 @@ pub(super) fn render(facts: &PreambleFacts<'_>) -> String {
 #[cfg(test)]
 mod tests {
     use super::super::render::fixtures::render;
-    use crate::fidelity::FidelityMode;
+    use crate::graph::settings::FidelityMode;
 
     #[test]
     fn compact_golden() {

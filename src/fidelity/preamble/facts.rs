@@ -10,7 +10,7 @@ use serde_json::Value;
 use super::PreambleInput;
 use crate::context::artifacts::Pointer;
 use crate::context::Context;
-use crate::fidelity::FidelityMode;
+use crate::graph::settings::FidelityMode;
 use crate::run_dir::stage_summary::StageSummary;
 
 /// Everything a preamble can say about the run so far.

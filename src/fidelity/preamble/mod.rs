@@ -31,8 +31,8 @@ pub use render::render;
 pub use summary::{HIGH_BUDGET_TOKENS, LOW_BUDGET_TOKENS, MEDIUM_BUDGET_TOKENS};
 pub use text::VALUE_CHARS;
 
-use super::FidelityMode;
 use crate::context::Context;
+use crate::graph::settings::FidelityMode;
 use crate::run_dir::stage_summary::StageSummary;
 
 /// The run as it stands before a stage, which [`build`] gathers a preamble's facts from.

@@ -12,7 +12,7 @@ use super::summary::Level;
 use super::text::{fmt_bytes, fmt_files, fmt_usage, inline_code, longest_backtick_run, plural, VALUE_CHARS};
 use super::{compact, summary};
 use crate::excerpt::{clip_line, last_chars, tail_lines};
-use crate::fidelity::FidelityMode;
+use crate::graph::settings::FidelityMode;
 use crate::run_dir::stage_summary::StageSummary;
 use crate::run_dir::stage_summary::TAIL_CHARS;
 

@@ -197,7 +197,7 @@ mod tests {
     use super::super::{build, PreambleInput};
     use super::*;
     use crate::context::Context;
-    use crate::fidelity::FidelityMode;
+    use crate::graph::settings::FidelityMode;
     use crate::usage::Usage;
 
     #[test]

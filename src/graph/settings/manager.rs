@@ -107,6 +107,9 @@ pub struct ManagerSettings {
     pub stop_condition: Option<Condition>,
     pub actions: ManagerActions,
     pub steer_prompt: Option<String>,
+    /// `stack.child_workdir` (node, else graph): where the child works, relative to this run's
+    /// work directory.
+    pub child_workdir: Option<String>,
     pub errors: Vec<ManagerSettingsError>,
 }
 
@@ -169,6 +172,9 @@ impl ManagerSettings {
             stop_condition,
             actions,
             steer_prompt: steer_prompt.filter(|text| !text.trim().is_empty()).map(str::to_string),
+            child_workdir: super::stage::text(attributes, "stack.child_workdir")
+                .or_else(|| super::stage::text(graph, "stack.child_workdir"))
+                .map(|dir| dir.trim().to_string()),
             errors,
         }
     }

@@ -1,6 +1,8 @@
-//! Node settings, typed: what a node's retry, backend, parallel and manager attributes say, read
-//! once when the workflow loads by one parser per kind. The engine and the handlers read these
-//! values and never the attributes behind them; validation reports the parsers' errors.
+//! Settings, typed: what a node's, an edge's and the graph's attributes say, read once when the
+//! workflow loads: the settings every stage has ([`StageSettings`]), retry and backend, and one
+//! parser per kind of stage (LLM, command, wait, human gate, parallel, manager). The engine, the
+//! handlers and the backends read these values and never the attributes behind them (a test keeps
+//! it so); validation reports the parsers' errors.
 //!
 //! Settings are read when the graph is built and again after the transforms (which may rewrite
 //! attributes, and which give imported stages the importing file's positions), never at run time.
@@ -8,20 +10,28 @@
 //! exactly the settings it wrote.
 
 mod backend;
+mod command;
 mod context;
+mod fidelity;
+mod llm;
 mod manager;
 mod parallel;
 mod permissions;
 mod retry;
+mod sandbox;
 mod small_tier;
+mod stage;
 mod watchdog;
 
 pub use backend::Backend;
+pub use command::{CommandSettings, HumanSettings, WaitError, WaitSettings};
 pub use context::{
     attribute_names as context_attribute_names, CompactionMode, CompactionPreset, ContextSettings,
     ContextSettingsError, ModelTier, ThreadHandoff, TierThresholds, DEFAULT_MAX_REPLAY_CHARS,
     TOOL_RESULT_CHARS_PREFIX,
 };
+pub use fidelity::{resolve as resolve_fidelity, FidelityMode, UnknownFidelity};
+pub use llm::{parse_models, LlmSettings, McpSelection, ToolHooks};
 pub use manager::{
     action_words, ChildReference, ManagerAction, ManagerActions, ManagerSettings, ManagerSettingsError,
     DEFAULT_POLL_INTERVAL, REFERENCE_ATTRIBUTES,
@@ -29,7 +39,9 @@ pub use manager::{
 pub use parallel::{ErrorPolicy, JoinPolicy, ParallelSettings, ParallelSettingsError, DEFAULT_MAX_PARALLEL};
 pub use permissions::{Level as PermissionLevel, LEVELS as PERMISSION_LEVELS};
 pub use retry::{RetryPreset, RetrySettings};
+pub use sandbox::{parse_paths, Bind, SandboxKind, SandboxSettings};
 pub use small_tier::{complaint as small_tier_complaint, is_small_tier, SmallTierParent};
+pub use stage::{EdgeSettings, StageSettings, WorkflowSettings};
 pub use watchdog::WatchdogMode;
 
 use std::time::Duration;
@@ -48,6 +60,8 @@ pub struct NodeSettings {
     /// Which LLM backend answers the stage's model calls (LLM stages, and a fan-in that asks a
     /// model to pick the best branch).
     pub backend: Result<Backend, InvalidAttribute>,
+    /// What every stage may set (time and visit limits, ceilings, fidelity, thread, sandbox).
+    pub stage: StageSettings,
     pub kind: KindSettings,
 }
 
@@ -58,8 +72,14 @@ pub enum KindSettings {
     Parallel(Result<ParallelSettings, Vec<ParallelSettingsError>>),
     /// A manager stage's child workflow and supervision.
     Manager(Box<ManagerSettings>),
-    /// An LLM (agent or prompt) stage's context management.
-    Llm(Box<Result<ContextSettings, Vec<ContextSettingsError>>>),
+    /// An LLM (agent or prompt) stage's model, agent and context management (a fan-in's too).
+    Llm(Box<LlmSettings>),
+    /// A command stage's script and output.
+    Command(CommandSettings),
+    /// A wait stage's duration.
+    Wait(WaitSettings),
+    /// A human gate's default choice and free text.
+    Human(HumanSettings),
     /// Nodes of every other kind.
     Other,
 }
@@ -74,14 +94,19 @@ impl NodeSettings {
             HandlerType::Manager => {
                 KindSettings::Manager(Box::new(ManagerSettings::parse(node, graph, base)))
             }
-            kind if kind.is_llm() => {
-                KindSettings::Llm(Box::new(ContextSettings::parse(&node.attributes, graph)))
+            // A fan-in with a prompt asks a model to pick the best branch.
+            kind if kind.is_llm() || kind == HandlerType::FanIn => {
+                KindSettings::Llm(Box::new(LlmSettings::parse(&node.attributes, graph)))
             }
+            HandlerType::Command => KindSettings::Command(CommandSettings::parse(&node.attributes, graph)),
+            HandlerType::Wait => KindSettings::Wait(WaitSettings::parse(&node.attributes)),
+            HandlerType::Human => KindSettings::Human(HumanSettings::parse(&node.attributes)),
             _ => KindSettings::Other,
         };
         NodeSettings {
             retry: RetrySettings::parse(&node.attributes, graph),
             backend: Backend::parse(&node.attributes),
+            stage: StageSettings::parse(&node.attributes, graph),
             kind,
         }
     }
@@ -94,10 +119,39 @@ impl NodeSettings {
         }
     }
 
-    /// The context settings of an LLM stage; `None` for other kinds.
-    pub fn context(&self) -> Option<&Result<ContextSettings, Vec<ContextSettingsError>>> {
+    /// The settings of an LLM stage (or a fan-in, which may ask a model); `None` for other kinds.
+    pub fn llm(&self) -> Option<&LlmSettings> {
         match &self.kind {
             KindSettings::Llm(settings) => Some(settings),
+            _ => None,
+        }
+    }
+
+    /// The context settings of an LLM stage; `None` for other kinds.
+    pub fn context(&self) -> Option<&Result<ContextSettings, Vec<ContextSettingsError>>> {
+        self.llm().map(|settings| &settings.context)
+    }
+
+    /// The settings of a command stage; `None` for other kinds.
+    pub fn command(&self) -> Option<&CommandSettings> {
+        match &self.kind {
+            KindSettings::Command(settings) => Some(settings),
+            _ => None,
+        }
+    }
+
+    /// The settings of a wait stage; `None` for other kinds.
+    pub fn wait(&self) -> Option<&WaitSettings> {
+        match &self.kind {
+            KindSettings::Wait(settings) => Some(settings),
+            _ => None,
+        }
+    }
+
+    /// The settings of a human gate; `None` for other kinds.
+    pub fn human(&self) -> Option<&HumanSettings> {
+        match &self.kind {
+            KindSettings::Human(settings) => Some(settings),
             _ => None,
         }
     }
@@ -117,17 +171,22 @@ impl Default for NodeSettings {
         NodeSettings {
             retry: Ok(RetrySettings::default()),
             backend: Ok(Backend::Api),
+            stage: StageSettings::default(),
             kind: KindSettings::Other,
         }
     }
 }
 
-/// Reads every node's settings (see the module docs for when).
+/// Reads the settings of the graph, every node and every edge (see the module docs for when).
 pub fn read_settings(workflow: &mut Workflow) {
     let base = workflow.source().path().parent().map(std::path::Path::to_path_buf).unwrap_or_default();
     let graph = workflow.attributes.clone();
+    workflow.settings = WorkflowSettings::parse(&graph);
     for node in workflow.graph.node_weights_mut() {
         node.settings = NodeSettings::parse(node, &graph, &base);
+    }
+    for edge in workflow.graph.edge_weights_mut() {
+        edge.settings = EdgeSettings::parse(&edge.attributes);
     }
 }
 
@@ -232,13 +291,14 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn only_parallel_manager_and_llm_stages_have_kind_settings() {
+    fn only_stages_of_a_kind_have_its_settings() {
         let workflow = built(
-            r#"digraph G { p [shape=component]; m [shape=house, stack.child_workflow="c.dot"]; a [shape=parallelogram, join_policy=quorum]; l [shape=box] }"#,
+            r#"digraph G { p [shape=component]; m [shape=house, stack.child_workflow="c.dot"]; a [shape=diamond, join_policy=quorum]; l [shape=box] }"#,
         );
         assert!(workflow.node("l").unwrap().settings.context().is_some());
         assert!(workflow.node("p").unwrap().settings.parallel().is_some());
         assert!(workflow.node("m").unwrap().settings.manager().is_some());
+        assert!(workflow.node("m").unwrap().settings.command().is_none());
         let a = &workflow.node("a").unwrap().settings;
         assert_eq!(a.kind, KindSettings::Other);
         assert_eq!(a.backend, Ok(Backend::Api));

@@ -2,7 +2,6 @@
 //! its tool loop on a small-tier model (haiku, flash, mini, nano), which loses track of long loops.
 
 use super::ModelTier;
-use crate::graph::{Node, Workflow};
 
 /// What the guard does with an agent stage on a small-tier model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
@@ -28,15 +27,6 @@ impl SmallTierParent {
             "allow" => Some(SmallTierParent::Allow),
             _ => None,
         }
-    }
-
-    /// The node's `small_tier_parent`, else the graph's `default_small_tier_parent` (none when
-    /// both are unset: the config file's setting, then `warn`, apply).
-    pub fn of(node: &Node, workflow: &Workflow) -> Option<SmallTierParent> {
-        node.attributes
-            .non_empty_text("small_tier_parent")
-            .or_else(|| workflow.attributes().non_empty_text("default_small_tier_parent"))
-            .and_then(SmallTierParent::from_name)
     }
 }
 

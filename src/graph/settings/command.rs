@@ -1,0 +1,110 @@
+//! What a command stage sets: its script, how much output it may write, and what happens to what
+//! it leaves running and to the status file it may write.
+
+use super::stage::text;
+use crate::graph::Attributes;
+
+/// The settings of a command stage.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct CommandSettings {
+    /// `script` (`None` when unset or blank, an error the `command_script` rule reports).
+    pub script: Option<String>,
+    /// `max_output`: the most bytes the command may write to its logs.
+    pub max_output: Option<u64>,
+    /// The graph's `default_max_output` (below `--max-output`).
+    pub default_max_output: Option<u64>,
+    /// `keep_background=true`: what the script leaves running outlives the stage.
+    pub keep_background: bool,
+    /// `auto_status=true`: a script that writes no status file succeeds by its exit code alone.
+    pub auto_status: bool,
+}
+
+impl CommandSettings {
+    pub(super) fn parse(attributes: &Attributes, graph: &Attributes) -> CommandSettings {
+        let bytes =
+            |attributes: &Attributes, key: &str| attributes.integer(key).and_then(|n| u64::try_from(n).ok());
+        CommandSettings {
+            script: text(attributes, "script"),
+            max_output: bytes(attributes, "max_output"),
+            default_max_output: bytes(graph, "default_max_output"),
+            keep_background: attributes.boolean("keep_background").unwrap_or(false),
+            auto_status: attributes.boolean("auto_status").unwrap_or(false),
+        }
+    }
+}
+
+/// The settings of a wait stage: how long it waits, or why that cannot be read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WaitSettings {
+    pub duration: Result<std::time::Duration, WaitError>,
+}
+
+/// Why a wait stage has no duration to wait.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum WaitError {
+    #[error("has no duration")]
+    Missing,
+    #[error("has an invalid duration `{0}`")]
+    Invalid(String),
+}
+
+impl WaitSettings {
+    pub(super) fn parse(attributes: &Attributes) -> WaitSettings {
+        let duration = match attributes.get("duration").map(|attr| &attr.value) {
+            Some(crate::graph::Value::Duration(duration)) => Ok(*duration),
+            Some(other) => Err(WaitError::Invalid(other.to_string())),
+            None => Err(WaitError::Missing),
+        };
+        WaitSettings { duration }
+    }
+}
+
+/// The settings of a human gate.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct HumanSettings {
+    /// `human.default_choice`: the choice taken when nobody answers in time.
+    pub default_choice: Option<String>,
+    /// `human.freeform=true`: the gate takes free text besides its choices.
+    pub freeform: bool,
+}
+
+impl HumanSettings {
+    pub(super) fn parse(attributes: &Attributes) -> HumanSettings {
+        HumanSettings {
+            default_choice: attributes
+                .get("human.default_choice")
+                .map(|attr| attr.value.to_string())
+                .filter(|text| !text.trim().is_empty()),
+            freeform: attributes.boolean("human.freeform").unwrap_or(false),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::built;
+    use super::*;
+
+    #[test]
+    fn command_wait_and_gate_settings_are_read() {
+        let workflow = built(
+            r#"digraph G { default_max_output=100; c [shape=parallelogram, script="make", keep_background=true];
+                d [shape=parallelogram, script=" ", max_output=5, auto_status=true];
+                w [shape=insulator, duration=5s]; v [shape=insulator];
+                h [shape=hexagon, "human.default_choice"=Y, "human.freeform"=true] }"#,
+        );
+        let settings = |id: &str| &workflow.node(id).unwrap().settings;
+        let c = settings("c").command().unwrap();
+        assert_eq!(
+            (c.script.as_deref(), c.max_output, c.default_max_output),
+            (Some("make"), None, Some(100))
+        );
+        assert!(c.keep_background && !c.auto_status);
+        let d = settings("d").command().unwrap();
+        assert_eq!((d.script.as_deref(), d.max_output, d.auto_status), (None, Some(5), true));
+        assert_eq!(settings("w").wait().unwrap().duration, Ok(std::time::Duration::from_secs(5)));
+        assert_eq!(settings("v").wait().unwrap().duration, Err(WaitError::Missing));
+        let h = settings("h").human().unwrap();
+        assert_eq!((h.default_choice.as_deref(), h.freeform), (Some("Y"), true));
+    }
+}

@@ -1,0 +1,173 @@
+//! What an LLM (agent or prompt) stage sets: its model and provider, its agent's turns, tools,
+//! permissions, memory and watchdog, and its context management ([`super::ContextSettings`]).
+//! A node's value wins over the graph's default where the graph has one.
+
+use super::context::{ContextSettings, ContextSettingsError};
+use super::permissions::Level as PermissionLevel;
+use super::small_tier::SmallTierParent;
+use super::stage::text;
+use super::watchdog::WatchdogMode;
+use crate::graph::Attributes;
+
+/// The settings of an LLM stage.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LlmSettings {
+    /// `llm_model`.
+    pub model: Option<String>,
+    /// `llm_provider`.
+    pub provider: Option<String>,
+    /// `reasoning_effort`.
+    pub reasoning_effort: Option<String>,
+    /// `max_turns`: the most model calls of an agent stage.
+    pub max_turns: Option<u32>,
+    /// `context_window` (tokens).
+    pub context_window: Option<u64>,
+    /// `cli_agent`: the installed coding agent a `backend=cli` stage runs.
+    pub cli_agent: Option<String>,
+    /// `small_model`, else the graph's `default_small_model`.
+    pub small_model: Option<String>,
+    /// `fallback_models`, else the graph's `default_fallback_models`: the models tried next, in
+    /// order, each once.
+    pub fallback_models: Vec<String>,
+    /// `mcp_servers` (node, else graph).
+    pub mcp_servers: McpSelection,
+    /// `permissions` (node, else graph; `--permissions` and the config file apply when unset).
+    pub permissions: Option<PermissionLevel>,
+    /// `memory` (node, else the graph's `default_memory`).
+    pub memory: bool,
+    /// `memory_extract` (node, else the graph's `default_memory_extract`).
+    pub memory_extract: bool,
+    /// `tool_hooks.pre` and `tool_hooks.post` (node, else graph).
+    pub tool_hooks: ToolHooks,
+    /// `watchdog`, else the graph's `default_watchdog`.
+    pub watchdog: WatchdogMode,
+    /// `small_tier_parent`, else the graph's `default_small_tier_parent` (the config file's
+    /// setting applies when both are unset).
+    pub small_tier_parent: Option<SmallTierParent>,
+    /// Context management, or why it cannot be read.
+    pub context: Result<ContextSettings, Vec<ContextSettingsError>>,
+}
+
+/// Which configured MCP servers an agent stage uses (`mcp_servers`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum McpSelection {
+    /// Unset: every configured server.
+    #[default]
+    All,
+    /// The servers named (none for `mcp_servers=""`).
+    Only(Vec<String>),
+}
+
+impl McpSelection {
+    /// The selection an `mcp_servers` value makes (`None` when unset).
+    pub fn of(value: Option<&str>) -> McpSelection {
+        match value {
+            None => McpSelection::All,
+            Some(list) => McpSelection::Only(
+                list.split(',').map(str::trim).filter(|name| !name.is_empty()).map(str::to_string).collect(),
+            ),
+        }
+    }
+}
+
+/// The commands a stage runs around each tool call (`tool_hooks.pre`, `tool_hooks.post`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ToolHooks {
+    pub pre: Option<String>,
+    pub post: Option<String>,
+}
+
+impl LlmSettings {
+    pub(super) fn parse(attributes: &Attributes, graph: &Attributes) -> LlmSettings {
+        let own_or_graph = |key: &str| text(attributes, key).or_else(|| text(graph, key));
+        let own_or_default =
+            |key: &str| text(attributes, key).or_else(|| text(graph, &format!("default_{key}")));
+        let flag = |key: &str| {
+            attributes.boolean(key).or_else(|| graph.boolean(&format!("default_{key}"))).unwrap_or(false)
+        };
+        LlmSettings {
+            model: text(attributes, "llm_model"),
+            provider: text(attributes, "llm_provider"),
+            reasoning_effort: text(attributes, "reasoning_effort"),
+            max_turns: attributes.integer("max_turns").and_then(|n| u32::try_from(n).ok()),
+            context_window: attributes.integer("context_window").and_then(|n| u64::try_from(n).ok()),
+            cli_agent: text(attributes, "cli_agent"),
+            small_model: own_or_default("small_model"),
+            fallback_models: parse_models(own_or_default("fallback_models").as_deref().unwrap_or_default()),
+            mcp_servers: McpSelection::of(
+                attributes.text("mcp_servers").or_else(|| graph.text("mcp_servers")),
+            ),
+            permissions: own_or_graph("permissions").as_deref().and_then(PermissionLevel::parse),
+            memory: flag("memory"),
+            memory_extract: flag("memory_extract"),
+            tool_hooks: ToolHooks {
+                pre: own_or_graph("tool_hooks.pre"),
+                post: own_or_graph("tool_hooks.post"),
+            },
+            watchdog: own_or_default("watchdog")
+                .and_then(|name| WatchdogMode::from_name(name.trim()))
+                .unwrap_or_default(),
+            small_tier_parent: own_or_default("small_tier_parent")
+                .as_deref()
+                .and_then(SmallTierParent::from_name),
+            context: ContextSettings::parse(attributes, graph),
+        }
+    }
+}
+
+/// The models of `fallback_models="a, b"`, in order, each once.
+pub fn parse_models(text: &str) -> Vec<String> {
+    let mut models: Vec<String> = Vec::new();
+    for model in text.split(',').map(str::trim).filter(|model| !model.is_empty()) {
+        if !models.iter().any(|known| known == model) {
+            models.push(model.to_string());
+        }
+    }
+    models
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::built;
+    use super::*;
+
+    fn llm(dot: &str, id: &str) -> LlmSettings {
+        let workflow = built(dot);
+        workflow.node(id).unwrap().settings.llm().cloned().expect("an LLM stage")
+    }
+
+    #[test]
+    fn a_node_wins_over_the_graph_default() {
+        let dot = r#"digraph G { default_small_model=s; default_fallback_models="x, y"; permissions="read-only";
+            default_watchdog=stop; default_memory=true; mcp_servers="fs"; "tool_hooks.pre"="check";
+            a [llm_model=m, small_model=t, fallback_models="z", permissions=full, watchdog=off, memory=false,
+               mcp_servers="", max_turns=9, context_window=4000];
+            b }"#;
+        let a = llm(dot, "a");
+        assert_eq!((a.model.as_deref(), a.small_model.as_deref()), (Some("m"), Some("t")));
+        assert_eq!((a.fallback_models, a.permissions), (vec!["z".to_string()], Some(PermissionLevel::Full)));
+        assert_eq!(
+            (a.watchdog, a.memory, a.mcp_servers),
+            (WatchdogMode::Off, false, McpSelection::Only(vec![]))
+        );
+        assert_eq!((a.max_turns, a.context_window), (Some(9), Some(4000)));
+        let b = llm(dot, "b");
+        assert_eq!((b.model, b.small_model.as_deref()), (None, Some("s")));
+        assert_eq!(
+            (b.fallback_models, b.permissions),
+            (vec!["x".to_string(), "y".to_string()], Some(PermissionLevel::ReadOnly))
+        );
+        assert_eq!(
+            (b.watchdog, b.memory, b.mcp_servers),
+            (WatchdogMode::Stop, true, McpSelection::Only(vec!["fs".into()]))
+        );
+        assert_eq!(b.tool_hooks, ToolHooks { pre: Some("check".into()), post: None });
+    }
+
+    #[test]
+    fn fallback_models_are_listed_once_in_order() {
+        assert_eq!(parse_models(" gpt-5.2, claude-sonnet-4-5 ,,gpt-5.2"), ["gpt-5.2", "claude-sonnet-4-5"]);
+        assert!(parse_models(" , ").is_empty());
+        assert_eq!(McpSelection::of(None), McpSelection::All);
+    }
+}
