@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 use crate::child_workflow::ChildWorkflowError;
 use crate::event_log::LoggedEvent;
 use crate::graph::{HandlerType, Node, Workflow};
+use crate::run_dir::layout;
 use crate::run_dir::{ResumeError, RunResult, SavedRun};
 use crate::ValidWorkflow;
 
@@ -122,7 +123,7 @@ pub fn locate_child(
         Err(ResumeError::Finished { .. }) if attempt > 1 => Ok(ChildSlot::Fresh(candidate(n + 1))),
         Err(ResumeError::Finished { .. }) => {
             let text = crate::regular_file::read_to_string(
-                last.join("result.json"),
+                last.join(layout::RESULT),
                 crate::regular_file::FileKind::Record,
             )
             .map_err(|e| ChildSlotError::NoResult { path: last.clone(), message: e.to_string() })?;
@@ -136,9 +137,11 @@ pub fn locate_child(
 
 /// Where the run in `dir` continued after a `loop_restart` edge, if it did.
 fn restarted_as(dir: &Path) -> Option<PathBuf> {
-    let text =
-        crate::regular_file::read_to_string(dir.join("manifest.json"), crate::regular_file::FileKind::Record)
-            .ok()?;
+    let text = crate::regular_file::read_to_string(
+        dir.join(layout::MANIFEST),
+        crate::regular_file::FileKind::Record,
+    )
+    .ok()?;
     let manifest: crate::run_dir::Manifest = serde_json::from_str(&text).ok()?;
     let next = PathBuf::from(manifest.restarted_as?);
     // Only a directory beside this one: a manifest must not send the parent anywhere else.

@@ -45,13 +45,11 @@ impl Drop for EventLog {
 }
 
 impl EventLog {
-    /// Opens (appending) `events.jsonl` in `run_dir`; `next_seq` continues an existing log.
-    /// The sequence number of the last event in `run_dir/events.jsonl` (0 for none), so that a
-    /// log opened again continues it; a torn last line is skipped.
-    pub fn last_seq_in(run_dir: &Path) -> u64 {
+    /// The sequence number of the last event in the log at `path` (0 for none), so that a log
+    /// opened again continues it; a torn last line is skipped.
+    pub fn last_seq_in(path: &Path) -> u64 {
         /// Enough of the log's end for its last events; a longer last event reads it all.
         const TAIL: u64 = 64 * 1024;
-        let path = run_dir.join("events.jsonl");
         let last_seq = |text: &str| {
             text.lines()
                 .rev()
@@ -75,8 +73,10 @@ impl EventLog {
             .unwrap_or(0)
     }
 
-    pub fn open(run_dir: &Path, run_id: &str, next_seq: u64) -> std::io::Result<EventLog> {
-        let file = crate::regular_file::open_append(&run_dir.join("events.jsonl"))?;
+    /// Opens (appending) the log at `path` (a run's `events.jsonl`); `next_seq` continues an
+    /// existing log.
+    pub fn open(path: &Path, run_id: &str, next_seq: u64) -> std::io::Result<EventLog> {
+        let file = crate::regular_file::open_append(path)?;
         Ok(EventLog {
             run_id: run_id.to_string(),
             state: Mutex::new(EventState {
@@ -126,9 +126,9 @@ impl EventLog {
 
     /// Switches to the event log of a new run directory (after a `loop_restart`), keeping the
     /// observers; sequence numbers start again.
-    pub fn reopen(&mut self, run_dir: &Path, run_id: &str) -> std::io::Result<()> {
+    pub fn reopen(&mut self, path: &Path, run_id: &str) -> std::io::Result<()> {
         self.flush();
-        let file = crate::regular_file::open_append(&run_dir.join("events.jsonl"))?;
+        let file = crate::regular_file::open_append(path)?;
         let state = self.state.get_mut().map_err(|_| std::io::Error::other("event log lock poisoned"))?;
         state.seq = 0;
         state.file = std::io::BufWriter::new(file);
@@ -411,7 +411,7 @@ mod tests {
     use super::*;
 
     fn log_in(dir: &Path, events: usize, pad: usize) -> EventLog {
-        let log = EventLog::open(dir, "r1", 0).unwrap();
+        let log = EventLog::open(&dir.join("events.jsonl"), "r1", 0).unwrap();
         for _ in 0..events {
             log.run_event(Event::CheckpointFailed { error: "x".repeat(pad) });
         }
@@ -454,16 +454,16 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let _log = log_in(dir.path(), 2_000, 100);
         assert!(std::fs::metadata(dir.path().join("events.jsonl")).unwrap().len() > 64 * 1024);
-        assert_eq!(EventLog::last_seq_in(dir.path()), 2_000);
+        assert_eq!(EventLog::last_seq_in(&dir.path().join("events.jsonl")), 2_000);
         // A torn last line is skipped.
         let mut file =
             std::fs::OpenOptions::new().append(true).open(dir.path().join("events.jsonl")).unwrap();
         file.write_all(br#"{"seq":2001,"ts":"#).unwrap();
-        assert_eq!(EventLog::last_seq_in(dir.path()), 2_000);
+        assert_eq!(EventLog::last_seq_in(&dir.path().join("events.jsonl")), 2_000);
         // A last event longer than the window read from the end: the whole log is read.
         let dir = tempfile::tempdir().unwrap();
         let _log = log_in(dir.path(), 3, 100_000);
-        assert_eq!(EventLog::last_seq_in(dir.path()), 3);
-        assert_eq!(EventLog::last_seq_in(&dir.path().join("none")), 0);
+        assert_eq!(EventLog::last_seq_in(&dir.path().join("events.jsonl")), 3);
+        assert_eq!(EventLog::last_seq_in(&dir.path().join("none/events.jsonl")), 0);
     }
 }

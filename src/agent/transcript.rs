@@ -12,6 +12,7 @@ use crate::event::Event;
 use crate::event_log::{now_rfc3339, EventLog};
 use crate::llm::chat::ChatResponse;
 use crate::redaction::Secrets;
+use crate::run_dir::layout;
 
 /// The transcript entry of one model answer: text, tool calls, the provider's thinking when it
 /// sent any, usage, model and stop reason.
@@ -42,7 +43,7 @@ impl<'a> Transcript<'a> {
         visit: u32,
         secrets: Secrets,
     ) -> Transcript<'a> {
-        Transcript { path: stage_dir.map(|d| d.join("transcript.jsonl")), events, node_id, visit, secrets }
+        Transcript { path: stage_dir.map(|d| d.join(layout::TRANSCRIPT)), events, node_id, visit, secrets }
     }
 
     /// Appends one entry (`type` plus `fields`). A transcript that cannot be written is a warning.

@@ -27,6 +27,7 @@ use crate::llm::failover;
 use crate::llm::openai::{Dialect, OpenAi};
 use crate::llm::BackendError;
 use crate::redaction::Secrets;
+use crate::run_dir::layout;
 use crate::usage::{ModelUsage, Usage};
 
 /// Most output tokens asked for per call (less for small context windows).
@@ -166,7 +167,8 @@ impl LiveBackend {
             self.secrets.clone(),
         );
         // Absolute: the agent runs in the work directory.
-        let prompt_file = std::path::absolute(stage.stage_dir.join("prompt.md")).ok().filter(|p| p.exists());
+        let prompt_file =
+            std::path::absolute(stage.stage_dir.join(layout::PROMPT)).ok().filter(|p| p.exists());
         let run = super::cli_agent::run(
             agent,
             request.prompt,

@@ -11,6 +11,7 @@ use fabro::{CheckedWorkflow, Loader};
 
 use super::exit;
 use super::render::{render_diagnostics, render_load_error, summary_line};
+use fabro::run_dir::layout;
 
 #[derive(clap::Args)]
 pub struct GraphArgs {
@@ -142,7 +143,7 @@ pub fn run(args: GraphArgs) -> u8 {
 /// A run directory: its stored workflow (loaded under the original path, so `@prompt` files
 /// resolve as they did) and its progress.
 fn load_run_dir(root: &Path) -> Result<(CheckedWorkflow, Option<Overlay>), u8> {
-    for required in ["workflow.dot"] {
+    for required in [layout::SAVED_WORKFLOW] {
         if !root.join(required).is_file() {
             eprintln!(
                 "error: `{}` is a directory but not a fabro run directory (no {required}); pass a workflow file or a run directory",
@@ -151,7 +152,7 @@ fn load_run_dir(root: &Path) -> Result<(CheckedWorkflow, Option<Overlay>), u8> {
             return Err(exit::INVALID);
         }
     }
-    let workflow_path = root.join("workflow.dot");
+    let workflow_path = root.join(layout::SAVED_WORKFLOW);
     let text =
         fabro::regular_file::read_to_string(&workflow_path, fabro::regular_file::FileKind::SavedWorkflow)
             .map_err(|error| {
@@ -163,7 +164,7 @@ fn load_run_dir(root: &Path) -> Result<(CheckedWorkflow, Option<Overlay>), u8> {
         exit::INVALID
     })?;
     let manifest: Option<Manifest> = fabro::regular_file::read_to_string(
-        root.join("manifest.json"),
+        root.join(layout::MANIFEST),
         fabro::regular_file::FileKind::Record,
     )
     .ok()

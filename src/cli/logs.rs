@@ -12,6 +12,7 @@ use std::time::Duration;
 use serde_json::{Map, Value};
 
 use super::exit;
+use fabro::run_dir::layout;
 
 #[derive(clap::Args)]
 pub struct LogsArgs {
@@ -50,7 +51,7 @@ pub fn run(args: LogsArgs) -> u8 {
             return exit::INVALID;
         }
     };
-    let path = run_dir.join("events.jsonl");
+    let path = run_dir.join(layout::EVENTS);
     let mut file = match open_log(&run_dir, &path, args.follow) {
         Ok(file) => file,
         Err(message) => {
@@ -145,7 +146,7 @@ fn open_log(run_dir: &Path, path: &Path, follow: bool) -> Result<std::fs::File, 
                 return Ok(file);
             }
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-                let starting = follow && run_dir.join("manifest.json").is_file();
+                let starting = follow && run_dir.join(layout::MANIFEST).is_file();
                 if !starting || waited >= Duration::from_secs(10) {
                     return Err(format!(
                         "`{}` is not a fabro run directory (no events.jsonl)",

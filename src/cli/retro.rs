@@ -8,6 +8,7 @@ use fabro::backends::live::LiveBackend;
 use fabro::report::retro::Retro;
 
 use super::exit;
+use fabro::run_dir::layout;
 
 #[derive(clap::Args)]
 pub struct RetroArgs {
@@ -29,7 +30,7 @@ pub fn run(args: RetroArgs) -> u8 {
     super::block_on(async {
         match write(&root, !args.no_narrative).await {
             Ok(()) => {
-                println!("{}", root.join("retro.md").display());
+                println!("{}", root.join(layout::RETRO_MD).display());
                 exit::SUCCESS
             }
             Err(message) => {

@@ -20,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 use super::exit;
 use super::progress::{seconds, ProgressView, ViewOptions};
 use super::render::{render_diagnostics, render_load_error};
+use fabro::run_dir::layout;
 
 #[derive(clap::Args)]
 pub struct RunArgs {
@@ -491,7 +492,7 @@ pub fn conclude(
             tokio::runtime::Handle::current().block_on(super::retro::write(root, true))
         });
         match written {
-            Ok(()) => eprintln!("retrospective: {}", root.join("retro.md").display()),
+            Ok(()) => eprintln!("retrospective: {}", root.join(layout::RETRO_MD).display()),
             Err(message) => eprintln!("warning: no retrospective: {message}"),
         }
     }

@@ -12,6 +12,7 @@ use fabro::run_status::RunStatus;
 use serde_json::{json, Value};
 
 use super::exit;
+use fabro::run_dir::layout;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -120,7 +121,7 @@ fn list(dir: &Path) -> Vec<Entry> {
         .flatten()
         .flatten()
         .map(|entry| entry.path())
-        .filter(|path| path.join("manifest.json").exists())
+        .filter(|path| path.join(layout::MANIFEST).exists())
         .collect();
     dirs.sort();
     let mut entries: Vec<Entry> = dirs.iter().map(|d| read_entry(d)).collect();

@@ -20,6 +20,7 @@ use crate::context::Context;
 use crate::event::{Event, RunEnd};
 use crate::event_log::{now_rfc3339, EventLog, LoggedEvent};
 use crate::graph::{HandlerType, Workflow};
+use crate::run_dir::layout;
 use crate::run_dir::stage_summary::StageSummary;
 use crate::run_dir::{Manifest, RunDir, RunDirError, RunResult, SavedRun};
 use crate::run_status::RunStatus;
@@ -183,8 +184,8 @@ impl Engine {
             }),
             launch: options.launch.clone(),
         };
-        run_dir.write_json("manifest.json", &manifest)?;
-        run_dir.write_text("workflow.dot", workflow.source().text())?;
+        run_dir.write_json(layout::MANIFEST, &manifest)?;
+        run_dir.write_text(layout::SAVED_WORKFLOW, workflow.source().text())?;
         let config_files = crate::run_dir::layout::config_files(run_dir.root());
         options
             .config_files
@@ -267,7 +268,7 @@ impl Engine {
         manifest.launch = options.launch.clone();
         manifest.status = RunStatus::Running;
         manifest.finished_at = None;
-        saved.dir.write_json("manifest.json", &manifest)?;
+        saved.dir.write_json(layout::MANIFEST, &manifest)?;
         let checkpoint = saved.checkpoint;
         let mut summaries = saved.summaries;
         for summary in &mut summaries {
@@ -334,7 +335,8 @@ fn open_events(
     next_seq: u64,
     observe: impl Fn(&LoggedEvent) + Send + Sync + 'static,
 ) -> Result<EventLog, StartError> {
-    let mut events = EventLog::open(root, run_id, next_seq).map_err(StartError::Events)?;
+    let mut events =
+        EventLog::open(&root.join(layout::EVENTS), run_id, next_seq).map_err(StartError::Events)?;
     events.observe(observe);
     Ok(events)
 }
@@ -482,7 +484,7 @@ impl Run<'_> {
             usage: crate::usage::UsageTotals::of(&self.main.state.stages),
             dry_run: scope.options.dry_run.then(|| scope.walk().report(scope.workflow)),
         };
-        if let Err(error) = scope.run_dir.write_json("result.json", &result) {
+        if let Err(error) = scope.run_dir.write_json(layout::RESULT, &result) {
             tracing::warn!(%error, "result.json not written");
         }
         result
@@ -492,7 +494,7 @@ impl Run<'_> {
     fn write_manifest(&mut self, status: RunStatus) {
         self.manifest.finished_at = Some(now_rfc3339());
         self.manifest.status = status;
-        if let Err(error) = self.main.scope.run_dir.write_json("manifest.json", &self.manifest) {
+        if let Err(error) = self.main.scope.run_dir.write_json(layout::MANIFEST, &self.manifest) {
             tracing::warn!(%error, "manifest not updated");
         }
     }
@@ -513,7 +515,7 @@ impl Run<'_> {
         let from_id = workflow.node_at(from).id.clone();
         self.main.save_checkpoint(RunStatus::Restarted, &from_id, Some(&target_id)).map_err(|error| {
             RunDirError::Io {
-                path: self.main.scope.run_dir.root().join("checkpoint.json"),
+                path: self.main.scope.run_dir.root().join(layout::CHECKPOINT),
                 source: std::io::Error::other(error),
             }
         })?;
@@ -529,8 +531,8 @@ impl Run<'_> {
         };
         scope
             .events
-            .reopen(new_dir.root(), &new_id)
-            .map_err(|source| RunDirError::Io { path: new_dir.root().join("events.jsonl"), source })?;
+            .reopen(&new_dir.root().join(layout::EVENTS), &new_id)
+            .map_err(|source| RunDirError::Io { path: new_dir.root().join(layout::EVENTS), source })?;
 
         self.manifest = Manifest {
             run_id: new_id.clone(),
@@ -541,8 +543,8 @@ impl Run<'_> {
             restarted_as: None,
             ..self.manifest.clone()
         };
-        new_dir.write_json("manifest.json", &self.manifest)?;
-        new_dir.write_text("workflow.dot", workflow.source().text())?;
+        new_dir.write_json(layout::MANIFEST, &self.manifest)?;
+        new_dir.write_text(layout::SAVED_WORKFLOW, workflow.source().text())?;
         scope.journal = Mutex::new(new_dir.journal(0, None, scope.options.checkpoint_sync)?);
         scope.artifacts = artifact_store(workflow, new_dir.root());
         scope.run_dir = new_dir;

@@ -27,6 +27,7 @@ use crate::event::{Event, SelectedEdge};
 use crate::event_log::now_rfc3339;
 use crate::graph::{EdgeRef, HandlerType, Node, Workflow};
 use crate::outcome::{Outcome, Pause, PauseKind, StageStatus};
+use crate::run_dir::layout;
 use crate::run_dir::stage_summary::StageSummary;
 use crate::run_dir::{Durability, StageRecord, StageStatusFile};
 use crate::run_status::RunStatus;
@@ -681,7 +682,7 @@ impl<'e> Walker<'e> {
         // journaled with their parallel stage).
         let written = match stage_dir {
             Some(dir) => {
-                let path = dir.join("status.json");
+                let path = dir.join(layout::STATUS);
                 crate::run_dir::write_json_file_with(&path, &status_file, Durability::Unsynced)
             }
             None => Ok(()),
@@ -909,9 +910,10 @@ impl<'e> Walker<'e> {
 /// replaced by a real directory (no process of a confined stage outlives it, so nothing can
 /// swap it back meanwhile).
 fn archive_attempt(stage_dir: &Path, attempt: u32) {
-    let attempts = stage_dir.join("attempts");
+    let attempts = stage_dir.join(layout::ATTEMPTS_DIR);
     let Ok(entries) = std::fs::read_dir(stage_dir) else { return };
-    let entries: Vec<_> = entries.flatten().filter(|entry| entry.file_name() != "attempts").collect();
+    let entries: Vec<_> =
+        entries.flatten().filter(|entry| entry.file_name() != layout::ATTEMPTS_DIR).collect();
     if entries.is_empty() {
         return;
     }

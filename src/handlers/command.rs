@@ -23,17 +23,13 @@ use crate::graph::attribute::format_duration;
 use crate::graph::settings::CommandSettings;
 use crate::outcome::{Outcome, Pause, PauseKind, StageStatus};
 use crate::process_group::{lead_guarded_group, ProcessGroup};
+use crate::run_dir::layout;
 
 /// Runs command stages.
 pub struct CommandHandler;
 
 /// How much of the end of each log becomes a context value.
 const OUTPUT_TAIL_BYTES: u64 = 16 * 1024 * 1024;
-
-const STATUS_FILE: &str = "status.json";
-const CONTEXT_FILE: &str = "context.json";
-const STDOUT_LOG: &str = "stdout.log";
-const STDERR_LOG: &str = "stderr.log";
 
 /// How the wait for the command ended.
 enum Ending {
@@ -65,10 +61,10 @@ impl Handler for CommandHandler {
         }
 
         let stage_dir = absolute(stage.stage_dir);
-        let context_path = stage_dir.join(CONTEXT_FILE);
-        let status_path = stage_dir.join(STATUS_FILE);
-        let stdout_path = stage_dir.join(STDOUT_LOG);
-        let stderr_path = stage_dir.join(STDERR_LOG);
+        let context_path = stage_dir.join(layout::CONTEXT_SNAPSHOT);
+        let status_path = stage_dir.join(layout::STATUS);
+        let stdout_path = stage_dir.join(layout::STDOUT_LOG);
+        let stderr_path = stage_dir.join(layout::STDERR_LOG);
 
         write_context_snapshot(stage, &context_path).await?;
         // A status file left by an earlier attempt of this visit must not decide this one.
@@ -392,8 +388,9 @@ async fn apply_status_file(outcome: Outcome, status: ExitStatus, path: &Path, au
         Ok(text) => text,
         Err(error) if error.kind() == std::io::ErrorKind::NotFound && auto_status => {
             let notes = format!(
-                "{}; auto_status: no {STATUS_FILE} was written, so the stage succeeds",
-                outcome.notes.clone().unwrap_or_default()
+                "{}; auto_status: no {} was written, so the stage succeeds",
+                outcome.notes.clone().unwrap_or_default(),
+                layout::STATUS
             );
             return Outcome {
                 status: StageStatus::Success,
@@ -413,7 +410,7 @@ async fn apply_status_file(outcome: Outcome, status: ExitStatus, path: &Path, au
     context_updates.extend(reported.context_updates);
     let failure_reason = match reported.status {
         StageStatus::Fail | StageStatus::Retry => reported.failure_reason.or_else(|| {
-            Some(format!("{STATUS_FILE} reported {} ({})", reported.status, describe_exit(status)))
+            Some(format!("{} reported {} ({})", layout::STATUS, reported.status, describe_exit(status)))
         }),
         _ => reported.failure_reason,
     };

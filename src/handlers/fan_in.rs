@@ -18,6 +18,7 @@ use crate::branch_results::{consolidate, rank, BranchResult};
 use crate::context::artifacts::ArtifactStore;
 use crate::event::Event;
 use crate::outcome::{Outcome, StageStatus};
+use crate::run_dir::layout;
 
 /// Characters of each context value shown to the model when it picks the best branch.
 const VALUE_PREVIEW_CHARS: usize = 500;
@@ -130,9 +131,9 @@ async fn ask_model<'r>(
         prompt.push_str(&describe(result));
     }
     prompt.push_str(&crate::backends::choice_instruction(&ids));
-    write(stage, "prompt.md", &prompt).await?;
+    write(stage, layout::PROMPT, &prompt).await?;
     let (response, _) = super::llm::complete(stage, &super::llm::request_for(stage, &prompt)?).await?;
-    write(stage, "response.md", &response.text).await?;
+    write(stage, layout::RESPONSE, &response.text).await?;
     let chosen = named_branch(&response.text);
     match chosen.as_deref().and_then(|id| ranked.iter().find(|r| r.branch_id == id)) {
         Some(best) => Ok((best, response)),

@@ -248,7 +248,8 @@ mod tests {
         let mut fixture = Fixture::new(dot);
         fixture.services.interviewer = interviewer;
         let events = Arc::new(Mutex::new(Vec::new()));
-        let mut log = EventLog::open(fixture.dir.path(), "test-run", 0).expect("event log");
+        let mut log =
+            EventLog::open(&fixture.dir.path().join("events.jsonl"), "test-run", 0).expect("event log");
         let sink = events.clone();
         log.observe(move |event| sink.lock().unwrap().push(event.clone()));
         fixture.events = log;

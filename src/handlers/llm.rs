@@ -20,6 +20,7 @@ use crate::context::Context;
 use crate::graph::HandlerType;
 use crate::llm::BackendError;
 use crate::outcome::{Exchange, Outcome, Pause, PauseKind, StageStatus};
+use crate::run_dir::layout;
 
 /// How many characters of the response go into the `last_response` context key.
 pub const LAST_RESPONSE_CHARS: usize = 200;
@@ -40,16 +41,16 @@ impl Handler for LlmHandler {
         let mut prompt = expand_prompt(template, stage.context);
         if let Some(preamble) = stage.past.preamble {
             // What the stage knows of the run so far, at its fidelity; kept on its own too.
-            write_file(&stage.stage_dir.join("preamble.md"), preamble).await?;
+            write_file(&stage.stage_dir.join(layout::PREAMBLE), preamble).await?;
             prompt = format!("{}\n\n---\n\n{prompt}", preamble.trim_end());
         }
-        write_file(&stage.stage_dir.join("prompt.md"), &prompt).await?;
+        write_file(&stage.stage_dir.join(layout::PROMPT), &prompt).await?;
         let (thread, history) =
             stage.past.thread.map_or((None, &[][..]), |(key, history)| (Some(key), history));
         if !history.is_empty() {
             // The conversation this call continues, exactly as the backend receives it.
             let lines: Vec<String> = history.iter().filter_map(|m| serde_json::to_string(m).ok()).collect();
-            write_file(&stage.stage_dir.join("history.jsonl"), &(lines.join("\n") + "\n")).await?;
+            write_file(&stage.stage_dir.join(layout::HISTORY), &(lines.join("\n") + "\n")).await?;
         }
 
         let mut request = request_for(stage, &prompt)?;
@@ -57,7 +58,7 @@ impl Handler for LlmHandler {
         request.thread = thread;
         request.history = history;
         let (response, backend_name) = complete(stage, &request).await?;
-        write_file(&stage.stage_dir.join("response.md"), &response.text).await?;
+        write_file(&stage.stage_dir.join(layout::RESPONSE), &response.text).await?;
 
         let outcome = outcome_for(&node.id, &backend_name, &response);
         let exchange = Exchange { prompt, response: response.text, conversation: response.conversation };

@@ -28,6 +28,7 @@ use crate::event::{ChildObservation, Event};
 use crate::graph::settings::ManagerSettings;
 use crate::graph::Node;
 use crate::outcome::{Outcome, Pause, PauseKind, StageStatus};
+use crate::run_dir::layout;
 use crate::run_dir::{Checkpoint, RunResult};
 use crate::run_status::RunStatus;
 use crate::source::SourceFile;
@@ -50,7 +51,7 @@ impl Handler for ManagerHandler {
             slot => {
                 if let Some(preamble) = stage.past.preamble {
                     // What the child's stages are given of this run, kept beside the stage.
-                    write_stage_file(&stage.stage_dir.join("preamble.md"), preamble)?;
+                    write_stage_file(&stage.stage_dir.join(layout::PREAMBLE), preamble)?;
                 }
                 let child = child_workflow(stage, &slot)?;
                 if let Some(node) = stage.run.children.first_unhandled(&child.get().workflow) {

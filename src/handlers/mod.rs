@@ -93,7 +93,7 @@ pub(crate) mod test_support {
                     (node.id.clone(), stage_dir)
                 })
                 .collect();
-            let events = EventLog::open(dir.path(), "test-run", 0).expect("event log");
+            let events = EventLog::open(&dir.path().join("events.jsonl"), "test-run", 0).expect("event log");
             Fixture {
                 work_dir,
                 stage_dirs,

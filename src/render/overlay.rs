@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use crate::outcome::StageStatus;
+use crate::run_dir::layout;
 use crate::run_dir::Checkpoint;
 use crate::run_status::RunStatus;
 
@@ -78,7 +79,7 @@ impl Overlay {
         let checkpoint: Checkpoint = match crate::run_dir::journal::load_checkpoint(root) {
             Ok(Some(checkpoint)) => checkpoint,
             Ok(None) => {
-                return Err(OverlayError::NotARun { path: root.to_path_buf(), missing: "checkpoint.json" })
+                return Err(OverlayError::NotARun { path: root.to_path_buf(), missing: layout::CHECKPOINT })
             }
             Err(error) => {
                 return Err(match error.corrupt_file() {
@@ -87,7 +88,7 @@ impl Overlay {
                 })
             }
         };
-        let events_path = root.join("events.jsonl");
+        let events_path = root.join(layout::EVENTS);
         let events = match crate::regular_file::read_to_string(
             &events_path,
             crate::regular_file::FileKind::EventLog,

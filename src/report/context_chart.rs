@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use super::read_tail;
+use crate::run_dir::layout;
 use crate::run_dir::{RunResult, RunView};
 
 /// The chart's file name in the run directory.
@@ -57,7 +58,7 @@ pub fn read_series(run_dir: &Path, result: &RunResult) -> Vec<Series> {
             };
             let transcript = stage
                 .dir_in(run_dir)
-                .and_then(|dir| read_tail(&dir.join("transcript.jsonl"), 64 * 1024 * 1024))
+                .and_then(|dir| read_tail(&dir.join(layout::TRANSCRIPT), 64 * 1024 * 1024))
                 .unwrap_or_default();
             let mut series = from_transcript(label, &transcript);
             if series.calls.is_empty() {

@@ -16,13 +16,14 @@ pub use crate::run_dir::stage_output::read_tail;
 /// How much of a stage's output goes into a report.
 pub const OUTPUT_TAIL_BYTES: u64 = 4096;
 
+use crate::run_dir::layout;
 pub use crate::run_dir::layout::finished_visit_dir as visit_dir;
 
 /// The output a report shows for one visit: the command's stdout.log, else the LLM's
 /// response.md, tail only.
 pub fn visit_output(run_dir: &Path, node_id: &str, visit: u32) -> Option<String> {
     let dir = visit_dir(run_dir, node_id, visit)?;
-    ["stdout.log", "response.md"].iter().find_map(|name| {
+    [layout::STDOUT_LOG, layout::RESPONSE].iter().find_map(|name| {
         let path = dir.join(name);
         if path.is_file() {
             read_tail(&path, OUTPUT_TAIL_BYTES)

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{seconds, shorten};
 use crate::outcome::StageStatus;
+use crate::run_dir::layout;
 use crate::run_dir::{RunView, StageRecord, StageStatusFile, ViewError};
 use crate::run_status::RunStatus;
 
@@ -184,7 +185,7 @@ impl Retro {
         backend: &dyn crate::backends::Backend,
     ) -> Result<Narrative, String> {
         let events = crate::regular_file::read_to_string(
-            root.join("events.jsonl"),
+            root.join(layout::EVENTS),
             crate::regular_file::FileKind::EventLog,
         )
         .unwrap_or_default();
@@ -209,7 +210,7 @@ impl Retro {
     /// Writes `retro.json` and `retro.md` into `root`, each replaced atomically.
     pub fn write(&self, root: &Path) -> Result<(), RetroError> {
         let json = serde_json::to_string_pretty(self).unwrap_or_default() + "\n";
-        for (name, text) in [("retro.json", json), ("retro.md", self.markdown())] {
+        for (name, text) in [(layout::RETRO_JSON, json), (layout::RETRO_MD, self.markdown())] {
             let path = root.join(name);
             crate::run_dir::write_atomic(&path, text.as_bytes())
                 .map_err(|source| RetroError::Write { path: path.display().to_string(), source })?;
@@ -280,7 +281,7 @@ fn stage(root: &Path, record: &StageRecord) -> RetroStage {
         .dir_in(root)
         .and_then(|dir| {
             crate::regular_file::read_to_string(
-                dir.join("status.json"),
+                dir.join(layout::STATUS),
                 crate::regular_file::FileKind::Record,
             )
             .ok()

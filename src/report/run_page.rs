@@ -12,6 +12,7 @@ use serde_json::Value;
 
 use super::read_tail;
 use super::{seconds, shorten};
+use crate::run_dir::layout;
 use crate::run_dir::stage_output::tail_lines;
 use crate::run_dir::{RunView, StageRecord, ViewError};
 
@@ -180,7 +181,7 @@ fn run_commits(worktree: &Path, branch: &str, run_id: &str) -> Vec<(String, Stri
 }
 
 fn read_events(root: &Path) -> Vec<Value> {
-    let text = read_tail(&root.join("events.jsonl"), 64 * 1024 * 1024).unwrap_or_default();
+    let text = read_tail(&root.join(layout::EVENTS), 64 * 1024 * 1024).unwrap_or_default();
     text.lines().filter_map(|line| serde_json::from_str(line).ok()).collect()
 }
 
@@ -194,7 +195,7 @@ fn visit_page(root: &Path, record: &StageRecord, events: &[Value]) -> VisitPage 
             .filter(|text| !text.trim().is_empty())
     };
     let status: Value =
-        read("status.json").and_then(|text| serde_json::from_str(&text).ok()).unwrap_or_default();
+        read(layout::STATUS).and_then(|text| serde_json::from_str(&text).ok()).unwrap_or_default();
     let tail =
         |name: &str| dir.as_ref().map(|dir| tail_lines(&dir.join(name), OUTPUT_LINES)).unwrap_or_default();
     let here = |event: &&Value| {
@@ -220,11 +221,11 @@ fn visit_page(root: &Path, record: &StageRecord, events: &[Value]) -> VisitPage 
                 .find(|event| matches!(event["event"].as_str(), Some("stage.completed" | "stage.failed")))
                 .and_then(|event| event["notes"].as_str().map(str::to_string))
         }),
-        preamble: read("preamble.md"),
-        prompt: read("prompt.md"),
-        response: read("response.md"),
-        stdout_tail: tail("stdout.log"),
-        stderr_tail: tail("stderr.log"),
+        preamble: read(layout::PREAMBLE),
+        prompt: read(layout::PROMPT),
+        response: read(layout::RESPONSE),
+        stdout_tail: tail(layout::STDOUT_LOG),
+        stderr_tail: tail(layout::STDERR_LOG),
         events: status["operator_notes"]
             .as_array()
             .into_iter()

@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{json, Value};
 
 use super::journal::{Entry, Journal, State, SyncMode};
+use super::layout;
 use super::records::{Checkpoint, Manifest, RunResult, StageRecord};
 use super::{write_json_file, Durability, RunDir, RunDirError};
 use crate::event::Event;
@@ -96,7 +97,7 @@ fn select(root: &Path, node: &str, visit: Option<u32>) -> Result<Selected, Histo
     if journal.as_ref().is_some_and(|journal| journal.entries.is_empty()) {
         let snapshot = super::journal::read_snapshot(root).map_err(journal_error)?;
         if let Some(covered) = snapshot.and_then(|snapshot| snapshot.journal_seq) {
-            let path = root.join(super::journal::FILE);
+            let path = root.join(layout::JOURNAL);
             return Err(journal_error(super::journal::JournalError::Emptied { path, covered }));
         }
     }
@@ -264,9 +265,9 @@ fn read_json_path<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, Hist
 
 /// The manifest, both typed and as JSON (so fields this version does not know survive).
 fn read_manifest(root: &Path) -> Result<(Manifest, Value), HistoryError> {
-    let path = root.join("manifest.json");
+    let path = root.join(layout::MANIFEST);
     let text = crate::regular_file::read_to_string(&path, crate::regular_file::FileKind::Record)
-        .map_err(|_| HistoryError::NotARun { path: root.to_path_buf(), missing: "manifest.json" })?;
+        .map_err(|_| HistoryError::NotARun { path: root.to_path_buf(), missing: layout::MANIFEST })?;
     let corrupt =
         |error: serde_json::Error| HistoryError::Corrupt { path: path.clone(), message: error.to_string() };
     let value: Value = serde_json::from_str(&text).map_err(corrupt)?;
@@ -411,9 +412,9 @@ pub fn fork(
     let (manifest, _) = read_manifest(root)?;
     let selected = select(root, node, visit)?;
     let mut checkpoint = resumable(&selected)?;
-    let workflow_path = root.join("workflow.dot");
+    let workflow_path = root.join(layout::SAVED_WORKFLOW);
     let workflow = crate::regular_file::read(&workflow_path, crate::regular_file::FileKind::SavedWorkflow)
-        .map_err(|_| HistoryError::NotARun { path: root.to_path_buf(), missing: "workflow.dot" })?;
+        .map_err(|_| HistoryError::NotARun { path: root.to_path_buf(), missing: layout::SAVED_WORKFLOW })?;
 
     let run_id = uuid::Uuid::now_v7().to_string();
     let new_root = match new_root {
@@ -450,13 +451,13 @@ pub fn fork(
         }
     }
 
-    std::fs::write(dir.root().join("workflow.dot"), &workflow)
-        .map_err(|source| io(&dir.root().join("workflow.dot"), source))?;
+    std::fs::write(dir.root().join(layout::SAVED_WORKFLOW), &workflow)
+        .map_err(|source| io(&dir.root().join(layout::SAVED_WORKFLOW), source))?;
     checkpoint.run_id = run_id.clone();
     checkpoint.context.set("internal.run_id", run_id.clone());
     repoint_artifacts(root, dir.root(), &mut checkpoint.context);
     let stages = selected.summaries.iter().map(StageSummary::record).collect();
-    dir.write_json("result.json", &resumable_result(&run_id, dir.root(), &checkpoint, stages))?;
+    dir.write_json(layout::RESULT, &resumable_result(&run_id, dir.root(), &checkpoint, stages))?;
     // The fork's journal starts with one entry holding the whole state.
     let state = State::from_checkpoint(&checkpoint, selected.summaries);
     start_journal(&dir, &run_id, &state)?;
@@ -491,11 +492,11 @@ pub fn fork(
         work_dir,
         ..manifest
     };
-    write_json_file(&dir.root().join("manifest.json"), &new_manifest)?;
+    write_json_file(&dir.root().join(layout::MANIFEST), &new_manifest)?;
 
     let next_node = checkpoint.next_node.clone().unwrap_or_default();
-    let events = EventLog::open(dir.root(), &run_id, 0)
-        .map_err(|source| io(&dir.root().join("events.jsonl"), source))?;
+    let events_path = dir.root().join(layout::EVENTS);
+    let events = EventLog::open(&events_path, &run_id, 0).map_err(|source| io(&events_path, source))?;
     events.run_event(Event::RunForked {
         from_run_dir: origin.run_dir.clone(),
         from_run_id: origin.run_id.clone(),
@@ -552,12 +553,12 @@ pub fn rewind(root: &Path, node: &str, visit: Option<u32>) -> Result<Rewound, Hi
         // The journal moves aside whole; the new one is its beginning, up to the point, and an
         // entry saying the run stopped there.
         Place::Journal { bytes } => {
-            move_into_archive(super::journal::FILE, &mut moved)?;
-            let archived = root.join(&archive).join(super::journal::FILE);
+            move_into_archive(layout::JOURNAL, &mut moved)?;
+            let archived = root.join(&archive).join(layout::JOURNAL);
             let kept = crate::regular_file::read(&archived, crate::regular_file::FileKind::EventLog)
                 .map_err(|source| io(&archived, source))?;
             let kept = kept.get(..bytes as usize).unwrap_or(&kept);
-            let path = root.join(super::journal::FILE);
+            let path = root.join(layout::JOURNAL);
             super::write_atomic(&path, kept).map_err(|source| io(&path, source))?;
             let last_seq = selected.checkpoint.journal_seq.unwrap_or(0);
             let mut journal = dir.journal(last_seq, None, SyncMode::Stage)?;
@@ -577,7 +578,7 @@ pub fn rewind(root: &Path, node: &str, visit: Option<u32>) -> Result<Rewound, Hi
             // A run continued from an older run directory becomes one again: all of its journal
             // comes after the point.
             if Journal::exists(root) {
-                move_into_archive(super::journal::FILE, &mut moved)?;
+                move_into_archive(layout::JOURNAL, &mut moved)?;
             }
             for (seq, _, path) in history_files(root)? {
                 if seq <= chosen {
@@ -586,11 +587,11 @@ pub fn rewind(root: &Path, node: &str, visit: Option<u32>) -> Result<Rewound, Hi
                 let Some(name) = path.file_name().and_then(|n| n.to_str()) else { continue };
                 move_into_archive(&format!("checkpoints/{name}"), &mut moved)?;
             }
-            dir.write_compact_json("checkpoint.json", &checkpoint)?;
+            dir.write_compact_json(layout::CHECKPOINT, &checkpoint)?;
         }
     }
     // Stage directories and parallel-branch journals of visits after the target.
-    for per_visit in ["stages", "parallel"] {
+    for per_visit in [layout::STAGES_DIR, layout::PARALLEL_DIR] {
         let mut nodes: Vec<String> = std::fs::read_dir(root.join(per_visit))
             .into_iter()
             .flatten()
@@ -612,19 +613,20 @@ pub fn rewind(root: &Path, node: &str, visit: Option<u32>) -> Result<Rewound, Hi
         }
     }
     let stages = selected.summaries.iter().map(StageSummary::record).collect();
-    if root.join("result.json").exists() {
-        move_into_archive("result.json", &mut moved)?;
+    if root.join(layout::RESULT).exists() {
+        move_into_archive(layout::RESULT, &mut moved)?;
     }
-    dir.write_json("result.json", &resumable_result(&manifest.run_id, root, &checkpoint, stages))?;
+    dir.write_json(layout::RESULT, &resumable_result(&manifest.run_id, root, &checkpoint, stages))?;
     if let Value::Object(map) = &mut manifest_value {
         map.insert("status".to_string(), json!(checkpoint.status));
         map.insert("finished_at".to_string(), Value::Null);
     }
-    write_json_file(&root.join("manifest.json"), &manifest_value)?;
+    write_json_file(&root.join(layout::MANIFEST), &manifest_value)?;
 
     let next_node = checkpoint.next_node.clone().unwrap_or_default();
-    let events = EventLog::open(root, &manifest.run_id, EventLog::last_seq_in(root))
-        .map_err(|source| io(&root.join("events.jsonl"), source))?;
+    let events_path = root.join(layout::EVENTS);
+    let events = EventLog::open(&events_path, &manifest.run_id, EventLog::last_seq_in(&events_path))
+        .map_err(|source| io(&events_path, source))?;
     events.run_event(Event::RunRewound {
         to: node.to_string(),
         visit: selected_visit,

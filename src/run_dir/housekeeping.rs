@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
+use super::layout;
 use super::lookup::runs_in;
 use super::records::Manifest;
 use super::{RunDir, RunDirError};
@@ -81,7 +82,7 @@ pub fn prune_candidates(
 
 /// Deletes the run directory `dir`, holding its lock while doing so.
 pub fn delete_run(dir: &Path) -> Result<(), DeleteError> {
-    if !std::fs::symlink_metadata(dir.join("manifest.json")).is_ok_and(|meta| meta.is_file()) {
+    if !std::fs::symlink_metadata(dir.join(layout::MANIFEST)).is_ok_and(|meta| meta.is_file()) {
         return Err(DeleteError::NotARun { dir: dir.to_path_buf() });
     }
     let run = RunDir { root: dir.to_path_buf() };
@@ -98,7 +99,7 @@ pub fn delete_run(dir: &Path) -> Result<(), DeleteError> {
 }
 
 fn read_manifest(dir: &Path) -> Option<Manifest> {
-    let path = dir.join("manifest.json");
+    let path = dir.join(layout::MANIFEST);
     let meta = std::fs::symlink_metadata(&path).ok()?;
     if !meta.is_file() || meta.len() > 1 << 20 {
         return None;

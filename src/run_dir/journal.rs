@@ -21,14 +21,13 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use super::layout;
 use super::records::Checkpoint;
 use crate::context::Context;
 use crate::outcome::StageStatus;
 use crate::run_dir::stage_summary::StageSummary;
 use crate::run_status::RunStatus;
 
-/// The journal's file name in a run directory.
-pub const FILE: &str = "journal.jsonl";
 /// A compact snapshot (`checkpoint.json`) is written after this many entries
 /// (`FABRO_SNAPSHOT_EVERY` overrides it, for tests that must kill fabro inside snapshot writes).
 pub const SNAPSHOT_EVERY: u64 = 100;
@@ -292,7 +291,7 @@ pub struct Journal {
 impl Journal {
     /// Whether the run directory has a journal (runs made before it have `checkpoints/`).
     pub fn exists(root: &Path) -> bool {
-        std::fs::symlink_metadata(root.join(FILE)).is_ok_and(|meta| meta.is_file())
+        std::fs::symlink_metadata(root.join(layout::JOURNAL)).is_ok_and(|meta| meta.is_file())
     }
 
     /// Reads `journal.jsonl`. The last line may be torn (no newline, or not JSON): it is
@@ -310,7 +309,7 @@ impl Journal {
     /// Reads `journal.jsonl` line by line, handing each entry and the offset after its line to
     /// `each` (nothing is kept), and says where the journal ends. Errors as [`Journal::read`].
     pub fn scan(root: &Path, mut each: impl FnMut(Entry, u64)) -> Result<JournalEnd, JournalError> {
-        let path = root.join(FILE);
+        let path = root.join(layout::JOURNAL);
         let bytes = crate::regular_file::read(&path, crate::regular_file::FileKind::EventLog)
             .map_err(|source| JournalError::Io { path: path.clone(), source })?;
         let mut journal_end = JournalEnd::default();
@@ -406,7 +405,7 @@ pub fn read_state(root: &Path) -> Result<Option<(State, JournalEnd)>, JournalErr
         // the journal alone, unless nothing is left of it.
         (state, end) = fold(None)?;
         if end.last_seq == 0 {
-            return Err(JournalError::Emptied { path: root.join(FILE), covered });
+            return Err(JournalError::Emptied { path: root.join(layout::JOURNAL), covered });
         }
     }
     Ok((end.last_seq > 0).then_some((state, end)))
@@ -436,7 +435,7 @@ impl<'a> Fold<'a> {
 
 /// `checkpoint.json`, when present.
 pub fn read_snapshot(root: &Path) -> Result<Option<Checkpoint>, JournalError> {
-    let path = root.join("checkpoint.json");
+    let path = root.join(layout::CHECKPOINT);
     let snapshot: Option<Checkpoint> = super::read_record(&path).map_err(|error| match error {
         super::RecordError::Io(source) => JournalError::Io { path: path.clone(), source },
         super::RecordError::Corrupt(message) => JournalError::Snapshot { path: path.clone(), message },
@@ -484,7 +483,7 @@ impl Writer {
     /// Opens the journal of the run in `root` for appending after entry `last_seq`; a torn last
     /// line is cut off first (at `torn.offset`), so new entries never follow half of one.
     pub fn open(root: &Path, last_seq: u64, torn: Option<&Torn>, mode: SyncMode) -> std::io::Result<Writer> {
-        let path = root.join(FILE);
+        let path = root.join(layout::JOURNAL);
         let file = crate::regular_file::open_append(&path)?;
         if let Some(torn) = torn {
             file.set_len(torn.offset)?;
@@ -641,7 +640,7 @@ mod tests {
         writer.append(&mut second).unwrap();
         drop(writer);
         // A crash in the middle of the third append.
-        let path = temp.path().join(FILE);
+        let path = temp.path().join(layout::JOURNAL);
         let mut text = std::fs::read_to_string(&path).unwrap();
         text.push_str(r#"{"seq":3,"ts":"","status":"run"#);
         std::fs::write(&path, &text).unwrap();
@@ -686,10 +685,10 @@ mod tests {
     fn a_bad_line_before_the_last_is_corruption_with_its_line_number() {
         let temp = tempfile::tempdir().unwrap();
         let line = serde_json::to_string(&Entry { seq: 1, ..entry("a", None, &[]) }).unwrap();
-        std::fs::write(temp.path().join(FILE), format!("{line}\nnot json\n{line}\n")).unwrap();
+        std::fs::write(temp.path().join(layout::JOURNAL), format!("{line}\nnot json\n{line}\n")).unwrap();
         let error = Journal::read(temp.path()).unwrap_err().to_string();
         assert!(error.contains("corrupt at line 2"), "{error}");
-        std::fs::write(temp.path().join(FILE), format!("{line}\n{line}\n")).unwrap();
+        std::fs::write(temp.path().join(layout::JOURNAL), format!("{line}\n{line}\n")).unwrap();
         let error = Journal::read(temp.path()).unwrap_err().to_string();
         assert!(error.contains("entry 1 follows entry 1"), "{error}");
     }

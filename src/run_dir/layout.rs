@@ -1,4 +1,5 @@
-//! Where a run's per-stage files live, and how their directory names are made and read:
+//! The names of a run directory's files (the constants below: only this module spells them), and
+//! where its per-stage files live, and how their directory names are made and read:
 //!
 //! ```text
 //! stages/<node>/<visit>/                 the first run of a visit
@@ -16,14 +17,65 @@
 
 use std::path::{Path, PathBuf};
 
+// The files of a run directory, and of a stage visit's directory. Only this module spells them.
+
+/// `manifest.json`: the run's manifest: its id, workflow, status, how it was launched.
+pub const MANIFEST: &str = "manifest.json";
+/// `checkpoint.json`: the last snapshot of the run's state.
+pub const CHECKPOINT: &str = "checkpoint.json";
+/// `journal.jsonl`: what happened since the snapshot, one entry per line.
+pub const JOURNAL: &str = "journal.jsonl";
+/// `result.json`: how the run ended.
+pub const RESULT: &str = "result.json";
+/// `events.jsonl`: the run's events, one JSON object per line.
+pub const EVENTS: &str = "events.jsonl";
+/// `workflow.dot`: the workflow as the run started it (resume continues with this copy).
+pub const SAVED_WORKFLOW: &str = "workflow.dot";
+/// `stages/`: a directory per stage, one per visit inside.
+pub const STAGES_DIR: &str = "stages";
+/// `parallel/`: the journals of parallel stages' finished branches.
+pub const PARALLEL_DIR: &str = "parallel";
+/// `worktree/`: the run's own git worktree (`--worktree`).
+pub const RUN_WORKTREE_DIR: &str = "worktree";
+/// `attempts/`: a retried stage visit's earlier attempts, inside its stage directory.
+pub const ATTEMPTS_DIR: &str = "attempts";
+/// `config-files.json`: the texts of the configuration files the run started with.
+pub const CONFIG_FILES: &str = "config-files.json";
+/// `run.lock`: held while a process runs the run.
+pub const RUN_LOCK: &str = "run.lock";
+/// `retro.json`: the run's retrospective, as data.
+pub const RETRO_JSON: &str = "retro.json";
+/// `retro.md`: the run's retrospective, to read.
+pub const RETRO_MD: &str = "retro.md";
+/// `serve-resume.log`: what a resume started from `fabro serve` printed.
+pub const SERVE_RESUME_LOG: &str = "serve-resume.log";
+/// `status.json`: a stage visit's status: outcome, failure, usage, what it wrote.
+pub const STATUS: &str = "status.json";
+/// `preamble.md`: what an LLM stage was shown of the run so far.
+pub const PREAMBLE: &str = "preamble.md";
+/// `prompt.md`: the prompt an LLM stage sent.
+pub const PROMPT: &str = "prompt.md";
+/// `history.jsonl`: the conversation an LLM stage continued, as the backend received it.
+pub const HISTORY: &str = "history.jsonl";
+/// `response.md`: the answer an LLM stage received.
+pub const RESPONSE: &str = "response.md";
+/// `transcript.jsonl`: an agent stage's model and tool calls, one per line.
+pub const TRANSCRIPT: &str = "transcript.jsonl";
+/// `stdout.log`: a command stage's standard output.
+pub const STDOUT_LOG: &str = "stdout.log";
+/// `stderr.log`: a command stage's standard error.
+pub const STDERR_LOG: &str = "stderr.log";
+/// `context.json`: the run context a command stage's script can read (`FABRO_CONTEXT`).
+pub const CONTEXT_SNAPSHOT: &str = "context.json";
+
 /// `config-files.json`: the texts of the configuration files the run started with.
 pub fn config_files(root: &Path) -> PathBuf {
-    root.join("config-files.json")
+    root.join(CONFIG_FILES)
 }
 
 /// `stages/` of the run in `root`.
 pub fn stages_dir(root: &Path) -> PathBuf {
-    root.join("stages")
+    root.join(STAGES_DIR)
 }
 
 /// `stages/<node>/`.
@@ -33,7 +85,7 @@ pub fn node_dir(root: &Path, node_id: &str) -> PathBuf {
 
 /// `parallel/<node>/<visit>/`: which branches of a parallel stage's visit finished.
 pub fn parallel_journal_dir(root: &Path, node_id: &str, visit: u32) -> PathBuf {
-    root.join("parallel").join(node_id).join(visit.to_string())
+    root.join(PARALLEL_DIR).join(node_id).join(visit.to_string())
 }
 
 /// `worktrees/<node>/<visit>/<branch>/`: where a branch of a parallel stage works in worktree mode.
@@ -68,7 +120,7 @@ pub fn thread_key(file_name: &str) -> Option<String> {
 
 /// `worktree/`: the run's git worktree in worktree mode.
 pub fn run_worktree_dir(root: &Path) -> PathBuf {
-    root.join("worktree")
+    root.join(RUN_WORKTREE_DIR)
 }
 
 /// The name of the `run`-th directory of `visit` (runs count from 1): `3`, `3.2`, `3.3`, ...

@@ -13,10 +13,8 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 
+use super::layout;
 use super::{io, RunDirError};
-
-/// The lock file's name in a run directory.
-pub const LOCK_FILE: &str = "run.lock";
 
 /// Held while a process drives a run; removes `run.lock` when dropped.
 #[derive(Debug)]
@@ -34,7 +32,7 @@ impl Drop for RunLock {
 
 /// Takes the lock of the run in `root`, or says which process holds it.
 pub(super) fn take(root: &Path) -> Result<RunLock, RunDirError> {
-    let path = root.join(LOCK_FILE);
+    let path = root.join(layout::RUN_LOCK);
     for _ in 0..8 {
         let mut file = std::fs::OpenOptions::new()
             .read(true)
@@ -71,7 +69,7 @@ pub fn is_held(root: &Path) -> bool {
     let Ok(file) = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(root.join(LOCK_FILE))
+        .open(root.join(layout::RUN_LOCK))
     else {
         return false;
     };
@@ -126,11 +124,11 @@ mod tests {
             "{refused:?}"
         );
         drop(lock);
-        assert!(!temp.path().join(LOCK_FILE).exists());
+        assert!(!temp.path().join(layout::RUN_LOCK).exists());
         assert!(!is_held(temp.path()));
         // A file left by a killed process, empty or naming a live pid, holds nothing.
         for left in ["", "1\n"] {
-            std::fs::write(temp.path().join(LOCK_FILE), left).unwrap();
+            std::fs::write(temp.path().join(layout::RUN_LOCK), left).unwrap();
             assert!(!is_held(temp.path()));
             drop(take(temp.path()).expect("taken over"));
         }
@@ -141,7 +139,7 @@ mod tests {
         let temp = tempfile::tempdir().unwrap();
         let target = temp.path().join("elsewhere");
         std::fs::write(&target, "keep").unwrap();
-        std::os::unix::fs::symlink(&target, temp.path().join(LOCK_FILE)).unwrap();
+        std::os::unix::fs::symlink(&target, temp.path().join(layout::RUN_LOCK)).unwrap();
         assert!(matches!(take(temp.path()), Err(RunDirError::Io { .. })));
         assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep");
     }

@@ -4,6 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
+use super::layout;
 use super::records::Manifest;
 
 /// The runs directory `fabro run` uses when no `--run-dir` is given.
@@ -36,7 +37,7 @@ pub fn runs_in(runs_dir: &Path) -> Vec<RunEntry> {
         .flatten()
         .filter_map(|entry| {
             let dir = entry.path();
-            let manifest = read_manifest(&dir.join("manifest.json"))?;
+            let manifest = read_manifest(&dir.join(layout::MANIFEST))?;
             Some(RunEntry { dir, run_id: manifest.run_id, started_at: manifest.started_at })
         })
         .collect();

@@ -35,7 +35,7 @@ pub use crate::atomic_file::{link_atomic, write_atomic, write_atomic_with, Durab
 pub use history::{fork, parse_target, rewind, ForkOrigin, Forked, HistoryError, Rewound};
 pub use journal::JournalEnd;
 pub use lock::is_held as lock_is_held;
-pub use lock::{RunLock, LOCK_FILE};
+pub use lock::RunLock;
 pub(crate) use records::recorded_handler;
 pub use records::{
     AssumedEdge, Checkpoint, CheckpointRef, DryRunWalk, LaunchRecord, Manifest, RunResult, StageRecord,
@@ -124,7 +124,7 @@ impl RunDir {
         value: &impl serde::Serialize,
         durability: Durability,
     ) -> Result<(), RunDirError> {
-        let path = self.root.join("checkpoint.json");
+        let path = self.root.join(layout::CHECKPOINT);
         let mut bytes = serde_json::to_vec(value).map_err(|e| io(&path, std::io::Error::other(e)))?;
         bytes.push(b'\n');
         write_atomic_with(&path, &bytes, durability).map_err(|source| io(&path, source))
@@ -138,7 +138,7 @@ impl RunDir {
         mode: journal::SyncMode,
     ) -> Result<journal::Writer, RunDirError> {
         journal::Writer::open(&self.root, last_seq, torn, mode)
-            .map_err(|source| io(&self.root.join(journal::FILE), source))
+            .map_err(|source| io(&self.root.join(layout::JOURNAL), source))
     }
 
     /// Takes the run's lock, so that only one process drives the run at a time.
@@ -194,13 +194,13 @@ pub fn write_json_file_with(
 
 /// What fabro writes into a run directory before its first stage is journaled.
 const START_FILES: [&str; 7] = [
-    "manifest.json",
-    "workflow.dot",
-    "config-files.json",
-    "events.jsonl",
-    LOCK_FILE,
-    journal::FILE,
-    "stages",
+    layout::MANIFEST,
+    layout::SAVED_WORKFLOW,
+    layout::CONFIG_FILES,
+    layout::EVENTS,
+    layout::RUN_LOCK,
+    layout::JOURNAL,
+    layout::STAGES_DIR,
 ];
 
 /// The entries of `root` when it holds a run that never started: only the files fabro writes
@@ -264,7 +264,7 @@ mod tests {
         std::fs::write(root.join("events.jsonl"), "{\"event\":\"run.started\"}\n").unwrap();
         std::fs::write(root.join("run.lock"), "1").unwrap();
         std::fs::write(root.join("config-files.json"), "{}").unwrap();
-        std::fs::write(root.join(journal::FILE), "{\"seq\":1,").unwrap();
+        std::fs::write(root.join(layout::JOURNAL), "{\"seq\":1,").unwrap();
         let (run, removed) = RunDir::create_or_reuse(&root).unwrap();
         assert_eq!(removed, ["config-files.json", "events.jsonl", "journal.jsonl", "run.lock", "stages"]);
         assert!(run.root().join("stages").is_dir());
@@ -276,7 +276,7 @@ mod tests {
         let mut journal = run.journal(0, None, journal::SyncMode::Never).unwrap();
         journal.append(&mut journal::Entry::default()).unwrap();
         assert!(matches!(RunDir::create_or_reuse(&root), Err(RunDirError::NotEmpty { .. })));
-        std::fs::remove_file(root.join(journal::FILE)).unwrap();
+        std::fs::remove_file(root.join(layout::JOURNAL)).unwrap();
         let _held = run.lock().unwrap();
         assert!(matches!(RunDir::create_or_reuse(&root), Err(RunDirError::NotEmpty { .. })));
     }

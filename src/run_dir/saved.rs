@@ -3,6 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use super::journal::{Journal, JournalEnd};
+use super::layout;
 use super::records::{Checkpoint, Manifest, RunResult, StageRecord, StageStatusFile};
 use super::RunDir;
 use crate::run_dir::stage_summary::StageSummary;
@@ -61,22 +62,22 @@ impl SavedRun {
     /// corrupt, are driven by another process, or have ended.
     pub fn open(root: &Path) -> Result<SavedRun, ResumeError> {
         refuse_links(root)?;
-        if !std::fs::symlink_metadata(root.join("manifest.json")).is_ok_and(|meta| meta.is_file()) {
+        if !std::fs::symlink_metadata(root.join(layout::MANIFEST)).is_ok_and(|meta| meta.is_file()) {
             if super::never_started(root).is_some() {
                 return Err(ResumeError::NotStarted { path: root.to_path_buf() });
             }
-            return Err(ResumeError::NotARun { path: root.to_path_buf(), missing: "manifest.json" });
+            return Err(ResumeError::NotARun { path: root.to_path_buf(), missing: layout::MANIFEST });
         }
         let dir = RunDir { root: root.to_path_buf() };
         let lock = dir.lock()?;
-        let manifest: Manifest = read_json(root, "manifest.json")?;
+        let manifest: Manifest = read_json(root, layout::MANIFEST)?;
         let (checkpoint, summaries, journal) = if Journal::exists(root) {
             let Some((state, end)) = super::journal::read_state(root).map_err(corrupt)? else {
                 return Err(ResumeError::NotStarted { path: root.to_path_buf() });
             };
             (state.checkpoint(&manifest.run_id), state.stages, end)
         } else {
-            let checkpoint: Checkpoint = read_json(root, "checkpoint.json")?;
+            let checkpoint: Checkpoint = read_json(root, layout::CHECKPOINT)?;
             let summaries = legacy_summaries(root, &checkpoint);
             (checkpoint, summaries, JournalEnd::default())
         };
@@ -88,7 +89,7 @@ impl SavedRun {
         // Resuming such a run only finishes its records.
         let unrecorded_end = ended
             && (manifest.status == RunStatus::Running
-                || (checkpoint.status != RunStatus::Restarted && !root.join("result.json").exists()));
+                || (checkpoint.status != RunStatus::Restarted && !root.join(layout::RESULT).exists()));
         if ended && !unrecorded_end {
             return Err(ResumeError::Finished { path: root.to_path_buf(), status: checkpoint.status });
         }
@@ -96,11 +97,11 @@ impl SavedRun {
             return Err(ResumeError::NoNextStage { path: root.to_path_buf() });
         }
         let workflow_source = crate::regular_file::read_to_string(
-            root.join("workflow.dot"),
+            root.join(layout::SAVED_WORKFLOW),
             crate::regular_file::FileKind::SavedWorkflow,
         )
-        .map_err(|_| ResumeError::NotARun { path: root.to_path_buf(), missing: "workflow.dot" })?;
-        let last_event_seq = crate::event_log::EventLog::last_seq_in(root);
+        .map_err(|_| ResumeError::NotARun { path: root.to_path_buf(), missing: layout::SAVED_WORKFLOW })?;
+        let last_event_seq = crate::event_log::EventLog::last_seq_in(&root.join(layout::EVENTS));
         Ok(SavedRun { dir, lock, manifest, checkpoint, summaries, workflow_source, last_event_seq, journal })
     }
 }
@@ -119,7 +120,7 @@ pub(super) fn legacy_summaries(root: &Path, checkpoint: &Checkpoint) -> Vec<Stag
     let visits = &checkpoint.node_visits;
     // Of result.json's visits, those the checkpoint counts (a fork or rewind picks an earlier one).
     let recorded =
-        crate::regular_file::read_to_string(root.join("result.json"), crate::regular_file::FileKind::Record)
+        crate::regular_file::read_to_string(root.join(layout::RESULT), crate::regular_file::FileKind::Record)
             .ok()
             .and_then(|text| serde_json::from_str::<RunResult>(&text).ok())
             .map(|result| {
@@ -161,7 +162,7 @@ impl SavedRun {
     pub fn adopt_workflow(&mut self, path: &Path, source: &str) -> Result<(), super::RunDirError> {
         // The run's lock is held since `open`.
         let root = self.dir.root().to_path_buf();
-        let stored = root.join("workflow.dot");
+        let stored = root.join(layout::SAVED_WORKFLOW);
         let mut n = 1;
         while root.join(format!("workflow.{n}.dot")).exists() {
             n += 1;
@@ -169,7 +170,7 @@ impl SavedRun {
         let previous = root.join(format!("workflow.{n}.dot"));
         std::fs::rename(&stored, &previous)
             .map_err(|source| super::RunDirError::Io { path: previous, source })?;
-        self.dir.write_text("workflow.dot", source)?;
+        self.dir.write_text(layout::SAVED_WORKFLOW, source)?;
         self.workflow_source = source.to_string();
         self.manifest.source_path = path.display().to_string();
         self.manifest.source_sha256 = crate::source::sha256_hex(source);
@@ -188,7 +189,7 @@ fn stages_from_status_files(root: &Path, checkpoint: &Checkpoint) -> Vec<StageRe
             let name = visit_dir.file_name().to_string_lossy().into_owned();
             let Some((visit, _)) = super::layout::parse_visit_dir_name(&name) else { continue };
             let Ok(text) = crate::regular_file::read_to_string(
-                visit_dir.path().join("status.json"),
+                visit_dir.path().join(layout::STATUS),
                 crate::regular_file::FileKind::Record,
             ) else {
                 continue;
@@ -232,7 +233,7 @@ fn refuse_links(root: &Path) -> Result<(), ResumeError> {
     let walk = walkdir::WalkDir::new(root)
         .follow_links(false)
         .into_iter()
-        .filter_entry(|entry| !(entry.depth() == 1 && entry.file_name() == "worktree"));
+        .filter_entry(|entry| !(entry.depth() == 1 && entry.file_name() == layout::RUN_WORKTREE_DIR));
     for entry in walk.flatten() {
         if entry.path_is_symlink() {
             return Err(ResumeError::Link { path: entry.into_path() });

@@ -2,11 +2,12 @@
 //! outside the stage: the last lines of a finished stage, and the new lines of a running one.
 //! Only regular files are read, and never more than a bounded window of them.
 
+use super::layout;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 /// The logs a command stage writes, in the order they are shown.
-pub const OUTPUT_LOGS: [&str; 2] = ["stderr.log", "stdout.log"];
+pub const OUTPUT_LOGS: [&str; 2] = [layout::STDERR_LOG, layout::STDOUT_LOG];
 
 /// How much of the end of a log [`tail_lines`] reads.
 const TAIL_WINDOW: u64 = 64 * 1024;

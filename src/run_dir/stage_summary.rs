@@ -8,6 +8,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
+use super::layout;
 use super::StageRecord;
 use crate::excerpt::{clip, last_chars, tail_lines};
 use crate::graph::HandlerType;
@@ -126,7 +127,7 @@ impl StageSummary {
             handler: Option<HandlerType<String>>,
         }
         let status =
-            crate::regular_file::read(stage_dir.join("status.json"), crate::regular_file::FileKind::Record)
+            crate::regular_file::read(stage_dir.join(layout::STATUS), crate::regular_file::FileKind::Record)
                 .ok()
                 .and_then(|bytes| serde_json::from_slice::<Status>(&bytes).ok());
         let Some(status) = status else {
@@ -177,9 +178,9 @@ impl StageSummary {
             }
         });
         if let Some(dir) = stage_dir {
-            summary.stdout_tail = read_tail(&dir.join("stdout.log"));
-            summary.stderr_tail = read_tail(&dir.join("stderr.log"));
-            summary.response_excerpt = read_head(&dir.join("response.md"));
+            summary.stdout_tail = read_tail(&dir.join(layout::STDOUT_LOG));
+            summary.stderr_tail = read_tail(&dir.join(layout::STDERR_LOG));
+            summary.response_excerpt = read_head(&dir.join(layout::RESPONSE));
         }
         summary
     }

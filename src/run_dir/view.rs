@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use super::layout;
 use super::records::{Checkpoint, Manifest, RunResult};
 use crate::outcome::StageStatus;
 use crate::run_status::RunStatus;
@@ -49,16 +50,16 @@ impl RunView {
     /// Reads `manifest.json`, and `checkpoint.json` and `result.json` when present.
     pub fn open(root: &Path) -> Result<RunView, ViewError> {
         if !root.is_dir() {
-            return Err(ViewError::NotARun { path: root.to_path_buf(), missing: "manifest.json" });
+            return Err(ViewError::NotARun { path: root.to_path_buf(), missing: layout::MANIFEST });
         }
-        let manifest = read_json::<Manifest>(root, "manifest.json")?
-            .ok_or_else(|| ViewError::NotARun { path: root.to_path_buf(), missing: "manifest.json" })?;
+        let manifest = read_json::<Manifest>(root, layout::MANIFEST)?
+            .ok_or_else(|| ViewError::NotARun { path: root.to_path_buf(), missing: layout::MANIFEST })?;
         let checkpoint =
             super::journal::load_checkpoint(root).map_err(|error| match error.corrupt_file() {
                 Ok((path, message)) => ViewError::Corrupt { path, message },
                 Err((path, source)) => ViewError::Io { path, source },
             })?;
-        let result = read_json::<RunResult>(root, "result.json")?;
+        let result = read_json::<RunResult>(root, layout::RESULT)?;
         Ok(RunView { root: root.to_path_buf(), manifest, checkpoint, result })
     }
 

@@ -33,6 +33,7 @@ use axum::Router;
 
 use crate::run_dir::lookup::{runs_in, RunEntry};
 
+use crate::run_dir::layout;
 pub use guard::{percent_decode, percent_encode};
 
 /// How often the event stream looks for new events.
@@ -188,7 +189,7 @@ async fn stage_page(
 /// Server-sent events: every line of `events.jsonl` as it is written, from the start.
 async fn events(State(state): State<Arc<AppState>>, UrlPath(id): UrlPath<String>) -> Response {
     let Some(dir) = run_dir(&state, &id) else { return not_found("no such run") };
-    let path = dir.join("events.jsonl");
+    let path = dir.join(layout::EVENTS);
     let stream =
         futures::stream::unfold((path, 0u64, Vec::new()), |(path, offset, mut pending)| async move {
             loop {
@@ -275,7 +276,7 @@ fn resume(fabro_exe: &Path, dir: &Path, answers: &Path) -> std::io::Result<Arc<A
         .create(true)
         .truncate(true)
         .custom_flags(libc::O_NOFOLLOW)
-        .open(dir.join("serve-resume.log"));
+        .open(dir.join(layout::SERVE_RESUME_LOG));
     let mut command = std::process::Command::new(fabro_exe);
     command.arg("resume").arg(dir).arg("--answers").arg(answers).arg("-q").stdin(std::process::Stdio::null());
     if let Ok(log) = log {

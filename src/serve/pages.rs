@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use crate::graph::{Choice, HandlerType};
 use crate::render::{dot, DotOptions, Overlay};
 use crate::report::run_page::{escape, visit_html, RunPage, STYLE};
+use crate::run_dir::layout;
 use crate::run_dir::lookup::RunEntry;
 use crate::run_dir::RunView;
 use crate::run_status::RunStatus;
@@ -105,10 +106,12 @@ pub fn waiting_gate(dir: &Path) -> Option<WaitingGate> {
 
 fn load_workflow(dir: &Path, view: &RunView) -> Option<crate::CheckedWorkflow> {
     // Not through a link a stage may have put in its place.
-    std::fs::symlink_metadata(dir.join("workflow.dot")).ok().filter(std::fs::Metadata::is_file)?;
-    let text =
-        crate::regular_file::read_to_string(dir.join("workflow.dot"), crate::regular_file::FileKind::Input)
-            .ok()?;
+    std::fs::symlink_metadata(dir.join(layout::SAVED_WORKFLOW)).ok().filter(std::fs::Metadata::is_file)?;
+    let text = crate::regular_file::read_to_string(
+        dir.join(layout::SAVED_WORKFLOW),
+        crate::regular_file::FileKind::Input,
+    )
+    .ok()?;
     crate::Loader::new().load_source(SourceFile::new(&view.manifest.source_path, text)).ok()
 }
 
@@ -326,7 +329,7 @@ pub fn stage(dir: &Path, id: &str, node: &str, visit: u32) -> Option<String> {
             .and_then(|d| crate::report::read_tail(&d.join(name), 256 * 1024))
             .unwrap_or_default()
     };
-    let transcript = read("transcript.jsonl");
+    let transcript = read(layout::TRANSCRIPT);
     if !transcript.is_empty() {
         body.push_str("<h2>Transcript</h2>\n<ol id=\"transcript\">\n");
         for entry in
@@ -343,7 +346,7 @@ pub fn stage(dir: &Path, id: &str, node: &str, visit: u32) -> Option<String> {
         body.push_str("</ol>\n");
     }
     if visit_dir.is_some() {
-        let status = read("status.json");
+        let status = read(layout::STATUS);
         let _ = writeln!(body, "<h2>status.json</h2>\n<pre id=\"status-json\">{}</pre>", escape(&status));
     }
     Some(page(node, &body))

@@ -188,3 +188,34 @@ fn runtime_code_reads_typed_settings_not_attributes() {
         reads.join("\n")
     );
 }
+
+/// The file names `src/run_dir/layout.rs` defines (`pub const NAME: &str = "file.ext";`; not
+/// the directory names, plain words that other code uses for other things).
+fn run_directory_file_names() -> Vec<String> {
+    let layout = std::fs::read_to_string(src().join("run_dir/layout.rs")).unwrap();
+    layout
+        .lines()
+        .filter_map(|line| line.strip_prefix("pub const ")?.split_once(": &str = \"")?.1.strip_suffix("\";"))
+        .filter(|name| name.contains('.'))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn only_the_layout_spells_run_directory_file_names() {
+    let names = run_directory_file_names();
+    assert!(names.contains(&"events.jsonl".to_string()) && names.contains(&"status.json".to_string()));
+    let mut spelled = Vec::new();
+    for path in sources().into_iter().filter(|path| !path.ends_with("run_dir/layout.rs")) {
+        for (number, line) in code(&path) {
+            for name in names.iter().filter(|name| line.contains(&format!("\"{name}\""))) {
+                spelled.push(format!("{}:{number}: {name}", path.strip_prefix(src()).unwrap().display()));
+            }
+        }
+    }
+    assert!(
+        spelled.is_empty(),
+        "run-directory file names outside run_dir/layout.rs:\n{}",
+        spelled.join("\n")
+    );
+}
