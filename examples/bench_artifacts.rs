@@ -9,9 +9,10 @@ use std::time::Instant;
 
 use fabro::backends::simulated::SimulatedBackend;
 use fabro::engine::{Engine, RunOptions};
-use fabro::handlers::{builtin_handlers, Services};
+use fabro::handlers::builtin_handlers;
 use fabro::interview::NoAnswers;
 use fabro::source::SourceFile;
+use fabro::stage::Services;
 use fabro::Loader;
 use tokio_util::sync::CancellationToken;
 

@@ -25,10 +25,11 @@ use std::time::{Duration, Instant};
 
 use fabro::backends::simulated::SimulatedBackend;
 use fabro::engine::{Engine, RunOptions, RunReport};
-use fabro::handlers::{builtin_handlers, Services};
+use fabro::handlers::builtin_handlers;
 use fabro::interview::NoAnswers;
 use fabro::run_dir::SavedRun;
 use fabro::source::SourceFile;
+use fabro::stage::Services;
 use fabro::{Loader, ValidWorkflow};
 use tokio_util::sync::CancellationToken;
 

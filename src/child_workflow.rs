@@ -5,15 +5,6 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::graph::{Node, Workflow};
-
-pub use crate::graph::settings::{ChildReference, REFERENCE_ATTRIBUTES};
-
-/// The child workflow `node` (a manager stage of `workflow`) names, as its settings read it.
-pub fn reference<'w>(_workflow: &'w Workflow, node: &'w Node) -> Option<&'w ChildReference> {
-    node.settings.manager()?.child.as_ref()
-}
-
 /// One error of an invalid child workflow, positioned in the child file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChildError {

@@ -55,9 +55,9 @@ impl EventLog {
                 .rev()
                 .find_map(|line| serde_json::from_str::<serde_json::Value>(line).ok()?.get("seq")?.as_u64())
         };
-        let len = std::fs::symlink_metadata(&path).ok().filter(|meta| meta.is_file()).map(|meta| meta.len());
+        let len = std::fs::symlink_metadata(path).ok().filter(|meta| meta.is_file()).map(|meta| meta.len());
         let tail = len.and_then(|len| {
-            let (_, tail) = crate::regular_file::read_tail(&path, TAIL).ok()?;
+            let (_, tail) = crate::regular_file::read_tail(path, TAIL).ok()?;
             let tail = String::from_utf8_lossy(&tail).into_owned();
             // A window that starts inside the log starts mid-line.
             Some(if len > TAIL { tail.split_once('\n').map(|(_, rest)| rest.to_string())? } else { tail })
@@ -65,9 +65,8 @@ impl EventLog {
         tail.as_deref()
             .and_then(last_seq)
             .or_else(|| {
-                let text =
-                    crate::regular_file::read_to_string(&path, crate::regular_file::FileKind::EventLog)
-                        .ok()?;
+                let text = crate::regular_file::read_to_string(path, crate::regular_file::FileKind::EventLog)
+                    .ok()?;
                 last_seq(&text)
             })
             .unwrap_or(0)

@@ -242,7 +242,7 @@ impl Loader {
             .nodes()
             .filter(|node| node.handler_type() == HandlerType::Manager)
             .filter_map(|node| {
-                let child = child_workflow::reference(workflow, node)?;
+                let child = node.settings.child_workflow()?;
                 Some((node.id.clone(), load_child_file(&child.path, &chain).map_err(Arc::new)))
             })
             .collect();

@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-pub use crate::graph::settings::{PermissionLevel as Level, PERMISSION_LEVELS as LEVELS};
+use crate::graph::settings::PermissionLevel as Level;
 use crate::graph::Choice;
 use crate::interview::{Answer, Interviewer, Question};
 
@@ -144,7 +144,9 @@ mod tests {
         assert_eq!(needed_for("shell"), Level::Full);
         assert_eq!(needed_for("mcp__files__read_text_file"), Level::Full);
         assert_eq!(needed_for("something_new"), Level::Full);
-        assert!(LEVELS.iter().all(|name| Level::parse(name).map(Level::as_str) == Some(name)));
+        assert!(crate::graph::settings::PERMISSION_LEVELS
+            .iter()
+            .all(|name| Level::parse(name).map(Level::as_str) == Some(name)));
     }
 
     #[test]

@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::agentic_tools;
-use super::permissions::{Level as PermissionLevel, Verdict};
+use super::permissions::Verdict;
 use super::tools::{self, Toolbox};
 use super::transcript::{assistant_record, Transcript};
 use crate::agent::context::compaction::{
@@ -20,6 +20,7 @@ use crate::agent::context::compaction::{
 };
 use crate::chat::{ChatMessage, ToolResult};
 use crate::event::Event;
+use crate::graph::settings::PermissionLevel;
 use crate::llm::chat::{ChatProvider, ChatRequest};
 use crate::llm::BackendError;
 use crate::usage::Usage;
@@ -28,7 +29,7 @@ use crate::usage::Usage;
 pub const OFFLOAD_CHARS: usize = 40_000;
 /// The same call this many times in a row is reported once as `agent.watchdog`.
 pub const WATCHDOG_REPEATS: u32 = 5;
-pub use crate::graph::settings::WatchdogMode;
+use crate::graph::settings::WatchdogMode;
 
 /// Turns of an agent stage without `max_turns`.
 pub const DEFAULT_MAX_TURNS: u32 = 50;
@@ -54,7 +55,7 @@ pub struct AgentSettings<'a> {
     pub small_price: Option<crate::models::Price>,
     /// The context layers: what each call sends is a trimmed view of the conversation; and how
     /// the conversation is compacted.
-    pub context: &'a crate::agent::context::ContextSettings,
+    pub context: &'a crate::graph::settings::ContextSettings,
     /// What the run's records said when the stage started (for lossless compaction).
     pub run_record: Option<&'a RunRecord>,
     pub watchdog: WatchdogMode,
@@ -401,7 +402,7 @@ async fn extract_memory(
     transcript: &Transcript<'_>,
     run: &mut AgentRun,
 ) {
-    let work = crate::agent::context::compaction::summary::render_for_summary(
+    let work = crate::agent::context::compaction::llm_summary::render_for_summary(
         conversation,
         settings.context.prune_chars(),
     );

@@ -91,9 +91,9 @@ pub struct LlmConfig {
     pub mcp_servers: BTreeMap<String, crate::agent::mcp::ServerConfig>,
     /// The config file's `permissions`: agent stages' tool permissions when neither the node, the
     /// graph nor `--permissions` says.
-    pub permissions: Option<crate::agent::permissions::Level>,
+    pub permissions: Option<crate::graph::settings::PermissionLevel>,
     /// `--permissions`: below the node's and the graph's, over the config file's.
-    pub permissions_flag: Option<crate::agent::permissions::Level>,
+    pub permissions_flag: Option<crate::graph::settings::PermissionLevel>,
     /// The config file's `api_key_env` names: secrets (see [`crate::secrets`]).
     pub key_env_names: Vec<String>,
 }
@@ -148,7 +148,7 @@ struct FileConfig {
     #[serde(default)]
     mcp_servers: BTreeMap<String, crate::agent::mcp::ServerConfig>,
     /// Agent stages' tool permissions when neither the node, the graph nor `--permissions` says.
-    permissions: Option<crate::agent::permissions::Level>,
+    permissions: Option<crate::graph::settings::PermissionLevel>,
     /// Run lifecycle hooks: an array here, its entries skipped unread; [`crate::lifecycle_hooks`]
     /// is their one parser.
     #[serde(default, rename = "hooks")]

@@ -62,7 +62,7 @@ pub struct StageEnv<'a> {
     pub stage_limits: crate::usage::StageLimits,
     /// How the agent loop trims what it sends and compacts (node attributes and graph defaults;
     /// the backend fills what they leave unset from its configuration).
-    pub context: crate::agent::context::ContextSettings,
+    pub context: crate::graph::settings::ContextSettings,
     /// What the run's records said when the stage started (for lossless compaction).
     pub run_record: Option<crate::agent::context::compaction::lossless::RunRecord>,
     /// Where the shell tool's commands and CLI agents run.
@@ -70,7 +70,7 @@ pub struct StageEnv<'a> {
     /// Commands run around every agent tool call.
     pub tool_hooks: crate::graph::settings::ToolHooks,
     /// What the agent loop does when the same tool call repeats.
-    pub watchdog: crate::agent::tool_loop::WatchdogMode,
+    pub watchdog: crate::graph::settings::WatchdogMode,
     /// The node's `small_model` (else the graph's `default_small_model`).
     pub small_model: Option<&'a str>,
     /// The project memory of a stage with `memory=true`.
@@ -84,7 +84,7 @@ pub struct StageEnv<'a> {
     /// The MCP servers whose tools the stage gets (node `mcp_servers`, else the graph's).
     pub mcp_servers: crate::graph::settings::McpSelection,
     /// The node's `permissions` (else the graph's); the backend's default applies when unset.
-    pub permissions: Option<crate::agent::permissions::Level>,
+    pub permissions: Option<crate::graph::settings::PermissionLevel>,
 }
 
 impl std::fmt::Debug for StageEnv<'_> {

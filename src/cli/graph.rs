@@ -4,8 +4,9 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use fabro::atomic_file::write_atomic;
 use fabro::render::{dot, Direction, DotOptions, Overlay};
-use fabro::run_dir::{write_atomic, Manifest};
+use fabro::run_dir::Manifest;
 use fabro::source::SourceFile;
 use fabro::{CheckedWorkflow, Loader};
 

@@ -71,7 +71,7 @@ pub fn run(args: NewArgs) -> u8 {
         return exit::INVALID;
     }
     let text = template(kind, &args.name);
-    if let Err(error) = fabro::run_dir::write_atomic(&path, text.as_bytes()) {
+    if let Err(error) = fabro::atomic_file::write_atomic(&path, text.as_bytes()) {
         eprintln!("error: cannot write `{}`: {error}", path.display());
         return exit::INVALID;
     }

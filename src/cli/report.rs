@@ -79,6 +79,6 @@ pub fn write(path: &Path, text: &str) -> Result<(), String> {
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
         let _ = std::fs::create_dir_all(parent);
     }
-    fabro::run_dir::write_atomic(path, text.as_bytes())
+    fabro::atomic_file::write_atomic(path, text.as_bytes())
         .map_err(|error| format!("cannot write the report {}: {error}", path.display()))
 }

@@ -7,7 +7,7 @@ use fabro::config_files::ConfigFiles;
 use fabro::engine::RunOptions;
 use fabro::lifecycle_hooks::LifecycleHooks;
 use fabro::run_dir::SavedRun;
-use fabro::session::ResumeSource;
+use fabro::run_setup::ResumeSource;
 use fabro::source::SourceFile;
 use fabro::Loader;
 use tokio_util::sync::CancellationToken;

@@ -12,8 +12,8 @@ use fabro::interview::console::Console;
 use fabro::lifecycle_hooks::LifecycleHooks;
 use fabro::outcome::PauseKind;
 use fabro::run_dir::{LaunchRecord, RunResult};
+use fabro::run_setup::{BackendChoice, EngineBuilder};
 use fabro::run_status::RunStatus;
-use fabro::session::{BackendChoice, EngineBuilder};
 use fabro::{Loader, Severity};
 use tokio_util::sync::CancellationToken;
 
@@ -227,10 +227,10 @@ impl LaunchArgs {
     }
 
     /// Takes what the run started with for everything not given now (see
-    /// [`fabro::session::resumed_launch`]). Returns the flags taken, e.g. `--simulate --model m`,
+    /// [`fabro::run_setup::resumed_launch`]). Returns the flags taken, e.g. `--simulate --model m`,
     /// for a note.
     pub fn inherit(&mut self, started: &LaunchRecord, live: bool) -> Option<String> {
-        let (launch, taken) = fabro::session::resumed_launch(started, self.given(), live);
+        let (launch, taken) = fabro::run_setup::resumed_launch(started, self.given(), live);
         self.simulate = launch.simulate;
         self.dry_run = launch.dry_run;
         self.responses = launch.responses.map(PathBuf::from);
@@ -271,7 +271,7 @@ fn parse_sandbox(text: &str) -> Result<fabro::graph::settings::SandboxKind, Stri
 }
 
 fn parse_permissions(text: &str) -> Result<String, String> {
-    match fabro::agent::permissions::Level::parse(text) {
+    match fabro::graph::settings::PermissionLevel::parse(text) {
         Some(level) => Ok(level.as_str().to_string()),
         None => Err(format!("`{text}` is not read-only, read-write or full")),
     }
@@ -327,8 +327,8 @@ impl From<String> for Refusal {
     }
 }
 
-impl From<fabro::session::SetupError> for Refusal {
-    fn from(error: fabro::session::SetupError) -> Refusal {
+impl From<fabro::run_setup::SetupError> for Refusal {
+    fn from(error: fabro::run_setup::SetupError) -> Refusal {
         Refusal::error(error)
     }
 }
@@ -551,7 +551,7 @@ fn write_reports(result: &RunResult, pause: Option<PauseKind>, launch: &LaunchAr
             // A missing directory shows up as the write error below.
             let _ = std::fs::create_dir_all(parent);
         }
-        if let Err(error) = fabro::run_dir::write_atomic(path, xml.as_bytes()) {
+        if let Err(error) = fabro::atomic_file::write_atomic(path, xml.as_bytes()) {
             eprintln!("warning: cannot write the JUnit report {}: {error}", path.display());
         }
     }
@@ -563,7 +563,7 @@ fn write_reports(result: &RunResult, pause: Option<PauseKind>, launch: &LaunchAr
         Ok(cwd) => fabro::report::relative_display(run_dir, &cwd),
         Err(_) => result.run_dir.clone(),
     };
-    let mut markdown = fabro::report::step_summary::render(result, pause, workflow_name, &shown);
+    let mut markdown = fabro::report::github_step_summary::render(result, pause, workflow_name, &shown);
     // Earlier steps may have written to the same file: keep the heading on a line of its own.
     if std::fs::metadata(&summary_path).is_ok_and(|meta| meta.len() > 0) {
         markdown.insert(0, '\n');

@@ -1,11 +1,11 @@
-//! The engine's side of child runs ([`crate::child_run`]): a child runs through the same engine,
+//! The engine's side of child runs ([`crate::stage::child_run`]): a child runs through the same engine,
 //! with the parent's run options.
 
 use super::{Engine, RunOptions, RunReport};
-use crate::child_run::{ChildEnd, ChildRunError, ChildRunRequest, ChildRunner, ChildSlot};
 use crate::child_workflow::ChildWorkflowError;
 use crate::graph::{Node, Workflow};
 use crate::load::ChildWorkflows;
+use crate::stage::child_run::{ChildEnd, ChildRunError, ChildRunRequest, ChildRunner, ChildSlot};
 use crate::ValidWorkflow;
 
 /// Runs child workflows (the ones loaded with the run's workflow) with the engine and run options

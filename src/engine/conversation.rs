@@ -11,12 +11,12 @@ use super::step::{pending_notes, OPERATOR_NOTES_KEY};
 use super::walker::LineState;
 use crate::chat::ChatMessage;
 use crate::chat::ThreadMessage;
-use crate::child_run::ParentLink;
 use crate::fidelity::preamble::PreambleInput;
 use crate::graph::settings::{resolve_fidelity, EdgeSettings, FidelityMode};
 use crate::graph::{Node, Workflow};
 use crate::outcome::Exchange;
 use crate::run_dir::layout;
+use crate::stage::child_run::ParentLink;
 
 /// One line's conversation state.
 #[derive(Debug, Default, Clone)]

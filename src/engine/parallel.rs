@@ -20,12 +20,13 @@ use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
 use super::walker::{StageEnd, Step, Walker};
+use crate::atomic_file::Durability;
 use crate::branch_results::{BranchResult, BranchStatus};
 use crate::event::{Event, SelectedEdge};
 use crate::graph::settings::{ParallelSettings, ParallelSettingsError};
 use crate::graph::{HandlerType, Node, Workflow};
 use crate::outcome::{Outcome, Pause, StageStatus};
-use crate::run_dir::{Durability, StageRecord};
+use crate::run_dir::StageRecord;
 use crate::run_status::RunStatus;
 use crate::worktree::branch::{BranchBase, BranchWorktree, BASE_SHA_KEY};
 

@@ -48,8 +48,8 @@ pub struct RunOptions {
     /// Keep the git worktrees of parallel branches after their parallel stage (they are removed
     /// by default; their branches are always kept).
     pub keep_worktrees: bool,
-    /// Set when this run is the child of a manager stage (see [`crate::child_run`]).
-    pub parent: Option<crate::child_run::ParentLink>,
+    /// Set when this run is the child of a manager stage (see [`crate::stage::child_run`]).
+    pub parent: Option<crate::stage::child_run::ParentLink>,
     /// `--max-tokens`/`--max-cost`; the graph's `max_tokens`/`max_cost` apply when unset.
     pub limits: crate::usage::UsageLimits,
     /// How LLM stages are answered, recorded in the manifest for `fabro resume`.

@@ -18,12 +18,12 @@ use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{Handler, HandlerError, StageRun};
 use crate::graph::attribute::format_duration;
 use crate::graph::settings::CommandSettings;
 use crate::outcome::{Outcome, Pause, PauseKind, StageStatus};
 use crate::process_group::{lead_guarded_group, ProcessGroup};
 use crate::run_dir::layout;
+use crate::stage::{Handler, HandlerError, StageRun};
 
 /// Runs command stages.
 pub struct CommandHandler;
@@ -333,7 +333,7 @@ async fn write_context_snapshot(stage: &StageRun<'_>, path: &Path) -> Result<(),
     let json = serde_json::to_vec_pretty(&stage.context.to_json())
         .map_err(|error| HandlerError::Terminal(format!("could not serialize the context: {error}")))?;
     // Atomic but not fsynced: a crash may lose it, never tear it (the stage reruns anyway).
-    crate::run_dir::write_atomic_with(path, &json, crate::run_dir::Durability::Unsynced)
+    crate::atomic_file::write_atomic_with(path, &json, crate::atomic_file::Durability::Unsynced)
         .map_err(|error| stage_file_error("write", path, &error))
 }
 

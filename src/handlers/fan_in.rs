@@ -12,13 +12,13 @@
 
 use serde_json::{Map, Value};
 
-use super::{Handler, HandlerError, StageRun};
 use crate::backends::LlmResponse;
 use crate::branch_results::{consolidate, rank, BranchResult};
 use crate::context::artifacts::ArtifactStore;
 use crate::event::Event;
 use crate::outcome::{Outcome, StageStatus};
 use crate::run_dir::layout;
+use crate::stage::{Handler, HandlerError, StageRun};
 
 /// Characters of each context value shown to the model when it picks the best branch.
 const VALUE_PREVIEW_CHARS: usize = 500;

@@ -20,12 +20,12 @@
 
 use std::time::Duration;
 
-use super::{Handler, HandlerError, StageRun};
 use crate::event::Event;
 use crate::graph::attribute::format_duration;
 use crate::graph::{Choice, EdgeRef};
 use crate::interview::{choice_for, list_choices, takes_freeform, Answer, Question};
 use crate::outcome::{Outcome, Pause, PauseKind};
+use crate::stage::{Handler, HandlerError, StageRun};
 
 /// Runs human gates.
 #[derive(Debug, Clone, Copy, Default)]

@@ -12,7 +12,6 @@ use std::path::Path;
 
 use serde_json::{Map, Value};
 
-use super::{Handler, HandlerError, StageRun};
 use crate::agent::context::compaction::lossless::{RunRecord, StageLine};
 use crate::backends::simulated::SimulatedBackend;
 use crate::backends::{Backend, LlmRequest, LlmResponse, StageEnv};
@@ -21,6 +20,7 @@ use crate::graph::HandlerType;
 use crate::llm::BackendError;
 use crate::outcome::{Exchange, Outcome, Pause, PauseKind, StageStatus};
 use crate::run_dir::layout;
+use crate::stage::{Handler, HandlerError, StageRun};
 
 /// How many characters of the response go into the `last_response` context key.
 pub const LAST_RESPONSE_CHARS: usize = 200;

@@ -15,10 +15,6 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
-use super::{Handler, HandlerError, StageRun};
-use crate::child_run::{
-    locate_child, ChildEnd, ChildRunError, ChildRunRequest, ChildSlot, ParentLink, SteeringInbox,
-};
 use crate::child_workflow::{self, ChildWorkflowError};
 use crate::condition::Condition;
 use crate::condition::Scope;
@@ -32,6 +28,10 @@ use crate::run_dir::layout;
 use crate::run_dir::{Checkpoint, RunResult};
 use crate::run_status::RunStatus;
 use crate::source::SourceFile;
+use crate::stage::child_run::{
+    locate_child, ChildEnd, ChildRunError, ChildRunRequest, ChildSlot, ParentLink, SteeringInbox,
+};
+use crate::stage::{Handler, HandlerError, StageRun};
 use crate::ValidWorkflow;
 
 /// Runs manager stages.
@@ -70,7 +70,7 @@ impl Handler for ManagerHandler {
 }
 
 fn write_stage_file(path: &Path, text: &str) -> Result<(), HandlerError> {
-    crate::run_dir::write_atomic(path, text.as_bytes())
+    crate::atomic_file::write_atomic(path, text.as_bytes())
         .map_err(|e| HandlerError::Terminal(format!("cannot write {}: {e}", path.display())))
 }
 
@@ -308,7 +308,7 @@ impl<'s, 'a> Supervisor<'s, 'a> {
         let message = super::llm::expand_prompt(&template, &observed.checkpoint.context);
         let path = free_name(&dir, "steering", "md");
         let stage = self.stage;
-        if let Err(error) = crate::run_dir::write_atomic(&path, message.as_bytes()) {
+        if let Err(error) = crate::atomic_file::write_atomic(&path, message.as_bytes()) {
             tracing::warn!(%error, "steering message not written to {}", path.display());
             return;
         }

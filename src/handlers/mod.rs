@@ -12,7 +12,7 @@ pub mod wait;
 
 use std::sync::Arc;
 
-pub use crate::stage::{Handler, HandlerError, HandlerRegistry, Services, StageRun};
+use crate::stage::{Handler, HandlerRegistry};
 
 /// The built-in handlers. (Parallel fan-out needs none: the engine runs the branches itself.)
 pub fn builtin_handlers() -> HandlerRegistry {
@@ -40,7 +40,6 @@ pub(crate) mod test_support {
 
     use tokio_util::sync::CancellationToken;
 
-    use super::{Services, StageRun};
     use crate::backends::simulated::SimulatedBackend;
     use crate::context::Context;
     use crate::event_log::EventLog;
@@ -48,6 +47,7 @@ pub(crate) mod test_support {
     use crate::interview::{Answer, Interviewer, Question};
     use crate::source::SourceFile;
     use crate::stage::{RunEnv, RunSoFar, StageBudget};
+    use crate::stage::{Services, StageRun};
 
     /// An interviewer that always gives the same answer.
     pub struct FixedAnswer(pub Answer);

@@ -3,8 +3,8 @@
 //! label of the stage before it through, so its edges can route on them
 //! (`validate -> gate; gate -> fix [condition="outcome=fail"]`).
 
-use super::{Handler, HandlerError, StageRun};
 use crate::outcome::{Outcome, StageStatus};
+use crate::stage::{Handler, HandlerError, StageRun};
 
 pub struct PassThrough;
 

@@ -1,9 +1,9 @@
 //! Wait stages (`shape=insulator`): sleep for the node's `duration`, stopping early when the run
 //! is cancelled.
 
-use super::{Handler, HandlerError, StageRun};
 use crate::graph::attribute::format_duration;
 use crate::outcome::Outcome;
+use crate::stage::{Handler, HandlerError, StageRun};
 
 /// Runs wait stages.
 pub struct WaitHandler;

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use super::read_tail;
 use crate::run_dir::layout;
+use crate::run_dir::stage_output::read_tail;
 use crate::run_dir::{RunResult, RunView};
 
 /// The chart's file name in the run directory.
@@ -193,7 +193,7 @@ pub fn write_for_run(run_dir: &Path) -> Option<PathBuf> {
     let view = RunView::open(run_dir).ok()?;
     let svg = render(&read_series(run_dir, view.result.as_ref()?))?;
     let path = run_dir.join(CHART_FILE);
-    crate::run_dir::write_atomic(&path, svg.as_bytes()).ok()?;
+    crate::atomic_file::write_atomic(&path, svg.as_bytes()).ok()?;
     Some(path)
 }
 

@@ -1,23 +1,23 @@
 //! Reports for CI about a finished (or paused) run: [`junit`] renders JUnit XML that test-report
-//! tools read, [`step_summary`] renders the GitHub-flavored Markdown that GitHub Actions shows on
+//! tools read, [`github_step_summary`] renders the GitHub-flavored Markdown that GitHub Actions shows on
 //! a job's summary page. Both are pure functions of a [`RunResult`](crate::run_dir::RunResult);
 //! JUnit also reads the tail of each visit's output from the run directory.
 
 pub mod context_chart;
+pub mod github_step_summary;
 pub mod junit;
 pub mod retro;
 pub mod run_page;
-pub mod step_summary;
 
 use std::path::Path;
 
-pub use crate::run_dir::stage_output::read_tail;
+use crate::run_dir::stage_output::read_tail;
 
 /// How much of a stage's output goes into a report.
 pub const OUTPUT_TAIL_BYTES: u64 = 4096;
 
 use crate::run_dir::layout;
-pub use crate::run_dir::layout::finished_visit_dir as visit_dir;
+use crate::run_dir::layout::finished_visit_dir as visit_dir;
 
 /// The output a report shows for one visit: the command's stdout.log, else the LLM's
 /// response.md, tail only.

@@ -212,7 +212,7 @@ impl Retro {
         let json = serde_json::to_string_pretty(self).unwrap_or_default() + "\n";
         for (name, text) in [(layout::RETRO_JSON, json), (layout::RETRO_MD, self.markdown())] {
             let path = root.join(name);
-            crate::run_dir::write_atomic(&path, text.as_bytes())
+            crate::atomic_file::write_atomic(&path, text.as_bytes())
                 .map_err(|source| RetroError::Write { path: path.display().to_string(), source })?;
         }
         Ok(())

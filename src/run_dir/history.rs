@@ -559,7 +559,7 @@ pub fn rewind(root: &Path, node: &str, visit: Option<u32>) -> Result<Rewound, Hi
                 .map_err(|source| io(&archived, source))?;
             let kept = kept.get(..bytes as usize).unwrap_or(&kept);
             let path = root.join(layout::JOURNAL);
-            super::write_atomic(&path, kept).map_err(|source| io(&path, source))?;
+            crate::atomic_file::write_atomic(&path, kept).map_err(|source| io(&path, source))?;
             let last_seq = selected.checkpoint.journal_seq.unwrap_or(0);
             let mut journal = dir.journal(last_seq, None, SyncMode::Stage)?;
             let mut stopped = Entry {

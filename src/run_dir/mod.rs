@@ -31,7 +31,7 @@ mod view;
 
 use std::path::{Path, PathBuf};
 
-pub use crate::atomic_file::{link_atomic, write_atomic, write_atomic_with, Durability};
+use crate::atomic_file::{write_atomic, write_atomic_with, Durability};
 pub use history::{fork, parse_target, rewind, ForkOrigin, Forked, HistoryError, Rewound};
 pub use journal::JournalEnd;
 pub use lock::is_held as lock_is_held;

@@ -253,7 +253,7 @@ async fn answer(
     }
     let answers = dir.join(format!("answers-{}.json", chrono_stamp()));
     let text = serde_json::json!({ gate.id.clone(): [form.answer] }).to_string();
-    if let Err(error) = crate::run_dir::write_atomic(&answers, text.as_bytes()) {
+    if let Err(error) = crate::atomic_file::write_atomic(&answers, text.as_bytes()) {
         return (StatusCode::INTERNAL_SERVER_ERROR, format!("cannot write the answer: {error}\n"))
             .into_response();
     }

@@ -307,7 +307,7 @@ pub fn stage(dir: &Path, id: &str, node: &str, visit: u32) -> Option<String> {
     let report = RunPage::read(dir).ok()?;
     let page_visit = report.visits.iter().find(|v| v.node_id == node && v.visit == visit)?;
     // A routing stage (start, exit, conditional) has no directory: its page shows its record.
-    let visit_dir = crate::report::visit_dir(dir, node, visit);
+    let visit_dir = crate::run_dir::layout::finished_visit_dir(dir, node, visit);
     if let Some(visit_dir) = &visit_dir {
         // Never follow a link out of the run directory.
         let inside = std::fs::canonicalize(visit_dir).ok()?.starts_with(std::fs::canonicalize(dir).ok()?);
@@ -326,7 +326,7 @@ pub fn stage(dir: &Path, id: &str, node: &str, visit: u32) -> Option<String> {
     let read = |name: &str| {
         visit_dir
             .as_ref()
-            .and_then(|d| crate::report::read_tail(&d.join(name), 256 * 1024))
+            .and_then(|d| crate::run_dir::stage_output::read_tail(&d.join(name), 256 * 1024))
             .unwrap_or_default()
     };
     let transcript = read(layout::TRANSCRIPT);

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use super::Rule;
-use crate::child_workflow::{self, ChildWorkflowError};
+use crate::child_workflow::ChildWorkflowError;
 use crate::diagnostic::Diagnostic;
 use crate::graph::settings::ManagerSettingsError;
 use crate::graph::{HandlerType, Node, Workflow};
@@ -79,7 +79,7 @@ impl Rule for ChildWorkflows {
     fn check(&self, workflow: &Workflow, out: &mut Vec<Diagnostic>) {
         for (node_id, error) in &self.failures {
             let Some(node) = workflow.node(node_id) else { continue };
-            let Some(child) = child_workflow::reference(workflow, node) else { continue };
+            let Some(child) = node.settings.child_workflow() else { continue };
             let diagnostic = |message: String, fix: String| {
                 Diagnostic::error("child_workflow", message).node(&node.id).span(child.span).fix(fix)
             };

@@ -311,7 +311,7 @@ fn junit_system_out_is_the_last_4_kib_of_stdout() {
 #[test]
 fn step_summary_golden() {
     let markdown =
-        fabro::report::step_summary::render(&fixed_result(), None, "ci_pipeline", ".fabro/runs/run-1");
+        fabro::report::github_step_summary::render(&fixed_result(), None, "ci_pipeline", ".fabro/runs/run-1");
     let expected = "## ❌ fabro run `ci_pipeline`: failed
 
 **Reason:**

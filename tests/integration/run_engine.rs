@@ -1067,12 +1067,13 @@ mod library {
     use fabro::engine::{Engine, RunOptions};
     use fabro::event::{Event, SelectedEdge};
     use fabro::event_log::LoggedEvent;
-    use fabro::handlers::{builtin_handlers, Handler, HandlerError, HandlerRegistry, Services, StageRun};
+    use fabro::handlers::builtin_handlers;
     use fabro::interview::NoAnswers;
     use fabro::llm::BackendError;
     use fabro::outcome::Outcome;
     use fabro::run_status::RunStatus;
     use fabro::source::SourceFile;
+    use fabro::stage::{Handler, HandlerError, HandlerRegistry, Services, StageRun};
     use fabro::{Loader, ValidWorkflow};
     use tokio_util::sync::CancellationToken;
 

@@ -340,7 +340,7 @@ fn implement_and_test_runs_its_test_suite_as_a_supervised_sub_workflow() {
     let test = node(&workflow, "test");
     assert_eq!(test.handler_type(), HandlerType::Manager);
     assert_eq!(test.shape(), "house");
-    let child = fabro::child_workflow::reference(&workflow, test).expect("the manager names its child");
+    let child = test.settings.child_workflow().expect("the manager names its child");
     assert_eq!(child.path, workflow_path("parts/test_suite.dot"));
     assert_eq!(text(&workflow, "test", "manager.actions"), Some("observe,steer,wait"));
     assert!(text(&workflow, "test", "manager.steer_prompt").is_some_and(|p| p.contains("$goal")));

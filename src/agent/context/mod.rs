@@ -22,7 +22,7 @@ pub mod thread_filters;
 pub mod trim_retry;
 
 use crate::chat::ChatMessage;
-pub use crate::graph::settings::{ContextSettings, DEFAULT_MAX_REPLAY_CHARS, TOOL_RESULT_CHARS_PREFIX};
+use crate::graph::settings::ContextSettings;
 
 use crate::usage::Savings;
 

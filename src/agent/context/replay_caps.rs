@@ -114,7 +114,7 @@ fn cap_assistant_messages(messages: &mut [ChatMessage], max: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agent::context::compaction::summary::HEADER as SUMMARY_HEADER;
+    use crate::agent::context::compaction::llm_summary::HEADER as SUMMARY_HEADER;
     use crate::agent::context::tests::{conversation, results};
     use serde_json::json;
 

@@ -21,14 +21,14 @@
 mod compact;
 mod facts;
 mod render;
-mod summary;
+mod summary_levels;
 mod text;
 
 use std::fmt::Write as _;
 
 pub use facts::{is_internal_key, ContextEntry, ContextValue, PreambleFacts};
 pub use render::render;
-pub use summary::{HIGH_BUDGET_TOKENS, LOW_BUDGET_TOKENS, MEDIUM_BUDGET_TOKENS};
+pub use summary_levels::{HIGH_BUDGET_TOKENS, LOW_BUDGET_TOKENS, MEDIUM_BUDGET_TOKENS};
 pub use text::VALUE_CHARS;
 
 use crate::context::Context;

@@ -7,10 +7,10 @@ use std::fmt::Write as _;
 
 use serde_json::Value;
 
+use super::compact;
 use super::facts::{ContextEntry, ContextValue, PreambleFacts};
-use super::summary::Level;
+use super::summary_levels::{self, Level};
 use super::text::{fmt_bytes, fmt_files, fmt_usage, inline_code, longest_backtick_run, plural, VALUE_CHARS};
-use super::{compact, summary};
 use crate::excerpt::{clip_line, last_chars, tail_lines};
 use crate::graph::settings::FidelityMode;
 use crate::run_dir::stage_summary::StageSummary;
@@ -23,9 +23,9 @@ pub fn render(mode: FidelityMode, facts: &PreambleFacts<'_>) -> Option<String> {
         FidelityMode::Full => return None,
         FidelityMode::Truncate => format!("Goal: {}\nRun: {}\n", facts.goal, facts.run_id),
         FidelityMode::Compact => compact::render(facts),
-        FidelityMode::SummaryLow => summary::render(facts, Level::Low),
-        FidelityMode::SummaryMedium => summary::render(facts, Level::Medium),
-        FidelityMode::SummaryHigh => summary::render(facts, Level::High),
+        FidelityMode::SummaryLow => summary_levels::render(facts, Level::Low),
+        FidelityMode::SummaryMedium => summary_levels::render(facts, Level::Medium),
+        FidelityMode::SummaryHigh => summary_levels::render(facts, Level::High),
     })
 }
 

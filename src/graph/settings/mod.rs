@@ -132,6 +132,12 @@ impl NodeSettings {
         self.llm().map(|settings| &settings.context)
     }
 
+    /// The child workflow a manager stage names; `None` for other kinds, and for a manager that
+    /// names none.
+    pub fn child_workflow(&self) -> Option<&ChildReference> {
+        self.manager()?.child.as_ref()
+    }
+
     /// The settings of a command stage; `None` for other kinds.
     pub fn command(&self) -> Option<&CommandSettings> {
         match &self.kind {

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use super::{intent, summary};
+use super::{intent, llm_summary};
 use crate::chat::{ChatMessage, ToolDefinition};
 use crate::llm::chat::{ask, ChatProvider};
 use crate::usage::Usage;
@@ -67,7 +67,7 @@ pub async fn write_record(
          and the alternatives rejected, what was verified and what was not. Under Files & changes, also name \
          files considered and not changed, with why.\n\n<task>\n{}\n</task>",
         SECTIONS.iter().map(|s| format!("# {s}")).collect::<Vec<_>>().join("\n"),
-        summary::render_for_summary(turns, prune_chars)
+        llm_summary::render_for_summary(turns, prune_chars)
     );
     let system = "You write the completion record of a finished task of a coding agent.";
     let response = ask(provider, model, system, request_text, 4096, timeout)

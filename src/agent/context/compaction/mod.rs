@@ -11,7 +11,7 @@
 //! An anti-thrash guard holds compaction back while each of the latest compactions saved too
 //! little, until the conversation has grown by a quarter. `compaction=none` never compacts.
 //!
-//! How ([`Compactor::compact`]) is the stage's `compaction_mode`: a model's summary ([`summary`]),
+//! How ([`Compactor::compact`]) is the stage's `compaction_mode`: a model's summary ([`llm_summary`]),
 //! the stage's tool-call log ([`intent`]), the run's records ([`lossless`]), both records and
 //! summary (`hybrid`), or dropping the oldest turns ([`window`]). The stage's prompt and earlier
 //! blocks are never compacted away. A summary that fails leaves a `[COMPACTION FAILED]` block that
@@ -19,8 +19,8 @@
 
 pub mod checkpoint;
 pub mod intent;
+pub mod llm_summary;
 pub mod lossless;
-pub mod summary;
 pub mod window;
 
 use std::collections::VecDeque;
@@ -39,7 +39,7 @@ pub const FAILED_HEADER: &str = "[COMPACTION FAILED]";
 
 /// Whether a user message is a compaction block (pinned, and never cut).
 pub fn is_block(content: &str) -> bool {
-    [summary::HEADER, intent::HEADER, lossless::HEADER, FAILED_HEADER, checkpoint::HEADER]
+    [llm_summary::HEADER, intent::HEADER, lossless::HEADER, FAILED_HEADER, checkpoint::HEADER]
         .iter()
         .any(|header| content.starts_with(header))
 }
@@ -370,7 +370,7 @@ impl Compactor {
             CompactionMode::Intent => intent::block(&self.operations, 1, through),
             CompactionMode::Lossless => records(),
             CompactionMode::Llm | CompactionMode::Hybrid | CompactionMode::Window => {
-                let summarized = summary::summarize(
+                let summarized = llm_summary::summarize(
                     inputs.provider,
                     inputs.model,
                     inputs.timeout,
@@ -384,7 +384,7 @@ impl Compactor {
                         done.usage.add(&usage);
                         let summary = format!(
                             "{}\n\n{text}\n\n## File Operations\n{}\n",
-                            summary::HEADER,
+                            llm_summary::HEADER,
                             inputs.files
                         );
                         if hybrid {
@@ -423,7 +423,7 @@ fn failed_block(through: u32, error: &str, files: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::summary::tests::Summarizer;
+    use super::llm_summary::tests::Summarizer;
     use super::*;
     use crate::agent::context::tests::conversation;
     use crate::graph::settings::CompactionPreset;
@@ -464,7 +464,7 @@ mod tests {
         assert_eq!(&messages[2..], &recent[..]);
         let ChatMessage::User { content } = &messages[1] else { panic!("the block follows the prompt") };
         assert!(
-            content.starts_with(summary::HEADER)
+            content.starts_with(llm_summary::HEADER)
                 && content.ends_with("## File Operations\n- a.rs (edited)\n")
         );
         assert!(done.saved_tokens > 0);

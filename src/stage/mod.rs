@@ -7,6 +7,8 @@
 //! A handler reports how the stage went as an [`Outcome`]; it must never panic (the engine turns
 //! a panic into a failed stage anyway) and must stop promptly when the run is cancelled.
 
+pub mod child_run;
+
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -78,7 +80,7 @@ pub struct RunEnv<'a> {
     /// `--dry-run`: simulate every side effect (commands, waits, LLM calls).
     pub dry_run: bool,
     /// Runs child workflows through the engine running this stage (manager stages).
-    pub children: &'a dyn crate::child_run::ChildRunner,
+    pub children: &'a dyn crate::stage::child_run::ChildRunner,
     /// The run's reference files (`context_files`, `--context-file`), for agent stages.
     pub reference_files: &'a [crate::agent::context::reference_files::ReferenceFile],
     /// `--max-output`: the most bytes a command stage may write (node `max_output` wins).

@@ -173,7 +173,7 @@ pub(super) mod tests {
                     arguments: serde_json::json!({"command": "ls"}),
                 }],
             ),
-            ChatMessage::user(format!("{}\n{}", super::super::summary::HEADER, "s".repeat(9000))),
+            ChatMessage::user(format!("{}\n{}", super::super::llm_summary::HEADER, "s".repeat(9000))),
         ];
         let text = render_for_summary(&messages, 8000);
         assert!(text.contains(&format!("{} [TRUNCATED — 9000 chars total]", "u".repeat(8000))));

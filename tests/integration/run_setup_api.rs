@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use fabro::engine::RunOptions;
+use fabro::run_setup::{BackendChoice, EngineBuilder, SetupError};
 use fabro::run_status::RunStatus;
-use fabro::session::{BackendChoice, EngineBuilder, SetupError};
 use fabro::stage::HandlerRegistry;
 use fabro::Loader;
 use tokio_util::sync::CancellationToken;

@@ -4,7 +4,7 @@
 //!
 //! ```no_run
 //! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
-//! use fabro::session::{BackendChoice, EngineBuilder};
+//! use fabro::run_setup::{BackendChoice, EngineBuilder};
 //! let valid = fabro::Loader::new().load_file("workflows/linear.dot".as_ref())?.into_valid()?;
 //! let engine = EngineBuilder::new(BackendChoice::Simulated).auto_approve().build(&valid)?;
 //! let options = fabro::engine::RunOptions { work_dir: std::env::current_dir()?, ..Default::default() };
@@ -164,7 +164,8 @@ impl BackendChoice {
         config.model_override = non_empty(model);
         config.provider_override = non_empty(provider);
         config.small_model_override = non_empty(small_model);
-        config.permissions_flag = permissions.as_deref().and_then(crate::agent::permissions::Level::parse);
+        config.permissions_flag =
+            permissions.as_deref().and_then(crate::graph::settings::PermissionLevel::parse);
         if let Some(path) = mcp_config {
             let servers = crate::agent::mcp::read_config_file(Path::new(path), files).map_err(|problem| {
                 SetupError::Provider(ConfigError::Mcp(format!("--mcp-config: {problem}")))
