@@ -92,6 +92,9 @@ pub struct LlmConfig {
     /// The config file's `permissions`: agent stages' tool permissions when neither the node, the
     /// graph nor `--permissions` says.
     pub permissions: Option<crate::graph::settings::PermissionLevel>,
+    /// The config file's `turn_limit_outcome`: how agent stages stopped by `max_turns` end when
+    /// neither the node nor the graph says.
+    pub turn_limit_outcome: Option<crate::graph::settings::TurnLimitOutcome>,
     /// `--permissions`: below the node's and the graph's, over the config file's.
     pub permissions_flag: Option<crate::graph::settings::PermissionLevel>,
     /// The config file's `api_key_env` names: secrets (see [`crate::secrets`]).
@@ -149,6 +152,8 @@ struct FileConfig {
     mcp_servers: BTreeMap<String, crate::agent::mcp::ServerConfig>,
     /// Agent stages' tool permissions when neither the node, the graph nor `--permissions` says.
     permissions: Option<crate::graph::settings::PermissionLevel>,
+    /// How agent stages stopped by `max_turns` end when neither the node nor the graph says.
+    turn_limit_outcome: Option<crate::graph::settings::TurnLimitOutcome>,
     /// Run lifecycle hooks: an array here, its entries skipped unread; [`crate::lifecycle_hooks`]
     /// is their one parser.
     #[serde(default, rename = "hooks")]
@@ -226,6 +231,7 @@ impl LlmConfig {
             small_tier_parent: file.small_tier_parent,
             small_model: file.small_model.filter(|model| !model.trim().is_empty()),
             permissions: file.permissions,
+            turn_limit_outcome: file.turn_limit_outcome,
             ..LlmConfig::default()
         };
         crate::agent::mcp::check_all(&file.mcp_servers)

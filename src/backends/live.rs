@@ -14,7 +14,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::config::{ConfigError, LlmConfig, ProviderKind};
-use super::{Backend, LlmRequest, LlmResponse, StageEnv};
+use super::{Backend, LlmRequest, LlmResponse, StageEnv, TurnLimit};
 use crate::agent::tool_loop::{self, AgentSettings};
 use crate::agent::tools::Toolbox;
 use crate::agent::transcript::{assistant_record, Transcript};
@@ -358,10 +358,14 @@ impl LiveBackend {
                 }
                 let run = tool_loop::run(&failover, &settings, &mut toolbox, messages, &transcript).await?;
                 let mut text = run.text;
-                if run.hit_turn_limit {
+                let turn_limit = run.hit_turn_limit.then(|| TurnLimit {
+                    max_turns: settings.max_turns,
+                    outcome: stage.turn_limit_outcome.or(self.config.turn_limit_outcome).unwrap_or_default(),
+                });
+                if let Some(limit) = turn_limit {
                     text.push_str(&format!(
                         "\n\n[fabro: the agent stopped after max_turns={} turns]",
-                        settings.max_turns
+                        limit.max_turns
                     ));
                 }
                 let mut conversation = run.conversation;
@@ -380,6 +384,7 @@ impl LiveBackend {
                     context_savings,
                     conversation,
                     memory_added: run.memory_added,
+                    turn_limit,
                     ..LlmResponse::default()
                 }
             }

@@ -85,6 +85,8 @@ pub struct StageEnv<'a> {
     pub mcp_servers: crate::graph::settings::McpSelection,
     /// The node's `permissions` (else the graph's); the backend's default applies when unset.
     pub permissions: Option<crate::graph::settings::PermissionLevel>,
+    /// The node's `turn_limit_outcome` (else the graph's); the backend's default applies when unset.
+    pub turn_limit_outcome: Option<crate::graph::settings::TurnLimitOutcome>,
 }
 
 impl std::fmt::Debug for StageEnv<'_> {
@@ -119,6 +121,15 @@ pub struct LlmResponse {
     pub memory_added: Vec<String>,
     /// Tokens and estimated cost per model, when the stage failed over to another model.
     pub usage_by_model: BTreeMap<String, crate::usage::ModelUsage>,
+    /// Set when `max_turns` stopped an agent stage while the model still called tools.
+    pub turn_limit: Option<TurnLimit>,
+}
+
+/// An agent stage stopped by its turn limit, and how the stage ends for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TurnLimit {
+    pub max_turns: u32,
+    pub outcome: crate::graph::settings::TurnLimitOutcome,
 }
 
 #[async_trait::async_trait]

@@ -89,6 +89,8 @@ pub const COMPACTION_PRESETS: &[&str] = super::settings::CompactionPreset::NAMES
 pub const COMPACTION_MODES: &[&str] = super::settings::CompactionMode::NAMES;
 pub const THREAD_HANDOFFS: &[&str] = super::settings::ThreadHandoff::NAMES;
 pub const WATCHDOG_MODES: &[&str] = super::settings::WatchdogMode::NAMES;
+/// The values of `turn_limit_outcome`.
+pub const TURN_LIMIT_OUTCOMES: &[&str] = super::settings::TurnLimitOutcome::NAMES;
 pub const SMALL_TIER_PARENT: &[&str] = super::settings::SmallTierParent::NAMES;
 
 macro_rules! spec {
@@ -151,6 +153,7 @@ pub static ATTRIBUTES: &[AttributeSpec] = &[
     spec!("default_task_checkpoints", ValueType::Boolean, GRAPH, "Default task_checkpoints of agent stages."),
     spec!("default_small_tier_parent", ValueType::OneOf(SMALL_TIER_PARENT), GRAPH, "Default small_tier_parent of agent stages."),
     spec!("default_watchdog", ValueType::OneOf(WATCHDOG_MODES), GRAPH, "Default watchdog of agent stages."),
+    spec!("default_turn_limit_outcome", ValueType::OneOf(TURN_LIMIT_OUTCOMES), GRAPH, "Default turn_limit_outcome of agent stages."),
     spec!("context_files", ValueType::Text, GRAPH, "Reference files every agent stage is told about (an index in its system prompt) and may read: comma-separated paths relative to the workflow file, PATH=NAME to name one; folders expand."),
     spec!("default_max_stage_tokens", ValueType::Count, GRAPH, "Default max_stage_tokens of LLM stages."),
     spec!("default_max_stage_cost", ValueType::Dollars, GRAPH, "Default max_stage_cost of LLM stages."),
@@ -338,6 +341,7 @@ pub static ATTRIBUTES: &[AttributeSpec] = &[
         "Coding agent run by the cli backend: claude, codex, gemini or a command."
     ),
     spec!("max_turns", ValueType::Count, NODE, "Most tool-calling turns of an agent stage (default 50)."),
+    spec!("turn_limit_outcome", ValueType::OneOf(TURN_LIMIT_OUTCOMES), NODE, "How an agent stage stopped by max_turns while still calling tools ends: fail (default, naming max_turns), partial_success or success."),
     spec!(
         "context_window",
         ValueType::Count,

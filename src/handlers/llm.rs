@@ -16,6 +16,7 @@ use crate::agent::context::compaction::lossless::{RunRecord, StageLine};
 use crate::backends::simulated::SimulatedBackend;
 use crate::backends::{Backend, LlmRequest, LlmResponse, StageEnv};
 use crate::context::Context;
+use crate::graph::settings::TurnLimitOutcome;
 use crate::graph::HandlerType;
 use crate::llm::BackendError;
 use crate::outcome::{Exchange, Outcome, Pause, PauseKind, StageStatus};
@@ -134,6 +135,7 @@ pub(crate) fn request_for<'a>(
             run_record: Some(run_record(stage)),
             watchdog: settings.watchdog,
             small_tier_parent: settings.small_tier_parent,
+            turn_limit_outcome: settings.turn_limit_outcome,
         }),
     })
 }
@@ -249,6 +251,28 @@ fn outcome_for(node_id: &str, backend_name: &str, response: &LlmResponse) -> Out
         .with_update("last_response", text.chars().take(LAST_RESPONSE_CHARS).collect::<String>())
         .with_update(format!("response.{node_id}"), text.as_str())
     };
+    if let Some(limit) = response.turn_limit {
+        return match limit.outcome {
+            TurnLimitOutcome::Fail => base(Outcome::fail(format!(
+                "the agent was still calling tools when max_turns={} stopped it; raise max_turns, or \
+                 set turn_limit_outcome=partial_success or success to accept unfinished work",
+                limit.max_turns
+            ))),
+            accepted => {
+                let status = match accepted {
+                    TurnLimitOutcome::PartialSuccess => StageStatus::PartialSuccess,
+                    _ => StageStatus::Success,
+                };
+                let outcome = base(Outcome { status, ..Outcome::success() });
+                let notes = format!(
+                    "{} · stopped by max_turns={} (turn_limit_outcome accepts it)",
+                    outcome.notes.as_deref().unwrap_or_default(),
+                    limit.max_turns
+                );
+                outcome.with_notes(notes)
+            }
+        };
+    }
     let Some(directive) = find_directive(text) else { return base(Outcome::success()) };
     match apply_directive(base(Outcome::success()), &directive) {
         Ok(outcome) => outcome,

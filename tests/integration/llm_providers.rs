@@ -776,3 +776,90 @@ fn authentication_errors_do_not_fail_over_and_unconfigured_fallbacks_are_refused
         .run();
     assert!(server.requests().is_empty());
 }
+
+/// An agent stage whose model keeps calling tools, with `max_turns=2` and `{attributes}`; the
+/// `fail` edge leads to `cleanup`, so a failed stage is routable.
+fn turn_limited(attributes: &str) -> String {
+    format!(
+        r#"digraph limited {{
+        start [shape=Mdiamond]
+        exit [shape=Msquare]
+        work [shape=box, prompt="List the files", llm_model="local-model", max_turns=2{attributes}]
+        cleanup [shape=parallelogram, script="echo cleaning"]
+        start -> work
+        work -> exit [condition="outcome=success"]
+        work -> exit [condition="outcome=partial_success"]
+        work -> cleanup [condition="outcome=fail"]
+        cleanup -> exit
+    }}"#
+    )
+}
+
+fn still_calling_tools() -> LlmServer {
+    let replies =
+        (0..4).map(|i| openai_tools(&[(format!("c{i}").as_str(), "list_dir", json!({}))])).collect();
+    LlmServer::start(replies, vec![])
+}
+
+fn work_status(ran: &Ran) -> Value {
+    serde_json::from_str(&stage_file(ran, "work", "status.json")).unwrap()
+}
+
+#[test]
+fn an_agent_stopped_by_max_turns_fails_the_stage_naming_it_and_the_fail_edge_routes_it() {
+    let server = still_calling_tools();
+    let ran = compatible(&server, &turn_limited(""))
+        .args(["run", "workflow.dot", "--run-dir", "run", "--workdir", "."])
+        .status(0)
+        .run();
+    assert_eq!(server.main_requests().len(), 2);
+    let status = work_status(&ran);
+    assert_eq!(status["outcome"], "fail", "{status}");
+    let reason = status["failure_reason"].as_str().unwrap();
+    assert!(reason.contains("max_turns=2") && reason.contains("turn_limit_outcome"), "{reason}");
+    assert_eq!(events_named(&ran, "agent.turn_limit").len(), 1);
+    assert!(run_dir(&ran).join("stages/cleanup/1").exists(), "the fail edge was taken");
+
+    // Without a route for the failure, the run fails: unfinished work never passes CI silently.
+    let server = still_calling_tools();
+    let workflow = r#"digraph limited {
+        start [shape=Mdiamond]
+        exit [shape=Msquare]
+        work [shape=box, prompt="List the files", llm_model="local-model", max_turns=2]
+        start -> work -> exit
+    }"#;
+    compatible(&server, workflow)
+        .args(["run", "workflow.dot", "--run-dir", "run", "--workdir", "."])
+        .status(1)
+        .stderr_contains("max_turns=2")
+        .run();
+}
+
+#[test]
+fn turn_limit_outcome_accepts_unfinished_work_from_the_node_the_graph_or_the_config_file() {
+    for (attributes, graph, config, expected) in [
+        (r#", turn_limit_outcome="partial_success""#, "", "", "partial_success"),
+        ("", "success", "", "success"),
+        ("", "", "turn_limit_outcome = \"partial_success\"\n", "partial_success"),
+        (r#", turn_limit_outcome="fail""#, "", "turn_limit_outcome = \"success\"\n", "fail"),
+    ] {
+        let server = still_calling_tools();
+        let mut workflow = turn_limited(attributes);
+        if !graph.is_empty() {
+            workflow = workflow.replacen('{', &format!("{{\n default_turn_limit_outcome=\"{graph}\""), 1);
+        }
+        let ran = compatible(&server, &workflow)
+            .file("fabro-config.toml", config)
+            .env("FABRO_CONFIG", "fabro-config.toml")
+            .args(["run", "workflow.dot", "--run-dir", "run", "--workdir", "."])
+            .status(0)
+            .run();
+        let status = work_status(&ran);
+        assert_eq!(status["outcome"], expected, "{attributes} {graph} {config}: {status}");
+        let cleaned = run_dir(&ran).join("stages/cleanup/1").exists();
+        assert_eq!(cleaned, expected == "fail", "{attributes} {graph} {config}");
+        if expected != "fail" {
+            assert!(status["notes"].as_str().unwrap().contains("stopped by max_turns=2"), "{status}");
+        }
+    }
+}

@@ -44,6 +44,9 @@ pub struct LlmSettings {
     /// `small_tier_parent`, else the graph's `default_small_tier_parent` (the config file's
     /// setting applies when both are unset).
     pub small_tier_parent: Option<SmallTierParent>,
+    /// `turn_limit_outcome`, else the graph's `default_turn_limit_outcome` (the config file's
+    /// applies when both are unset, then `fail`).
+    pub turn_limit_outcome: Option<TurnLimitOutcome>,
     /// Context management, or why it cannot be read.
     pub context: Result<ContextSettings, Vec<ContextSettingsError>>,
 }
@@ -66,6 +69,32 @@ impl McpSelection {
             Some(list) => McpSelection::Only(
                 list.split(',').map(str::trim).filter(|name| !name.is_empty()).map(str::to_string).collect(),
             ),
+        }
+    }
+}
+
+/// How an agent stage stopped by `max_turns` while still calling tools ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TurnLimitOutcome {
+    /// The stage fails, naming `max_turns` (the default): unfinished work never passes silently.
+    #[default]
+    Fail,
+    /// The stage ends `partial_success`.
+    PartialSuccess,
+    /// The stage succeeds with what the agent did so far.
+    Success,
+}
+
+impl TurnLimitOutcome {
+    pub const NAMES: &'static [&'static str] = &["fail", "partial_success", "success"];
+
+    pub fn from_name(name: &str) -> Option<TurnLimitOutcome> {
+        match name.trim() {
+            "fail" => Some(TurnLimitOutcome::Fail),
+            "partial_success" => Some(TurnLimitOutcome::PartialSuccess),
+            "success" => Some(TurnLimitOutcome::Success),
+            _ => None,
         }
     }
 }
@@ -110,6 +139,9 @@ impl LlmSettings {
             small_tier_parent: own_or_default("small_tier_parent")
                 .as_deref()
                 .and_then(SmallTierParent::from_name),
+            turn_limit_outcome: own_or_default("turn_limit_outcome")
+                .as_deref()
+                .and_then(TurnLimitOutcome::from_name),
             context: ContextSettings::parse(attributes, graph),
         }
     }

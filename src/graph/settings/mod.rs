@@ -31,7 +31,7 @@ pub use context::{
     TOOL_RESULT_CHARS_PREFIX,
 };
 pub use fidelity::{resolve as resolve_fidelity, FidelityMode, UnknownFidelity};
-pub use llm::{parse_models, LlmSettings, McpSelection, ToolHooks};
+pub use llm::{parse_models, LlmSettings, McpSelection, ToolHooks, TurnLimitOutcome};
 pub use manager::{
     action_words, ChildReference, ManagerAction, ManagerActions, ManagerSettings, ManagerSettingsError,
     DEFAULT_POLL_INTERVAL, REFERENCE_ATTRIBUTES,
