@@ -395,7 +395,7 @@ pub static ATTRIBUTES: &[AttributeSpec] = &[
         "max_tool_result_chars",
         ValueType::Count,
         NODE,
-        "Tool results sent to the model are cut to N characters (per tool: tool_result_chars.<tool>)."
+        "Tool results sent to the model are cut to N characters (per tool: tool_result_chars.<tool>); 0 means no cap."
     ),
     spec!(
         "max_replay_chars",
@@ -420,7 +420,7 @@ pub static ATTRIBUTES: &[AttributeSpec] = &[
     spec!("memory_extract", ValueType::Boolean, NODE, "With memory=true: at the end of a successful stage the model is asked for up to 5 entries worth keeping."),
     spec!("task_checkpoints", ValueType::Boolean, NODE, "The agent gets the mark_task_done(detail) tool: the finished task's turns are replaced by a six-section completion record (default true)."),
     spec!("runtime_context", ValueType::Boolean, NODE, "The system prompt starts with the OS, architecture, shell, work directory, date and time, and the .gitignore (default true)."),
-    spec!("compaction", ValueType::OneOf(COMPACTION_PRESETS), NODE, "Compaction preset: aggressive, strong, standard, careful (compact after 7/12/17/27 turns, keep 5/10/15/25) or none (never)."),
+    spec!("compaction", ValueType::OneOf(COMPACTION_PRESETS), NODE, "Compaction preset: aggressive, strong, standard, careful (compact once more than 7/12/17/27 messages are uncompacted, keep the latest turns within 5/10/15/25 messages) or none (never)."),
     spec!("compaction_mode", ValueType::OneOf(COMPACTION_MODES), NODE, "How compaction rebuilds old turns: llm (summary, default), window, intent, lossless or hybrid."),
     spec!("compaction_trigger_turns", ValueType::Count, NODE, "Compact once this many turns are uncompacted (must exceed compaction_keep_turns)."),
     spec!("compaction_keep_turns", ValueType::Count, NODE, "Turns a compaction keeps verbatim (default 6, or the preset's)."),

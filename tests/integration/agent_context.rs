@@ -308,7 +308,9 @@ fn hybrid_compaction_puts_records_before_the_summary_and_keeps_them_when_the_sum
 
 #[test]
 fn a_preset_compacts_by_turn_count() {
-    // aggressive: compact once 7 turns are uncompacted, keep 5.
+    // aggressive, counted in messages as the preset is defined: compact once more than 7 messages
+    // are uncompacted (a tool turn is two: the call and its result), keep the latest turns that
+    // fit in 5 messages (two turns).
     let server = LlmServer::start(reads(8), Vec::new());
     let ran =
         with_files(compatible(&server, &workflow(", compaction=aggressive, compaction_mode=intent")), 8, 100)
@@ -316,14 +318,16 @@ fn a_preset_compacts_by_turn_count() {
             .status(0)
             .run();
     let completed = events_named(&ran, "agent.compaction.completed");
-    assert_eq!(completed.len(), 1, "{completed:?}");
-    assert_eq!(
-        (completed[0]["original_turn_count"].as_u64(), completed[0]["preserved_turn_count"].as_u64()),
-        (Some(7), Some(5))
-    );
+    assert_eq!(completed.len(), 3, "{completed:?}");
+    for compaction in &completed {
+        assert_eq!(
+            (compaction["original_turn_count"].as_u64(), compaction["preserved_turn_count"].as_u64()),
+            (Some(4), Some(2))
+        );
+    }
     let last = server.requests().last().unwrap().json();
-    assert!(message(&last, 2).contains("turns 1-2"), "{}", message(&last, 2));
-    assert_eq!(tool_results(&last).len(), 6);
+    assert!(message(&last, 2).contains("turns 1-6"), "{}", message(&last, 2));
+    assert_eq!(tool_results(&last).len(), 2);
 }
 
 #[test]

@@ -1,5 +1,6 @@
 //! Layer 2, replay caps: a tool result longer than `max_tool_result_chars` (or its tool's
-//! `tool_result_chars.<tool>`) is cut with a note of how much; a `read_file` result whose file is
+//! `tool_result_chars.<tool>`; 0 means no cap, for one tool or for all) is cut with a note of how
+//! much; a `read_file` result whose file is
 //! written or edited later is cut to a stub (what it showed is out of date); assistant messages
 //! before the latest are cut to `max_replay_chars`. Compaction summaries are never cut.
 
@@ -20,11 +21,9 @@ fn cap_results(messages: &mut [ChatMessage], settings: &ContextSettings) {
     for message in messages.iter_mut() {
         let ChatMessage::ToolResults { results } = message else { continue };
         for result in results.iter_mut() {
-            let Some(max) =
-                settings.tool_result_chars.get(&result.name).copied().or(settings.max_tool_result_chars)
-            else {
-                continue;
-            };
+            let cap =
+                settings.tool_result_chars.get(&result.name).copied().or(settings.max_tool_result_chars);
+            let Some(max) = cap.filter(|max| *max > 0) else { continue };
             if let Some(shorter) = cut(&result.content, max, |dropped| {
                 format!("\n[… {dropped} more characters cut by max_tool_result_chars={max}]")
             }) {
@@ -133,6 +132,25 @@ mod tests {
                 && results[0].ends_with("[… 50 more characters cut by max_tool_result_chars=250]")
         );
         assert!(results[1].ends_with("[… 200 more characters cut by max_tool_result_chars=100]"));
+    }
+
+    #[test]
+    fn a_cap_of_zero_means_no_cap() {
+        let mut messages = conversation(&[
+            ("grep", json!({"pattern": "x"}), "g".repeat(300)),
+            ("shell", json!({"command": "ls"}), "s".repeat(300)),
+        ]);
+        let mut settings = ContextSettings { max_tool_result_chars: Some(100), ..ContextSettings::default() };
+        settings.tool_result_chars.insert("grep".into(), 0);
+        apply(&mut messages, &settings);
+        assert_eq!(results(&messages)[0], "g".repeat(300));
+        assert!(results(&messages)[1].ends_with("cut by max_tool_result_chars=100]"));
+        let mut messages = conversation(&[("shell", json!({"command": "ls"}), "s".repeat(300))]);
+        apply(
+            &mut messages,
+            &ContextSettings { max_tool_result_chars: Some(0), ..ContextSettings::default() },
+        );
+        assert_eq!(results(&messages)[0], "s".repeat(300));
     }
 
     #[test]

@@ -18,6 +18,47 @@ pub const DEFAULT_MAX_REPLAY_CHARS: usize = 2000;
 pub const TOOL_RESULT_CHARS_PREFIX: &str = "tool_result_chars.";
 /// Turns kept verbatim by a compaction without a preset or `compaction_keep_turns`.
 pub const DEFAULT_KEEP_TURNS: usize = 6;
+
+/// A count of a turn-count compaction: in turns (an assistant message and the results of its tool
+/// calls: `compaction_trigger_turns`, `compaction_keep_turns`) or in messages (the presets).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CompactionCount {
+    Turns(usize),
+    Messages(usize),
+}
+
+impl CompactionCount {
+    /// In messages, a turn counting two (its assistant message and its tool results).
+    pub fn messages(self) -> usize {
+        match self {
+            CompactionCount::Turns(turns) => turns * 2,
+            CompactionCount::Messages(messages) => messages,
+        }
+    }
+}
+
+/// Why a turn-count trigger that does not exceed what a compaction keeps is refused.
+fn trigger_not_above_keep(trigger: CompactionCount, keep: CompactionCount) -> String {
+    let why = "a compaction must leave fewer turns than made it start";
+    match (trigger, keep) {
+        (CompactionCount::Turns(trigger), CompactionCount::Turns(keep)) => {
+            format!("compaction_trigger_turns ({trigger}) must be more than compaction_keep_turns ({keep}): {why}")
+        }
+        _ => format!(
+            "the compaction trigger ({trigger}: compaction_trigger_turns, or the preset's) must be more than \
+             what a compaction keeps ({keep}: compaction_keep_turns, or the preset's): {why}"
+        ),
+    }
+}
+
+impl std::fmt::Display for CompactionCount {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CompactionCount::Turns(n) => write!(f, "{n} turns"),
+            CompactionCount::Messages(n) => write!(f, "{n} messages"),
+        }
+    }
+}
 /// Share of the context window above which a stage compacts, for models of no known tier.
 pub const DEFAULT_THRESHOLD: f64 = 0.80;
 /// Messages over this many characters are cut before they go to the summarizer.
@@ -89,8 +130,10 @@ impl CompactionPreset {
         })
     }
 
-    /// (compact once this many turns are uncompacted, keep this many verbatim); none for `none`.
-    pub fn turns(self) -> Option<(usize, usize)> {
+    /// (compact once more than this many messages are uncompacted, keep this many most recent
+    /// messages verbatim), counted in messages as the compaction presets are defined; none for
+    /// `none`.
+    pub fn messages(self) -> Option<(usize, usize)> {
         match self {
             CompactionPreset::Aggressive => Some((7, 5)),
             CompactionPreset::Strong => Some((12, 10)),
@@ -225,11 +268,8 @@ pub enum ContextSettingsError {
     #[error(transparent)]
     Attribute(#[from] InvalidAttribute),
     /// At the trigger (or preset) value.
-    #[error(
-        "compaction_trigger_turns ({trigger}) must be more than compaction_keep_turns ({keep}): a compaction \
-         must leave fewer turns than made it start"
-    )]
-    TriggerNotAboveKeep { trigger: usize, keep: usize, span: Span },
+    #[error("{}", trigger_not_above_keep(*trigger, *keep))]
+    TriggerNotAboveKeep { trigger: CompactionCount, keep: CompactionCount, span: Span },
     /// At the `context_budget_cutover` value.
     #[error("context_budget_cutover compacts, but compaction=none turns compaction off")]
     CutoverWithoutCompaction { span: Span },
@@ -382,8 +422,8 @@ impl ContextSettings {
     /// Settings that contradict each other (`span` gives the position of a setting by name).
     pub fn conflicts(&self, span: impl Fn(&str) -> Span) -> Vec<ContextSettingsError> {
         let mut errors = Vec::new();
-        if let Some((trigger, keep)) = self.compaction_turns() {
-            if trigger <= keep {
+        if let Some((trigger, keep)) = self.compaction_counts() {
+            if trigger.messages() <= keep.messages() {
                 let at = if self.compaction_trigger_turns.is_some() {
                     "compaction_trigger_turns"
                 } else {
@@ -437,18 +477,26 @@ impl ContextSettings {
         self.compaction_mode.unwrap_or_default()
     }
 
-    /// (compact once this many turns are uncompacted, keep this many), when a preset or
-    /// `compaction_trigger_turns` asks for a turn trigger; explicit counts win over the preset's.
-    pub fn compaction_turns(&self) -> Option<(usize, usize)> {
-        let preset = self.compaction.and_then(CompactionPreset::turns);
-        let trigger = self.compaction_trigger_turns.or(preset.map(|(trigger, _)| trigger))?;
-        Some((trigger, self.keep_turns()))
+    /// (compact once more is uncompacted, keep this much), when a preset or
+    /// `compaction_trigger_turns` asks for a turn-count trigger; explicit counts (in turns) win
+    /// over the preset's (in messages).
+    pub fn compaction_counts(&self) -> Option<(CompactionCount, CompactionCount)> {
+        let preset = self.compaction.and_then(CompactionPreset::messages);
+        let trigger = self
+            .compaction_trigger_turns
+            .map(CompactionCount::Turns)
+            .or(preset.map(|(trigger, _)| CompactionCount::Messages(trigger)))?;
+        Some((trigger, self.keep()))
     }
 
-    /// Turns a compaction keeps verbatim.
-    pub fn keep_turns(&self) -> usize {
-        let preset = self.compaction.and_then(CompactionPreset::turns);
-        self.compaction_keep_turns.or(preset.map(|(_, keep)| keep)).unwrap_or(DEFAULT_KEEP_TURNS)
+    /// What a compaction keeps verbatim: `compaction_keep_turns`, else the preset's messages, else
+    /// [`DEFAULT_KEEP_TURNS`].
+    pub fn keep(&self) -> CompactionCount {
+        let preset = self.compaction.and_then(CompactionPreset::messages);
+        self.compaction_keep_turns
+            .map(CompactionCount::Turns)
+            .or(preset.map(|(_, keep)| CompactionCount::Messages(keep)))
+            .unwrap_or(CompactionCount::Turns(DEFAULT_KEEP_TURNS))
     }
 
     /// The share of the context window above which a stage on `model` compacts: the stage's
@@ -543,7 +591,10 @@ mod tests {
         assert!(!read.tool_result_aging());
         assert_eq!(read.max_replay_chars(), DEFAULT_MAX_REPLAY_CHARS);
         assert_eq!(read.compaction_mode(), CompactionMode::Intent);
-        assert_eq!(read.compaction_turns(), Some((12, 10)));
+        assert_eq!(
+            read.compaction_counts(),
+            Some((CompactionCount::Messages(12), CompactionCount::Messages(10)))
+        );
         assert_eq!(read.thread_exclude_nodes, Some(vec!["x".to_string(), "y".to_string()]));
     }
 

@@ -26,9 +26,9 @@ mod watchdog;
 pub use backend::Backend;
 pub use command::{CommandSettings, HumanSettings, WaitError, WaitSettings};
 pub use context::{
-    attribute_names as context_attribute_names, CompactionMode, CompactionPreset, ContextSettings,
-    ContextSettingsError, ModelTier, ThreadHandoff, TierThresholds, DEFAULT_MAX_REPLAY_CHARS,
-    TOOL_RESULT_CHARS_PREFIX,
+    attribute_names as context_attribute_names, CompactionCount, CompactionMode, CompactionPreset,
+    ContextSettings, ContextSettingsError, ModelTier, ThreadHandoff, TierThresholds,
+    DEFAULT_MAX_REPLAY_CHARS, TOOL_RESULT_CHARS_PREFIX,
 };
 pub use fidelity::{resolve as resolve_fidelity, FidelityMode, UnknownFidelity};
 pub use llm::{parse_models, LlmSettings, McpSelection, ToolHooks, TurnLimitOutcome};

@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use crate::chat::ChatMessage;
 use crate::event::{Compaction, Event};
-use crate::graph::settings::{CompactionMode, ContextSettings};
+use crate::graph::settings::{CompactionCount, CompactionMode, ContextSettings};
 use crate::llm::chat::ChatProvider;
 use crate::usage::Usage;
 
@@ -160,6 +160,37 @@ impl Compactor {
             .count()
     }
 
+    /// Messages after the prompt, but compaction blocks.
+    fn uncompacted_messages(&self, messages: &[ChatMessage]) -> usize {
+        messages
+            .iter()
+            .skip(self.prompt_at + 1)
+            .filter(|m| !matches!(m, ChatMessage::User { content } if is_block(content)))
+            .count()
+    }
+
+    /// Whether a turn-count trigger is due: `compaction_trigger_turns` turns are uncompacted, or
+    /// more messages than the preset's trigger (as the presets count).
+    fn turn_count_due(&self, messages: &[ChatMessage]) -> bool {
+        match self.settings.compaction_counts() {
+            Some((CompactionCount::Turns(at), _)) => self.uncompacted_turns(messages) >= at,
+            Some((CompactionCount::Messages(at), _)) => self.uncompacted_messages(messages) > at,
+            None => false,
+        }
+    }
+
+    /// How many of the latest turns a compaction keeps: `compaction_keep_turns`, or the most
+    /// that fit in the preset's kept messages; at least one. `starts` are where the uncompacted
+    /// turns start.
+    fn kept_turns(&self, messages: &[ChatMessage], starts: &[usize]) -> usize {
+        match self.settings.keep() {
+            CompactionCount::Turns(turns) => turns.max(1),
+            CompactionCount::Messages(kept) => {
+                starts.iter().rev().take_while(|&&start| messages.len() - start <= kept).count().max(1)
+            }
+        }
+    }
+
     /// Whether the conversation should be compacted now, and the events of the check (a window
     /// warning, the anti-thrash guard holding back).
     pub fn due(&mut self, messages: &[ChatMessage], system_tokens: u64) -> (Option<Trigger>, Vec<Event>) {
@@ -177,11 +208,7 @@ impl Compactor {
         }
         let trigger = if self.settings.context_budget_cutover.is_some_and(|at| self.since_compaction >= at) {
             Trigger::Budget
-        } else if self
-            .settings
-            .compaction_turns()
-            .is_some_and(|(at, _)| self.uncompacted_turns(messages) >= at)
-        {
+        } else if self.turn_count_due(messages) {
             Trigger::Turns
         } else if estimated > self.limit {
             Trigger::Window
@@ -220,7 +247,10 @@ impl Compactor {
         inputs: &Inputs<'_>,
     ) -> Option<Done> {
         let mode = self.settings.compaction_mode();
-        let keep = self.settings.keep_turns();
+        let starts: Vec<usize> = (self.prompt_at + 1..messages.len())
+            .filter(|&i| matches!(messages[i], ChatMessage::Assistant { .. }))
+            .collect();
+        let keep = self.kept_turns(messages, &starts);
         let before = inputs.system_tokens + tokens(messages);
         let turn_count = self.uncompacted_turns(messages);
         let mut done = Done::default();
@@ -251,9 +281,6 @@ impl Compactor {
             self.prompt_at -= dropped[..prompt_at].iter().filter(|d| **d).count();
             self.compacted_through += dropped_turns as u32;
         } else {
-            let starts: Vec<usize> = (self.prompt_at + 1..messages.len())
-                .filter(|&i| matches!(messages[i], ChatMessage::Assistant { .. }))
-                .collect();
             if starts.len() <= keep {
                 return None;
             }
