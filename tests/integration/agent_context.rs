@@ -1336,3 +1336,33 @@ fn agentic_grep_and_research_each_run_their_own_sub_conversation_and_can_be_turn
         .run();
     assert!(!server.requests()[0].body.contains("agentic_"));
 }
+
+#[test]
+fn facts_from_earlier_stages_of_a_thread_survive_every_compaction_mode() {
+    for mode in ["llm", "intent", "lossless", "hybrid", "window"] {
+        let mut replies = vec![openai_text("The plan: change src/lib.rs only.", 10, 5)];
+        replies.extend(reads(10));
+        let summary = "## Goal\nRead\n## Progress\nRead some\n## Key Decisions\nNone\n## Failed Approaches\nNone\n## Open Issues\nNone\n## Next Steps\nGo on";
+        let server = LlmServer::start(replies, vec![openai_text(summary, 10, 5); 10]);
+        let workflow = format!(
+            r#"digraph threads {{
+            start [shape=Mdiamond]
+            exit [shape=Msquare]
+            node [llm_model="local-model", fidelity=full, thread_id=t]
+            plan [shape=tab, prompt="Plan the change. Constraint: never touch vendor/."]
+            work [prompt="Read the files", max_turns=20, compaction=aggressive, compaction_mode={mode}]
+            start -> plan -> work -> exit
+        }}"#
+        );
+        let ran = with_files(compatible(&server, &workflow), 10, 100)
+            .args(["run", "workflow.dot", "--run-dir", "run", "--workdir", "work", "-q"])
+            .status(0)
+            .run();
+        assert!(!events_named(&ran, "agent.compaction.completed").is_empty(), "{mode}");
+        let last = server.main_requests().last().unwrap().json();
+        let sent = last["messages"].to_string();
+        assert!(sent.contains("Constraint: never touch vendor/."), "{mode}: {sent}");
+        assert!(sent.contains("The plan: change src/lib.rs only."), "{mode}: {sent}");
+        assert!(sent.contains("[Earlier in this thread"), "{mode}: {sent}");
+    }
+}

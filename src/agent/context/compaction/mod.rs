@@ -21,6 +21,7 @@ pub mod checkpoint;
 pub mod intent;
 pub mod llm_summary;
 pub mod lossless;
+pub mod thread_digest;
 pub mod window;
 
 use std::collections::VecDeque;
@@ -39,9 +40,16 @@ pub const FAILED_HEADER: &str = "[COMPACTION FAILED]";
 
 /// Whether a user message is a compaction block (pinned, and never cut).
 pub fn is_block(content: &str) -> bool {
-    [llm_summary::HEADER, intent::HEADER, lossless::HEADER, FAILED_HEADER, checkpoint::HEADER]
-        .iter()
-        .any(|header| content.starts_with(header))
+    [
+        llm_summary::HEADER,
+        intent::HEADER,
+        lossless::HEADER,
+        FAILED_HEADER,
+        checkpoint::HEADER,
+        thread_digest::HEADER,
+    ]
+    .iter()
+    .any(|header| content.starts_with(header))
 }
 
 /// Why a compaction started.
@@ -247,6 +255,7 @@ impl Compactor {
         inputs: &Inputs<'_>,
     ) -> Option<Done> {
         let mode = self.settings.compaction_mode();
+        self.pin_thread_digest(messages);
         let starts: Vec<usize> = (self.prompt_at + 1..messages.len())
             .filter(|&i| matches!(messages[i], ChatMessage::Assistant { .. }))
             .collect();
@@ -287,9 +296,13 @@ impl Compactor {
             let cut = starts[starts.len() - keep];
             let through = self.compacted_through + (starts.len() - keep) as u32;
             let block = self.block(mode, through, &messages[..cut], inputs, &mut done).await;
-            let prompt = messages[self.prompt_at].clone();
-            messages.splice(..cut, [prompt, ChatMessage::user(block.clone())]);
-            self.prompt_at = 0;
+            // The thread's digest and the stage's prompt stay, then the block.
+            let mut head: Vec<ChatMessage> =
+                messages[..self.prompt_at].iter().filter(|m| thread_digest::is_digest(m)).cloned().collect();
+            head.push(messages[self.prompt_at].clone());
+            self.prompt_at = head.len() - 1;
+            head.push(ChatMessage::user(block.clone()));
+            messages.splice(..cut, head);
             self.compacted_through = through;
             done.block = Some(block);
         }
@@ -316,6 +329,18 @@ impl Compactor {
             after_tokens: after,
         }));
         Some(done)
+    }
+
+    /// Replaces the thread's earlier stages (the messages before the stage's prompt) by their
+    /// digest, once ([`thread_digest`]); every mode keeps it from then on.
+    fn pin_thread_digest(&mut self, messages: &mut Vec<ChatMessage>) {
+        let history = &messages[..self.prompt_at];
+        if history.is_empty() || (history.len() == 1 && thread_digest::is_digest(&history[0])) {
+            return;
+        }
+        let digest = thread_digest::digest(history);
+        messages.splice(..self.prompt_at, [ChatMessage::user(digest)]);
+        self.prompt_at = 1;
     }
 
     /// Replaces the finished task, the turns after the stage's prompt and its earlier blocks up to
