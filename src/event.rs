@@ -273,6 +273,15 @@ pub enum Event {
     /// was cut before the model saw it (sizes as the server sent them, in bytes).
     #[serde(rename = "mcp.tool_cut")]
     McpToolCut { server: String, tool: String, description_bytes: usize, schema_bytes: usize },
+    /// A server's reported input tokens set the stage's characters-per-token ratio (the first
+    /// time, and when it moves by more than a tenth).
+    #[serde(rename = "agent.context.calibrated")]
+    AgentContextCalibrated { chars_per_token: f64, sent_chars: usize, reported_tokens: u64 },
+    /// The context window an agent stage goes by, and where it came from: at the start (`node`,
+    /// `config`, `known`, `learned` earlier in the run, `default`), and again when a rejection
+    /// states a smaller one (`error`).
+    #[serde(rename = "agent.context.window")]
+    AgentContextWindow { tokens: u64, source: String },
     #[serde(rename = "agent.context_window_warning")]
     AgentContextWindowWarning { estimated_tokens: u64, context_window_size: u64, usage_percent: u64 },
     /// `trigger`: `window`, `turns` or `budget`; `mode`: the stage's compaction_mode.

@@ -279,6 +279,9 @@ pub struct Outcome {
     /// Names of the project memory entries an agent stage wrote.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub memory_added: Vec<String>,
+    /// The context window an agent stage went by, and the token ratio it counted with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_window: Option<crate::usage::ContextWindow>,
     /// Tokens and estimated cost per model, when an LLM stage failed over (`fallback_models`).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub usage_by_model: std::collections::BTreeMap<String, crate::usage::ModelUsage>,
@@ -319,6 +322,7 @@ impl Outcome {
             files_touched: Vec::new(),
             context_tokens_saved: Default::default(),
             memory_added: Vec::new(),
+            context_window: None,
             usage_by_model: Default::default(),
             exchange: None,
         }

@@ -17,6 +17,19 @@ pub fn estimated_tokens(chars: usize) -> u64 {
     chars.div_ceil(CHARS_PER_TOKEN) as u64
 }
 
+/// The context window an LLM stage went by, where it came from, and the characters-per-token
+/// ratio its estimates used (none: the default 4).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ContextWindow {
+    pub tokens: u64,
+    /// `node` (`context_window`), `config` (the config file's model entry), `known` (fabro's
+    /// table), `learned` (a server's statement earlier in the run), `error` (a rejection in this
+    /// stage), or `default`.
+    pub source: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chars_per_token: Option<f64>,
+}
+
 /// Estimated tokens the agent context layers saved, by layer name, over a stage's calls.
 pub type Savings = std::collections::BTreeMap<String, u64>;
 

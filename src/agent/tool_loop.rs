@@ -15,9 +15,12 @@ use super::agentic_tools;
 use super::permissions::Verdict;
 use super::tools::{self, Toolbox};
 use super::transcript::{assistant_record, Transcript};
+use crate::agent::context::calibration::{self, Calibration};
 use crate::agent::context::compaction::{
-    checkpoint, intent::Operation, lossless::RunRecord, Compactor, Done, Inputs,
+    checkpoint, intent::Operation, lossless::RunRecord, Compactor, Done, Inputs, Trigger,
 };
+use crate::agent::context::side_call::{self, SideCall};
+use crate::agent::context::{too_large, trim_retry};
 use crate::chat::{ChatMessage, ToolResult};
 use crate::event::Event;
 use crate::graph::settings::PermissionLevel;
@@ -63,6 +66,11 @@ pub struct AgentSettings<'a> {
     pub memory: Option<&'a crate::memory::StageMemory>,
     /// The run's reference files, indexed in the system prompt.
     pub reference_files: &'a [crate::agent::context::reference_files::ReferenceFile],
+    /// The characters-per-token ratio learned earlier in the run on this model, if any.
+    pub chars_per_token: Option<f64>,
+    /// The context window of `compaction_model` when the stage names one (its side calls are
+    /// sized to it).
+    pub compaction_window: Option<u64>,
 }
 
 /// What the loop produced.
@@ -82,6 +90,10 @@ pub struct AgentRun {
     pub conversation: Vec<ChatMessage>,
     /// Names of the memory entries the stage wrote.
     pub memory_added: Vec<String>,
+    /// The characters-per-token ratio the server's reports set (none: no usable report).
+    pub chars_per_token: Option<f64>,
+    /// The context window the server stated when it rejected a call for its size.
+    pub learned_window: Option<u64>,
 }
 
 /// The system prompt of agent stages: the runtime block when `runtime` is set, the instructions,
@@ -173,11 +185,14 @@ pub async fn run(
     let mut subtasks = 0;
     // The detail of a `mark_task_done` call of this turn: a checkpoint follows the turn.
     let mut task_done: Option<String> = None;
-    let system_tokens = crate::usage::estimated_tokens(system.len());
+    // Every request sends the system prompt and the tool definitions besides the messages.
+    let fixed_chars = system.len() + calibration::definition_chars(&definitions);
+    let fixed_tokens = crate::usage::estimated_tokens(fixed_chars);
     let mut run = AgentRun::default();
     let mut watchdog = Watchdog::default();
     let prompt_at = messages.len().saturating_sub(1);
     let mut compactor = Compactor::new(settings.context, settings.model, settings.context_window, prompt_at);
+    compactor.calibration = Calibration::starting_at(settings.chars_per_token);
     loop {
         if run.turns >= settings.max_turns {
             run.hit_turn_limit = true;
@@ -188,36 +203,79 @@ pub async fn run(
             stop_at_ceilings(settings, &run, transcript)?;
         }
         run.turns += 1;
-        let (view, saved) = crate::agent::context::view(&messages, settings.context);
-        if !saved.is_empty() {
-            transcript.event(Event::AgentContextTrimmed {
-                turn: run.turns,
-                before_tokens: crate::agent::context::tokens(&messages),
-                after_tokens: crate::agent::context::tokens(&view),
-                saved_tokens: saved.clone(),
-            });
-            for (layer, tokens) in saved {
-                *run.context_savings.entry(layer).or_default() += tokens;
+        // A call rejected for its size: the window it states, then compaction, then the trim
+        // steps that change something, each kept for the later turns.
+        let mut fitting = Fitting::default();
+        let (response, sent_chars, view_tokens) = loop {
+            let (view, saved) = crate::agent::context::view(&messages, settings.context);
+            if !saved.is_empty() && fitting == Fitting::default() {
+                transcript.event(Event::AgentContextTrimmed {
+                    turn: run.turns,
+                    before_tokens: crate::agent::context::tokens(&messages),
+                    after_tokens: crate::agent::context::tokens(&view),
+                    saved_tokens: saved.clone(),
+                });
+                for (layer, tokens) in saved {
+                    *run.context_savings.entry(layer).or_default() += tokens;
+                }
             }
-        }
-        let request = ChatRequest {
-            model: settings.model,
-            system: &system,
-            messages: &view,
-            tools: &definitions,
-            reasoning_effort: settings.reasoning_effort,
-            max_output_tokens: settings.max_output_tokens,
-            timeout: settings.request_timeout,
-        };
-        let response = match provider.chat(&request).await {
-            Err(BackendError::TooLarge(error)) => {
-                send_smaller(provider, &request, error, transcript, &mut run).await?
+            let estimate = compactor.estimate(&view, fixed_tokens);
+            let request = ChatRequest {
+                model: settings.model,
+                system: &system,
+                messages: &view,
+                tools: &definitions,
+                reasoning_effort: settings.reasoning_effort,
+                max_output_tokens: side_call::output_budget(
+                    settings.max_output_tokens,
+                    compactor.window(),
+                    estimate,
+                ),
+                timeout: settings.request_timeout,
+            };
+            let sent_chars = fixed_chars + view.iter().map(ChatMessage::char_count).sum::<usize>();
+            let error = match provider.chat(&request).await {
+                Ok(response) => break (response, sent_chars, crate::agent::context::tokens(&view)),
+                Err(BackendError::TooLarge(error)) => error,
+                Err(other) => return Err(other),
+            };
+            if let Some(stated) = too_large::stated_window(&error).filter(|w| *w < compactor.window()) {
+                compactor.set_window(stated);
+                run.learned_window = Some(stated);
+                transcript.event(Event::AgentContextWindow { tokens: stated, source: "error".into() });
             }
-            answered => answered?,
+            if let Some(prompt_tokens) = too_large::stated_prompt_tokens(&error) {
+                if let Some(event) = compactor.calibration.observe(sent_chars, prompt_tokens) {
+                    transcript.event(event);
+                }
+            }
+            if !fitting.compacted {
+                fitting.compacted = true;
+                let files = toolbox.tracker.render();
+                let inputs = Inputs {
+                    provider,
+                    model: settings.context.compaction_model.as_deref().unwrap_or(settings.model),
+                    timeout: settings.request_timeout,
+                    fixed_tokens,
+                    files: &files,
+                    file_count: toolbox.tracker.len(),
+                    record: settings.run_record,
+                    side_call: side_call_of(settings, &compactor),
+                };
+                let done = compactor.compact(Trigger::Overflow, &mut messages, &inputs).await;
+                if done.is_some() {
+                    report(done, transcript, &mut run, "compaction");
+                    continue;
+                }
+            }
+            trim_further(&mut messages, compactor.prompt_at(), &mut fitting, error, transcript, &mut run)?;
         };
         run.usage.add(&response.usage);
+        if let Some(event) = compactor.calibration.observe(sent_chars, response.usage.input_tokens) {
+            transcript.event(event);
+        }
         let sent = match response.usage.input_tokens {
-            0 => system_tokens + crate::agent::context::tokens(&view),
+            0 => compactor.calibration.rescale(fixed_tokens + view_tokens),
             reported => reported,
         };
         if let Some(warning) = compactor.count_input(sent) {
@@ -319,14 +377,16 @@ pub async fn run(
         // Only when needed: the file list is rendered for a checkpoint or a compaction, not for
         // every turn.
         let files = || toolbox.tracker.render();
+        let side_call = side_call_of(settings, &compactor);
         let inputs = |files| Inputs {
             provider,
             model: settings.context.compaction_model.as_deref().unwrap_or(settings.model),
             timeout: settings.request_timeout,
-            system_tokens,
+            fixed_tokens,
             files,
             file_count: toolbox.tracker.len(),
             record: settings.run_record,
+            side_call,
         };
         if let Some(detail) = task_done.take() {
             let files = files();
@@ -334,7 +394,7 @@ pub async fn run(
             report(done, transcript, &mut run, "task_checkpoint");
             continue;
         }
-        let (trigger, events) = compactor.due(&messages, system_tokens);
+        let (trigger, events) = compactor.due(&messages, fixed_tokens);
         events.into_iter().for_each(|event| transcript.event(event));
         if let Some(trigger) = trigger {
             let files = files();
@@ -343,11 +403,14 @@ pub async fn run(
         }
     }
     if let Some(memory) = settings.memory.filter(|memory| memory.extract && !run.hit_turn_limit) {
-        extract_memory(provider, settings, memory, &messages[compactor.prompt_at()..], transcript, &mut run)
-            .await;
+        let side_call = SideCall { window: compactor.window(), calibration: compactor.calibration };
+        let conversation = &messages[compactor.prompt_at()..];
+        extract_memory(provider, settings, memory, conversation, &side_call, transcript, &mut run).await;
     }
     run.files_changed = toolbox.tracker.changed();
     run.conversation = messages.split_off(compactor.prompt_at().min(messages.len()));
+    run.chars_per_token =
+        compactor.calibration.is_reported().then(|| compactor.calibration.chars_per_token());
     Ok(run)
 }
 
@@ -399,6 +462,7 @@ async fn extract_memory(
     settings: &AgentSettings<'_>,
     memory: &crate::memory::StageMemory,
     conversation: &[ChatMessage],
+    side_call: &SideCall,
     transcript: &Transcript<'_>,
     run: &mut AgentRun,
 ) {
@@ -408,12 +472,13 @@ async fn extract_memory(
     );
     let question = format!("<stage_work>\n{work}\n</stage_work>\n\n{}", crate::memory::EXTRACT_REQUEST);
     let system = "You choose what later runs of a coding project should remember.";
+    let (question, max_output) = side_call.fit(system, question, 2048);
     let answer = match crate::llm::chat::ask(
         provider,
         settings.model,
         system,
         question,
-        2048,
+        max_output,
         settings.request_timeout,
     )
     .await
@@ -461,40 +526,59 @@ fn stop_at_ceilings(
     Ok(())
 }
 
-/// Sends a call the provider rejected for its size again, smaller at each step of the trim
-/// ladder; fails once the last step is rejected too.
-async fn send_smaller(
-    provider: &dyn ChatProvider,
-    request: &ChatRequest<'_>,
-    mut error: String,
+/// The window and token count of the stage's side calls: `compaction_model`'s window when the
+/// stage names one, else the stage's own (as learned), with the stage's calibration.
+fn side_call_of(settings: &AgentSettings<'_>, compactor: &Compactor) -> SideCall {
+    match settings.compaction_window {
+        Some(window) => SideCall { window, calibration: Calibration::default() },
+        None => SideCall { window: compactor.window(), calibration: compactor.calibration },
+    }
+}
+
+/// How far one call has gone to fit the window: compacted once, then the trim steps tried.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Fitting {
+    compacted: bool,
+    next_step: usize,
+}
+
+/// Takes the next trim step that makes the conversation smaller ([`trim_retry::STEPS`]) and keeps
+/// it: the later turns are sent the same. Steps that change nothing are passed over without a
+/// call; when none is left, the stage fails with the provider's message.
+fn trim_further(
+    messages: &mut Vec<ChatMessage>,
+    prompt_at: usize,
+    fitting: &mut Fitting,
+    error: String,
     transcript: &Transcript<'_>,
     run: &mut AgentRun,
-) -> Result<crate::llm::chat::ChatResponse, BackendError> {
-    use crate::agent::context::trim_retry::{trimmed, STEPS};
-    let before = crate::agent::context::tokens(request.messages);
-    for (step, (_, action)) in STEPS.iter().enumerate() {
-        let smaller = trimmed(request.messages, step);
+) -> Result<(), BackendError> {
+    let before = crate::agent::context::tokens(messages);
+    while let Some((_, action)) = trim_retry::STEPS.get(fitting.next_step) {
+        let step = fitting.next_step;
+        fitting.next_step += 1;
+        // The thread before the stage's prompt is left as it is (compaction has made it a digest).
+        let mut smaller = messages[..=prompt_at.min(messages.len().saturating_sub(1))].to_vec();
+        smaller.extend(trim_retry::trimmed(&messages[smaller.len()..], step));
         let after = crate::agent::context::tokens(&smaller);
+        if after >= before {
+            continue;
+        }
         transcript.event(Event::AgentContextTrimRetry {
             turn: run.turns,
             step: step + 1,
             action: action.to_string(),
-            error: error.clone(),
+            error,
             before_tokens: before,
             after_tokens: after,
         });
-        match provider.chat(&ChatRequest { messages: &smaller, ..request.clone() }).await {
-            Ok(response) => {
-                *run.context_savings.entry("trim_retry".to_string()).or_default() +=
-                    before.saturating_sub(after);
-                return Ok(response);
-            }
-            Err(BackendError::TooLarge(message)) => error = message,
-            Err(other) => return Err(other),
-        }
+        *run.context_savings.entry("trim_retry".to_string()).or_default() += before - after;
+        *messages = smaller;
+        return Ok(());
     }
     Err(BackendError::Terminal(format!(
-        "{error} (still too large with tool results cut to 4000 and then 500 characters, and without tool messages)"
+        "{error} (still too large after compaction, with tool results cut to 4000 and then 500 characters, \
+         and without tool messages)"
     )))
 }
 

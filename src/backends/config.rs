@@ -531,6 +531,15 @@ impl LlmConfig {
     }
 
     /// The context window of a model: the config file's, the built-in table's, else the default.
+    /// The context window of `model` when fabro knows it, and from where: the config file's
+    /// model entry (`config`), else fabro's table (`known`).
+    pub fn known_context_window(&self, model: &str) -> Option<(u64, &'static str)> {
+        match self.models.get(model).and_then(|o| o.context_window) {
+            Some(window) => Some((window, "config")),
+            None => models::builtin_context_window(model).map(|window| (window, "known")),
+        }
+    }
+
     pub fn context_window(&self, model: &str) -> u64 {
         self.models
             .get(model)

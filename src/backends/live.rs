@@ -42,6 +42,16 @@ pub struct LiveBackend {
     mcp: crate::agent::mcp::McpServers,
     /// Who is asked about tool calls above a stage's permissions (none: they are denied).
     person: Option<Arc<dyn crate::interview::Interviewer>>,
+    /// What servers said of their models during the run (by provider and model): the window a
+    /// rejection stated, the characters-per-token ratio their reports set.
+    learned: std::sync::Mutex<BTreeMap<(String, String), Learned>>,
+}
+
+/// What the run learned of one model on one provider.
+#[derive(Debug, Clone, Copy, Default)]
+struct Learned {
+    window: Option<u64>,
+    chars_per_token: Option<f64>,
 }
 
 impl LiveBackend {
@@ -76,7 +86,7 @@ impl LiveBackend {
             providers.insert(name.clone(), provider);
         }
         let mcp = crate::agent::mcp::McpServers::new(config.mcp_servers.clone());
-        Ok(LiveBackend { config, providers, secrets, mcp, person: None })
+        Ok(LiveBackend { config, providers, secrets, mcp, person: None, learned: Default::default() })
     }
 
     /// Asks `person` about agent tool calls above a stage's permissions.
@@ -210,8 +220,19 @@ impl LiveBackend {
             chain.push(target);
         }
         let failover = failover::Failover::new(chain, |event| transcript.event(event));
-        let window =
-            stage.and_then(|s| s.context_window).unwrap_or_else(|| self.config.context_window(model));
+        let learned_key = (resolved.provider.clone(), model.to_string());
+        let learned =
+            self.learned.lock().map(|learned| learned.get(&learned_key).copied()).unwrap_or_default();
+        let learned = learned.unwrap_or_default();
+        let (window, window_source) =
+            match (stage.and_then(|s| s.context_window), self.config.known_context_window(model)) {
+                (Some(window), _) => (window, "node"),
+                (None, Some((window, source))) => (window, source),
+                (None, None) => match learned.window {
+                    Some(window) => (window, "learned"),
+                    None => (crate::models::DEFAULT_CONTEXT_WINDOW, "default"),
+                },
+            };
         let max_output_tokens = (window / 4).clamp(256, MAX_OUTPUT_TOKENS) as u32;
         let request_timeout = match request.timeout {
             Some(stage_limit) => stage_limit.min(self.config.request_timeout),
@@ -311,7 +332,14 @@ impl LiveBackend {
                     watchdog: stage.watchdog,
                     reference_files: stage.reference_files,
                     memory: stage.memory.as_ref(),
+                    chars_per_token: learned.chars_per_token,
+                    compaction_window: context
+                        .compaction_model
+                        .as_deref()
+                        .map(|compaction_model| self.config.context_window(compaction_model)),
                 };
+                transcript
+                    .event(Event::AgentContextWindow { tokens: window, source: window_source.to_string() });
                 let mut readable = vec![settings.offload_dir.clone()];
                 readable.extend(stage.reference_files.iter().map(|file| file.path.clone()));
                 let _ = std::fs::create_dir_all(&settings.offload_dir);
@@ -357,6 +385,16 @@ impl LiveBackend {
                     toolbox = toolbox.with_mcp(tools);
                 }
                 let run = tool_loop::run(&failover, &settings, &mut toolbox, messages, &transcript).await?;
+                if let Ok(mut learned) = self.learned.lock() {
+                    let entry = learned.entry(learned_key).or_default();
+                    entry.window = run.learned_window.or(entry.window);
+                    entry.chars_per_token = run.chars_per_token.or(entry.chars_per_token);
+                }
+                let context_window = Some(crate::usage::ContextWindow {
+                    tokens: run.learned_window.unwrap_or(window),
+                    source: if run.learned_window.is_some() { "error" } else { window_source }.to_string(),
+                    chars_per_token: run.chars_per_token,
+                });
                 let mut text = run.text;
                 let turn_limit = run.hit_turn_limit.then(|| TurnLimit {
                     max_turns: settings.max_turns,
@@ -385,17 +423,26 @@ impl LiveBackend {
                     conversation,
                     memory_added: run.memory_added,
                     turn_limit,
+                    context_window,
                     ..LlmResponse::default()
                 }
             }
             None => {
+                // One call: it asks for no more output than the window leaves after the prompt.
+                let calibration =
+                    crate::agent::context::calibration::Calibration::starting_at(learned.chars_per_token);
+                let estimate = calibration.rescale(tokens(&messages));
                 let chat = ChatRequest {
                     model,
                     system: "",
                     messages: &messages,
                     tools: &[],
                     reasoning_effort,
-                    max_output_tokens,
+                    max_output_tokens: crate::agent::context::side_call::output_budget(
+                        max_output_tokens,
+                        window,
+                        estimate,
+                    ),
                     timeout: request_timeout,
                 };
                 let answer = failover.chat(&chat).await?;

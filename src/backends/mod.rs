@@ -121,6 +121,8 @@ pub struct LlmResponse {
     pub memory_added: Vec<String>,
     /// Tokens and estimated cost per model, when the stage failed over to another model.
     pub usage_by_model: BTreeMap<String, crate::usage::ModelUsage>,
+    /// The context window an agent stage went by.
+    pub context_window: Option<crate::usage::ContextWindow>,
     /// Set when `max_turns` stopped an agent stage while the model still called tools.
     pub turn_limit: Option<TurnLimit>,
 }

@@ -244,6 +244,7 @@ fn outcome_for(node_id: &str, backend_name: &str, response: &LlmResponse) -> Out
             context_tokens_saved: response.context_savings.clone(),
             memory_added: response.memory_added.clone(),
             usage_by_model: response.usage_by_model.clone(),
+            context_window: response.context_window.clone(),
             ..outcome
         }
         .with_notes(notes.clone())

@@ -464,7 +464,7 @@ fn a_call_still_too_large_without_tool_messages_fails_the_stage() {
         "{last}"
     );
     assert!(
-        ran.stderr().contains("still too large with tool results cut to 4000 and then 500 characters"),
+        ran.stderr().contains("still too large after compaction, with tool results cut to 4000 and then 500"),
         "{}",
         ran.stderr()
     );
@@ -1364,5 +1364,134 @@ fn facts_from_earlier_stages_of_a_thread_survive_every_compaction_mode() {
         assert!(sent.contains("Constraint: never touch vendor/."), "{mode}: {sent}");
         assert!(sent.contains("The plan: change src/lib.rs only."), "{mode}: {sent}");
         assert!(sent.contains("[Earlier in this thread"), "{mode}: {sent}");
+    }
+}
+
+// The window and the tokens, as the server counts them.
+
+fn status_of(ran: &common::Ran, node: &str) -> Value {
+    serde_json::from_str(
+        &std::fs::read_to_string(ran.dir.path().join(format!("run/stages/{node}/1/status.json"))).unwrap(),
+    )
+    .unwrap()
+}
+
+#[test]
+fn a_window_stated_by_a_rejection_is_learned_compaction_runs_first_and_later_calls_fit() {
+    // Six reads of 2 KB files, a rejection stating a 3,000-token window, then the rest.
+    let mut replies: Vec<Reply> = reads(6);
+    let answer = replies.pop().unwrap();
+    replies.push(Reply::status(
+        400,
+        r#"{"error": {"message": "This model's maximum context length is 3000 tokens. However, you requested 3900 tokens (3700 in the messages, 200 in the completion).", "code": "context_length_exceeded"}}"#,
+    ));
+    replies.extend([
+        openai_tools(&[("c6", "read_file", json!({"path": "f0.txt"}))]),
+        openai_tools(&[("c7", "read_file", json!({"path": "f1.txt"}))]),
+        answer,
+    ]);
+    let server = LlmServer::start(replies, Vec::new());
+    let ran = with_files(compatible(&server, &workflow(", compaction_mode=lossless")), 6, 2_000)
+        .args(["run", "workflow.dot", "--run-dir", "run", "--workdir", "work", "-q"])
+        .status(0)
+        .run();
+    let windows = events_named(&ran, "agent.context.window");
+    assert_eq!(windows.len(), 2, "{windows:?}");
+    assert_eq!(
+        (windows[0]["source"].as_str(), windows[0]["tokens"].as_u64()),
+        (Some("default"), Some(128_000))
+    );
+    assert_eq!((windows[1]["source"].as_str(), windows[1]["tokens"].as_u64()), (Some("error"), Some(3000)));
+    // The rejection compacted the history; no trim step was needed, and nothing was rejected again.
+    let compactions = events_named(&ran, "agent.compaction.started");
+    assert_eq!(compactions[0]["trigger"], "overflow", "{compactions:?}");
+    let trims = events_named(&ran, "agent.context.trim_retry");
+    assert!(trims.is_empty(), "{trims:?} {compactions:?}");
+    let requests = server.main_requests();
+    assert_eq!(requests.len(), 10);
+    // From the retry on, every call asks for no more output than the learned window leaves.
+    for request in &requests[7..] {
+        let body = request.json();
+        assert!(body["max_tokens"].as_u64().unwrap() < 3000, "{}", body["max_tokens"]);
+    }
+    let status = status_of(&ran, "work");
+    assert_eq!(status["context_window"]["tokens"], 3000, "{status}");
+    assert_eq!(status["context_window"]["source"], "error");
+}
+
+#[test]
+fn reported_input_tokens_calibrate_the_estimates_and_max_tokens_fits_the_window() {
+    // The server reports 2,000 input tokens for the first call: a ratio fabro takes.
+    let replies = vec![
+        Reply::json(json!({
+            "id": "chatcmpl-test", "object": "chat.completion", "model": "test-model",
+            "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {"role": "assistant", "content": null,
+                "tool_calls": [{"id": "c0", "type": "function", "function": {"name": "list_dir", "arguments": "{}"}}]}}],
+            "usage": {"prompt_tokens": 2000, "completion_tokens": 10}
+        })),
+        openai_text("Done.", 10, 5),
+    ];
+    let server = LlmServer::start(replies, Vec::new());
+    let ran = with_files(compatible(&server, &workflow(", context_window=2400")), 1, 100)
+        .args(["run", "workflow.dot", "--run-dir", "run", "--workdir", "work", "-q"])
+        .status(0)
+        .run();
+    let calibrated = events_named(&ran, "agent.context.calibrated");
+    assert_eq!(calibrated.len(), 1, "{calibrated:?}");
+    assert_eq!(calibrated[0]["reported_tokens"], 2000);
+    let ratio = calibrated[0]["chars_per_token"].as_f64().unwrap();
+    // What was counted: the system prompt and the tool definitions as well as the messages.
+    let sent = calibrated[0]["sent_chars"].as_u64().unwrap();
+    let first = server.main_requests()[0].json();
+    let tools_chars = first["tools"].to_string().len() as u64;
+    let system_chars = first["messages"][0]["content"].as_str().unwrap().len() as u64;
+    assert!(sent > system_chars + tools_chars * 4 / 5, "the tool definitions count: {sent} vs {tools_chars}");
+    assert!((ratio - sent as f64 / 2000.0).abs() < 0.01);
+    // The window of 2,400 tokens leaves less than a quarter of it for the answer.
+    let asked: Vec<u64> =
+        server.main_requests().iter().map(|r| r.json()["max_tokens"].as_u64().unwrap()).collect();
+    // The first call, at 4 characters a token, fits a quarter of the window; the second, counted
+    // as the server counts, asks only for what the window leaves.
+    assert_eq!(asked[0], 600, "{asked:?}");
+    assert!(asked[1] < 450 && asked[1] >= 64, "{asked:?}");
+    let status = status_of(&ran, "work");
+    assert_eq!(status["context_window"]["source"], "node");
+    assert!((status["context_window"]["chars_per_token"].as_f64().unwrap() - ratio).abs() < 0.01, "{status}");
+}
+
+#[test]
+fn summary_calls_fit_the_window_of_the_model_they_go_to() {
+    // A 1,500-token window; each read brings 3 KB, so compaction summarizes more than the window
+    // holds. The summary call is cut to fit, and asks for at most a quarter of the window.
+    let summary = "## Goal\nRead\n## Progress\nRead some\n## Key Decisions\nNone\n## Failed Approaches\nNone\n## Open Issues\nNone\n## Next Steps\nGo on";
+    let server = LlmServer::start(reads(6), vec![openai_text(summary, 10, 5); 6]);
+    with_files(
+        compatible(&server, &workflow(", context_window=1500, compaction_mode=llm, compaction_keep_turns=1")),
+        6,
+        3_000,
+    )
+    .args(["run", "workflow.dot", "--run-dir", "run", "--workdir", "work", "-q"])
+    .status(0)
+    .run();
+    let summaries: Vec<Value> = server
+        .requests()
+        .into_iter()
+        .filter(|r| r.body.contains("You summarize the history"))
+        .map(|r| r.json())
+        .collect();
+    assert!(!summaries.is_empty());
+    for body in &summaries {
+        let max_tokens = body["max_tokens"].as_u64().unwrap();
+        assert!(max_tokens <= 375, "{max_tokens}");
+        let chars: usize = body["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["content"].as_str().unwrap_or("").len())
+            .sum();
+        assert!(
+            (chars as u64).div_ceil(4) + max_tokens <= 1500,
+            "{chars} characters and {max_tokens} tokens"
+        );
     }
 }

@@ -343,15 +343,16 @@ fn an_openai_compatible_server_runs_agent_stages_and_large_results_are_offloaded
 
 #[test]
 fn compaction_replaces_old_turns_when_the_context_window_is_small() {
-    // Eight tool turns, each reading a 1 KB file, then a final answer. The window is so small
-    // that every turn passes 80%; compaction keeps 6 turns, so it starts after the seventh tool
+    // Eight tool turns, each reading a 1 KB file, then a final answer. The window (2,000 tokens,
+    // of which the system prompt and the tool definitions take more than half) is so small that
+    // every turn passes 80%; compaction keeps 6 turns, so it starts after the seventh tool
     // turn and again after the eighth.
     let chunk: String = (0..10).map(|i| format!("{i} {}\n", "y".repeat(96))).collect();
     let workflow = r#"digraph compact {
         start [shape=Mdiamond]
         exit [shape=Msquare]
         work [shape=box, prompt="Read notes.txt seven times", llm_model="local-model", fidelity="full",
-              context_window=200, max_turns=20]
+              context_window=2000, max_turns=20]
         start -> work -> exit
     }"#;
     let mut replies: Vec<Reply> = (0..8)
@@ -374,7 +375,7 @@ fn compaction_replaces_old_turns_when_the_context_window_is_small() {
         .run();
     let warnings = events_named(&ran, "agent.context_window_warning");
     assert!(!warnings.is_empty());
-    assert_eq!(warnings[0]["context_window_size"], 200);
+    assert_eq!(warnings[0]["context_window_size"], 2000);
     assert!(warnings[0]["usage_percent"].as_u64().unwrap() > 80);
     let started = events_named(&ran, "agent.compaction.started");
     let completed = events_named(&ran, "agent.compaction.completed");

@@ -13,12 +13,15 @@
 //!    500), unless `tool_result_aging=false`.
 
 pub mod aging;
+pub mod calibration;
 pub mod compaction;
 pub mod reference_files;
 pub mod replay_caps;
 pub mod runtime;
+pub mod side_call;
 pub mod sliding_window;
 pub mod thread_filters;
+pub mod too_large;
 pub mod trim_retry;
 
 use crate::chat::ChatMessage;

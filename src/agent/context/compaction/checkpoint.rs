@@ -10,6 +10,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::{intent, llm_summary};
+use crate::agent::context::side_call::SideCall;
 use crate::chat::{ChatMessage, ToolDefinition};
 use crate::llm::chat::{ask, ChatProvider};
 use crate::usage::Usage;
@@ -59,6 +60,7 @@ pub async fn write_record(
     turns: &[ChatMessage],
     detail: &str,
     prune_chars: usize,
+    side_call: &SideCall,
 ) -> Result<(String, Usage), (String, Usage)> {
     let request_text = format!(
         "The coding agent below has marked a task as done: \"{detail}\". Write the task's completion record; the \
@@ -70,7 +72,8 @@ pub async fn write_record(
         llm_summary::render_for_summary(turns, prune_chars)
     );
     let system = "You write the completion record of a finished task of a coding agent.";
-    let response = ask(provider, model, system, request_text, 4096, timeout)
+    let (request_text, max_output) = side_call.fit(system, request_text, 4096);
+    let response = ask(provider, model, system, request_text, max_output, timeout)
         .await
         .map_err(|error| (error.to_string(), Usage::default()))?;
     let text = response.text.trim();

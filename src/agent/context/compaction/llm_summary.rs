@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use crate::agent::context::shortened;
+use crate::agent::context::side_call::SideCall;
 use crate::chat::ChatMessage;
 use crate::llm::chat::{ask, ChatProvider};
 use crate::usage::Usage;
@@ -37,6 +38,7 @@ pub async fn summarize(
     timeout: Duration,
     messages: &[ChatMessage],
     prune_chars: usize,
+    side_call: &SideCall,
 ) -> Summarized {
     let request_text = format!(
         "Summarize the conversation below for the coding agent that continues it; it will see only your summary \
@@ -46,7 +48,8 @@ pub async fn summarize(
         SECTIONS.iter().map(|s| format!("## {s}")).collect::<Vec<_>>().join(", "),
         render_for_summary(messages, prune_chars)
     );
-    let response = ask(provider, model, SYSTEM, request_text, 4096, timeout)
+    let (request_text, max_output) = side_call.fit(SYSTEM, request_text, 4096);
+    let response = ask(provider, model, SYSTEM, request_text, max_output, timeout)
         .await
         .map_err(|error| (error.to_string(), Usage::default()))?;
     let summary = strip_file_section(&response.text).trim();
@@ -123,6 +126,11 @@ fn prune(text: &str, max: usize) -> String {
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
+
+    /// A side call to a model with a large window.
+    fn wide() -> SideCall {
+        SideCall { window: 200_000, calibration: Default::default() }
+    }
     use crate::chat::ToolCall;
     use crate::llm::chat::{ChatRequest, ChatResponse};
     use crate::llm::BackendError;
@@ -149,14 +157,15 @@ pub(super) mod tests {
     async fn the_summary_drops_its_own_file_list_and_an_empty_one_fails() {
         let provider = Summarizer(Ok("## Goal\nFix it\n## File Operations\n- made up"), Default::default());
         let messages = [ChatMessage::user("Fix the bug")];
-        let (summary, _) = summarize(&provider, "m", Duration::from_secs(1), &messages, 8000).await.unwrap();
+        let (summary, _) =
+            summarize(&provider, "m", Duration::from_secs(1), &messages, 8000, &wide()).await.unwrap();
         assert_eq!(summary, "## Goal\nFix it");
         assert!(provider.1.lock().unwrap()[0].contains("USER:\nFix the bug"));
         let empty = Summarizer(Ok("  "), Default::default());
-        assert!(summarize(&empty, "m", Duration::from_secs(1), &messages, 8000).await.is_err());
+        assert!(summarize(&empty, "m", Duration::from_secs(1), &messages, 8000, &wide()).await.is_err());
         let down = Summarizer(Err(BackendError::Retryable("down".into())), Default::default());
         assert_eq!(
-            summarize(&down, "m", Duration::from_secs(1), &messages, 8000).await.unwrap_err().0,
+            summarize(&down, "m", Duration::from_secs(1), &messages, 8000, &wide()).await.unwrap_err().0,
             "down"
         );
     }

@@ -33,6 +33,8 @@ use crate::graph::settings::{CompactionCount, CompactionMode, ContextSettings};
 use crate::llm::chat::ChatProvider;
 use crate::usage::Usage;
 
+use super::calibration::Calibration;
+use super::side_call::SideCall;
 use super::tokens;
 
 /// The first line of the block a failed summary leaves.
@@ -61,6 +63,8 @@ pub enum Trigger {
     Turns,
     /// The input tokens since the last compaction reached `context_budget_cutover`.
     Budget,
+    /// The provider rejected a call for its size: compaction keeps only the latest turn.
+    Overflow,
 }
 
 impl Trigger {
@@ -69,6 +73,7 @@ impl Trigger {
             Trigger::Window => "window",
             Trigger::Turns => "turns",
             Trigger::Budget => "budget",
+            Trigger::Overflow => "overflow",
         }
     }
 }
@@ -79,13 +84,16 @@ pub struct Inputs<'a> {
     /// The model that writes summaries (`compaction_model`, else the stage's).
     pub model: &'a str,
     pub timeout: Duration,
-    /// Estimated tokens of the system prompt.
-    pub system_tokens: u64,
+    /// Estimated tokens (at the default ratio) of what every request sends besides the messages:
+    /// the system prompt and the tool definitions.
+    pub fixed_tokens: u64,
     /// The file tracker's list and how many files it has.
     pub files: &'a str,
     pub file_count: usize,
     /// The run's records when the stage started (none outside a run).
     pub record: Option<&'a lossless::RunRecord>,
+    /// The window of the model that writes summaries and records.
+    pub side_call: SideCall,
 }
 
 /// What a compaction did: the events to emit, what its summary call used, the block it left.
@@ -97,10 +105,20 @@ pub struct Done {
     pub saved_tokens: u64,
 }
 
+/// Above this estimate a `Window` trigger fires: the model's share of the window, or `window`
+/// mode's token budget.
+fn limit(settings: &ContextSettings, model: &str, window: u64) -> u64 {
+    match settings.compaction_mode() {
+        CompactionMode::Window => settings.compaction_token_budget.unwrap_or(window * 8 / 10),
+        _ => (window as f64 * settings.threshold(model)) as u64,
+    }
+}
+
 /// One stage's compaction state.
 #[derive(Debug, Clone)]
 pub struct Compactor {
     settings: ContextSettings,
+    model: String,
     window: u64,
     /// Above this estimate a `Window` trigger fires.
     limit: u64,
@@ -117,6 +135,9 @@ pub struct Compactor {
     /// Input tokens sent since the last compaction, and whether the budget warning went out.
     since_compaction: u64,
     warned: bool,
+    /// The stage's characters-per-token ratio: estimates are made at the default ratio and
+    /// compared with the window in the server's tokens.
+    pub calibration: Calibration,
 }
 
 impl Compactor {
@@ -124,14 +145,11 @@ impl Compactor {
     /// message `prompt_at` of its conversation.
     pub fn new(settings: &ContextSettings, model: &str, window: u64, prompt_at: usize) -> Compactor {
         let window = window.max(1);
-        let limit = match settings.compaction_mode() {
-            CompactionMode::Window => settings.compaction_token_budget.unwrap_or(window * 8 / 10),
-            _ => (window as f64 * settings.threshold(model)) as u64,
-        };
         Compactor {
             settings: settings.clone(),
+            model: model.to_string(),
             window,
-            limit,
+            limit: limit(settings, model, window),
             operations: Vec::new(),
             prompt_at,
             compacted_through: 0,
@@ -139,7 +157,24 @@ impl Compactor {
             held_at: None,
             since_compaction: 0,
             warned: false,
+            calibration: Calibration::default(),
         }
+    }
+
+    /// The context window the stage goes by.
+    pub fn window(&self) -> u64 {
+        self.window
+    }
+
+    /// Goes by a `window` learned during the stage (a server that states its limit).
+    pub fn set_window(&mut self, window: u64) {
+        self.window = window.max(1);
+        self.limit = limit(&self.settings, &self.model, self.window);
+    }
+
+    /// The estimate of `fixed_tokens` plus `messages`, in the server's tokens.
+    pub fn estimate(&self, messages: &[ChatMessage], fixed_tokens: u64) -> u64 {
+        self.calibration.rescale(fixed_tokens + tokens(messages))
     }
 
     /// Where the stage's prompt is in the conversation now.
@@ -201,9 +236,9 @@ impl Compactor {
 
     /// Whether the conversation should be compacted now, and the events of the check (a window
     /// warning, the anti-thrash guard holding back).
-    pub fn due(&mut self, messages: &[ChatMessage], system_tokens: u64) -> (Option<Trigger>, Vec<Event>) {
+    pub fn due(&mut self, messages: &[ChatMessage], fixed_tokens: u64) -> (Option<Trigger>, Vec<Event>) {
         let mut events = Vec::new();
-        let estimated = system_tokens + tokens(messages);
+        let estimated = self.estimate(messages, fixed_tokens);
         if estimated > self.limit {
             events.push(Event::AgentContextWindowWarning {
                 estimated_tokens: estimated,
@@ -259,8 +294,8 @@ impl Compactor {
         let starts: Vec<usize> = (self.prompt_at + 1..messages.len())
             .filter(|&i| matches!(messages[i], ChatMessage::Assistant { .. }))
             .collect();
-        let keep = self.kept_turns(messages, &starts);
-        let before = inputs.system_tokens + tokens(messages);
+        let keep = if trigger == Trigger::Overflow { 1 } else { self.kept_turns(messages, &starts) };
+        let before = self.estimate(messages, inputs.fixed_tokens);
         let turn_count = self.uncompacted_turns(messages);
         let mut done = Done::default();
         done.events.push(Event::AgentCompactionStarted {
@@ -273,11 +308,14 @@ impl Compactor {
             let prompt_at = self.prompt_at;
             // Over the budget, only the last turn must stay; a turn or budget trigger keeps the
             // turns the settings keep.
-            let (max_turns, keep) = if trigger == Trigger::Window { (None, 1) } else { (Some(keep), keep) };
+            let (max_turns, keep) = match trigger {
+                Trigger::Window | Trigger::Overflow => (None, 1),
+                _ => (Some(keep), keep),
+            };
             let (dropped_turns, dropped) = window::drop_oldest(
                 messages,
-                inputs.system_tokens,
-                self.limit,
+                inputs.fixed_tokens,
+                self.calibration.default_estimate_of(self.limit),
                 max_turns,
                 keep,
                 |i, message| {
@@ -306,7 +344,7 @@ impl Compactor {
             self.compacted_through = through;
             done.block = Some(block);
         }
-        let after = inputs.system_tokens + tokens(messages);
+        let after = self.estimate(messages, inputs.fixed_tokens);
         done.saved_tokens = before.saturating_sub(after);
         if let Some((window, _)) = self.settings.anti_thrash() {
             self.savings.push_back(done.saved_tokens as f64 / before.max(1) as f64);
@@ -355,7 +393,7 @@ impl Compactor {
     ) -> Option<Done> {
         let start = (self.prompt_at + 1..messages.len())
             .find(|&i| matches!(messages[i], ChatMessage::Assistant { .. }))?;
-        let before = inputs.system_tokens + tokens(messages);
+        let before = self.estimate(messages, inputs.fixed_tokens);
         let mut done = Done::default();
         let written = checkpoint::write_record(
             inputs.provider,
@@ -364,6 +402,7 @@ impl Compactor {
             &messages[start..],
             detail,
             self.settings.prune_chars(),
+            &inputs.side_call,
         )
         .await;
         let (block, fallback) = match written {
@@ -391,7 +430,7 @@ impl Compactor {
         self.compacted_through = through;
         self.since_compaction = 0;
         self.warned = false;
-        let after = inputs.system_tokens + tokens(messages);
+        let after = self.estimate(messages, inputs.fixed_tokens);
         done.saved_tokens = before.saturating_sub(after);
         done.events.push(Event::AgentTaskCheckpoint {
             turn: through,
@@ -428,6 +467,7 @@ impl Compactor {
                     inputs.timeout,
                     compacted,
                     self.settings.prune_chars(),
+                    &inputs.side_call,
                 )
                 .await;
                 let hybrid = mode == CompactionMode::Hybrid;
@@ -493,10 +533,11 @@ mod tests {
             provider,
             model: "m",
             timeout: Duration::from_secs(1),
-            system_tokens: 10,
+            fixed_tokens: 10,
             files: "- a.rs (edited)",
             file_count: 1,
             record: None,
+            side_call: SideCall { window: 200_000, calibration: Calibration::default() },
         }
     }
 

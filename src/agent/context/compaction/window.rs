@@ -6,12 +6,12 @@
 use crate::chat::ChatMessage;
 
 /// Drops the oldest unpinned messages from `messages` (whole turns) while the estimate of
-/// `system` plus the messages is over `budget` tokens or more than `max_turns` turns are left,
+/// `fixed_tokens` plus the messages is over `budget` tokens or more than `max_turns` turns are left,
 /// always keeping the last `keep` turns. `pinned` says which messages stay. Returns the number of
 /// assistant turns dropped and which of the original messages went.
 pub fn drop_oldest(
     messages: &mut Vec<ChatMessage>,
-    system_tokens: u64,
+    fixed_tokens: u64,
     budget: u64,
     max_turns: Option<usize>,
     keep: usize,
@@ -37,7 +37,7 @@ pub fn drop_oldest(
     // The last `keep` turns (and anything after the first of them) stay.
     let protected_from =
         units.iter().filter(|u| assistant(u)).nth(total_turns.saturating_sub(keep.max(1))).map(|u| u.0);
-    let mut tokens = system_tokens + super::super::tokens(messages);
+    let mut tokens = fixed_tokens + super::super::tokens(messages);
     let mut turns = total_turns;
     let mut dropped = vec![false; messages.len()];
     let mut dropped_turns = 0;
