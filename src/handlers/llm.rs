@@ -203,6 +203,14 @@ pub(crate) async fn complete(
     };
     let response = response.map_err(|err| match err {
         BackendError::Retryable(message) => HandlerError::Retryable(message),
+        BackendError::Transient(transient) => HandlerError::Retryable(transient.message),
+        BackendError::Unreachable(unreachable) => HandlerError::Paused(Pause::new(
+            PauseKind::Provider,
+            format!(
+                "{unreachable}; `fabro resume {}` continues the stage once it is back",
+                stage.run.run_dir.display()
+            ),
+        )),
         BackendError::Terminal(message) | BackendError::TooLarge(message) => HandlerError::Terminal(message),
         BackendError::Paused(message) => HandlerError::Paused(Pause::new(PauseKind::Ceiling, message)),
         BackendError::StageCeiling { node, ceiling } => HandlerError::Paused(Pause {

@@ -216,11 +216,13 @@ fn rate_limits_are_retried_after_the_time_the_server_asks_for() {
     assert_eq!(stage_file(&ran, "ask", "response.md"), "done");
 }
 
+/// A server that answers but cannot serve now (529 overloaded, 500); a 502/503/504 says the server
+/// is not there, which provider_outages.rs covers.
 #[test]
 fn server_errors_are_retryable_and_feed_the_engine_retry_policy() {
     let server = LlmServer::start(
         vec![
-            Reply::status(503, r#"{"error": {"message": "overloaded"}}"#),
+            Reply::status(529, r#"{"error": {"message": "overloaded"}}"#),
             anthropic_text("second try", 5, 5),
         ],
         vec![],
@@ -231,7 +233,7 @@ fn server_errors_are_retryable_and_feed_the_engine_retry_policy() {
         .run();
     let retrying = events_named(&ran, "stage.retrying");
     assert_eq!(retrying.len(), 1);
-    assert!(retrying[0]["reason"].as_str().unwrap().contains("HTTP 503: overloaded"), "{retrying:?}");
+    assert!(retrying[0]["reason"].as_str().unwrap().contains("HTTP 529: overloaded"), "{retrying:?}");
 
     // Without engine retries the stage fails with the provider's message.
     let server = LlmServer::start(vec![Reply::status(500, "")], vec![]);
