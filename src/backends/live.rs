@@ -240,7 +240,7 @@ impl LiveBackend {
             .iter()
             .map(|(provider, model)| failover::Target { provider, model: model.clone() })
             .collect();
-        let failover = failover::Failover::new(chain, &report);
+        let failover = failover::Failover::new(chain, report);
         let learned_key = (resolved.provider.clone(), model.to_string());
         let learned =
             self.learned.lock().map(|learned| learned.get(&learned_key).copied()).unwrap_or_default();

@@ -141,9 +141,10 @@ fn a_server_answering_503_for_a_while_is_waited_for_within_the_window() {
 }
 
 #[test]
-fn a_refused_key_fails_the_stage_at_once_whatever_the_window() {
-    let server =
-        LlmServer::start(vec![Reply::status(401, r#"{"error": {"message": "invalid api key"}}"#)], vec![]);
+fn a_refused_key_fails_the_stage_at_once_and_resume_says_how_to_run_it_again() {
+    let refused = Reply::status(401, r#"{"error": {"message": "invalid api key"}}"#);
+    let options = ServerOptions { close_when_done: true, ..ServerOptions::default() };
+    let server = LlmServer::start_with(vec![refused], vec![], options);
     let started = Instant::now();
     let ran = Test::new()
         .workflow(PLAN_AND_REVIEW)
@@ -158,6 +159,28 @@ fn a_refused_key_fails_the_stage_at_once_whatever_the_window() {
     let log = events(&ran.dir.path().join("run"));
     assert!(named(&log, "llm.retry").is_empty());
     assert!(named(&log, "run.paused").is_empty());
+
+    // The run failed for good: a resume says so, and how to run the stage again.
+    let fabro = |args: &[&str]| {
+        let output = fabro_command(ran.dir.path(), args).env("FABRO_CONFIG", "config.toml").output().unwrap();
+        (output.status.code(), String::from_utf8_lossy(&output.stderr).into_owned())
+    };
+    let (code, stderr) = fabro(&["resume", "run"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("already failed (stage `plan` failed for good); there is nothing to resume"), "{stderr}");
+    assert!(stderr.contains("`fabro rewind run --to start@1`, then `fabro resume run`"), "{stderr}");
+    // Once the key is accepted, doing as it says finishes the run.
+    let (code, stderr) = fabro(&["rewind", "run", "--to", "start@1"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let options = ServerOptions { port: server.port, ..ServerOptions::default() };
+    let accepting = LlmServer::start_with(
+        vec![openai_text("1. change it", 10, 5), openai_text("fine", 10, 5)],
+        vec![],
+        options,
+    );
+    let (code, stderr) = fabro(&["resume", "run"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(accepting.requests().len(), 2);
 }
 
 #[test]
