@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use common::llm_server::{
     anthropic_text, anthropic_tools, files_containing, openai_text, openai_tools, LlmServer, Reply,
+    ServerOptions,
 };
 use common::{Ran, Test};
 use serde_json::{json, Value};
@@ -290,6 +291,26 @@ fn compatible(server: &LlmServer, workflow: &str) -> Test {
         .workflow(workflow)
         .env("FABRO_LLM_BASE_URL", &server.url("/v1"))
         .env("FABRO_LLM_MAX_RETRIES", "0")
+}
+
+#[test]
+fn a_base_url_without_v1_gets_a_hint_when_the_server_answers_404() {
+    // A llama.cpp-like server: the API is under /v1, anything else answers 404.
+    let options = ServerOptions { mount: Some("/v1".into()), ..ServerOptions::default() };
+    let server = LlmServer::start_with(vec![openai_text("never sent", 1, 1)], vec![], options);
+    let base = server.url("");
+    let ran = Test::new()
+        .workflow(&one_prompt("").replace("claude-sonnet-4-5", "qwen2.5-coder"))
+        .env("FABRO_LLM_BASE_URL", &base)
+        .args(["run", "workflow.dot", "--run-dir", "run"])
+        .status(1)
+        .stderr_contains(&format!("{base}/chat/completions answered HTTP 404: File Not Found"))
+        .stderr_contains(&format!("the base URL probably needs `/v1` at its end ({base}/v1)"))
+        .run();
+    assert_eq!(server.requests().len(), 1, "a 404 is not retried");
+    // The check before the run got a 404 too: the server is there, so the run started.
+    assert_eq!(server.probes(), ["/models"]);
+    assert!(events_named(&ran, "llm.retry").is_empty());
 }
 
 #[test]

@@ -167,7 +167,10 @@ fn a_refused_key_fails_the_stage_at_once_and_resume_says_how_to_run_it_again() {
     };
     let (code, stderr) = fabro(&["resume", "run"]);
     assert_eq!(code, Some(2), "{stderr}");
-    assert!(stderr.contains("already failed (stage `plan` failed for good); there is nothing to resume"), "{stderr}");
+    assert!(
+        stderr.contains("already failed (stage `plan` failed for good); there is nothing to resume"),
+        "{stderr}"
+    );
     assert!(stderr.contains("`fabro rewind run --to start@1`, then `fabro resume run`"), "{stderr}");
     // Once the key is accepted, doing as it says finishes the run.
     let (code, stderr) = fabro(&["rewind", "run", "--to", "start@1"]);
