@@ -446,6 +446,7 @@ impl LiveBackend {
                     memory_added: run.memory_added,
                     turn_limit,
                     context_window,
+                    truncated: run.truncated,
                     ..LlmResponse::default()
                 }
             }
@@ -469,11 +470,21 @@ impl LiveBackend {
                 };
                 let answer = failover.chat(&chat).await?;
                 transcript.record("assistant", assistant_record(1, &answer));
+                let truncated = answer.is_truncated();
+                if truncated {
+                    transcript.event(Event::LlmTruncated {
+                        model: failover.model().to_string(),
+                        stop_reason: answer.stop_reason.clone().unwrap_or_default(),
+                        max_output_tokens: chat.max_output_tokens,
+                        turn: None,
+                    });
+                }
                 LlmResponse {
                     text: answer.text,
                     model: answer.model.or_else(|| Some(model.to_string())),
                     usage: Some(answer.usage),
                     context_savings,
+                    truncated,
                     ..LlmResponse::default()
                 }
             }

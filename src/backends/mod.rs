@@ -125,6 +125,8 @@ pub struct LlmResponse {
     pub context_window: Option<crate::usage::ContextWindow>,
     /// Set when `max_turns` stopped an agent stage while the model still called tools.
     pub turn_limit: Option<TurnLimit>,
+    /// An answer was cut off at the output limit (the `llm.truncated` event says which).
+    pub truncated: bool,
 }
 
 /// An agent stage stopped by its turn limit, and how the stage ends for it.

@@ -293,6 +293,80 @@ fn compatible(server: &LlmServer, workflow: &str) -> Test {
         .env("FABRO_LLM_MAX_RETRIES", "0")
 }
 
+/// An OpenAI answer cut off at `max_tokens` (`finish_reason: "length"`).
+fn openai_cut_off(text: &str) -> Reply {
+    Reply::json(json!({
+        "id": "chatcmpl-test", "object": "chat.completion", "model": "test-model",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 256}
+    }))
+}
+
+#[test]
+fn a_prompt_stage_whose_answer_was_cut_off_fails_unless_it_allows_it() {
+    let workflow = |extra: &str| one_prompt(extra).replace("claude-sonnet-4-5", "qwen2.5-coder");
+    let server = LlmServer::start(vec![openai_cut_off("1. First, open the fi")], vec![]);
+    let ran = compatible(&server, &workflow(""))
+        .args(["run", "workflow.dot", "--run-dir", "run"])
+        .status(1)
+        .stderr_contains("the model's answer was cut off at its output limit")
+        .stderr_contains("allow_truncated=true")
+        .run();
+    let status: Value = serde_json::from_str(&stage_file(&ran, "ask", "status.json")).unwrap();
+    assert_eq!((&status["outcome"], &status["truncated"]), (&json!("fail"), &json!(true)));
+    assert_eq!(stage_file(&ran, "ask", "response.md"), "1. First, open the fi");
+    let truncated = events_named(&ran, "llm.truncated");
+    assert_eq!(truncated.len(), 1);
+    assert_eq!(truncated[0]["node_id"], "ask");
+    assert_eq!(truncated[0]["stop_reason"], "length");
+    assert!(truncated[0]["max_output_tokens"].as_u64().is_some_and(|n| n > 0), "{truncated:?}");
+    assert!(truncated[0].get("turn").is_none());
+
+    // allow_truncated=true takes it as it is, still flagged; Anthropic says `max_tokens`.
+    let server = LlmServer::start(
+        vec![Reply::json(json!({
+            "id": "msg_test", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
+            "content": [{"type": "text", "text": "1. First, open the fi"}], "stop_reason": "max_tokens",
+            "usage": {"input_tokens": 10, "output_tokens": 256}
+        }))],
+        vec![],
+    );
+    let ran = anthropic(&server, &one_prompt(", allow_truncated=true"))
+        .args(["run", "workflow.dot", "--run-dir", "run"])
+        .status(0)
+        .run();
+    let status: Value = serde_json::from_str(&stage_file(&ran, "ask", "status.json")).unwrap();
+    assert_eq!((&status["outcome"], &status["truncated"]), (&json!("success"), &json!(true)));
+    assert_eq!(events_named(&ran, "llm.truncated")[0]["stop_reason"], "max_tokens");
+}
+
+#[test]
+fn an_agent_turn_cut_off_is_reported_and_the_agent_goes_on() {
+    let workflow = r#"digraph cut {
+        start [shape=Mdiamond]
+        exit [shape=Msquare]
+        work [shape=box, prompt="Summarise greet.txt", llm_model="qwen2.5-coder"]
+        start -> work -> exit
+    }"#;
+    let server = LlmServer::start(
+        vec![
+            openai_tools(&[("c1", "read_file", json!({"path": "greet.txt"}))]),
+            openai_cut_off("It says hel"),
+        ],
+        vec![],
+    );
+    let ran = compatible(&server, workflow)
+        .file("work/greet.txt", "hello\n")
+        .args(["run", "workflow.dot", "--run-dir", "run", "--workdir", "work"])
+        .status(0)
+        .run();
+    let truncated = events_named(&ran, "llm.truncated");
+    assert_eq!(truncated.len(), 1);
+    assert_eq!(truncated[0]["turn"], 2);
+    let status: Value = serde_json::from_str(&stage_file(&ran, "work", "status.json")).unwrap();
+    assert_eq!((&status["outcome"], &status["truncated"]), (&json!("success"), &json!(true)));
+}
+
 #[test]
 fn a_base_url_without_v1_gets_a_hint_when_the_server_answers_404() {
     // A llama.cpp-like server: the API is under /v1, anything else answers 404.
