@@ -368,6 +368,32 @@ fn an_agent_turn_cut_off_is_reported_and_the_agent_goes_on() {
 }
 
 #[test]
+fn read_file_past_the_end_says_how_many_lines_the_file_has() {
+    let workflow = r#"digraph read {
+        start [shape=Mdiamond]
+        exit [shape=Msquare]
+        work [shape=box, prompt="Read the end of notes.txt", llm_model="qwen2.5-coder"]
+        start -> work -> exit
+    }"#;
+    let server = LlmServer::start(
+        vec![
+            openai_tools(&[("c1", "read_file", json!({"path": "notes.txt", "offset": 40}))]),
+            openai_text("It has three lines.", 10, 5),
+        ],
+        vec![],
+    );
+    compatible(&server, workflow)
+        .file("work/notes.txt", "one\ntwo\nthree\n")
+        .args(["run", "workflow.dot", "--run-dir", "run", "--workdir", "work"])
+        .status(0)
+        .run();
+    let second = server.requests()[1].json();
+    let result = second["messages"].as_array().unwrap().iter().find(|m| m["role"] == "tool").unwrap().clone();
+    let content = result["content"].as_str().unwrap();
+    assert!(content.contains("`notes.txt` has 3 lines; offset=40 is past its end"), "{content}");
+}
+
+#[test]
 fn a_base_url_without_v1_gets_a_hint_when_the_server_answers_404() {
     // A llama.cpp-like server: the API is under /v1, anything else answers 404.
     let options = ServerOptions { mount: Some("/v1".into()), ..ServerOptions::default() };
