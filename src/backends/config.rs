@@ -531,6 +531,15 @@ impl LlmConfig {
         }
     }
 
+    /// Shortens every retry window (the run's and each provider's) to at most `most`, for calls
+    /// that are worth only a short wait.
+    pub fn limit_retry_window(&mut self, most: Duration) {
+        self.retry.window = self.retry.window.min(most);
+        for provider in self.providers.values_mut() {
+            provider.retry_window = provider.retry_window.map(|window| window.min(most));
+        }
+    }
+
     /// How the calls to `provider` are retried in place: the run's settings with the provider's
     /// own `retry_window` when it has one.
     pub fn retry_for(&self, provider: &str) -> RetrySettings {
@@ -752,6 +761,10 @@ mod tests {
         let from_env = config(&[("FABRO_LLM_RETRY_WINDOW", "2m")], "").unwrap();
         assert_eq!(from_env.retry_for("openai").window, Duration::from_secs(120));
         assert_eq!(LlmConfig::default().retry_for("x").window, Duration::from_secs(60));
+        let mut limited = from_file;
+        limited.limit_retry_window(Duration::from_secs(10));
+        assert_eq!(limited.retry_for("local").window, Duration::from_secs(5));
+        assert_eq!(limited.retry_for("other").window, Duration::from_secs(10));
         let bad = config(&[], "retry_window = \"soon\"").unwrap_err().to_string();
         assert!(bad.contains("retry_window") && bad.contains("a duration"), "{bad}");
     }
