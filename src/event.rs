@@ -40,9 +40,14 @@ pub enum Event {
     /// A saved run continues from node `from`.
     #[serde(rename = "run.resumed")]
     RunResumed { from: String, previous_status: RunStatus, run_dir: PathBuf },
-    /// A stage event: the run stops until it is resumed.
+    /// A stage event: the run stops until it is resumed. `kind` says what it waits for
+    /// (`answer`, `ceiling`, `stage_ceiling`, `step`, `storage`, `provider`).
     #[serde(rename = "run.paused")]
-    RunPaused { reason: String },
+    RunPaused {
+        reason: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        kind: Option<String>,
+    },
     #[serde(rename = "run.completed")]
     RunCompleted(RunEnd),
     #[serde(rename = "run.failed")]
@@ -208,8 +213,20 @@ pub enum Event {
     // Model calls and agent loops.
     #[serde(rename = "llm.reasoning_effort_ignored")]
     LlmReasoningEffortIgnored { provider: String, model: String, reasoning_effort: String },
-    /// A stage reached its own ceiling (`bound`: max_stage_tokens or max_stage_cost; `limit` in
-    /// tokens or US dollars) and stops before its next model call; the run pauses.
+    /// Attempt `attempt` of a model call failed (the provider could not be reached, or was busy)
+    /// and is tried again after `delay_ms`.
+    #[serde(rename = "llm.retry")]
+    LlmRetry { provider: String, model: String, attempt: u32, delay_ms: u64, error: String },
+    /// The model's answer was cut off at the output limit (`stop_reason`: OpenAI's `length`,
+    /// Anthropic's `max_tokens`); `turn` is an agent stage's turn.
+    #[serde(rename = "llm.truncated")]
+    LlmTruncated {
+        model: String,
+        stop_reason: String,
+        max_output_tokens: u32,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        turn: Option<u32>,
+    },
     /// A call failed with a retryable error after the provider's own retries, and the stage goes
     /// on with its next `fallback_models` model, keeping the conversation.
     #[serde(rename = "llm.failover")]
@@ -220,6 +237,8 @@ pub enum Event {
         to_provider: String,
         reason: String,
     },
+    /// A stage reached its own ceiling (`bound`: max_stage_tokens or max_stage_cost; `limit` in
+    /// tokens or US dollars) and stops before its next model call; the run pauses.
     #[serde(rename = "llm.cost_ceiling")]
     LlmCostCeiling { bound: String, limit: f64, spent_tokens: u64, spent_usd: f64 },
     /// An agent stage runs its tool loop on a small-tier model (known only at run time: from
@@ -319,6 +338,13 @@ pub enum Event {
     /// The anti-thrash guard held a compaction back.
     #[serde(rename = "agent.context.compaction_held")]
     AgentContextCompactionHeld { estimated_tokens: u64, recent_compactions: usize, min_savings: f64 },
+}
+
+impl Event {
+    /// `run.paused` for `pause`.
+    pub fn run_paused(pause: &crate::outcome::Pause) -> Event {
+        Event::RunPaused { reason: pause.reason.clone(), kind: Some(pause.kind.as_str().to_string()) }
+    }
 }
 
 /// How a run ended (`run.completed`, `run.failed`, `run.interrupted`).

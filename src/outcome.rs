@@ -16,6 +16,23 @@ pub enum PauseKind {
     Step,
     /// A record or stage file could not be written (a full disk): free space, then resume.
     Storage,
+    /// A model provider could not be reached for its retry window: start it (or wait), then
+    /// resume.
+    Provider,
+}
+
+impl PauseKind {
+    /// The kind's name in `run.paused` events and the manifest.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PauseKind::Answer => "answer",
+            PauseKind::Ceiling => "ceiling",
+            PauseKind::StageCeiling(_) => "stage_ceiling",
+            PauseKind::Step => "step",
+            PauseKind::Storage => "storage",
+            PauseKind::Provider => "provider",
+        }
+    }
 }
 
 /// Why a run (or a stage) paused: what it waits for, and the sentence that says so.
@@ -285,6 +302,9 @@ pub struct Outcome {
     /// Tokens and estimated cost per model, when an LLM stage failed over (`fallback_models`).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub usage_by_model: std::collections::BTreeMap<String, crate::usage::ModelUsage>,
+    /// An answer of an LLM stage was cut off at the output limit.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub truncated: bool,
     /// What an LLM stage sent and what came back, for its conversation thread under `full`
     /// fidelity; kept in memory only (the stage's `prompt.md` and `response.md` record it).
     #[serde(skip)]
@@ -324,6 +344,7 @@ impl Outcome {
             memory_added: Vec::new(),
             context_window: None,
             usage_by_model: Default::default(),
+            truncated: false,
             exchange: None,
         }
     }

@@ -94,6 +94,8 @@ pub struct AgentRun {
     pub chars_per_token: Option<f64>,
     /// The context window the server stated when it rejected a call for its size.
     pub learned_window: Option<u64>,
+    /// True when an answer was cut off at the output limit (`llm.truncated`).
+    pub truncated: bool,
 }
 
 /// The system prompt of agent stages: the runtime block when `runtime` is set, the instructions,
@@ -206,7 +208,7 @@ pub async fn run(
         // A call rejected for its size: the window it states, then compaction, then the trim
         // steps that change something, each kept for the later turns.
         let mut fitting = Fitting::default();
-        let (response, sent_chars, view_tokens) = loop {
+        let (response, sent_chars, view_tokens, sent_max_output_tokens) = loop {
             let (view, saved) = crate::agent::context::view(&messages, settings.context);
             if !saved.is_empty() && fitting == Fitting::default() {
                 transcript.event(Event::AgentContextTrimmed {
@@ -235,7 +237,10 @@ pub async fn run(
             };
             let sent_chars = fixed_chars + view.iter().map(ChatMessage::char_count).sum::<usize>();
             let error = match provider.chat(&request).await {
-                Ok(response) => break (response, sent_chars, crate::agent::context::tokens(&view)),
+                Ok(response) => {
+                    let view_tokens = crate::agent::context::tokens(&view);
+                    break (response, sent_chars, view_tokens, request.max_output_tokens);
+                }
                 Err(BackendError::TooLarge(error)) => error,
                 Err(other) => return Err(other),
             };
@@ -273,6 +278,15 @@ pub async fn run(
         run.usage.add(&response.usage);
         if let Some(event) = compactor.calibration.observe(sent_chars, response.usage.input_tokens) {
             transcript.event(event);
+        }
+        if response.is_truncated() {
+            run.truncated = true;
+            transcript.event(Event::LlmTruncated {
+                model: settings.model.to_string(),
+                stop_reason: response.stop_reason.clone().unwrap_or_default(),
+                max_output_tokens: sent_max_output_tokens,
+                turn: Some(run.turns),
+            });
         }
         let sent = match response.usage.input_tokens {
             0 => compactor.calibration.rescale(fixed_tokens + view_tokens),

@@ -395,6 +395,14 @@ impl Toolbox {
         let offset = count_arg(args, "offset").unwrap_or(1).max(1);
         let limit = count_arg(args, "limit");
         let lines: Vec<&str> = text.lines().collect();
+        if offset > lines.len() && !lines.is_empty() {
+            // An empty answer would read as an empty file.
+            let (count, plural) = (lines.len(), if lines.len() == 1 { "" } else { "s" });
+            return Err(format!(
+                "`{}` has {count} line{plural}; offset={offset} is past its end (offsets 1 to {count} read it)",
+                self.relative(&path)
+            ));
+        }
         let start = (offset - 1).min(lines.len());
         let end = limit.map_or(lines.len(), |l| (start + l).min(lines.len()));
         let mut out = String::new();
@@ -721,6 +729,9 @@ mod tests {
         let (_dir, mut tools) = toolbox();
         let read = tools.run("read_file", &json!({"path": "src/lib.rs", "offset": 2})).await;
         assert_eq!(read.content, "     2\tfn b() {}\n");
+        let past = tools.run("read_file", &json!({"path": "src/lib.rs", "offset": 3})).await;
+        assert!(past.is_error, "{past:?}");
+        assert!(past.content.contains("`src/lib.rs` has 2 lines; offset=3 is past its end"), "{past:?}");
         let wrote = tools.run("write_file", &json!({"path": "docs/new.md", "content": "hello"})).await;
         assert!(!wrote.is_error, "{wrote:?}");
         let edit = tools

@@ -62,6 +62,14 @@ impl<'a> Transcript<'a> {
         }
     }
 
+    /// Writes the events so far to `events.jsonl` now, for watchers (`fabro logs -f`), instead
+    /// of at the stage's end.
+    pub fn flush_events(&self) {
+        if let Some(events) = self.events {
+            events.flush();
+        }
+    }
+
     /// Emits a stage event, secrets redacted from its fields. An event that no longer reads as
     /// one once redacted (a secret in a number?) is dropped rather than written unredacted.
     pub fn event(&self, event: Event) {

@@ -8,7 +8,8 @@
 //! - `FABRO_LLM_BASE_URL` (`FABRO_LLM_API_KEY`): an OpenAI-compatible server as provider
 //!   `openai_compatible`; models no other provider claims go there.
 //! - `FABRO_LLM_MODEL`, `FABRO_LLM_PROVIDER`: defaults for stages that name none.
-//! - `FABRO_LLM_REQUEST_TIMEOUT` (e.g. `90s`), `FABRO_LLM_MAX_RETRIES`.
+//! - `FABRO_LLM_REQUEST_TIMEOUT` (e.g. `90s`), `FABRO_LLM_MAX_RETRIES`, `FABRO_LLM_RETRY_WINDOW`
+//!   (e.g. `2m`).
 //! - `FABRO_CONFIG`: the config file (default `$XDG_CONFIG_HOME/fabro/config.toml`, else
 //!   `~/.config/fabro/config.toml`).
 
@@ -17,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::config_files::ConfigFiles;
-use crate::llm::http::RetrySettings;
+use crate::llm::retry::RetrySettings;
 use crate::models::{self, Price};
 use crate::redaction::Secrets;
 
@@ -43,6 +44,8 @@ pub struct ProviderSettings {
     /// Config file `reasoning_effort = true|false`: whether an OpenAI-compatible server is sent
     /// the stage's `reasoning_effort` (default: only Gemini's endpoint; OpenAI always is).
     pub sends_reasoning_effort: Option<bool>,
+    /// Config file `retry_window` of this provider (over the file's own and the environment's).
+    pub retry_window: Option<Duration>,
 }
 
 impl ProviderSettings {
@@ -75,6 +78,8 @@ pub struct LlmConfig {
     pub provider_override: Option<String>,
     /// Per model call.
     pub request_timeout: Duration,
+    /// How calls are retried in place; a provider's own `retry_window` wins (see
+    /// [`LlmConfig::retry_for`]).
     pub retry: RetrySettings,
     pub models: BTreeMap<String, ModelOverride>,
     /// The config file's `[context]`: the user's default context settings of LLM stages (below
@@ -134,6 +139,8 @@ struct FileConfig {
     default_provider: Option<String>,
     request_timeout: Option<String>,
     max_retries: Option<u32>,
+    /// How long a call is retried while its provider cannot be reached (e.g. `2m`).
+    retry_window: Option<String>,
     #[serde(default)]
     providers: BTreeMap<String, FileProvider>,
     #[serde(default)]
@@ -172,6 +179,8 @@ struct FileProvider {
     models: Vec<String>,
     /// Whether the server is sent stages' `reasoning_effort` (OpenAI-compatible servers).
     reasoning_effort: Option<bool>,
+    /// This provider's retry window (over the file's `retry_window`).
+    retry_window: Option<String>,
 }
 
 /// A stage's provider and model.
@@ -247,6 +256,12 @@ impl LlmConfig {
         if let Some(text) = env("FABRO_LLM_REQUEST_TIMEOUT") {
             config.request_timeout = parse_duration("FABRO_LLM_REQUEST_TIMEOUT", &text)?;
         }
+        if let Some(text) = file.retry_window {
+            config.retry.window = parse_duration("retry_window", &text)?;
+        }
+        if let Some(text) = env("FABRO_LLM_RETRY_WINDOW") {
+            config.retry.window = parse_duration("FABRO_LLM_RETRY_WINDOW", &text)?;
+        }
         config.retry.max_retries = file.max_retries.unwrap_or(config.retry.max_retries);
         if let Some(text) = env("FABRO_LLM_MAX_RETRIES") {
             config.retry.max_retries = text.trim().parse().map_err(|_| ConfigError::BadEnv {
@@ -269,6 +284,8 @@ impl LlmConfig {
             };
             let api_key = provider.api_key.or_else(|| provider.api_key_env.as_deref().and_then(env));
             config.key_env_names.extend(provider.api_key_env);
+            let retry_window =
+                provider.retry_window.map(|text| parse_duration("retry_window", &text)).transpose()?;
             config.providers.insert(
                 name,
                 ProviderSettings {
@@ -277,6 +294,7 @@ impl LlmConfig {
                     api_key,
                     models: provider.models,
                     sends_reasoning_effort: provider.reasoning_effort,
+                    retry_window,
                 },
             );
         }
@@ -290,6 +308,7 @@ impl LlmConfig {
                 api_key: None,
                 models: Vec::new(),
                 sends_reasoning_effort: None,
+                retry_window: None,
             });
             if let Some(url) = url {
                 entry.base_url = url;
@@ -512,6 +531,22 @@ impl LlmConfig {
         }
     }
 
+    /// Shortens every retry window (the run's and each provider's) to at most `most`, for calls
+    /// that are worth only a short wait.
+    pub fn limit_retry_window(&mut self, most: Duration) {
+        self.retry.window = self.retry.window.min(most);
+        for provider in self.providers.values_mut() {
+            provider.retry_window = provider.retry_window.map(|window| window.min(most));
+        }
+    }
+
+    /// How the calls to `provider` are retried in place: the run's settings with the provider's
+    /// own `retry_window` when it has one.
+    pub fn retry_for(&self, provider: &str) -> RetrySettings {
+        let window = self.providers.get(provider).and_then(|settings| settings.retry_window);
+        RetrySettings { window: window.unwrap_or(self.retry.window), ..self.retry }
+    }
+
     /// The price of a model: the config file's, else the built-in table's.
     pub fn price(&self, model: &str) -> Option<Price> {
         let builtin = models::builtin_price(model);
@@ -708,6 +743,30 @@ mod tests {
         );
         let bad: Result<FileConfig, _> = toml::from_str("[providers.x]\nbase = 1");
         assert!(bad.is_err());
+    }
+
+    #[test]
+    fn the_retry_window_is_the_provider_s_else_the_environment_s_else_the_file_s_else_a_minute() {
+        let file = r#"
+            retry_window = "90s"
+            [providers.local]
+            base_url = "http://127.0.0.1:8080/v1"
+            retry_window = "5s"
+            [providers.other]
+            base_url = "http://127.0.0.1:8081/v1"
+        "#;
+        let from_file = config(&[], file).unwrap();
+        assert_eq!(from_file.retry_for("local").window, Duration::from_secs(5));
+        assert_eq!(from_file.retry_for("other").window, Duration::from_secs(90));
+        let from_env = config(&[("FABRO_LLM_RETRY_WINDOW", "2m")], "").unwrap();
+        assert_eq!(from_env.retry_for("openai").window, Duration::from_secs(120));
+        assert_eq!(LlmConfig::default().retry_for("x").window, Duration::from_secs(60));
+        let mut limited = from_file;
+        limited.limit_retry_window(Duration::from_secs(10));
+        assert_eq!(limited.retry_for("local").window, Duration::from_secs(5));
+        assert_eq!(limited.retry_for("other").window, Duration::from_secs(10));
+        let bad = config(&[], "retry_window = \"soon\"").unwrap_err().to_string();
+        assert!(bad.contains("retry_window") && bad.contains("a duration"), "{bad}");
     }
 
     #[test]

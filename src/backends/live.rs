@@ -25,10 +25,21 @@ use crate::llm::anthropic::Anthropic;
 use crate::llm::chat::{ChatProvider, ChatRequest};
 use crate::llm::failover;
 use crate::llm::openai::{Dialect, OpenAi};
-use crate::llm::BackendError;
+use crate::llm::retry::Retrying;
+use crate::llm::{BackendError, Unreachable};
 use crate::redaction::Secrets;
 use crate::run_dir::layout;
 use crate::usage::{ModelUsage, Usage};
+
+/// Where a provider is asked whether it is there: its model list (`GET /v1/models`), which both
+/// APIs and every OpenAI-compatible server have and which costs nothing.
+fn probe_url(settings: &super::config::ProviderSettings) -> String {
+    let base = settings.base_url.trim_end_matches('/');
+    match settings.kind {
+        ProviderKind::Anthropic if !base.ends_with("/v1") => format!("{base}/v1/models"),
+        _ => format!("{base}/models"),
+    }
+}
 
 /// Most output tokens asked for per call (less for small context windows).
 const MAX_OUTPUT_TOKENS: u64 = 8_192;
@@ -66,7 +77,6 @@ impl LiveBackend {
                     base_url: settings.base_url.clone(),
                     api_key: settings.api_key.clone().unwrap_or_default(),
                     client: client.clone(),
-                    retry: config.retry,
                     secrets: secrets.clone(),
                 }),
                 kind => Arc::new(OpenAi {
@@ -79,7 +89,6 @@ impl LiveBackend {
                         Dialect::Compatible { reasoning_effort: settings.takes_reasoning_effort(name) }
                     },
                     client: client.clone(),
-                    retry: config.retry,
                     secrets: secrets.clone(),
                 }),
             };
@@ -214,12 +223,24 @@ impl LiveBackend {
             request.visit,
             self.secrets.clone(),
         );
-        let mut chain = vec![failover::Target { provider: provider.as_ref(), model: model.to_string() }];
+        let report = |event: Event| {
+            let waiting = matches!(event, Event::LlmRetry { .. });
+            transcript.event(event);
+            if waiting {
+                // Watchers see a wait for the provider as it happens, not when the stage ends.
+                transcript.flush_events();
+            }
+        };
+        // Every call is retried in place while its provider is away or busy (`llm.retry`).
+        let mut targets = vec![(self.retrying(&resolved.provider, &report)?, model.to_string())];
         for fallback in stage.map_or(&[][..], |s| s.fallback_models.as_slice()) {
-            let target = self.fallback_target(request.node_id, fallback)?;
-            chain.push(target);
+            targets.push(self.fallback_target(request.node_id, fallback, &report)?);
         }
-        let failover = failover::Failover::new(chain, |event| transcript.event(event));
+        let chain = targets
+            .iter()
+            .map(|(provider, model)| failover::Target { provider, model: model.clone() })
+            .collect();
+        let failover = failover::Failover::new(chain, report);
         let learned_key = (resolved.provider.clone(), model.to_string());
         let learned =
             self.learned.lock().map(|learned| learned.get(&learned_key).copied()).unwrap_or_default();
@@ -301,7 +322,8 @@ impl LiveBackend {
                 }
                 let small =
                     context.agentic_tools().then(|| self.config.small_model(&resolved, stage.small_model));
-                let small_provider = small.as_ref().and_then(|small| self.providers.get(&small.provider));
+                let small_provider =
+                    small.as_ref().and_then(|small| self.retrying(&small.provider, &report).ok());
                 small_model = small.as_ref().map(|small| small.model.clone());
                 let settings = AgentSettings {
                     model,
@@ -316,9 +338,9 @@ impl LiveBackend {
                     usage_left: stage.usage_left,
                     stage_limits: stage.stage_limits,
                     price: self.config.price(model),
-                    small_model: small.as_ref().zip(small_provider).map(|(small, provider)| {
+                    small_model: small.as_ref().zip(small_provider.as_ref()).map(|(small, provider)| {
                         crate::agent::agentic_tools::SmallModel {
-                            provider: provider.as_ref(),
+                            provider,
                             model: &small.model,
                             timeout: request_timeout,
                             max_output_tokens: (self.config.context_window(&small.model) / 4)
@@ -424,6 +446,7 @@ impl LiveBackend {
                     memory_added: run.memory_added,
                     turn_limit,
                     context_window,
+                    truncated: run.truncated,
                     ..LlmResponse::default()
                 }
             }
@@ -447,11 +470,21 @@ impl LiveBackend {
                 };
                 let answer = failover.chat(&chat).await?;
                 transcript.record("assistant", assistant_record(1, &answer));
+                let truncated = answer.is_truncated();
+                if truncated {
+                    transcript.event(Event::LlmTruncated {
+                        model: failover.model().to_string(),
+                        stop_reason: answer.stop_reason.clone().unwrap_or_default(),
+                        max_output_tokens: chat.max_output_tokens,
+                        turn: None,
+                    });
+                }
                 LlmResponse {
                     text: answer.text,
                     model: answer.model.or_else(|| Some(model.to_string())),
                     usage: Some(answer.usage),
                     context_savings,
+                    truncated,
                     ..LlmResponse::default()
                 }
             }
@@ -495,19 +528,63 @@ impl LiveBackend {
         Ok(response)
     }
 
+    /// For each LLM stage of `workflow` that calls a provider: its provider, then its fallbacks'.
+    fn provider_chains(&self, workflow: &Workflow) -> Vec<Vec<String>> {
+        let mut chains = Vec::new();
+        for node in workflow.nodes().filter(|node| node.handler_type().is_llm()) {
+            let Some(llm) = node.settings.llm() else { continue };
+            if node.settings.backend.as_ref().is_ok_and(|backend| *backend == settings::Backend::Cli) {
+                continue;
+            }
+            let Ok(own) = self.config.resolve(&node.id, llm.model.as_deref(), llm.provider.as_deref()) else {
+                continue;
+            };
+            let fallbacks = llm
+                .fallback_models
+                .iter()
+                .filter_map(|model| self.config.resolve_fallback(&node.id, model).ok());
+            chains.push(std::iter::once(own).chain(fallbacks).map(|resolved| resolved.provider).collect());
+        }
+        chains
+    }
+
     /// A `fallback_models` model of stage `node_id`, with the configured provider that serves it.
-    fn fallback_target(&self, node_id: &str, model: &str) -> Result<failover::Target<'_>, BackendError> {
+    fn fallback_target<'a>(
+        &'a self,
+        node_id: &str,
+        model: &str,
+        report: &'a (dyn Fn(Event) + Send + Sync),
+    ) -> Result<(Retrying<'a>, String), BackendError> {
         let resolved = self
             .config
             .resolve_fallback(node_id, model)
             .map_err(|error| BackendError::Terminal(format!("`{model}` in fallback_models: {error}")))?;
-        let provider = self.providers.get(&resolved.provider).ok_or_else(|| {
+        let provider = self.retrying(&resolved.provider, report).map_err(|_| {
             BackendError::Terminal(format!(
                 "fallback model `{model}` of stage `{node_id}` needs provider `{}`, which is not configured",
                 resolved.provider
             ))
         })?;
-        Ok(failover::Target { provider: provider.as_ref(), model: resolved.model })
+        Ok((provider, resolved.model))
+    }
+
+    /// The configured provider `name`, its calls retried in place by its retry settings and each
+    /// retry reported to `report`.
+    fn retrying<'a>(
+        &'a self,
+        name: &str,
+        report: &'a (dyn Fn(Event) + Send + Sync),
+    ) -> Result<Retrying<'a>, BackendError> {
+        let (Some(provider), Some(settings)) = (self.providers.get(name), self.config.providers.get(name))
+        else {
+            return Err(BackendError::Terminal(format!("provider `{name}` is not configured")));
+        };
+        Ok(Retrying {
+            provider: provider.as_ref(),
+            base_url: &settings.base_url,
+            settings: self.config.retry_for(name),
+            report,
+        })
     }
 }
 
@@ -515,6 +592,60 @@ impl LiveBackend {
 impl Backend for LiveBackend {
     fn name(&self) -> &str {
         "live"
+    }
+
+    /// Asks each provider a stage of `workflow` would call (its own, or one of its fallbacks')
+    /// for its model list, without credentials: any HTTP answer means it is there. Only a stage
+    /// none of whose providers answers stops the check, after its provider's retry window.
+    async fn check_reachable(
+        &self,
+        workflow: &Workflow,
+        waiting: &(dyn for<'s> Fn(&'s str) + Send + Sync),
+    ) -> Result<(), Unreachable> {
+        let chains = self.provider_chains(workflow);
+        let Ok(client) = crate::llm::http::probe_client() else { return Ok(()) };
+        let mut pending: Vec<&str> = chains.iter().flatten().map(String::as_str).collect();
+        pending.sort_unstable();
+        pending.dedup();
+        let mut down: BTreeMap<&str, String> = BTreeMap::new();
+        let started = std::time::Instant::now();
+        let mut attempt = 0;
+        loop {
+            for name in pending {
+                let Some(settings) = self.config.providers.get(name) else { continue };
+                if let Err(error) = crate::llm::http::probe(&client, &probe_url(settings)).await {
+                    down.insert(name, self.secrets.redact(&error));
+                }
+            }
+            let blocked =
+                chains.iter().find(|chain| chain.iter().all(|name| down.contains_key(name.as_str())));
+            let Some(name) = blocked.and_then(|chain| chain.first()) else { return Ok(()) };
+            attempt += 1;
+            let retry = self.config.retry_for(name);
+            let base_url = self.config.providers.get(name).map(|p| p.base_url.clone()).unwrap_or_default();
+            let error = down.get(name.as_str()).cloned().unwrap_or_default();
+            let waited = started.elapsed();
+            let left = retry.window.saturating_sub(waited);
+            if left.is_zero() {
+                return Err(Unreachable {
+                    provider: name.clone(),
+                    base_url,
+                    waited,
+                    attempts: attempt,
+                    error,
+                });
+            }
+            if attempt == 1 {
+                waiting(&format!(
+                    "provider `{name}` at {base_url} cannot be reached ({error}); waiting up to {} for it \
+                     (retry_window)",
+                    humantime::format_duration(retry.window)
+                ));
+            }
+            tokio::time::sleep(retry.delay_after(attempt).min(left)).await;
+            pending = down.keys().copied().collect();
+            down.clear();
+        }
     }
 
     async fn complete(&self, request: &LlmRequest<'_>) -> Result<LlmResponse, BackendError> {

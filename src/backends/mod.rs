@@ -125,6 +125,8 @@ pub struct LlmResponse {
     pub context_window: Option<crate::usage::ContextWindow>,
     /// Set when `max_turns` stopped an agent stage while the model still called tools.
     pub turn_limit: Option<TurnLimit>,
+    /// An answer was cut off at the output limit (the `llm.truncated` event says which).
+    pub truncated: bool,
 }
 
 /// An agent stage stopped by its turn limit, and how the stage ends for it.
@@ -139,6 +141,17 @@ pub trait Backend: Send + Sync {
     /// A short name for logs and status files (`simulated`, `scripted`, ...).
     fn name(&self) -> &str;
     async fn complete(&self, request: &LlmRequest<'_>) -> Result<LlmResponse, BackendError>;
+
+    /// Checks, before a run's first stage, that the providers the LLM stages of `workflow` call
+    /// can be reached, waiting for them up to their retry windows (`waiting` is told once when
+    /// it waits). Backends without providers have nothing to check.
+    async fn check_reachable(
+        &self,
+        _workflow: &crate::graph::Workflow,
+        _waiting: &(dyn for<'s> Fn(&'s str) + Send + Sync),
+    ) -> Result<(), crate::llm::Unreachable> {
+        Ok(())
+    }
 }
 
 /// Introduces the ids a model must choose from, in [`choice_instruction`].

@@ -88,7 +88,13 @@ fn render_text(view: &RunView, all: bool) -> String {
     let source = fabro::report::relative_display(Path::new(&m.source_path), &cwd);
     field("workflow", &format!("{} ({source})", m.workflow));
     field("run id", &m.run_id);
-    field("status", view.status_label());
+    match &m.pause {
+        Some(pause) if view.status() == RunStatus::Paused => {
+            field("status", &format!("{} ({})", view.status_label(), pause.kind));
+            field("paused", &one_line(&pause.reason, 300));
+        }
+        _ => field("status", view.status_label()),
+    }
     if !m.goal.is_empty() {
         field("goal", &one_line(&m.goal, MAX_VALUE_CHARS));
     }

@@ -287,6 +287,13 @@ fn describe(logged: &LoggedEvent) -> Option<String> {
         Event::StageRetrying { reason, .. } => {
             format!("↻ {node}: retrying ({})", reason.as_deref().unwrap_or(""))
         }
+        Event::LlmRetry { provider, attempt, delay_ms, error, .. } => format!(
+            "↻ {node}: {provider}: {error}; trying again in {} (attempt {attempt} failed)",
+            seconds(*delay_ms)
+        ),
+        Event::LlmTruncated { max_output_tokens, .. } => {
+            format!("! {node}: the model's answer was cut off at its output limit ({max_output_tokens} tokens)")
+        }
         Event::RunDirReused { run_dir, .. } => format!(
             "! {} held a run that never started (fabro was stopped before its first stage completed); its files were removed and the directory is reused",
             run_dir.display()

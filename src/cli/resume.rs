@@ -67,6 +67,7 @@ async fn continue_run(args: &mut ResumeArgs) -> Result<u8, Refusal> {
     let hooks =
         LifecycleHooks::for_workflow(&workflow_path, &config_files).map_err(super::run::hooks_refusal)?;
     let engine = engine_for(&args.launch, &valid, &config_files)?;
+    super::run::check_providers(&engine, &valid.workflow, &args.launch, "the run was left as it was").await?;
     for changed in config_files.changed() {
         eprintln!(
             "warning: {} changed since the run started; continuing with the configuration the run started \

@@ -41,19 +41,27 @@ pub fn run(args: RetroArgs) -> u8 {
     })
 }
 
+/// How long the narrative waits for a provider that cannot be reached.
+const NARRATIVE_RETRY_WINDOW: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Writes the retrospective of the run in `root`; with `narrative`, a configured provider adds
 /// its reading of the run (a provider that fails leaves a warning and the deterministic part).
 pub async fn write(root: &Path, narrative: bool) -> Result<(), String> {
     let mut retro = Retro::read(root).map_err(|error| error.to_string())?;
     if narrative {
         match LlmConfig::from_env() {
-            Ok(config) if config.has_providers() => match LiveBackend::new(config) {
-                Ok(backend) => match retro.narrate(root, &backend).await {
-                    Ok(narrative) => retro.narrative = Some(narrative),
-                    Err(message) => eprintln!("warning: the retrospective has no narrative: {message}"),
-                },
-                Err(error) => eprintln!("warning: the retrospective has no narrative: {error}"),
-            },
+            Ok(mut config) if config.has_providers() => {
+                // The narrative is an extra: a provider that is away holds the retrospective up
+                // only briefly.
+                config.limit_retry_window(NARRATIVE_RETRY_WINDOW);
+                match LiveBackend::new(config) {
+                    Ok(backend) => match retro.narrate(root, &backend).await {
+                        Ok(narrative) => retro.narrative = Some(narrative),
+                        Err(message) => eprintln!("warning: the retrospective has no narrative: {message}"),
+                    },
+                    Err(error) => eprintln!("warning: the retrospective has no narrative: {error}"),
+                }
+            }
             Ok(_) => eprintln!("note: no LLM provider is configured, so the retrospective has no narrative"),
             Err(error) => eprintln!("warning: the retrospective has no narrative: {error}"),
         }

@@ -364,6 +364,7 @@ async fn start(args: &RunArgs) -> Result<u8, Refusal> {
     let user_sandbox = check_sandbox(&args.launch, &valid.workflow, &config_files)?;
     let hooks = LifecycleHooks::for_workflow(&args.workflow, &config_files).map_err(hooks_refusal)?;
     let engine = engine_for(&args.launch, &valid, &config_files)?;
+    check_providers(&engine, &valid.workflow, &args.launch, "the run did not start").await?;
     let options = RunOptions {
         run_dir: args.run_dir.clone(),
         work_dir,
@@ -389,6 +390,29 @@ async fn start(args: &RunArgs) -> Result<u8, Refusal> {
     let view = ProgressView::new(args.launch.view_options());
     let report = engine.run(&valid, &options, move |event| view.show(event), cancel).await;
     conclude(report, &args.launch, valid.workflow.name())
+}
+
+/// Refuses a run whose LLM stages' provider cannot be reached, after waiting for it up to its
+/// retry window (a server started just before the run has that long to come up). `--simulate`,
+/// `--dry-run` and `--responses` call no provider, so there is nothing to check. `outcome` ends
+/// the message: what did not happen.
+pub async fn check_providers(
+    engine: &fabro::engine::Engine,
+    workflow: &Workflow,
+    launch: &LaunchArgs,
+    outcome: &str,
+) -> Result<(), Refusal> {
+    let quiet = launch.quiet;
+    let waiting = move |note: &str| {
+        if !quiet {
+            eprintln!("note: {note}");
+        }
+    };
+    engine.check_providers(workflow, &waiting).await.map_err(|unreachable| {
+        Refusal::Message(format!(
+            "{unreachable}; start it (or correct its base_url), or run with --simulate or --dry-run; {outcome}"
+        ))
+    })
 }
 
 /// The work directory as an absolute path (so a resume from elsewhere works in the same place):
@@ -520,6 +544,11 @@ pub fn conclude(
                 eprintln!("resume with: fabro resume {dir} --answers FILE (or --auto-approve)")
             }
             PauseKind::Storage => eprintln!("free some space, then resume with: fabro resume {dir}"),
+            PauseKind::Provider => {
+                eprintln!(
+                    "start the provider (or wait until it is back), then resume with: fabro resume {dir}"
+                )
+            }
         }
     }
     Ok(match result.status {

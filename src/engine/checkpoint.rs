@@ -154,7 +154,8 @@ impl Walker<'_> {
              last stage the journal holds",
             node.id
         );
-        self.scope.events.stage_event(&node.id, visit, Event::RunPaused { reason: reason.clone() });
-        Step::Pause(Pause::new(PauseKind::Storage, reason))
+        let pause = Pause::new(PauseKind::Storage, reason);
+        self.scope.events.stage_event(&node.id, visit, Event::run_paused(&pause));
+        Step::Pause(pause)
     }
 }

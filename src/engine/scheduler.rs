@@ -125,6 +125,18 @@ impl Engine {
         self
     }
 
+    /// Checks that the providers the LLM stages of `workflow` call can be reached, waiting for
+    /// them up to their retry windows (`waiting` is told when it waits); call it before
+    /// [`Engine::run`] or [`Engine::resume`] to refuse a run whose provider is not there rather
+    /// than pause it at its first LLM stage.
+    pub async fn check_providers(
+        &self,
+        workflow: &Workflow,
+        waiting: &(dyn Fn(&str) + Send + Sync),
+    ) -> Result<(), crate::llm::Unreachable> {
+        self.services.backend.check_reachable(workflow, waiting).await
+    }
+
     /// Creates the run directory and runs the workflow to its end. `observe` sees every event.
     pub async fn run(
         &self,
@@ -183,6 +195,7 @@ impl Engine {
                 branch: w.branch().to_string(),
             }),
             launch: options.launch.clone(),
+            pause: None,
         };
         run_dir.write_json(layout::MANIFEST, &manifest)?;
         run_dir.write_text(layout::SAVED_WORKFLOW, workflow.source().text())?;
@@ -268,6 +281,7 @@ impl Engine {
         manifest.launch = options.launch.clone();
         manifest.status = RunStatus::Running;
         manifest.finished_at = None;
+        manifest.pause = None;
         saved.dir.write_json(layout::MANIFEST, &manifest)?;
         let checkpoint = saved.checkpoint;
         let mut summaries = saved.summaries;
@@ -429,6 +443,7 @@ impl Run<'_> {
                 Step::Finish(status, reason) => return self.finish(current, status, reason).await,
                 Step::Pause(pause) => {
                     let reason = Some(pause.reason.clone());
+                    self.manifest.pause = Some(crate::run_dir::PauseRecord::of(&pause));
                     let mut report = self.finish(current, RunStatus::Paused, reason).await;
                     report.pause = Some(pause);
                     return report;
@@ -541,6 +556,7 @@ impl Run<'_> {
             status: RunStatus::Running,
             restarted_from: Some(old_root.clone()),
             restarted_as: None,
+            pause: None,
             ..self.manifest.clone()
         };
         new_dir.write_json(layout::MANIFEST, &self.manifest)?;

@@ -217,7 +217,7 @@ impl<'e> Walker<'e> {
             self.uncount_visit(&node.id);
             let _ = self.save_checkpoint(RunStatus::Paused, &node.id, Some(&node.id));
             if self.is_main() {
-                scope.events.stage_event(&node.id, visit, Event::RunPaused { reason: pause.reason.clone() });
+                scope.events.stage_event(&node.id, visit, Event::run_paused(&pause));
             }
             return Step::Pause(pause);
         }
@@ -274,11 +274,7 @@ impl<'e> Walker<'e> {
                 }
                 let _ = self.save_checkpoint(RunStatus::Paused, &node.id, Some(&node.id));
                 if self.is_main() {
-                    scope.events.stage_event(
-                        &node.id,
-                        visit,
-                        Event::RunPaused { reason: pause.reason.clone() },
-                    );
+                    scope.events.stage_event(&node.id, visit, Event::run_paused(&pause));
                 }
                 return Step::Pause(pause);
             }
@@ -364,8 +360,9 @@ impl<'e> Walker<'e> {
             StepDecision::Stop => {
                 let reason = format!("step mode: stopped after `{}`; the run goes on at `{next}`", node.id);
                 let _ = self.save_checkpoint(RunStatus::Paused, &node.id, Some(next));
-                self.scope.events.stage_event(&node.id, visit, Event::RunPaused { reason: reason.clone() });
-                Some(Step::Pause(Pause::new(PauseKind::Step, reason)))
+                let pause = Pause::new(PauseKind::Step, reason);
+                self.scope.events.stage_event(&node.id, visit, Event::run_paused(&pause));
+                Some(Step::Pause(pause))
             }
         }
     }

@@ -415,6 +415,7 @@ pub static ATTRIBUTES: &[AttributeSpec] = &[
     spec!("small_tier_parent", ValueType::OneOf(SMALL_TIER_PARENT), NODE, "An agent stage on a small-tier model: warn (default), refuse (a validation error) or allow."),
     spec!("agentic_tools", ValueType::Boolean, NODE, "The agent gets agentic_read_file, agentic_grep and agentic_research: a sub-conversation on the small model reads and returns only a digest (default true)."),
     spec!("fallback_models", ValueType::Text, NODE, "Models to go on with, in order, when a call still fails with a retryable error (429, 5xx, timeout, connection) after its retries: `gpt-5.2, claude-sonnet-4-5` (each model's provider inferred); the conversation carries over."),
+    spec!("allow_truncated", ValueType::Boolean, NODE, "A prompt stage (shape=tab) whose answer was cut off at the output limit (finish_reason length, stop_reason max_tokens) succeeds anyway; by default it fails (default false)."),
     spec!("small_model", ValueType::Text, NODE, "The model of the agentic tool wrappers (default --small-model, the config file's small_model, else the provider's cheap tier: claude-haiku-4-5, gpt-5-mini, gemini-2.5-flash)."),
     spec!("memory", ValueType::Boolean, NODE, "The agent recalls the project's memory (.fabro/memory/ of the workflow's git repository) at its start and gets the remember(kind, name, text) tool."),
     spec!("memory_extract", ValueType::Boolean, NODE, "With memory=true: at the end of a successful stage the model is asked for up to 5 entries worth keeping."),

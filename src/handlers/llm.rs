@@ -61,7 +61,22 @@ impl Handler for LlmHandler {
         let (response, backend_name) = complete(stage, &request).await?;
         write_file(&stage.stage_dir.join(layout::RESPONSE), &response.text).await?;
 
-        let outcome = outcome_for(&node.id, &backend_name, &response);
+        let mut outcome = outcome_for(&node.id, &backend_name, &response);
+        let allowed = node.settings.llm().is_some_and(|settings| settings.allow_truncated);
+        if response.truncated && !request.agentic && !allowed {
+            // A one-shot answer cut short is not the answer asked for.
+            outcome = Outcome {
+                status: StageStatus::Fail,
+                failure_reason: Some(
+                    "the model's answer was cut off at its output limit (see response.md); ask for a shorter \
+                     answer, or set allow_truncated=true on the stage to accept it"
+                        .to_string(),
+                ),
+                preferred_label: None,
+                suggested_next_ids: Vec::new(),
+                ..outcome
+            };
+        }
         let exchange = Exchange { prompt, response: response.text, conversation: response.conversation };
         Ok(Outcome { exchange: Some(exchange), ..outcome })
     }
@@ -203,6 +218,14 @@ pub(crate) async fn complete(
     };
     let response = response.map_err(|err| match err {
         BackendError::Retryable(message) => HandlerError::Retryable(message),
+        BackendError::Transient(transient) => HandlerError::Retryable(transient.message),
+        BackendError::Unreachable(unreachable) => HandlerError::Paused(Pause::new(
+            PauseKind::Provider,
+            format!(
+                "{unreachable}; `fabro resume {}` continues the stage once it is back",
+                stage.run.run_dir.display()
+            ),
+        )),
         BackendError::Terminal(message) | BackendError::TooLarge(message) => HandlerError::Terminal(message),
         BackendError::Paused(message) => HandlerError::Paused(Pause::new(PauseKind::Ceiling, message)),
         BackendError::StageCeiling { node, ceiling } => HandlerError::Paused(Pause {
@@ -245,6 +268,7 @@ fn outcome_for(node_id: &str, backend_name: &str, response: &LlmResponse) -> Out
             memory_added: response.memory_added.clone(),
             usage_by_model: response.usage_by_model.clone(),
             context_window: response.context_window.clone(),
+            truncated: response.truncated,
             ..outcome
         }
         .with_notes(notes.clone())

@@ -3,7 +3,7 @@
 use serde_json::{json, Value};
 
 use super::chat::{ChatProvider, ChatRequest, ChatResponse};
-use super::http::{post_json, RetrySettings};
+use super::http::post_json;
 use super::BackendError;
 use crate::chat::{ChatMessage, ToolCall};
 use crate::redaction::Secrets;
@@ -20,7 +20,6 @@ pub struct Anthropic {
     pub base_url: String,
     pub api_key: String,
     pub client: reqwest::Client,
-    pub retry: RetrySettings,
     pub secrets: Secrets,
 }
 
@@ -49,8 +48,7 @@ impl ChatProvider for Anthropic {
         let body = request_body(request);
         let headers = [("x-api-key", self.api_key.clone()), ("anthropic-version", API_VERSION.to_string())];
         let value =
-            post_json(&self.client, &self.url(), &headers, &body, request.timeout, self.retry, &self.secrets)
-                .await?;
+            post_json(&self.client, &self.url(), &headers, &body, request.timeout, &self.secrets).await?;
         parse_response(&value).map_err(|message| {
             BackendError::Terminal(
                 self.secrets.redact(&format!("{} returned a malformed message: {message}", self.url())),

@@ -53,6 +53,12 @@ impl ChatResponse {
         ]
     }
 
+    /// Whether the answer was cut off at the request's `max_output_tokens`: OpenAI's
+    /// `finish_reason: "length"`, Anthropic's `stop_reason: "max_tokens"`.
+    pub fn is_truncated(&self) -> bool {
+        matches!(self.stop_reason.as_deref(), Some("length" | "max_tokens"))
+    }
+
     /// The readable text of the reasoning blocks, for the transcript (`None` without any).
     pub fn thinking(&self) -> Option<String> {
         let parts: Vec<&str> = self

@@ -1,6 +1,7 @@
 //! Model failover (`fallback_models`): a stage's calls go to its own model, and when a call still
-//! fails with a retryable error after the provider's in-place retries (429, 5xx, a timeout, a lost
-//! connection), to the next model of the list, for this call and every later one of the stage.
+//! fails with a retryable error after the provider's in-place retries (429, 5xx, a timeout), or
+//! its provider could not be reached for its retry window, to the next model of the list, for
+//! this call and every later one of the stage.
 //! The conversation carries over as it is: the next model gets the same messages. Authentication
 //! and request errors do not fail over. Usage is kept per model, so each share is priced at its
 //! own model's price.
@@ -73,14 +74,16 @@ impl ChatProvider for Failover<'_> {
                     usage.entry(target.model.clone()).or_default().add(&answer.usage);
                     return Ok(answer);
                 }
-                Err(BackendError::Retryable(reason)) if index + 1 < self.chain.len() => {
+                Err(error @ (BackendError::Retryable(_) | BackendError::Unreachable(_)))
+                    if index + 1 < self.chain.len() =>
+                {
                     let next = &self.chain[index + 1];
                     (self.report)(Event::LlmFailover {
                         from_model: target.model.clone(),
                         from_provider: target.provider.name().to_string(),
                         to_model: next.model.clone(),
                         to_provider: next.provider.name().to_string(),
-                        reason,
+                        reason: error.to_string(),
                     });
                     // Another call of the stage may have moved on already: never move back.
                     self.current.fetch_max(index + 1, Ordering::AcqRel);

@@ -1,38 +1,19 @@
-//! One JSON POST to a provider, with the error classes the engine's retry policy needs.
+//! One JSON POST to a provider, with the error classes the retry policy needs.
 //!
-//! Rate limits (429), server errors (5xx, 529 overloaded), request timeouts and connection
-//! errors are retried here a few times with exponential backoff, honouring `Retry-After`; when
-//! they persist they become [`BackendError::Retryable`] so the stage's `max_retries` applies.
-//! 400/401/403/404/422 and answers that are not JSON are [`BackendError::Terminal`] with the
-//! provider's own message. Every message is redacted.
+//! One call is one attempt: [`super::retry`] retries it. A provider that cannot be reached
+//! (connection refused, DNS and other connection errors, a lost connection, HTTP 502/503/504) is
+//! [`BackendError::Transient`] with [`TransientCause::Unreachable`]; rate limits (429), other
+//! server errors (5xx, 529 overloaded), 408/409/425 and request timeouts are
+//! [`TransientCause::Busy`], with the server's `Retry-After`. 400/401/403/404/422 and answers that
+//! are not JSON are [`BackendError::Terminal`] with the provider's own message. Every message is
+//! redacted.
 
 use std::time::Duration;
 
 use serde_json::Value;
 
-use super::BackendError;
+use super::{BackendError, Transient, TransientCause};
 use crate::redaction::Secrets;
-
-/// How a provider's requests are retried in place before the engine's retry policy takes over.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RetrySettings {
-    /// Extra attempts after the first (0 = none).
-    pub max_retries: u32,
-    /// The first backoff delay; doubles per attempt.
-    pub base_delay: Duration,
-    /// A `Retry-After` longer than this is not waited for here: the error goes to the engine.
-    pub max_delay: Duration,
-}
-
-impl Default for RetrySettings {
-    fn default() -> Self {
-        RetrySettings {
-            max_retries: 2,
-            base_delay: Duration::from_secs(1),
-            max_delay: Duration::from_secs(60),
-        }
-    }
-}
 
 /// A reqwest client (rustls) shared by all providers of a run.
 pub fn client() -> Result<reqwest::Client, BackendError> {
@@ -43,50 +24,23 @@ pub fn client() -> Result<reqwest::Client, BackendError> {
         .map_err(|error| BackendError::Terminal(format!("cannot set up the HTTP client: {error}")))
 }
 
-/// One classified failure: the message and, for retryable ones, how long the server asked us to
-/// wait.
-#[derive(Debug)]
-enum Failure {
-    Retryable {
-        message: String,
-        retry_after: Option<Duration>,
-    },
-    Terminal(String),
-    /// The request is too large for the model or the server (never retried as is).
-    TooLarge(String),
-}
-
-/// POSTs `body` to `url` with `headers`, retrying retryable failures, and returns the parsed JSON.
+/// POSTs `body` to `url` with `headers` once and returns the parsed JSON.
 pub async fn post_json(
     client: &reqwest::Client,
     url: &str,
     headers: &[(&str, String)],
     body: &Value,
     timeout: Duration,
-    retry: RetrySettings,
     secrets: &Secrets,
 ) -> Result<Value, BackendError> {
-    let mut attempt = 0;
-    loop {
-        match post_once(client, url, headers, body, timeout).await {
-            Ok(value) => return Ok(value),
-            Err(Failure::Terminal(message)) => return Err(BackendError::Terminal(secrets.redact(&message))),
-            Err(Failure::TooLarge(message)) => return Err(BackendError::TooLarge(secrets.redact(&message))),
-            Err(Failure::Retryable { message, retry_after }) => {
-                let backoff = retry.base_delay.saturating_mul(2u32.saturating_pow(attempt));
-                let delay = retry_after.unwrap_or(backoff);
-                if attempt >= retry.max_retries || delay > retry.max_delay {
-                    let tries = attempt + 1;
-                    let message =
-                        format!("{message} (after {tries} attempt{})", if tries == 1 { "" } else { "s" });
-                    return Err(BackendError::Retryable(secrets.redact(&message)));
-                }
-                tracing::debug!(%url, attempt, delay_ms = delay.as_millis() as u64, "retrying a provider request");
-                tokio::time::sleep(delay).await;
-                attempt += 1;
-            }
+    post_once(client, url, headers, body, timeout).await.map_err(|error| match error {
+        BackendError::Transient(transient) => {
+            BackendError::Transient(Transient { message: secrets.redact(&transient.message), ..transient })
         }
-    }
+        BackendError::Terminal(message) => BackendError::Terminal(secrets.redact(&message)),
+        BackendError::TooLarge(message) => BackendError::TooLarge(secrets.redact(&message)),
+        other => other,
+    })
 }
 
 async fn post_once(
@@ -95,7 +49,7 @@ async fn post_once(
     headers: &[(&str, String)],
     body: &Value,
     timeout: Duration,
-) -> Result<Value, Failure> {
+) -> Result<Value, BackendError> {
     let mut request = client.post(url).timeout(timeout).header("content-type", "application/json");
     for (name, value) in headers {
         request = request.header(*name, value);
@@ -107,7 +61,7 @@ async fn post_once(
     let text = response.text().await.map_err(|error| transport_failure(url, timeout, &error))?;
     if status.is_success() {
         return serde_json::from_str(&text).map_err(|error| {
-            Failure::Terminal(format!(
+            BackendError::Terminal(format!(
                 "{url} answered with malformed JSON ({error}): {}",
                 excerpt(&text, 200)
             ))
@@ -116,13 +70,64 @@ async fn post_once(
     let detail = error_detail(&text);
     let code = status.as_u16();
     let message = format!("{url} answered HTTP {code}: {detail}");
+    let transient =
+        |cause| BackendError::Transient(Transient { cause, message: message.clone(), retry_after });
     match code {
-        408 | 409 | 425 | 429 | 500..=599 => Err(Failure::Retryable { message, retry_after }),
-        401 | 403 => Err(Failure::Terminal(format!("{message} (check the API key)"))),
-        413 => Err(Failure::TooLarge(message)),
-        400 if is_context_length_error(&text) => Err(Failure::TooLarge(message)),
-        _ => Err(Failure::Terminal(message)),
+        502..=504 => Err(transient(TransientCause::Unreachable)),
+        408 | 409 | 425 | 429 | 500..=599 => Err(transient(TransientCause::Busy)),
+        401 | 403 => Err(BackendError::Terminal(format!("{message} (check the API key)"))),
+        413 => Err(BackendError::TooLarge(message)),
+        400 if is_context_length_error(&text) => Err(BackendError::TooLarge(message)),
+        404 => Err(BackendError::Terminal(match version_hint(url) {
+            Some(hint) => format!("{message}; {hint}"),
+            None => message,
+        })),
+        _ => Err(BackendError::Terminal(message)),
     }
+}
+
+/// For a 404 from a URL with no API version in its path (`/v1`, `/v1beta`, ...): the likely fix.
+/// OpenAI-compatible servers (llama.cpp, vLLM, Ollama, LM Studio) serve the API under `/v1`,
+/// and a base URL written without it answers 404 for every call.
+fn version_hint(url: &str) -> Option<String> {
+    let path = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let path = path.split_once('/').map_or("", |(_, path)| path);
+    let versioned = path.split('/').any(|segment| {
+        segment.strip_prefix('v').is_some_and(|rest| rest.starts_with(|c: char| c.is_ascii_digit()))
+    });
+    if versioned {
+        return None;
+    }
+    let suggestion = match url.strip_suffix("/chat/completions") {
+        Some(base) => format!(" ({base}/v1)"),
+        None => String::new(),
+    };
+    Some(format!(
+        "the URL has no `/v1`: OpenAI-compatible servers (llama.cpp, vLLM, Ollama, LM Studio) serve the API \
+         under it, so the base URL probably needs `/v1` at its end{suggestion}"
+    ))
+}
+
+/// Whether the server at `url` answers at all: one GET without credentials, where any HTTP
+/// answer (an error status included) means it is up. `Err` says why it could not be reached:
+/// only a connection-level failure (refused, DNS, TLS, no route, a connect timeout) counts.
+pub async fn probe(client: &reqwest::Client, url: &str) -> Result<(), String> {
+    match client.get(url).timeout(Duration::from_secs(15)).send().await {
+        Ok(_) => Ok(()),
+        Err(error) if error.is_connect() => Err(format!("cannot connect to {url}: {}", root_cause(&error))),
+        // A slow answer or one cut short still came from a server that is there.
+        Err(_) => Ok(()),
+    }
+}
+
+/// A client for [`probe`]: a short connect timeout, so an address that never answers is known
+/// soon.
+pub fn probe_client() -> Result<reqwest::Client, BackendError> {
+    reqwest::Client::builder()
+        .user_agent(concat!("fabro/", env!("CARGO_PKG_VERSION")))
+        .connect_timeout(Duration::from_secs(5))
+        .build()
+        .map_err(|error| BackendError::Terminal(format!("cannot set up the HTTP client: {error}")))
 }
 
 /// Whether a 400 answer says the request does not fit the model's context: OpenAI's
@@ -148,15 +153,24 @@ pub fn is_context_length_error(body: &str) -> bool {
     .any(|phrase| body.contains(phrase))
 }
 
-fn transport_failure(url: &str, timeout: Duration, error: &reqwest::Error) -> Failure {
-    let message = if error.is_timeout() {
-        format!("the request to {url} timed out after {}s", timeout.as_secs_f64())
-    } else if error.is_connect() {
-        format!("cannot connect to {url}: {}", error_chain(error))
+/// A request that got no complete answer. A connect error or a connection lost on the way means
+/// the provider cannot be reached; a request that ran past its timeout reached a server that is
+/// there but slow.
+fn transport_failure(url: &str, timeout: Duration, error: &reqwest::Error) -> BackendError {
+    if error.is_builder() || error.is_redirect() {
+        return BackendError::Terminal(format!(
+            "the request to {url} cannot be made: {}",
+            error_chain(error)
+        ));
+    }
+    let (cause, message) = if error.is_connect() {
+        (TransientCause::Unreachable, format!("cannot connect to {url}: {}", root_cause(error)))
+    } else if error.is_timeout() {
+        (TransientCause::Busy, format!("the request to {url} timed out after {}s", timeout.as_secs_f64()))
     } else {
-        format!("the request to {url} failed: {}", error_chain(error))
+        (TransientCause::Unreachable, format!("the request to {url} failed: {}", error_chain(error)))
     };
-    Failure::Retryable { message, retry_after: None }
+    BackendError::Transient(Transient { cause, message, retry_after: None })
 }
 
 /// The error and its sources, joined, so "connection refused" is not lost behind "error sending
@@ -172,6 +186,16 @@ fn error_chain(error: &dyn std::error::Error) -> String {
         source = next.source();
     }
     parts.join(": ")
+}
+
+/// The innermost error: what a failed connection comes down to ("Connection refused (os error
+/// 111)", "failed to lookup address information: ...").
+fn root_cause(error: &dyn std::error::Error) -> String {
+    let mut cause = error;
+    while let Some(source) = cause.source() {
+        cause = source;
+    }
+    cause.to_string()
 }
 
 /// `Retry-After` in seconds (the HTTP-date form is rare from APIs and is ignored).
@@ -238,6 +262,17 @@ mod tests {
         assert_eq!(retry_after(&headers), Some(Duration::from_millis(500)));
         headers.insert(reqwest::header::RETRY_AFTER, "Wed, 21 Oct 2015 07:28:00 GMT".parse().unwrap());
         assert_eq!(retry_after(&headers), None);
+    }
+
+    #[test]
+    fn a_404_without_an_api_version_suggests_v1() {
+        let hint = version_hint("http://127.0.0.1:8080/chat/completions").unwrap();
+        assert!(hint.contains("http://127.0.0.1:8080/v1"), "{hint}");
+        assert!(version_hint("http://127.0.0.1:8080/v1/chat/completions").is_none());
+        assert!(version_hint("https://generativelanguage.googleapis.com/v1beta/openai/chat/completions")
+            .is_none());
+        assert!(version_hint("http://proxy.example/openai/chat/completions").is_some());
+        assert!(version_hint("http://host").is_some());
     }
 
     #[test]

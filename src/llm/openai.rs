@@ -4,7 +4,7 @@
 use serde_json::{json, Value};
 
 use super::chat::{ChatProvider, ChatRequest, ChatResponse};
-use super::http::{post_json, RetrySettings};
+use super::http::post_json;
 use super::BackendError;
 use crate::chat::{ChatMessage, ToolCall};
 use crate::redaction::Secrets;
@@ -41,7 +41,6 @@ pub struct OpenAi {
     pub api_key: Option<String>,
     pub dialect: Dialect,
     pub client: reqwest::Client,
-    pub retry: RetrySettings,
     pub secrets: Secrets,
 }
 
@@ -66,8 +65,7 @@ impl ChatProvider for OpenAi {
         let headers: Vec<(&str, String)> =
             self.api_key.iter().map(|key| ("authorization", format!("Bearer {key}"))).collect();
         let value =
-            post_json(&self.client, &self.url(), &headers, &body, request.timeout, self.retry, &self.secrets)
-                .await?;
+            post_json(&self.client, &self.url(), &headers, &body, request.timeout, &self.secrets).await?;
         parse_response(&value).map_err(|message| {
             BackendError::Terminal(
                 self.secrets.redact(&format!("{} returned a malformed completion: {message}", self.url())),

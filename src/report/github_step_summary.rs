@@ -86,6 +86,9 @@ pub fn render(
             (RunStatus::Paused, Some(PauseKind::Storage)) => {
                 format!("Free some space, then resume with `fabro resume {dir}`.")
             }
+            (RunStatus::Paused, Some(PauseKind::Provider)) => {
+                format!("A model provider could not be reached: once it is back, resume with `fabro resume {dir}`.")
+            }
             (RunStatus::Paused, _) => {
                 format!("Resume with `fabro resume {dir} --answers FILE` (or `--auto-approve`).")
             }
@@ -192,6 +195,10 @@ mod tests {
         assert_eq!(
             line(RunStatus::Paused, Some(PauseKind::Storage)),
             "Free some space, then resume with `fabro resume run`."
+        );
+        assert_eq!(
+            line(RunStatus::Paused, Some(PauseKind::Provider)),
+            "A model provider could not be reached: once it is back, resume with `fabro resume run`."
         );
         assert_eq!(line(RunStatus::Interrupted, None), "Resume with `fabro resume run`.");
         assert_eq!(line(RunStatus::Succeeded, None), "");

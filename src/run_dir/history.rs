@@ -490,6 +490,7 @@ pub fn fork(
         forked_from: Some(origin.clone()),
         worktree,
         work_dir,
+        pause: None,
         ..manifest
     };
     write_json_file(&dir.root().join(layout::MANIFEST), &new_manifest)?;
@@ -620,6 +621,7 @@ pub fn rewind(root: &Path, node: &str, visit: Option<u32>) -> Result<Rewound, Hi
     if let Value::Object(map) = &mut manifest_value {
         map.insert("status".to_string(), json!(checkpoint.status));
         map.insert("finished_at".to_string(), Value::Null);
+        map.remove("pause");
     }
     write_json_file(&root.join(layout::MANIFEST), &manifest_value)?;
 

@@ -36,6 +36,23 @@ pub struct Manifest {
     /// How LLM stages were answered, so `fabro resume` goes on the same way.
     #[serde(default, skip_serializing_if = "LaunchRecord::is_default")]
     pub launch: LaunchRecord,
+    /// What a paused run waits for; absent unless the run is paused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pause: Option<PauseRecord>,
+}
+
+/// Why a run paused, as its manifest records it: the kind (`answer`, `ceiling`, `stage_ceiling`,
+/// `step`, `storage`, `provider`) and the sentence that says what to do.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PauseRecord {
+    pub kind: String,
+    pub reason: String,
+}
+
+impl PauseRecord {
+    pub fn of(pause: &crate::outcome::Pause) -> PauseRecord {
+        PauseRecord { kind: pause.kind.as_str().to_string(), reason: pause.reason.clone() }
+    }
 }
 
 #[cfg(test)]
@@ -58,6 +75,7 @@ impl Manifest {
             forked_from: None,
             worktree: None,
             launch: LaunchRecord::default(),
+            pause: None,
         }
     }
 }

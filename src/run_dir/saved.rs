@@ -16,8 +16,13 @@ pub enum ResumeError {
     NotARun { path: PathBuf, missing: &'static str },
     #[error("`{}` is corrupt: {message}", path.display())]
     Corrupt { path: PathBuf, message: String },
-    #[error("the run in `{}` already {}; there is nothing to resume", path.display(), describe(*status))]
-    Finished { path: PathBuf, status: RunStatus },
+    #[error("{}", finished(path, *status, rewind.as_ref()))]
+    Finished {
+        path: PathBuf,
+        status: RunStatus,
+        /// For a run that failed at a stage: how to run that stage again.
+        rewind: Option<RewindHint>,
+    },
     #[error("the checkpoint in `{}` names no stage to continue from", path.display())]
     NoNextStage { path: PathBuf },
     #[error("the run in `{}` stopped before its first stage completed; there is nothing to resume: start it again with `fabro run` (the same --run-dir is reused)", path.display())]
@@ -28,12 +33,44 @@ pub enum ResumeError {
     RunDir(#[from] super::RunDirError),
 }
 
-fn describe(status: RunStatus) -> &'static str {
-    match status {
-        RunStatus::Succeeded => "succeeded",
-        RunStatus::Failed => "failed (a stage failed for good; change the workflow and start a new run)",
-        RunStatus::Restarted => "continued in a new run directory (see restarted_as in its manifest)",
-        _ => "ended",
+/// The stage a failed run ended at, and the stage visit before it, which `fabro rewind --to`
+/// goes back to so that `fabro resume` runs the failed stage again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RewindHint {
+    pub failed: String,
+    /// `NODE@VISIT`.
+    pub to: String,
+}
+
+impl RewindHint {
+    /// For the failed stage `failed`: the main-line visit completed before its last visit.
+    fn of(failed: &str, summaries: &[StageSummary]) -> Option<RewindHint> {
+        let main: Vec<&StageSummary> = summaries.iter().filter(|s| s.branch.is_none()).collect();
+        let at = main.iter().rposition(|s| s.node_id == failed)?;
+        let before = main[..at].last()?;
+        Some(RewindHint { failed: failed.to_string(), to: format!("{}@{}", before.node_id, before.visit) })
+    }
+}
+
+fn finished(path: &Path, status: RunStatus, rewind: Option<&RewindHint>) -> String {
+    let path = path.display();
+    match (status, rewind) {
+        (RunStatus::Failed, Some(RewindHint { failed, to })) => format!(
+            "the run in `{path}` already failed (stage `{failed}` failed for good); there is nothing to resume. \
+             To run `{failed}` again (once what made it fail is fixed), go back to right before it with \
+             `fabro rewind {path} --to {to}`, then `fabro resume {path}`; or start a new run"
+        ),
+        (RunStatus::Failed, None) => format!(
+            "the run in `{path}` already failed; there is nothing to resume. `fabro rewind {path} --to NODE` \
+             goes back to right after a stage so that `fabro resume {path}` runs the later ones again; or start \
+             a new run"
+        ),
+        (RunStatus::Succeeded, _) => format!("the run in `{path}` already succeeded; there is nothing to resume"),
+        (RunStatus::Restarted, _) => format!(
+            "the run in `{path}` already continued in a new run directory (see restarted_as in its manifest); \
+             there is nothing to resume"
+        ),
+        _ => format!("the run in `{path}` already ended; there is nothing to resume"),
     }
 }
 
@@ -91,7 +128,15 @@ impl SavedRun {
             && (manifest.status == RunStatus::Running
                 || (checkpoint.status != RunStatus::Restarted && !root.join(layout::RESULT).exists()));
         if ended && !unrecorded_end {
-            return Err(ResumeError::Finished { path: root.to_path_buf(), status: checkpoint.status });
+            let rewind = match checkpoint.status {
+                RunStatus::Failed => RewindHint::of(&checkpoint.current_node, &summaries),
+                _ => None,
+            };
+            return Err(ResumeError::Finished {
+                path: root.to_path_buf(),
+                status: checkpoint.status,
+                rewind,
+            });
         }
         if !ended && checkpoint.next_node.is_none() {
             return Err(ResumeError::NoNextStage { path: root.to_path_buf() });

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use common::llm_server::{
     anthropic_text, anthropic_tools, files_containing, openai_text, openai_tools, LlmServer, Reply,
+    ServerOptions,
 };
 use common::{Ran, Test};
 use serde_json::{json, Value};
@@ -216,11 +217,13 @@ fn rate_limits_are_retried_after_the_time_the_server_asks_for() {
     assert_eq!(stage_file(&ran, "ask", "response.md"), "done");
 }
 
+/// A server that answers but cannot serve now (529 overloaded, 500); a 502/503/504 says the server
+/// is not there, which provider_outages.rs covers.
 #[test]
 fn server_errors_are_retryable_and_feed_the_engine_retry_policy() {
     let server = LlmServer::start(
         vec![
-            Reply::status(503, r#"{"error": {"message": "overloaded"}}"#),
+            Reply::status(529, r#"{"error": {"message": "overloaded"}}"#),
             anthropic_text("second try", 5, 5),
         ],
         vec![],
@@ -231,7 +234,7 @@ fn server_errors_are_retryable_and_feed_the_engine_retry_policy() {
         .run();
     let retrying = events_named(&ran, "stage.retrying");
     assert_eq!(retrying.len(), 1);
-    assert!(retrying[0]["reason"].as_str().unwrap().contains("HTTP 503: overloaded"), "{retrying:?}");
+    assert!(retrying[0]["reason"].as_str().unwrap().contains("HTTP 529: overloaded"), "{retrying:?}");
 
     // Without engine retries the stage fails with the provider's message.
     let server = LlmServer::start(vec![Reply::status(500, "")], vec![]);
@@ -288,6 +291,126 @@ fn compatible(server: &LlmServer, workflow: &str) -> Test {
         .workflow(workflow)
         .env("FABRO_LLM_BASE_URL", &server.url("/v1"))
         .env("FABRO_LLM_MAX_RETRIES", "0")
+}
+
+/// An OpenAI answer cut off at `max_tokens` (`finish_reason: "length"`).
+fn openai_cut_off(text: &str) -> Reply {
+    Reply::json(json!({
+        "id": "chatcmpl-test", "object": "chat.completion", "model": "test-model",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 256}
+    }))
+}
+
+#[test]
+fn a_prompt_stage_whose_answer_was_cut_off_fails_unless_it_allows_it() {
+    let workflow = |extra: &str| one_prompt(extra).replace("claude-sonnet-4-5", "qwen2.5-coder");
+    let server = LlmServer::start(vec![openai_cut_off("1. First, open the fi")], vec![]);
+    let ran = compatible(&server, &workflow(""))
+        .args(["run", "workflow.dot", "--run-dir", "run"])
+        .status(1)
+        .stderr_contains("the model's answer was cut off at its output limit")
+        .stderr_contains("allow_truncated=true")
+        .run();
+    let status: Value = serde_json::from_str(&stage_file(&ran, "ask", "status.json")).unwrap();
+    assert_eq!((&status["outcome"], &status["truncated"]), (&json!("fail"), &json!(true)));
+    assert_eq!(stage_file(&ran, "ask", "response.md"), "1. First, open the fi");
+    let truncated = events_named(&ran, "llm.truncated");
+    assert_eq!(truncated.len(), 1);
+    assert_eq!(truncated[0]["node_id"], "ask");
+    assert_eq!(truncated[0]["stop_reason"], "length");
+    assert!(truncated[0]["max_output_tokens"].as_u64().is_some_and(|n| n > 0), "{truncated:?}");
+    assert!(truncated[0].get("turn").is_none());
+
+    // allow_truncated=true takes it as it is, still flagged; Anthropic says `max_tokens`.
+    let server = LlmServer::start(
+        vec![Reply::json(json!({
+            "id": "msg_test", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
+            "content": [{"type": "text", "text": "1. First, open the fi"}], "stop_reason": "max_tokens",
+            "usage": {"input_tokens": 10, "output_tokens": 256}
+        }))],
+        vec![],
+    );
+    let ran = anthropic(&server, &one_prompt(", allow_truncated=true"))
+        .args(["run", "workflow.dot", "--run-dir", "run"])
+        .status(0)
+        .run();
+    let status: Value = serde_json::from_str(&stage_file(&ran, "ask", "status.json")).unwrap();
+    assert_eq!((&status["outcome"], &status["truncated"]), (&json!("success"), &json!(true)));
+    assert_eq!(events_named(&ran, "llm.truncated")[0]["stop_reason"], "max_tokens");
+}
+
+#[test]
+fn an_agent_turn_cut_off_is_reported_and_the_agent_goes_on() {
+    let workflow = r#"digraph cut {
+        start [shape=Mdiamond]
+        exit [shape=Msquare]
+        work [shape=box, prompt="Summarise greet.txt", llm_model="qwen2.5-coder"]
+        start -> work -> exit
+    }"#;
+    let server = LlmServer::start(
+        vec![
+            openai_tools(&[("c1", "read_file", json!({"path": "greet.txt"}))]),
+            openai_cut_off("It says hel"),
+        ],
+        vec![],
+    );
+    let ran = compatible(&server, workflow)
+        .file("work/greet.txt", "hello\n")
+        .args(["run", "workflow.dot", "--run-dir", "run", "--workdir", "work"])
+        .status(0)
+        .run();
+    let truncated = events_named(&ran, "llm.truncated");
+    assert_eq!(truncated.len(), 1);
+    assert_eq!(truncated[0]["turn"], 2);
+    let status: Value = serde_json::from_str(&stage_file(&ran, "work", "status.json")).unwrap();
+    assert_eq!((&status["outcome"], &status["truncated"]), (&json!("success"), &json!(true)));
+}
+
+#[test]
+fn read_file_past_the_end_says_how_many_lines_the_file_has() {
+    let workflow = r#"digraph read {
+        start [shape=Mdiamond]
+        exit [shape=Msquare]
+        work [shape=box, prompt="Read the end of notes.txt", llm_model="qwen2.5-coder"]
+        start -> work -> exit
+    }"#;
+    let server = LlmServer::start(
+        vec![
+            openai_tools(&[("c1", "read_file", json!({"path": "notes.txt", "offset": 40}))]),
+            openai_text("It has three lines.", 10, 5),
+        ],
+        vec![],
+    );
+    compatible(&server, workflow)
+        .file("work/notes.txt", "one\ntwo\nthree\n")
+        .args(["run", "workflow.dot", "--run-dir", "run", "--workdir", "work"])
+        .status(0)
+        .run();
+    let second = server.requests()[1].json();
+    let result = second["messages"].as_array().unwrap().iter().find(|m| m["role"] == "tool").unwrap().clone();
+    let content = result["content"].as_str().unwrap();
+    assert!(content.contains("`notes.txt` has 3 lines; offset=40 is past its end"), "{content}");
+}
+
+#[test]
+fn a_base_url_without_v1_gets_a_hint_when_the_server_answers_404() {
+    // A llama.cpp-like server: the API is under /v1, anything else answers 404.
+    let options = ServerOptions { mount: Some("/v1".into()), ..ServerOptions::default() };
+    let server = LlmServer::start_with(vec![openai_text("never sent", 1, 1)], vec![], options);
+    let base = server.url("");
+    let ran = Test::new()
+        .workflow(&one_prompt("").replace("claude-sonnet-4-5", "qwen2.5-coder"))
+        .env("FABRO_LLM_BASE_URL", &base)
+        .args(["run", "workflow.dot", "--run-dir", "run"])
+        .status(1)
+        .stderr_contains(&format!("{base}/chat/completions answered HTTP 404: File Not Found"))
+        .stderr_contains(&format!("the base URL probably needs `/v1` at its end ({base}/v1)"))
+        .run();
+    assert_eq!(server.requests().len(), 1, "a 404 is not retried");
+    // The check before the run got a 404 too: the server is there, so the run started.
+    assert_eq!(server.probes(), ["/models"]);
+    assert!(events_named(&ran, "llm.retry").is_empty());
 }
 
 #[test]

@@ -29,6 +29,7 @@ mod parallel;
 mod permissions;
 mod pre_journal_runs;
 mod preamble_cli;
+mod provider_outages;
 mod readme;
 mod reliability;
 mod resume;

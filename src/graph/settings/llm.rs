@@ -47,6 +47,9 @@ pub struct LlmSettings {
     /// `turn_limit_outcome`, else the graph's `default_turn_limit_outcome` (the config file's
     /// applies when both are unset, then `fail`).
     pub turn_limit_outcome: Option<TurnLimitOutcome>,
+    /// `allow_truncated`: a prompt stage whose answer was cut off at the output limit succeeds
+    /// anyway (by default it fails).
+    pub allow_truncated: bool,
     /// Context management, or why it cannot be read.
     pub context: Result<ContextSettings, Vec<ContextSettingsError>>,
 }
@@ -142,6 +145,7 @@ impl LlmSettings {
             turn_limit_outcome: own_or_default("turn_limit_outcome")
                 .as_deref()
                 .and_then(TurnLimitOutcome::from_name),
+            allow_truncated: attributes.boolean("allow_truncated").unwrap_or(false),
             context: ContextSettings::parse(attributes, graph),
         }
     }
@@ -173,7 +177,7 @@ mod tests {
         let dot = r#"digraph G { default_small_model=s; default_fallback_models="x, y"; permissions="read-only";
             default_watchdog=stop; default_memory=true; mcp_servers="fs"; "tool_hooks.pre"="check";
             a [llm_model=m, small_model=t, fallback_models="z", permissions=full, watchdog=off, memory=false,
-               mcp_servers="", max_turns=9, context_window=4000];
+               mcp_servers="", max_turns=9, context_window=4000, allow_truncated=true];
             b }"#;
         let a = llm(dot, "a");
         assert_eq!((a.model.as_deref(), a.small_model.as_deref()), (Some("m"), Some("t")));
@@ -182,8 +186,9 @@ mod tests {
             (a.watchdog, a.memory, a.mcp_servers),
             (WatchdogMode::Off, false, McpSelection::Only(vec![]))
         );
-        assert_eq!((a.max_turns, a.context_window), (Some(9), Some(4000)));
+        assert_eq!((a.max_turns, a.context_window, a.allow_truncated), (Some(9), Some(4000), true));
         let b = llm(dot, "b");
+        assert!(!b.allow_truncated, "a node's own choice only");
         assert_eq!((b.model, b.small_model.as_deref()), (None, Some("s")));
         assert_eq!(
             (b.fallback_models, b.permissions),

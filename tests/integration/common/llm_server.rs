@@ -1,7 +1,11 @@
 //! A loopback HTTP/1.1 server that speaks the Anthropic Messages and OpenAI Chat Completions
 //! wire formats with scripted replies, for driving the real providers offline. It records every
 //! request (path, headers, body). Requests whose body asks for a conversation summary are
-//! answered from a separate queue, so compaction can happen at any turn.
+//! answered from a separate queue, so compaction can happen at any turn. A GET (fabro's check
+//! that the server is there before a run) is answered with an empty model list and counted in
+//! [`LlmServer::probes`], apart from the scripted requests. [`ServerOptions`] starts it on a
+//! given port, serves the API only under a path (`/v1`, as llama.cpp and vLLM do), or makes it
+//! stop listening once its scripted replies are used up (a server that goes away mid-run).
 
 #![allow(dead_code)]
 
@@ -66,6 +70,21 @@ struct Script {
     main: VecDeque<Reply>,
     summaries: VecDeque<Reply>,
     requests: Vec<Request>,
+    probes: Vec<String>,
+    /// Requests outside it answer 404 (none: everything is served).
+    mount: Option<String>,
+}
+
+/// How an [`LlmServer`] listens.
+#[derive(Debug, Clone, Default)]
+pub struct ServerOptions {
+    /// 0: any free port.
+    pub port: u16,
+    /// Serve only paths under this prefix (e.g. `/v1`); others answer 404 as llama.cpp does.
+    pub mount: Option<String>,
+    /// Stop listening (connections are refused) once the scripted main replies are used up;
+    /// connections are then served one at a time.
+    pub close_when_done: bool,
 }
 
 /// The running server; it stops with the test process.
@@ -85,21 +104,40 @@ fn is_summary(body: &str) -> bool {
 impl LlmServer {
     /// Serves `main` replies in order, and `summaries` for summarizer calls.
     pub fn start(main: Vec<Reply>, summaries: Vec<Reply>) -> LlmServer {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+        LlmServer::start_with(main, summaries, ServerOptions::default())
+    }
+
+    /// Like [`LlmServer::start`], listening as `options` say.
+    pub fn start_with(main: Vec<Reply>, summaries: Vec<Reply>, options: ServerOptions) -> LlmServer {
+        let listener = TcpListener::bind(("127.0.0.1", options.port)).expect("bind loopback");
         let port = listener.local_addr().expect("address").port();
         let script = Arc::new(Mutex::new(Script {
             main: main.into(),
             summaries: summaries.into(),
-            requests: Vec::new(),
+            mount: options.mount,
+            ..Script::default()
         }));
         let shared = script.clone();
         std::thread::spawn(move || {
             for stream in listener.incoming().flatten() {
                 let script = shared.clone();
-                std::thread::spawn(move || serve(stream, &script));
+                if !options.close_when_done {
+                    std::thread::spawn(move || serve(stream, &script));
+                    continue;
+                }
+                serve(stream, &script);
+                if script.lock().unwrap().main.is_empty() {
+                    // The listener goes with this thread: later connections are refused.
+                    break;
+                }
             }
         });
         LlmServer { port, script }
+    }
+
+    /// The paths of the GET requests (reachability checks) the server answered.
+    pub fn probes(&self) -> Vec<String> {
+        self.script.lock().unwrap().probes.clone()
     }
 
     /// `http://127.0.0.1:PORT` plus `suffix` (e.g. `/v1`).
@@ -131,6 +169,7 @@ fn serve(stream: TcpStream, script: &Mutex<Script>) {
     if reader.read_line(&mut request_line).is_err() {
         return;
     }
+    let method = request_line.split_whitespace().next().unwrap_or("").to_string();
     let path = request_line.split_whitespace().nth(1).unwrap_or("").to_string();
     let mut headers = Vec::new();
     loop {
@@ -155,13 +194,34 @@ fn serve(stream: TcpStream, script: &Mutex<Script>) {
     let body = String::from_utf8_lossy(&body).into_owned();
     let reply = {
         let mut script = script.lock().unwrap();
+        let outside = script.mount.as_ref().is_some_and(|mount| !path.starts_with(mount.as_str()));
         let summary = is_summary(&body);
+        if method == "GET" {
+            script.probes.push(path);
+            let reply =
+                if outside { not_found() } else { Reply::json(json!({"object": "list", "data": []})) };
+            drop(script);
+            return answer(stream, &reply);
+        }
         script.requests.push(Request { path, headers, body });
+        if outside {
+            drop(script);
+            return answer(stream, &not_found());
+        }
         let queue = if summary { &mut script.summaries } else { &mut script.main };
         queue.pop_front().unwrap_or_else(|| {
             Reply::status(500, r#"{"error": {"message": "the test server has no more scripted replies"}}"#)
         })
     };
+    answer(stream, &reply);
+}
+
+/// What llama.cpp's server answers for a path it does not serve.
+fn not_found() -> Reply {
+    Reply::status(404, r#"{"error": {"code": 404, "message": "File Not Found", "type": "not_found_error"}}"#)
+}
+
+fn answer(stream: TcpStream, reply: &Reply) {
     std::thread::sleep(reply.delay);
     let reason = match reply.status {
         200 => "OK",
