@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::config_files::ConfigFiles;
+use crate::llm::openai::{RequestOptions, ToolChoice};
 use crate::llm::retry::RetrySettings;
 use crate::models::{self, Price};
 use crate::redaction::Secrets;
@@ -34,7 +35,7 @@ pub enum ProviderKind {
 }
 
 /// One configured provider.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ProviderSettings {
     pub kind: ProviderKind,
     pub base_url: String,
@@ -46,6 +47,8 @@ pub struct ProviderSettings {
     pub sends_reasoning_effort: Option<bool>,
     /// Config file `retry_window` of this provider (over the file's own and the environment's).
     pub retry_window: Option<Duration>,
+    /// Config file `tool_choice`, `temperature` and `seed` (OpenAI-API providers only).
+    pub options: RequestOptions,
 }
 
 impl ProviderSettings {
@@ -120,6 +123,9 @@ pub enum ConfigError {
     BadEnv { name: &'static str, value: String, expected: &'static str },
     #[error("{0}")]
     NoProvider(String),
+    /// A provider's entry in the config file has a setting it cannot use.
+    #[error("provider `{provider}` in the fabro config file: {message}")]
+    ProviderSetting { provider: String, message: String },
     /// A stage's `backend`/`cli_agent` cannot be used.
     #[error("{0}")]
     Backend(String),
@@ -181,6 +187,44 @@ struct FileProvider {
     reasoning_effort: Option<bool>,
     /// This provider's retry window (over the file's `retry_window`).
     retry_window: Option<String>,
+    /// `auto` (default), `required` or `omit`: what requests offering tools say of them.
+    tool_choice: Option<ToolChoice>,
+    /// Sampling temperature sent with every request (0 to 2).
+    temperature: Option<f64>,
+    /// Sampling seed sent with every request.
+    seed: Option<u64>,
+}
+
+impl FileProvider {
+    /// The request options of the provider `name`, speaking `kind`'s API.
+    fn options(&self, name: &str, kind: ProviderKind) -> Result<RequestOptions, ConfigError> {
+        let invalid = |message: String| ConfigError::ProviderSetting { provider: name.to_string(), message };
+        if kind == ProviderKind::Anthropic {
+            let set: Vec<&str> = [
+                ("tool_choice", self.tool_choice.is_some()),
+                ("temperature", self.temperature.is_some()),
+                ("seed", self.seed.is_some()),
+            ]
+            .into_iter()
+            .filter_map(|(setting, is_set)| is_set.then_some(setting))
+            .collect();
+            if !set.is_empty() {
+                return Err(invalid(format!(
+                    "it speaks Anthropic's Messages API, and fabro sends tool_choice, temperature and \
+                     seed to OpenAI-API providers only; remove {}",
+                    set.join(", ")
+                )));
+            }
+        }
+        if let Some(temperature) = self.temperature.filter(|t| !(0.0..=2.0).contains(t)) {
+            return Err(invalid(format!("temperature is {temperature}, which is not between 0 and 2")));
+        }
+        Ok(RequestOptions {
+            tool_choice: self.tool_choice.unwrap_or_default(),
+            temperature: self.temperature,
+            seed: self.seed,
+        })
+    }
 }
 
 /// A stage's provider and model.
@@ -276,6 +320,7 @@ impl LlmConfig {
                 "openai" => ProviderKind::OpenAi,
                 _ => ProviderKind::OpenAiCompatible,
             });
+            let options = provider.options(&name, kind)?;
             let base_url = provider.base_url.or_else(|| default_base_url(&name, kind).map(str::to_string));
             let Some(base_url) = base_url else {
                 return Err(ConfigError::NoProvider(format!(
@@ -295,6 +340,7 @@ impl LlmConfig {
                     models: provider.models,
                     sends_reasoning_effort: provider.reasoning_effort,
                     retry_window,
+                    options,
                 },
             );
         }
@@ -309,6 +355,7 @@ impl LlmConfig {
                 models: Vec::new(),
                 sends_reasoning_effort: None,
                 retry_window: None,
+                options: RequestOptions::default(),
             });
             if let Some(url) = url {
                 entry.base_url = url;
@@ -767,6 +814,46 @@ mod tests {
         assert_eq!(limited.retry_for("other").window, Duration::from_secs(10));
         let bad = config(&[], "retry_window = \"soon\"").unwrap_err().to_string();
         assert!(bad.contains("retry_window") && bad.contains("a duration"), "{bad}");
+    }
+
+    #[test]
+    fn providers_take_tool_choice_temperature_and_seed() {
+        let file = r#"
+            [providers.llama]
+            base_url = "http://127.0.0.1:8080/v1"
+            tool_choice = "required"
+            temperature = 0.0
+            seed = 42
+            [providers.strict]
+            base_url = "http://127.0.0.1:8081/v1"
+            tool_choice = "omit"
+        "#;
+        let configured = config(&[("FABRO_LLM_BASE_URL", "http://127.0.0.1:9/v1")], file).unwrap();
+        let options = configured.providers["llama"].options;
+        assert_eq!(
+            options,
+            RequestOptions { tool_choice: ToolChoice::Required, temperature: Some(0.0), seed: Some(42) }
+        );
+        assert_eq!(configured.providers["strict"].options.tool_choice, ToolChoice::Omit);
+        assert_eq!(
+            configured.providers[COMPATIBLE].options,
+            RequestOptions::default(),
+            "auto, server defaults"
+        );
+
+        let unknown =
+            toml::from_str::<FileConfig>("[providers.x]\ntool_choice = \"always\"").unwrap_err().to_string();
+        assert!(unknown.contains("`auto`, `required`, `omit`"), "{unknown}");
+        let hot = config(&[], "[providers.x]\nbase_url = \"http://h/v1\"\ntemperature = 2.5")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            hot,
+            "provider `x` in the fabro config file: temperature is 2.5, which is not between 0 and 2"
+        );
+        let anthropic =
+            config(&[], "[providers.anthropic]\nseed = 1\ntool_choice = \"auto\"").unwrap_err().to_string();
+        assert!(anthropic.ends_with("to OpenAI-API providers only; remove tool_choice, seed"), "{anthropic}");
     }
 
     #[test]

@@ -88,6 +88,7 @@ impl LiveBackend {
                     } else {
                         Dialect::Compatible { reasoning_effort: settings.takes_reasoning_effort(name) }
                     },
+                    options: settings.options,
                     client: client.clone(),
                     secrets: secrets.clone(),
                 }),

@@ -33,6 +33,33 @@ impl Dialect {
     }
 }
 
+/// Whether a request that offers tools says the model may choose among them (`tool_choice`).
+/// Some servers ignore the tools without it: llama.cpp's `chatml-function-calling` format
+/// answers in plain text unless it is set.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolChoice {
+    /// `"auto"`: the model calls tools or answers (OpenAI's documented default, so sending it
+    /// changes nothing for servers that already offer the tools).
+    #[default]
+    Auto,
+    /// `"required"`: the model must call a tool on every turn.
+    Required,
+    /// No `tool_choice` field, for servers that refuse it.
+    Omit,
+}
+
+/// What the provider's config entry adds to every request, beyond the conversation.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct RequestOptions {
+    /// Sent only with tools.
+    pub tool_choice: ToolChoice,
+    /// Sampling temperature; the server's default when `None`.
+    pub temperature: Option<f64>,
+    /// Sampling seed, for repeatable answers where the server honours it.
+    pub seed: Option<u64>,
+}
+
 /// A configured Chat Completions endpoint.
 pub struct OpenAi {
     pub name: String,
@@ -40,6 +67,7 @@ pub struct OpenAi {
     /// Local servers often need none.
     pub api_key: Option<String>,
     pub dialect: Dialect,
+    pub options: RequestOptions,
     pub client: reqwest::Client,
     pub secrets: Secrets,
 }
@@ -61,7 +89,7 @@ impl ChatProvider for OpenAi {
     }
 
     async fn chat(&self, request: &ChatRequest<'_>) -> Result<ChatResponse, BackendError> {
-        let body = request_body(request, self.dialect);
+        let body = request_body(request, self.dialect, self.options);
         let headers: Vec<(&str, String)> =
             self.api_key.iter().map(|key| ("authorization", format!("Bearer {key}"))).collect();
         let value =
@@ -75,7 +103,7 @@ impl ChatProvider for OpenAi {
 }
 
 /// The JSON body of a Chat Completions call.
-pub fn request_body(request: &ChatRequest<'_>, dialect: Dialect) -> Value {
+pub fn request_body(request: &ChatRequest<'_>, dialect: Dialect, options: RequestOptions) -> Value {
     let mut messages = Vec::new();
     if !request.system.is_empty() {
         messages.push(json!({"role": "system", "content": request.system}));
@@ -113,6 +141,12 @@ pub fn request_body(request: &ChatRequest<'_>, dialect: Dialect) -> Value {
     if let Some(effort) = request.reasoning_effort.filter(|_| dialect.sends_reasoning_effort()) {
         body["reasoning_effort"] = json!(effort);
     }
+    if let Some(temperature) = options.temperature {
+        body["temperature"] = json!(temperature);
+    }
+    if let Some(seed) = options.seed {
+        body["seed"] = json!(seed);
+    }
     if !request.tools.is_empty() {
         body["tools"] = request
             .tools
@@ -122,6 +156,11 @@ pub fn request_body(request: &ChatRequest<'_>, dialect: Dialect) -> Value {
                        "function": {"name": tool.name, "description": tool.description, "parameters": tool.parameters}})
             })
             .collect();
+        match options.tool_choice {
+            ToolChoice::Auto => body["tool_choice"] = json!("auto"),
+            ToolChoice::Required => body["tool_choice"] = json!("required"),
+            ToolChoice::Omit => {}
+        }
     }
     body
 }
@@ -166,7 +205,7 @@ pub fn parse_response(value: &Value) -> Result<ChatResponse, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::chat::ToolResult;
+    use crate::chat::{ToolDefinition, ToolResult};
 
     #[test]
     fn requests_follow_the_dialect() {
@@ -199,18 +238,57 @@ mod tests {
             max_output_tokens: 50,
             timeout: std::time::Duration::from_secs(1),
         };
-        let body = request_body(&request, Dialect::OpenAi);
+        let body = request_body(&request, Dialect::OpenAi, RequestOptions::default());
         assert_eq!(body["reasoning_effort"], "high");
         assert_eq!(body["max_completion_tokens"], 50);
         assert_eq!(body["messages"][0]["role"], "system");
         assert_eq!(body["messages"][2]["tool_calls"][0]["function"]["arguments"], r#"{"command":"ls"}"#);
         assert_eq!(body["messages"][3]["role"], "tool");
-        let compatible = request_body(&request, Dialect::Compatible { reasoning_effort: false });
+        let compatible = request_body(
+            &request,
+            Dialect::Compatible { reasoning_effort: false },
+            RequestOptions::default(),
+        );
         assert_eq!(compatible["max_tokens"], 50);
         assert!(compatible.get("reasoning_effort").is_none());
-        let gemini = request_body(&request, Dialect::Compatible { reasoning_effort: true });
+        let gemini =
+            request_body(&request, Dialect::Compatible { reasoning_effort: true }, RequestOptions::default());
         assert_eq!(gemini["reasoning_effort"], "high");
         assert!(gemini.get("max_completion_tokens").is_none());
+        for absent in ["tool_choice", "temperature", "seed"] {
+            assert!(body.get(absent).is_none(), "{absent} is not sent unless asked for");
+        }
+    }
+
+    #[test]
+    fn tool_choice_goes_with_the_tools_and_sampling_with_every_request() {
+        let messages = vec![ChatMessage::user("hi")];
+        let tools = [ToolDefinition {
+            name: "shell".into(),
+            description: "Runs a command".into(),
+            parameters: json!({"type": "object"}),
+        }];
+        let with_tools = ChatRequest {
+            model: "m",
+            system: "",
+            messages: &messages,
+            tools: &tools,
+            reasoning_effort: None,
+            max_output_tokens: 50,
+            timeout: std::time::Duration::from_secs(1),
+        };
+        let compatible = Dialect::Compatible { reasoning_effort: false };
+        let body = |request: &ChatRequest<'_>, options| request_body(request, compatible, options);
+        assert_eq!(body(&with_tools, RequestOptions::default())["tool_choice"], "auto");
+        let required = RequestOptions { tool_choice: ToolChoice::Required, ..RequestOptions::default() };
+        assert_eq!(body(&with_tools, required)["tool_choice"], "required");
+        let omit = RequestOptions { tool_choice: ToolChoice::Omit, ..RequestOptions::default() };
+        assert!(body(&with_tools, omit).get("tool_choice").is_none());
+        let plain = ChatRequest { tools: &[], ..with_tools.clone() };
+        assert!(body(&plain, required).get("tool_choice").is_none(), "no tools, no tool_choice");
+        let sampled = RequestOptions { temperature: Some(0.0), seed: Some(42), ..RequestOptions::default() };
+        let sent = body(&plain, sampled);
+        assert_eq!((sent["temperature"].as_f64(), sent["seed"].as_u64()), (Some(0.0), Some(42)));
     }
 
     #[test]

@@ -825,6 +825,66 @@ fn reasoning_effort_reaches_openai_compatible_servers_only_when_configured() {
     assert!(events_named(&ran, "llm.reasoning_effort_ignored").is_empty());
 }
 
+/// An agent stage (offered tools) and a prompt stage (offered none) on the provider `local`,
+/// whose config entry has `settings`: the two requests the fake server received.
+fn agent_then_prompt(settings: &str) -> Vec<Value> {
+    let workflow = r#"digraph t { start [shape=Mdiamond] exit [shape=Msquare]
+        work [shape=box, prompt="Tidy up", llm_model="qwen3-32b"]
+        say [shape=tab, prompt="Say what you did", llm_model="qwen3-32b"]
+        start -> work -> say -> exit }"#;
+    let server = LlmServer::start(vec![openai_text("tidy", 1, 1), openai_text("I tidied", 1, 1)], vec![]);
+    let config = format!(
+        "[providers.local]\nbase_url = \"{}\"\nmodels = [\"qwen3-32b\"]\n{settings}\n",
+        server.url("/v1")
+    );
+    Test::new()
+        .workflow(workflow)
+        .file("fabro.toml", &config)
+        .env("FABRO_CONFIG", "fabro.toml")
+        .args(["run", "workflow.dot", "--run-dir", "run"])
+        .status(0)
+        .run();
+    server.requests().iter().map(|request| request.json()).collect()
+}
+
+#[test]
+fn tool_choice_goes_with_the_tools_as_the_provider_s_entry_says() {
+    for (settings, sent) in [
+        ("", Some("auto")),
+        ("tool_choice = \"required\"", Some("required")),
+        ("tool_choice = \"omit\"", None),
+    ] {
+        let [agent, prompt] = <[Value; 2]>::try_from(agent_then_prompt(settings)).expect("two requests");
+        assert!(agent["tools"].as_array().is_some_and(|tools| !tools.is_empty()), "{settings}");
+        assert_eq!(agent["tool_choice"].as_str(), sent, "{settings}");
+        assert!(prompt.get("tools").is_none() && prompt.get("tool_choice").is_none(), "{settings}: {prompt}");
+        // Sampling is the server's own unless the entry says.
+        assert!(agent.get("temperature").is_none() && agent.get("seed").is_none(), "{settings}");
+    }
+    let ran = Test::new()
+        .workflow(r#"digraph t { start [shape=Mdiamond] exit [shape=Msquare] start -> exit }"#)
+        .file(
+            "fabro.toml",
+            "[providers.local]\nbase_url = \"http://127.0.0.1:9/v1\"\ntool_choice = \"always\"\n",
+        )
+        .env("FABRO_CONFIG", "fabro.toml")
+        .args(["run", "workflow.dot"])
+        .status(2)
+        .run();
+    assert!(ran.stderr().contains("expected one of `auto`, `required`, `omit`"), "{}", ran.stderr());
+}
+
+#[test]
+fn temperature_and_seed_go_with_every_request_when_the_provider_s_entry_sets_them() {
+    for request in agent_then_prompt("temperature = 0.0\nseed = 7") {
+        assert_eq!(
+            (request["temperature"].as_f64(), request["seed"].as_u64()),
+            (Some(0.0), Some(7)),
+            "{request}"
+        );
+    }
+}
+
 const FAILOVER: &str = r#"digraph failover {
     start [shape=Mdiamond]
     exit [shape=Msquare]

@@ -24,6 +24,7 @@ mod imports;
 mod layering;
 mod llm_ceilings;
 mod llm_providers;
+mod local_models;
 mod mcp;
 mod parallel;
 mod permissions;

@@ -2,6 +2,7 @@
 //! test suite: give it a workflow, arguments and expectations, then `run()`.
 
 pub mod llm_server;
+pub mod model_server;
 pub mod pty;
 
 use std::path::{Path, PathBuf};
