@@ -211,8 +211,17 @@ fn error_detail(body: &str) -> String {
     let message = parsed.as_ref().and_then(|v| {
         v["error"]["message"].as_str().or_else(|| v["error"].as_str()).or_else(|| v["message"].as_str())
     });
+    // llama.cpp's server says how large the request and the window are beside its message.
+    let sizes = parsed.as_ref().and_then(|v| {
+        let error = &v["error"];
+        Some(format!(
+            " (n_prompt_tokens={}, n_ctx={})",
+            error["n_prompt_tokens"].as_u64()?,
+            error["n_ctx"].as_u64()?
+        ))
+    });
     match message {
-        Some(message) => excerpt(message, 500),
+        Some(message) => excerpt(message, 500) + sizes.as_deref().unwrap_or_default(),
         None if body.trim().is_empty() => "(empty body)".to_string(),
         None => excerpt(body, 300),
     }
@@ -237,6 +246,12 @@ mod tests {
         assert_eq!(error_detail(r#"{"error": "overloaded"}"#), "overloaded");
         assert_eq!(error_detail("<html>oops</html>"), "<html>oops</html>");
         assert_eq!(error_detail(""), "(empty body)");
+        assert_eq!(
+            error_detail(
+                r#"{"error": {"message": "the request exceeds the available context size", "n_prompt_tokens": 5000, "n_ctx": 4096}}"#
+            ),
+            "the request exceeds the available context size (n_prompt_tokens=5000, n_ctx=4096)"
+        );
     }
 
     #[test]

@@ -17,8 +17,8 @@ pub fn stated_window(message: &str) -> Option<u64> {
             r"(?i)prompt is too long: \d+ tokens > (\d+) maximum",
             // LM Studio: "the model is loaded with context length of only 2048 tokens".
             r"(?i)context length of only (\d+)",
-            // llama.cpp's server (its error body): "n_ctx": 4096.
-            r#""n_ctx"\s*:\s*(\d+)"#,
+            // llama.cpp's server (its error body): "n_ctx": 4096, as the error says it: n_ctx=4096.
+            r#"n_ctx"?\s*[:=]\s*(\d+)"#,
         ]
         .iter()
         .map(|pattern| Regex::new(pattern).expect("a valid pattern"))
@@ -37,7 +37,7 @@ pub fn stated_prompt_tokens(message: &str) -> Option<u64> {
             r"(?i)your request has (\d+) input tokens",
             r"(?i)Requested tokens \((\d+)\)",
             r"(?i)prompt is too long: (\d+) tokens",
-            r#""n_prompt_tokens"\s*:\s*(\d+)"#,
+            r#"n_prompt_tokens"?\s*[:=]\s*(\d+)"#,
         ]
         .iter()
         .map(|pattern| Regex::new(pattern).expect("a valid pattern"))
@@ -75,6 +75,8 @@ mod tests {
         assert_eq!(stated_window(lm_studio), Some(4096));
         let llama_cpp = r#"{"error":{"code":400,"type":"exceed_context_size_error","n_prompt_tokens":5000,"n_ctx":4096}}"#;
         assert_eq!((stated_window(llama_cpp), stated_prompt_tokens(llama_cpp)), (Some(4096), Some(5000)));
+        let as_reported = "the request exceeds the available context size (n_prompt_tokens=5000, n_ctx=4096)";
+        assert_eq!((stated_window(as_reported), stated_prompt_tokens(as_reported)), (Some(4096), Some(5000)));
         assert_eq!(stated_window("request too large"), None);
     }
 }
