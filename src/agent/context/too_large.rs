@@ -24,7 +24,7 @@ pub fn stated_window(message: &str) -> Option<u64> {
         .map(|pattern| Regex::new(pattern).expect("a valid pattern"))
         .collect()
     });
-    first_number(&WORDINGS, message).filter(|window| *window > 0)
+    first_number(&WORDINGS, message)
 }
 
 /// The tokens a rejection says the sent messages came to (without the output asked for).
@@ -43,11 +43,15 @@ pub fn stated_prompt_tokens(message: &str) -> Option<u64> {
         .map(|pattern| Regex::new(pattern).expect("a valid pattern"))
         .collect()
     });
-    first_number(&WORDINGS, message).filter(|tokens| *tokens > 0)
+    first_number(&WORDINGS, message)
 }
 
+/// The number the first matching wording captures (a positive one).
 fn first_number(wordings: &[Regex], message: &str) -> Option<u64> {
-    wordings.iter().find_map(|wording| wording.captures(message)?.get(1)?.as_str().parse().ok())
+    wordings
+        .iter()
+        .find_map(|wording| wording.captures(message)?.get(1)?.as_str().parse().ok())
+        .filter(|number| *number > 0)
 }
 
 #[cfg(test)]
