@@ -297,7 +297,7 @@ pub enum Event {
     #[serde(rename = "agent.context.calibrated")]
     AgentContextCalibrated { chars_per_token: f64, sent_chars: usize, reported_tokens: u64 },
     /// The context window an agent stage goes by, and where it came from: at the start (`node`,
-    /// `config`, `known`, `learned` earlier in the run, `default`), and again when a rejection
+    /// `config`, `known`, `learned` earlier in the run, `server`, `default`), and again when a rejection
     /// states a smaller one (`error`).
     #[serde(rename = "agent.context.window")]
     AgentContextWindow { tokens: u64, source: String },

@@ -23,8 +23,8 @@ pub fn estimated_tokens(chars: usize) -> u64 {
 pub struct ContextWindow {
     pub tokens: u64,
     /// `node` (`context_window`), `config` (the config file's model entry), `known` (fabro's
-    /// table), `learned` (a server's statement earlier in the run), `error` (a rejection in this
-    /// stage), or `default`.
+    /// table), `learned` (a rejection earlier in the run), `server` (the server's model list or
+    /// `/props`), `error` (a rejection in this stage), or `default`.
     pub source: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub chars_per_token: Option<f64>,

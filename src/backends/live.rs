@@ -61,7 +61,10 @@ pub struct LiveBackend {
 /// What the run learned of one model on one provider.
 #[derive(Debug, Clone, Copy, Default)]
 struct Learned {
+    /// The window a rejection stated.
     window: Option<u64>,
+    /// The window the server's model list (or llama.cpp's `/props`) states.
+    listed: Option<u64>,
     chars_per_token: Option<f64>,
 }
 
@@ -97,6 +100,32 @@ impl LiveBackend {
         }
         let mcp = crate::agent::mcp::McpServers::new(config.mcp_servers.clone());
         Ok(LiveBackend { config, providers, secrets, mcp, person: None, learned: Default::default() })
+    }
+
+    /// Keeps the context windows an OpenAI-compatible server states for its models: in its model
+    /// list (vLLM's `max_model_len`, LM Studio's loaded context length), else at llama.cpp's
+    /// `/props`, for every model the provider serves.
+    async fn note_listed_windows(
+        &self,
+        client: &reqwest::Client,
+        provider: &str,
+        settings: &super::config::ProviderSettings,
+        list: Option<&str>,
+    ) {
+        let mut windows = list.map(crate::llm::http::listed_windows).unwrap_or_default();
+        if windows.is_empty() {
+            let root = settings.base_url.trim_end_matches('/').trim_end_matches("/v1");
+            if let Ok(Some(props)) = crate::llm::http::probe(client, &format!("{root}/props")).await {
+                if let Some(window) = crate::llm::http::props_window(&props) {
+                    // llama.cpp's server serves one model, whatever name a stage gives it.
+                    windows = vec![(String::new(), window)];
+                }
+            }
+        }
+        let Ok(mut learned) = self.learned.lock() else { return };
+        for (model, window) in windows {
+            learned.entry((provider.to_string(), model)).or_default().listed = Some(window);
+        }
     }
 
     /// Asks `person` about agent tool calls above a stage's permissions.
@@ -243,16 +272,23 @@ impl LiveBackend {
             .collect();
         let failover = failover::Failover::new(chain, report);
         let learned_key = (resolved.provider.clone(), model.to_string());
-        let learned =
-            self.learned.lock().map(|learned| learned.get(&learned_key).copied()).unwrap_or_default();
-        let learned = learned.unwrap_or_default();
+        // What the run learned of this model, and of any model the provider serves (`/props`).
+        let (learned, served) = self
+            .learned
+            .lock()
+            .map(|learned| {
+                let of = |model: &str| learned.get(&(resolved.provider.clone(), model.to_string())).copied();
+                (of(model).unwrap_or_default(), of("").unwrap_or_default())
+            })
+            .unwrap_or_default();
         let (window, window_source) =
             match (stage.and_then(|s| s.context_window), self.config.known_context_window(model)) {
                 (Some(window), _) => (window, "node"),
                 (None, Some((window, source))) => (window, source),
-                (None, None) => match learned.window {
-                    Some(window) => (window, "learned"),
-                    None => (crate::models::DEFAULT_CONTEXT_WINDOW, "default"),
+                (None, None) => match (learned.window, learned.listed.or(served.listed)) {
+                    (Some(window), _) => (window, "learned"),
+                    (None, Some(window)) => (window, "server"),
+                    (None, None) => (crate::models::DEFAULT_CONTEXT_WINDOW, "default"),
                 },
             };
         let max_output_tokens = (window / 4).clamp(256, MAX_OUTPUT_TOKENS) as u32;
@@ -614,8 +650,14 @@ impl Backend for LiveBackend {
         loop {
             for name in pending {
                 let Some(settings) = self.config.providers.get(name) else { continue };
-                if let Err(error) = crate::llm::http::probe(&client, &probe_url(settings)).await {
-                    down.insert(name, self.secrets.redact(&error));
+                match crate::llm::http::probe(&client, &probe_url(settings)).await {
+                    Ok(list) if settings.kind != ProviderKind::Anthropic => {
+                        self.note_listed_windows(&client, name, settings, list.as_deref()).await
+                    }
+                    Ok(_) => {}
+                    Err(error) => {
+                        down.insert(name, self.secrets.redact(&error));
+                    }
                 }
             }
             let blocked =

@@ -111,13 +111,49 @@ fn version_hint(url: &str) -> Option<String> {
 /// Whether the server at `url` answers at all: one GET without credentials, where any HTTP
 /// answer (an error status included) means it is up. `Err` says why it could not be reached:
 /// only a connection-level failure (refused, DNS, TLS, no route, a connect timeout) counts.
-pub async fn probe(client: &reqwest::Client, url: &str) -> Result<(), String> {
+/// Returns the answer's body when it is a success (at most 1 MiB of it), for what it says of the
+/// server's models.
+pub async fn probe(client: &reqwest::Client, url: &str) -> Result<Option<String>, String> {
+    /// The most of a model list read.
+    const MAX_LIST_BYTES: usize = 1 << 20;
     match client.get(url).timeout(Duration::from_secs(15)).send().await {
-        Ok(_) => Ok(()),
+        Ok(response) if response.status().is_success() => {
+            let body = response.bytes().await.ok().filter(|body| body.len() <= MAX_LIST_BYTES);
+            Ok(body.map(|body| String::from_utf8_lossy(&body).into_owned()))
+        }
+        Ok(_) => Ok(None),
         Err(error) if error.is_connect() => Err(format!("cannot connect to {url}: {}", root_cause(&error))),
         // A slow answer or one cut short still came from a server that is there.
-        Err(_) => Ok(()),
+        Err(_) => Ok(None),
     }
+}
+
+/// The context windows a model list states, by model id: vLLM's `max_model_len`, LM Studio's
+/// `loaded_context_length` (else `max_context_length`), and the `context_length` or
+/// `context_window` other servers give.
+pub fn listed_windows(body: &str) -> Vec<(String, u64)> {
+    const FIELDS: [&str; 5] =
+        ["max_model_len", "loaded_context_length", "max_context_length", "context_length", "context_window"];
+    let Ok(list) = serde_json::from_str::<Value>(body) else { return Vec::new() };
+    let models = list["data"].as_array().map(Vec::as_slice).unwrap_or_default();
+    models
+        .iter()
+        .filter_map(|model| {
+            let id = model["id"].as_str()?;
+            let window = FIELDS.iter().find_map(|field| model[*field].as_u64()).filter(|w| *w > 0)?;
+            Some((id.to_string(), window))
+        })
+        .collect()
+}
+
+/// The context window llama.cpp's server states at `/props` (`default_generation_settings.n_ctx`,
+/// or `n_ctx`).
+pub fn props_window(body: &str) -> Option<u64> {
+    let props = serde_json::from_str::<Value>(body).ok()?;
+    props["default_generation_settings"]["n_ctx"]
+        .as_u64()
+        .or_else(|| props["n_ctx"].as_u64())
+        .filter(|w| *w > 0)
 }
 
 /// A client for [`probe`]: a short connect timeout, so an address that never answers is known
@@ -239,6 +275,20 @@ pub fn excerpt(text: &str, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn model_lists_and_props_say_the_window() {
+        let vllm = r#"{"object": "list", "data": [{"id": "Qwen/Qwen2.5-Coder-7B", "max_model_len": 32768}]}"#;
+        assert_eq!(listed_windows(vllm), [("Qwen/Qwen2.5-Coder-7B".to_string(), 32768)]);
+        let lm_studio =
+            r#"{"data": [{"id": "qwen", "max_context_length": 32768, "loaded_context_length": 8192}]}"#;
+        assert_eq!(listed_windows(lm_studio), [("qwen".to_string(), 8192)]);
+        assert!(listed_windows(r#"{"object": "list", "data": [{"id": "m"}]}"#).is_empty());
+        assert!(listed_windows("not json").is_empty());
+        assert_eq!(props_window(r#"{"default_generation_settings": {"n_ctx": 4096}}"#), Some(4096));
+        assert_eq!(props_window(r#"{"n_ctx": 2048}"#), Some(2048));
+        assert_eq!(props_window("{}"), None);
+    }
 
     #[test]
     fn error_details_come_from_the_provider_message() {

@@ -1495,3 +1495,31 @@ fn summary_calls_fit_the_window_of_the_model_they_go_to() {
         );
     }
 }
+
+#[test]
+fn the_window_a_servers_model_list_or_props_states_is_used_from_the_first_call() {
+    use common::llm_server::ServerOptions;
+    for (models, props, expected) in [
+        // vLLM states it in its model list.
+        (Some(json!({"object": "list", "data": [{"id": "local-model", "max_model_len": 3000}]})), None, 3000),
+        // llama.cpp's server, at /props.
+        (None, Some(json!({"default_generation_settings": {"n_ctx": 2500}})), 2500),
+    ] {
+        let options = ServerOptions { models, props, ..ServerOptions::default() };
+        let server = LlmServer::start_with(reads(1), Vec::new(), options);
+        let ran = with_files(compatible(&server, &workflow("")), 1, 100)
+            .args(["run", "workflow.dot", "--run-dir", "run", "--workdir", "work", "-q"])
+            .status(0)
+            .run();
+        let windows = events_named(&ran, "agent.context.window");
+        assert_eq!(windows.len(), 1, "{windows:?}");
+        assert_eq!(
+            (windows[0]["source"].as_str(), windows[0]["tokens"].as_u64()),
+            (Some("server"), Some(expected))
+        );
+        // The first call already asks for no more than a quarter of the window.
+        let first = server.main_requests()[0].json();
+        assert!(first["max_tokens"].as_u64().unwrap() <= expected / 4, "{}", first["max_tokens"]);
+        assert_eq!(status_of(&ran, "work")["context_window"]["source"], "server");
+    }
+}

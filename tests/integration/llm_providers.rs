@@ -408,8 +408,9 @@ fn a_base_url_without_v1_gets_a_hint_when_the_server_answers_404() {
         .stderr_contains(&format!("the base URL probably needs `/v1` at its end ({base}/v1)"))
         .run();
     assert_eq!(server.requests().len(), 1, "a 404 is not retried");
-    // The check before the run got a 404 too: the server is there, so the run started.
-    assert_eq!(server.probes(), ["/models"]);
+    // The check before the run got a 404 too: the server is there, so the run started. With no
+    // window in a model list, llama.cpp's /props was asked for one.
+    assert_eq!(server.probes(), ["/models", "/props"]);
     assert!(events_named(&ran, "llm.retry").is_empty());
 }
 

@@ -73,6 +73,9 @@ struct Script {
     probes: Vec<String>,
     /// Requests outside it answer 404 (none: everything is served).
     mount: Option<String>,
+    /// The model list (`GET .../models`) and llama.cpp's `/props` (none: 404).
+    models: Option<Value>,
+    props: Option<Value>,
 }
 
 /// How an [`LlmServer`] listens.
@@ -85,6 +88,10 @@ pub struct ServerOptions {
     /// Stop listening (connections are refused) once the scripted main replies are used up;
     /// connections are then served one at a time.
     pub close_when_done: bool,
+    /// What `GET .../models` answers (default: an empty list).
+    pub models: Option<Value>,
+    /// What `GET /props` answers, as llama.cpp's server does (default: 404).
+    pub props: Option<Value>,
 }
 
 /// The running server; it stops with the test process.
@@ -115,6 +122,8 @@ impl LlmServer {
             main: main.into(),
             summaries: summaries.into(),
             mount: options.mount,
+            models: options.models,
+            props: options.props,
             ..Script::default()
         }));
         let shared = script.clone();
@@ -197,9 +206,14 @@ fn serve(stream: TcpStream, script: &Mutex<Script>) {
         let outside = script.mount.as_ref().is_some_and(|mount| !path.starts_with(mount.as_str()));
         let summary = is_summary(&body);
         if method == "GET" {
-            script.probes.push(path);
-            let reply =
-                if outside { not_found() } else { Reply::json(json!({"object": "list", "data": []})) };
+            script.probes.push(path.clone());
+            let reply = if path.ends_with("/props") {
+                script.props.clone().map_or_else(not_found, Reply::json)
+            } else if outside {
+                not_found()
+            } else {
+                Reply::json(script.models.clone().unwrap_or_else(|| json!({"object": "list", "data": []})))
+            };
             drop(script);
             return answer(stream, &reply);
         }
