@@ -8,7 +8,7 @@ use std::sync::LazyLock;
 /// The context window a rejection states, in tokens.
 pub fn stated_window(message: &str) -> Option<u64> {
     static WORDINGS: LazyLock<Vec<Regex>> = LazyLock::new(|| {
-        [
+        compiled(&[
             // OpenAI, vLLM, llama-cpp-python, LiteLLM: "maximum context length is 2048 tokens".
             r"(?i)maximum context length is (\d+)",
             // llama-cpp-python's own: "Requested tokens (1500) exceed context window of 1280".
@@ -19,10 +19,7 @@ pub fn stated_window(message: &str) -> Option<u64> {
             r"(?i)context length of only (\d+)",
             // llama.cpp's server (its error body): "n_ctx": 4096, as the error says it: n_ctx=4096.
             r#"n_ctx"?\s*[:=]\s*(\d+)"#,
-        ]
-        .iter()
-        .map(|pattern| Regex::new(pattern).expect("a valid pattern"))
-        .collect()
+        ])
     });
     first_number(&WORDINGS, message)
 }
@@ -30,7 +27,7 @@ pub fn stated_window(message: &str) -> Option<u64> {
 /// The tokens a rejection says the sent messages came to (without the output asked for).
 pub fn stated_prompt_tokens(message: &str) -> Option<u64> {
     static WORDINGS: LazyLock<Vec<Regex>> = LazyLock::new(|| {
-        [
+        compiled(&[
             // OpenAI-style (vLLM, llama-cpp-python): "(1500 in the messages, 200 in the completion)".
             r"(?i)\((\d+) in the messages",
             // vLLM: "However, your request has 2100 input tokens".
@@ -38,12 +35,14 @@ pub fn stated_prompt_tokens(message: &str) -> Option<u64> {
             r"(?i)Requested tokens \((\d+)\)",
             r"(?i)prompt is too long: (\d+) tokens",
             r#"n_prompt_tokens"?\s*[:=]\s*(\d+)"#,
-        ]
-        .iter()
-        .map(|pattern| Regex::new(pattern).expect("a valid pattern"))
-        .collect()
+        ])
     });
     first_number(&WORDINGS, message)
+}
+
+/// The wordings, compiled (each a fixed pattern of this file).
+fn compiled(patterns: &[&str]) -> Vec<Regex> {
+    patterns.iter().map(|pattern| Regex::new(pattern).expect("a valid pattern")).collect()
 }
 
 /// The number the first matching wording captures (a positive one).

@@ -361,7 +361,7 @@ then test it.
 
     /// Estimated tokens of a text, as the budgets count them: characters / 4, rounded up.
     fn estimate_tokens(text: &str) -> usize {
-        text.chars().count().div_ceil(4)
+        crate::usage::estimated_tokens(text.chars().count()) as usize
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! What a command stage sets: its script, how much output it may write, and what happens to what
-//! it leaves running and to the status file it may write.
+//! it leaves running and to the status file it may write. (Wait stages and human gates have their
+//! own files.)
 
 use super::stage::text;
 use crate::graph::Attributes;
@@ -33,57 +34,10 @@ impl CommandSettings {
     }
 }
 
-/// The settings of a wait stage: how long it waits, or why that cannot be read.
-#[derive(Debug, Clone, PartialEq)]
-pub struct WaitSettings {
-    pub duration: Result<std::time::Duration, WaitError>,
-}
-
-/// Why a wait stage has no duration to wait.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum WaitError {
-    #[error("has no duration")]
-    Missing,
-    #[error("has an invalid duration `{0}`")]
-    Invalid(String),
-}
-
-impl WaitSettings {
-    pub(super) fn parse(attributes: &Attributes) -> WaitSettings {
-        let duration = match attributes.get("duration").map(|attr| &attr.value) {
-            Some(crate::graph::Value::Duration(duration)) => Ok(*duration),
-            Some(other) => Err(WaitError::Invalid(other.to_string())),
-            None => Err(WaitError::Missing),
-        };
-        WaitSettings { duration }
-    }
-}
-
-/// The settings of a human gate.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct HumanSettings {
-    /// `human.default_choice`: the choice taken when nobody answers in time.
-    pub default_choice: Option<String>,
-    /// `human.freeform=true`: the gate takes free text besides its choices.
-    pub freeform: bool,
-}
-
-impl HumanSettings {
-    pub(super) fn parse(attributes: &Attributes) -> HumanSettings {
-        HumanSettings {
-            default_choice: attributes
-                .get("human.default_choice")
-                .map(|attr| attr.value.to_string())
-                .filter(|text| !text.trim().is_empty()),
-            freeform: attributes.boolean("human.freeform").unwrap_or(false),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::super::tests::built;
-    use super::*;
+    use super::super::WaitError;
 
     #[test]
     fn command_wait_and_gate_settings_are_read() {

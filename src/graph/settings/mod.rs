@@ -13,6 +13,7 @@ mod backend;
 mod command;
 mod context;
 mod fidelity;
+mod human;
 mod llm;
 mod manager;
 mod parallel;
@@ -21,16 +22,18 @@ mod retry;
 mod sandbox;
 mod small_tier;
 mod stage;
+mod wait;
 mod watchdog;
 
 pub use backend::Backend;
-pub use command::{CommandSettings, HumanSettings, WaitError, WaitSettings};
+pub use command::CommandSettings;
 pub use context::{
     attribute_names as context_attribute_names, CompactionCount, CompactionMode, CompactionPreset,
     ContextSettings, ContextSettingsError, ModelTier, ThreadHandoff, TierThresholds,
     DEFAULT_MAX_REPLAY_CHARS, TOOL_RESULT_CHARS_PREFIX,
 };
 pub use fidelity::{resolve as resolve_fidelity, FidelityMode, UnknownFidelity};
+pub use human::HumanSettings;
 pub use llm::{parse_models, LlmSettings, McpSelection, ToolHooks, TurnLimitOutcome};
 pub use manager::{
     action_words, ChildReference, ManagerAction, ManagerActions, ManagerSettings, ManagerSettingsError,
@@ -42,6 +45,7 @@ pub use retry::{RetryPreset, RetrySettings};
 pub use sandbox::{parse_paths, Bind, SandboxKind, SandboxSettings};
 pub use small_tier::{complaint as small_tier_complaint, is_small_tier, SmallTierParent};
 pub use stage::{EdgeSettings, StageSettings, WorkflowSettings};
+pub use wait::{WaitError, WaitSettings};
 pub use watchdog::WatchdogMode;
 
 use std::time::Duration;
