@@ -15,6 +15,7 @@ use serde_json::json;
 
 use super::config::{ConfigError, LlmConfig, ProviderKind};
 use super::{Backend, LlmRequest, LlmResponse, StageEnv, TurnLimit};
+use crate::agent::answer_log::AnswerLog;
 use crate::agent::tool_loop::{self, AgentSettings};
 use crate::agent::tools::Toolbox;
 use crate::agent::transcript::{assistant_record, Transcript};
@@ -26,6 +27,7 @@ use crate::llm::chat::{ChatProvider, ChatRequest};
 use crate::llm::failover;
 use crate::llm::openai::{Dialect, OpenAi};
 use crate::llm::retry::Retrying;
+use crate::llm::stream::{AnswerEvent, AnswerWatcher, Streaming};
 use crate::llm::{BackendError, Unreachable};
 use crate::redaction::Secrets;
 use crate::run_dir::layout;
@@ -79,6 +81,7 @@ impl LiveBackend {
                     name: name.clone(),
                     base_url: settings.base_url.clone(),
                     api_key: settings.api_key.clone().unwrap_or_default(),
+                    streaming: Streaming::new(settings.stream),
                     client: client.clone(),
                     secrets: secrets.clone(),
                 }),
@@ -92,6 +95,7 @@ impl LiveBackend {
                         Dialect::Compatible { reasoning_effort: settings.takes_reasoning_effort(name) }
                     },
                     options: settings.options,
+                    streaming: Streaming::new(settings.stream),
                     client: client.clone(),
                     secrets: secrets.clone(),
                 }),
@@ -261,6 +265,20 @@ impl LiveBackend {
                 transcript.flush_events();
             }
         };
+        // Streamed answers go to the stage's answer.log as they are written.
+        let answer_log = AnswerLog::new(stage.map(|s| s.stage_dir), self.secrets.clone());
+        let watch = |event: AnswerEvent<'_>| match event {
+            AnswerEvent::Unstreamed { provider, model, with_tools, reason } => {
+                transcript.event(Event::LlmUnstreamed {
+                    provider: provider.to_string(),
+                    model: model.to_string(),
+                    with_tools,
+                    reason: reason.to_string(),
+                });
+            }
+            other => answer_log.take(other),
+        };
+        let watcher: Option<&dyn AnswerWatcher> = stage.is_some().then_some(&watch as &dyn AnswerWatcher);
         // Every call is retried in place while its provider is away or busy (`llm.retry`).
         let mut targets = vec![(self.retrying(&resolved.provider, &report)?, model.to_string())];
         for fallback in stage.map_or(&[][..], |s| s.fallback_models.as_slice()) {
@@ -369,6 +387,7 @@ impl LiveBackend {
                     context_window: window,
                     request_timeout,
                     max_output_tokens,
+                    watcher,
                     offload_dir: crate::context::artifacts::ArtifactStore::new(stage.run_dir, 0)
                         .root()
                         .join("tool_output"),
@@ -484,6 +503,7 @@ impl LiveBackend {
                     turn_limit,
                     context_window,
                     truncated: run.truncated,
+                    usage_estimated: run.usage_estimated,
                     ..LlmResponse::default()
                 }
             }
@@ -504,6 +524,7 @@ impl LiveBackend {
                         estimate,
                     ),
                     timeout: request_timeout,
+                    watcher,
                 };
                 let answer = failover.chat(&chat).await?;
                 transcript.record("assistant", assistant_record(1, &answer));
@@ -516,7 +537,15 @@ impl LiveBackend {
                         turn: None,
                     });
                 }
+                if answer.usage_estimated {
+                    transcript.event(Event::LlmUsageEstimated {
+                        model: failover.model().to_string(),
+                        input_tokens: answer.usage.input_tokens,
+                        output_tokens: answer.usage.output_tokens,
+                    });
+                }
                 LlmResponse {
+                    usage_estimated: answer.usage_estimated,
                     text: answer.text,
                     model: answer.model.or_else(|| Some(model.to_string())),
                     usage: Some(answer.usage),

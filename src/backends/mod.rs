@@ -127,6 +127,8 @@ pub struct LlmResponse {
     pub turn_limit: Option<TurnLimit>,
     /// An answer was cut off at the output limit (the `llm.truncated` event says which).
     pub truncated: bool,
+    /// Some usage is fabro's estimate (`llm.usage_estimated`).
+    pub usage_estimated: bool,
 }
 
 /// An agent stage stopped by its turn limit, and how the stage ends for it.

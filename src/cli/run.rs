@@ -165,7 +165,7 @@ pub struct LaunchArgs {
     /// No progress lines, only the summary.
     #[arg(short, long)]
     pub quiet: bool,
-    /// `-v` given to fabro: stream command output as it is written.
+    /// `-v` given to fabro: stream command output and LLM answers as they are written.
     #[arg(skip)]
     pub verbose: u8,
 }

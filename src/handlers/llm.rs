@@ -269,6 +269,7 @@ fn outcome_for(node_id: &str, backend_name: &str, response: &LlmResponse) -> Out
             usage_by_model: response.usage_by_model.clone(),
             context_window: response.context_window.clone(),
             truncated: response.truncated,
+            usage_estimated: response.usage_estimated,
             ..outcome
         }
         .with_notes(notes.clone())

@@ -47,6 +47,7 @@ mod spec_stylesheet_transforms;
 mod spec_validation;
 mod special_files;
 mod stage_processes;
+mod streaming;
 mod sub_workflows;
 mod terminal_text;
 mod validate_cli;
