@@ -4,8 +4,10 @@
 //! ([`super::cli_agent`]). Usage and estimated cost come back with the response; everything
 //! recorded is redacted.
 
+use crate::agent::context::side_call::output_budget;
 use crate::agent::context::thread_filters;
 use crate::agent::context::tokens;
+use crate::agent::context::too_large;
 use crate::agent::context::trim_retry::text_only;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -45,6 +47,12 @@ fn probe_url(settings: &super::config::ProviderSettings) -> String {
 
 /// Most output tokens asked for per call (less for small context windows).
 const MAX_OUTPUT_TOKENS: u64 = 8_192;
+
+/// The output tokens a call to a model with `window` asks for at most: a quarter of the window,
+/// from 256 to [`MAX_OUTPUT_TOKENS`].
+fn output_limit(window: u64) -> u32 {
+    (window / 4).clamp(256, MAX_OUTPUT_TOKENS) as u32
+}
 
 /// Real providers, built once per run from the configuration.
 pub struct LiveBackend {
@@ -278,7 +286,6 @@ impl LiveBackend {
             }
             other => answer_log.take(other),
         };
-        let watcher: Option<&dyn AnswerWatcher> = stage.is_some().then_some(&watch as &dyn AnswerWatcher);
         // Every call is retried in place while its provider is away or busy (`llm.retry`).
         let mut targets = vec![(self.retrying(&resolved.provider, &report)?, model.to_string())];
         for fallback in stage.map_or(&[][..], |s| s.fallback_models.as_slice()) {
@@ -309,7 +316,12 @@ impl LiveBackend {
                     (None, None) => (crate::models::DEFAULT_CONTEXT_WINDOW, "default"),
                 },
             };
-        let max_output_tokens = (window / 4).clamp(256, MAX_OUTPUT_TOKENS) as u32;
+        let max_output_tokens = output_limit(window);
+        // Calls are streamed to a model whose window is known. One whose server states none may
+        // be a llama-cpp-python server, which answers a streamed call that does not fit its
+        // window with keep-alives only, where a plain call is refused with the window stated.
+        let watcher: Option<&dyn AnswerWatcher> =
+            (stage.is_some() && window_source != "default").then_some(&watch as &dyn AnswerWatcher);
         let request_timeout = match request.timeout {
             Some(stage_limit) => stage_limit.min(self.config.request_timeout),
             None => self.config.request_timeout,
@@ -399,9 +411,7 @@ impl LiveBackend {
                             provider,
                             model: &small.model,
                             timeout: request_timeout,
-                            max_output_tokens: (self.config.context_window(&small.model) / 4)
-                                .clamp(256, MAX_OUTPUT_TOKENS)
-                                as u32,
+                            max_output_tokens: output_limit(self.config.context_window(&small.model)),
                         }
                     }),
                     small_price: small.as_ref().and_then(|small| self.config.price(&small.model)),
@@ -512,21 +522,37 @@ impl LiveBackend {
                 let calibration =
                     crate::agent::context::calibration::Calibration::starting_at(learned.chars_per_token);
                 let estimate = calibration.rescale(tokens(&messages));
-                let chat = ChatRequest {
+                let mut chat = ChatRequest {
                     model,
                     system: "",
                     messages: &messages,
                     tools: &[],
                     reasoning_effort,
-                    max_output_tokens: crate::agent::context::side_call::output_budget(
-                        max_output_tokens,
-                        window,
-                        estimate,
-                    ),
+                    max_output_tokens: output_budget(max_output_tokens, window, estimate),
                     timeout: request_timeout,
                     watcher,
                 };
-                let answer = failover.chat(&chat).await?;
+                let mut learned_window = None;
+                let answer = match failover.chat(&chat).await {
+                    // A rejection that states a smaller window: the run learns it, and the call
+                    // is made once more asking for no more output than that window leaves.
+                    Err(BackendError::TooLarge(error)) => {
+                        let Some(stated) = too_large::stated_window(&error).filter(|stated| *stated < window)
+                        else {
+                            return Err(BackendError::TooLarge(error));
+                        };
+                        transcript
+                            .event(Event::AgentContextWindow { tokens: stated, source: "error".into() });
+                        if let Ok(mut learned) = self.learned.lock() {
+                            learned.entry(learned_key.clone()).or_default().window = Some(stated);
+                        }
+                        learned_window = Some(stated);
+                        let prompt = too_large::stated_prompt_tokens(&error).unwrap_or(estimate);
+                        chat.max_output_tokens = output_budget(output_limit(stated), stated, prompt);
+                        failover.chat(&chat).await?
+                    }
+                    answer => answer?,
+                };
                 transcript.record("assistant", assistant_record(1, &answer));
                 let truncated = answer.is_truncated();
                 if truncated {
@@ -551,6 +577,11 @@ impl LiveBackend {
                     usage: Some(answer.usage),
                     context_savings,
                     truncated,
+                    context_window: learned_window.map(|tokens| crate::usage::ContextWindow {
+                        tokens,
+                        source: "error".to_string(),
+                        chars_per_token: None,
+                    }),
                     ..LlmResponse::default()
                 }
             }

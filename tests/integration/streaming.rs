@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::llm_server::{anthropic_text, openai_text, openai_tools, LlmServer, Reply};
+use common::llm_server::{anthropic_text, openai_text, openai_tools, LlmServer, Reply, ServerOptions};
 use common::{fabro_command, Ran, Test};
 use serde_json::{json, Value};
 
@@ -29,6 +29,17 @@ fn events_named(dir: &Path, name: &str) -> Vec<Value> {
         .filter_map(|line| serde_json::from_str::<Value>(line).ok())
         .filter(|e| e["event"] == name)
         .collect()
+}
+
+/// A loopback OpenAI-compatible server answering `replies`, whose model list states the window
+/// of `local-model` (calls are streamed to a model whose window is known).
+fn server_of(replies: Vec<Reply>) -> LlmServer {
+    let models = json!({"object": "list", "data": [{"id": "local-model", "max_model_len": 32768}]});
+    LlmServer::start_with(
+        replies,
+        Vec::new(),
+        ServerOptions { models: Some(models), ..ServerOptions::default() },
+    )
 }
 
 /// A test against the OpenAI-compatible server at `server`.
@@ -54,14 +65,11 @@ fn long_answer(lines: usize) -> String {
 
 #[test]
 fn answers_are_streamed_put_back_together_and_written_to_answer_log_as_they_come() {
-    let server = LlmServer::start(
-        vec![
-            openai_tools(&[("c1", "write_file", json!({"path": "a.txt", "content": "hello"}))]),
-            openai_text("I wrote a.txt.", 30, 5),
-            openai_text("The file a.txt now says hello.", 40, 8),
-        ],
-        vec![],
-    );
+    let server = server_of(vec![
+        openai_tools(&[("c1", "write_file", json!({"path": "a.txt", "content": "hello"}))]),
+        openai_text("I wrote a.txt.", 30, 5),
+        openai_text("The file a.txt now says hello.", 40, 8),
+    ]);
     let ran = compatible(&server, WRITE_THEN_REPORT)
         .args(["run", "workflow.dot", "--run-dir", "run", "--workdir", "."])
         .status(0)
@@ -119,8 +127,7 @@ fn anthropic_answers_stream_too() {
 fn a_stage_timeout_closes_the_stream_at_once_and_keeps_what_came() {
     // 40 lines in 12-character pieces, 100 ms apart: about 20 s if nothing stops it.
     let text = long_answer(40);
-    let server =
-        LlmServer::start(vec![openai_text(&text, 10, 400).paced(Duration::from_millis(100))], vec![]);
+    let server = server_of(vec![openai_text(&text, 10, 400).paced(Duration::from_millis(100))]);
     let ran = compatible(
         &server,
         r#"digraph slow {
@@ -152,15 +159,12 @@ fn a_stage_timeout_closes_the_stream_at_once_and_keeps_what_came() {
 #[test]
 fn a_server_that_cannot_stream_tool_calls_gets_them_unstreamed_and_plain_calls_still_stream() {
     // llama-cpp-python ends a streamed call with tools without a single event.
-    let server = LlmServer::start(
-        vec![
-            Reply::empty_stream(openai_text("never sent", 1, 1)),
-            openai_tools(&[("c1", "write_file", json!({"path": "a.txt", "content": "hello"}))]),
-            openai_text("I wrote a.txt.", 30, 5),
-            openai_text("Done.", 40, 2),
-        ],
-        vec![],
-    );
+    let server = server_of(vec![
+        Reply::empty_stream(openai_text("never sent", 1, 1)),
+        openai_tools(&[("c1", "write_file", json!({"path": "a.txt", "content": "hello"}))]),
+        openai_text("I wrote a.txt.", 30, 5),
+        openai_text("Done.", 40, 2),
+    ]);
     let ran = compatible(&server, WRITE_THEN_REPORT)
         .args(["run", "workflow.dot", "--run-dir", "run", "--workdir", "."])
         .status(0)
@@ -181,7 +185,7 @@ fn a_stream_without_token_counts_is_counted_by_estimate_and_says_so() {
         "id": "chatcmpl-test", "object": "chat.completion", "model": "local-model",
         "choices": [{"index": 0, "message": {"role": "assistant", "content": "x".repeat(400)}, "finish_reason": "stop"}]
     }));
-    let server = LlmServer::start(vec![no_usage], vec![]);
+    let server = server_of(vec![no_usage]);
     let ran = compatible(
         &server,
         r#"digraph one {
@@ -204,8 +208,29 @@ fn a_stream_without_token_counts_is_counted_by_estimate_and_says_so() {
 }
 
 #[test]
-fn stream_false_in_the_config_file_sends_plain_requests() {
+fn a_model_whose_window_is_unknown_gets_plain_requests() {
+    // llama-cpp-python states no window, and answers a streamed call that does not fit it with
+    // keep-alives only; a plain call is refused with the window stated, and the run learns it.
     let server = LlmServer::start(vec![openai_text("plain", 3, 1)], vec![]);
+    compatible(
+        &server,
+        r#"digraph one {
+            start [shape=Mdiamond]
+            exit [shape=Msquare]
+            ask [shape=tab, prompt="Answer", llm_model="unlisted-model"]
+            start -> ask -> exit
+        }"#,
+    )
+    .args(["run", "workflow.dot", "--run-dir", "run"])
+    .status(0)
+    .run();
+    assert!(server.requests()[0].json().get("stream").is_none());
+    assert!(server.streams().is_empty());
+}
+
+#[test]
+fn stream_false_in_the_config_file_sends_plain_requests() {
+    let server = server_of(vec![openai_text("plain", 3, 1)]);
     let config = format!(
         "[providers.local]\nbase_url = \"{}\"\nmodels = [\"local-model\"]\nstream = false\n",
         server.url("/v1")
@@ -271,7 +296,7 @@ fn only_run(dir: &Path) -> PathBuf {
 fn logs_follow_shows_the_answer_while_the_model_writes_it() {
     let text = long_answer(12);
     // 12 lines of 24 characters: 24 pieces, 250 ms apart: about 6 s.
-    let server = LlmServer::start(vec![openai_text(&text, 10, 80).paced(Duration::from_millis(250))], vec![]);
+    let server = server_of(vec![openai_text(&text, 10, 80).paced(Duration::from_millis(250))]);
     let dir = tempfile::tempdir().unwrap();
     let mut run = slow_run(&server, dir.path());
     let run_dir = only_run(dir.path());
@@ -306,7 +331,7 @@ fn logs_follow_shows_the_answer_while_the_model_writes_it() {
 #[test]
 fn serves_stage_page_of_a_running_stage_grows_with_the_answer() {
     let text = long_answer(12);
-    let server = LlmServer::start(vec![openai_text(&text, 10, 80).paced(Duration::from_millis(250))], vec![]);
+    let server = server_of(vec![openai_text(&text, 10, 80).paced(Duration::from_millis(250))]);
     let dir = tempfile::tempdir().unwrap();
     let mut run = slow_run(&server, dir.path());
     let run_dir = only_run(dir.path());
