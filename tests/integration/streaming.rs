@@ -157,6 +157,36 @@ fn a_stage_timeout_closes_the_stream_at_once_and_keeps_what_came() {
 }
 
 #[test]
+fn ctrl_c_closes_the_stream_at_once() {
+    let text = long_answer(40);
+    let server = server_of(vec![openai_text(&text, 10, 400).paced(Duration::from_millis(100))]);
+    let dir = tempfile::tempdir().unwrap();
+    let mut run = slow_run(&server, dir.path());
+    let run_dir = only_run(dir.path());
+    common::wait_for_file(&run_dir.join("stages/ask/1/answer.log"), "the answer log");
+    // Once the answer has begun, the user presses Ctrl-C.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::fs::metadata(run_dir.join("stages/ask/1/answer.log")).map_or(0, |m| m.len()) == 0 {
+        assert!(Instant::now() < deadline, "nothing streamed");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let pressed = Instant::now();
+    assert_eq!(unsafe { libc::kill(run.id() as i32, libc::SIGINT) }, 0);
+    assert_eq!(run.wait().unwrap().code(), Some(130));
+    while server.streams().is_empty() && pressed.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let streams = server.streams();
+    assert_eq!(streams.len(), 1, "{streams:?}");
+    assert!(streams[0].cut_off && streams[0].events < streams[0].of / 2, "{streams:?}");
+    assert!(
+        pressed.elapsed() < Duration::from_secs(3),
+        "the stream ended {:?} after Ctrl-C",
+        pressed.elapsed()
+    );
+}
+
+#[test]
 fn a_server_that_cannot_stream_tool_calls_gets_them_unstreamed_and_plain_calls_still_stream() {
     // llama-cpp-python ends a streamed call with tools without a single event.
     let server = server_of(vec![
