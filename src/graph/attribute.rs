@@ -85,6 +85,7 @@ pub const SANDBOXES: &[&str] = &["none", "bwrap"];
 pub const EXIT_OUTCOMES: &[&str] = &["success", "fail"];
 /// The values of a stage's `backend`.
 pub const BACKENDS: &[&str] = super::settings::Backend::NAMES;
+pub const LANGUAGES: &[&str] = super::settings::Language::NAMES;
 pub const COMPACTION_PRESETS: &[&str] = super::settings::CompactionPreset::NAMES;
 pub const COMPACTION_MODES: &[&str] = super::settings::CompactionMode::NAMES;
 pub const THREAD_HANDOFFS: &[&str] = super::settings::ThreadHandoff::NAMES;
@@ -245,11 +246,12 @@ pub static ATTRIBUTES: &[AttributeSpec] = &[
         NODE,
         "Instruction for LLM stages; `$goal` expands, `@path` inlines a file."
     ),
-    spec!("script", ValueType::Text, NODE, "Shell script of a command stage (alias `tool_command`)."),
+    spec!("script", ValueType::Text, NODE, "Script of a command stage (alias `tool_command`), in its `language`."),
+    spec!("language", ValueType::OneOf(LANGUAGES), NODE, "Language of a command stage's script, which names the program that runs it: shell (sh -c, the default; also sh), bash (bash -c), python (python3 -c) or node (node -e)."),
     spec!("max_retries", ValueType::Count, NODE, "Additional attempts after a fail or retry outcome."),
     spec!("retry_policy", ValueType::OneOf(RETRY_POLICIES), NODE, "Backoff preset between attempts."),
     spec!("goal_gate", ValueType::Boolean, NODE, "Once this node has run, the run may only exit when its last visit succeeded (a gate never visited is not checked)."),
-    spec!("class", ValueType::Text, NODE, "Comma-separated classes for stylesheet `.class` selectors."),
+    spec!("class", ValueType::Text, NODE, "Classes for stylesheet `.class` selectors, separated by spaces or commas."),
     spec!("timeout", ValueType::Duration, NODE, "Longest a stage may run."),
     spec!("llm_model", ValueType::Text, NODE, "Model id, e.g. claude-opus-4-6 or gpt-5.2."),
     spec!("llm_provider", ValueType::Text, NODE, "Provider key; inferred from the model when unset."),
@@ -446,6 +448,12 @@ pub static ATTRIBUTES: &[AttributeSpec] = &[
         ValueType::Boolean,
         EDGE,
         "Taking this edge starts a fresh run directory from its target."
+    ),
+    spec!(
+        "freeform",
+        ValueType::Boolean,
+        EDGE,
+        "On an edge out of a human gate: a free-text answer that names none of the gate's choices takes this edge (its text in human.gate.text); a gate whose only edge is freeform asks for text alone."
     ),
 ];
 

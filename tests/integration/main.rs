@@ -15,6 +15,7 @@ mod ci_reports;
 mod cli_agent;
 mod dialects;
 mod event_log;
+mod fabro_idioms;
 mod first_hour;
 mod fuzz;
 mod graph_cli;

@@ -26,7 +26,7 @@ mod wait;
 mod watchdog;
 
 pub use backend::Backend;
-pub use command::CommandSettings;
+pub use command::{CommandSettings, Language};
 pub use context::{
     attribute_names as context_attribute_names, CompactionCount, CompactionMode, CompactionPreset,
     ContextSettings, ContextSettingsError, ModelTier, ThreadHandoff, TierThresholds,

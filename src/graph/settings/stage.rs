@@ -66,6 +66,8 @@ pub struct EdgeSettings {
     pub thread_id: Option<String>,
     /// `loop_restart=true`: taking the edge starts the run over in a fresh run directory.
     pub loop_restart: bool,
+    /// `freeform=true` on an edge out of a human gate: a free-text answer takes it.
+    pub freeform: bool,
 }
 
 impl EdgeSettings {
@@ -74,6 +76,7 @@ impl EdgeSettings {
             fidelity: fidelity::read(attributes, "fidelity"),
             thread_id: text(attributes, "thread_id"),
             loop_restart: attributes.boolean("loop_restart").unwrap_or(false),
+            freeform: attributes.boolean("freeform").unwrap_or(false),
         }
     }
 }
@@ -164,7 +167,8 @@ mod tests {
             &EdgeSettings {
                 fidelity: Some(FidelityMode::SummaryHigh),
                 thread_id: Some("x".into()),
-                loop_restart: true
+                loop_restart: true,
+                freeform: false
             }
         );
     }
