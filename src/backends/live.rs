@@ -316,7 +316,11 @@ impl LiveBackend {
                     (None, None) => (crate::models::DEFAULT_CONTEXT_WINDOW, "default"),
                 },
             };
-        let max_output_tokens = output_limit(window);
+        // Node `max_tokens` caps it further.
+        let max_output_tokens = match stage.and_then(|s| s.max_output_tokens) {
+            Some(cap) => output_limit(window).min(cap),
+            None => output_limit(window),
+        };
         // Calls are streamed to a model whose window is known. One whose server states none may
         // be a llama-cpp-python server, which answers a streamed call that does not fit its
         // window with keep-alives only, where a plain call is refused with the window stated.
@@ -548,7 +552,8 @@ impl LiveBackend {
                         }
                         learned_window = Some(stated);
                         let prompt = too_large::stated_prompt_tokens(&error).unwrap_or(estimate);
-                        chat.max_output_tokens = output_budget(output_limit(stated), stated, prompt);
+                        let limit = output_limit(stated).min(max_output_tokens);
+                        chat.max_output_tokens = output_budget(limit, stated, prompt);
                         failover.chat(&chat).await?
                     }
                     answer => answer?,

@@ -113,7 +113,7 @@ pub static ATTRIBUTES: &[AttributeSpec] = &[
         "model_stylesheet",
         ValueType::Text,
         GRAPH,
-        "CSS-like rules giving nodes llm_model, llm_provider and reasoning_effort."
+        "CSS-like rules giving nodes llm_model, llm_provider, reasoning_effort and backend (Fabro's `speed` is refused: fabro has no fast mode)."
     ),
     spec!(
         "default_max_retries",
@@ -191,8 +191,8 @@ pub static ATTRIBUTES: &[AttributeSpec] = &[
     spec!(
         "max_tokens",
         ValueType::Count,
-        GRAPH,
-        "Pause before the next LLM stage once the run has used this many tokens (in + out)."
+        GRAPH_NODE,
+        "On the graph: pause before the next LLM stage once the run has used this many tokens (in + out). On an LLM stage (as Fabro writes it): the most output tokens each of its model calls asks for (never more than the window leaves)."
     ),
     spec!(
         "max_cost",
@@ -313,6 +313,12 @@ pub static ATTRIBUTES: &[AttributeSpec] = &[
         ValueType::Text,
         NODE,
         "Child workflow file of a manager node (alias of stack.child_dotfile)."
+    ),
+    spec!(
+        "stack.child_dot_source",
+        ValueType::Text,
+        NODE,
+        "The child workflow of a manager node written inline, as DOT text (instead of a file; a file named on the node wins). Its errors are reported with their line and column inside the text."
     ),
     spec!(
         "manager.poll_interval",
@@ -450,6 +456,12 @@ pub static ATTRIBUTES: &[AttributeSpec] = &[
         "Taking this edge starts a fresh run directory from its target."
     ),
     spec!(
+        "selection",
+        ValueType::OneOf(&["deterministic", "random"]),
+        NODE,
+        "How a tie among the edges out of the stage is broken: deterministic (highest weight, then target id; the default) or random (a draw weighted by the edges' weights, a weight of 0 or less counting as 1, seeded by the run id, node and visit so a resume or a rerun of the run takes the same edge). Not with conditional edges."
+    ),
+    spec!(
         "freeform",
         ValueType::Boolean,
         EDGE,
@@ -491,6 +503,23 @@ pub const WORD_ALIASES: &[(&str, &str, &str)] = &[
         "forge's name; forge reports partial success when every branch fails, fabro fails the stage",
     ),
     ("any_success", "first_success", "forge's name"),
+];
+
+/// Attributes other engines define (Fabro, the Attractor implementations) that fabro does not
+/// implement: name, whose it is, and what it means there. Setting one is a warning that says so
+/// (`unsupported_attribute`), never silently nothing.
+pub const UNSUPPORTED_ATTRIBUTES: &[(&str, &str, &str)] = &[
+    ("stall_timeout", "Fabro", "fails a run that makes no progress for that long"),
+    (
+        "loop_restart_signature_limit",
+        "Fabro",
+        "aborts a loop_restart loop once the same failure repeats that many times",
+    ),
+    (
+        "project_memory",
+        "Fabro",
+        "puts the project's AGENTS.md and CLAUDE.md into prompt stages' system prompt",
+    ),
 ];
 
 /// Graphviz display attributes: accepted anywhere, meaningless to fabro, never warned about.

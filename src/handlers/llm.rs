@@ -125,6 +125,7 @@ pub(crate) fn request_for<'a>(
             events: stage.run.events,
             max_turns: settings.max_turns,
             context_window: settings.context_window,
+            max_output_tokens: settings.max_output_tokens,
             backend: *backend,
             cli_agent: settings.cli_agent.as_deref(),
             usage_left: stage.budget.usage_left,

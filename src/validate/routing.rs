@@ -259,3 +259,35 @@ pub fn freeform_edge(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
         }
     }
 }
+
+/// `selection=random` breaks ties among unconditional edges by a draw; a conditional edge out of
+/// the same stage would be taken before any draw whenever it holds, which is not what a weighted
+/// choice means (Fabro refuses the combination too).
+pub fn random_selection(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
+    for node in workflow.nodes().filter(|node| node.settings.stage.random_selection) {
+        let Some(index) = workflow.index_of(&node.id) else { continue };
+        let conditional: Vec<String> = workflow
+            .outgoing(index)
+            .iter()
+            .filter(|edge| edge.edge.is_conditional())
+            .map(|edge| format!("`{} -> {}`", edge.from.id, edge.to.id))
+            .collect();
+        if conditional.is_empty() {
+            continue;
+        }
+        let span = node.attributes.get("selection").map_or(node.span, |attr| attr.span);
+        out.push(
+            Diagnostic::error(
+                "random_selection",
+                format!(
+                    "`{}` has selection=random and conditional edges ({}): a draw cannot weigh an edge whose condition decides it",
+                    node.id,
+                    conditional.join(", ")
+                ),
+            )
+            .node(&node.id)
+            .span(span)
+            .fix("give the edges weights and no conditions, or remove selection=random"),
+        );
+    }
+}

@@ -140,3 +140,168 @@ fn freeform_edges_that_cannot_work_are_reported() {
         .stdout_contains("which is not a human gate")
         .run();
 }
+
+/// The attributes of the schema that no code outside the schema names: each is accepted by
+/// `fabro validate` and then read by nothing. An attribute `default_X` is read where the graph
+/// defaults of `X` are (`format!("default_{key}")`).
+fn attributes_read_by_nothing(names: &[&str]) -> Vec<String> {
+    let root = common::repo_root().join("src");
+    let mut sources = Vec::new();
+    let mut stack = vec![root.clone()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|ext| ext == "rs") && !path.ends_with("graph/attribute.rs")
+            {
+                sources.push(std::fs::read_to_string(&path).unwrap());
+            }
+        }
+    }
+    let named = |name: &str| sources.iter().any(|text| text.contains(&format!("\"{name}\"")));
+    let defaulted = |name: &str| {
+        name.strip_prefix("default_").is_some_and(|own| {
+            sources.iter().any(|text| {
+                text.contains("format!(\"default_{key}\")") && text.contains(&format!("\"{own}\""))
+            })
+        })
+    };
+    names.iter().filter(|name| !named(name) && !defaulted(name)).map(|name| name.to_string()).collect()
+}
+
+#[test]
+fn every_attribute_of_the_schema_is_read_by_something() {
+    let names: Vec<&str> = fabro::graph::attribute::ATTRIBUTES.iter().map(|spec| spec.name).collect();
+    assert!(names.len() > 100, "{}", names.len());
+    assert_eq!(attributes_read_by_nothing(&names), Vec::<String>::new());
+    // The check finds an attribute nothing reads.
+    assert_eq!(attributes_read_by_nothing(&["stall_timeout_never_read"]), ["stall_timeout_never_read"]);
+}
+
+#[test]
+fn attributes_of_other_engines_that_fabro_lacks_are_named_as_unsupported() {
+    let workflow = r#"digraph G {
+        stall_timeout = "300"
+        start [shape=Mdiamond]
+        exit [shape=Msquare]
+        work [shape=tab, prompt="Go", project_memory=true]
+        start -> work -> exit
+    }"#;
+    Test::new()
+        .workflow(workflow)
+        .args(["validate", "workflow.dot"])
+        .status(0)
+        .stdout_contains("warning[unsupported_attribute]")
+        .stdout_contains("`stall_timeout` is Fabro's (fails a run that makes no progress for that long); fabro does not support it")
+        .stdout_contains("node work: `project_memory` is Fabro's")
+        .run();
+    Test::new().workflow(workflow).args(["validate", "workflow.dot", "--deny-warnings"]).status(2).run();
+}
+
+#[test]
+fn random_selection_draws_by_weight_and_refuses_conditions() {
+    let workflow = r#"digraph G {
+        start [shape=Mdiamond]
+        exit [shape=Msquare]
+        pick [shape=parallelogram, script="true", selection="random"]
+        a [shape=parallelogram, script="echo a"]
+        b [shape=parallelogram, script="echo b"]
+        start -> pick
+        pick -> a [weight=3]
+        pick -> b [weight=1]
+        a -> exit
+        b -> exit
+    }"#;
+    let mut taken = std::collections::BTreeMap::new();
+    for _ in 0..12 {
+        let ran = Test::new()
+            .workflow(workflow)
+            .args(["run", "workflow.dot", "--run-dir", "run", "-q"])
+            .status(0)
+            .run();
+        let events = std::fs::read_to_string(ran.dir.path().join("run/events.jsonl")).unwrap();
+        let chosen: Value = events
+            .lines()
+            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+            .find(|event| event["event"] == "edge.selected" && event["from"] == "pick")
+            .unwrap();
+        assert_eq!(chosen["reason"], "random", "{chosen}");
+        *taken.entry(chosen["to"].as_str().unwrap().to_string()).or_insert(0) += 1;
+    }
+    // Each run draws afresh (its own run id): over 12 runs both edges are very likely taken.
+    assert!(taken.len() == 2 || taken.get("a").is_some_and(|n| *n >= 9), "{taken:?}");
+    let conditional = workflow.replace("pick -> b [weight=1]", r#"pick -> b [condition="outcome=fail"]"#);
+    Test::new()
+        .workflow(&conditional)
+        .args(["validate", "workflow.dot"])
+        .status(2)
+        .stdout_contains("error[random_selection]")
+        .run();
+}
+
+#[test]
+fn a_node_max_tokens_caps_each_call_of_that_stage_only() {
+    use common::llm_server::{openai_text, LlmServer};
+    let server = LlmServer::start(vec![openai_text("short", 5, 2), openai_text("long", 5, 2)], vec![]);
+    let workflow = r#"digraph G {
+        max_tokens = 100000
+        start [shape=Mdiamond]
+        exit [shape=Msquare]
+        short [shape=tab, prompt="Go", llm_model="local-model", max_tokens=300]
+        long [shape=tab, prompt="Go", llm_model="local-model"]
+        start -> short -> long -> exit
+    }"#;
+    Test::new()
+        .workflow(workflow)
+        .env("FABRO_LLM_BASE_URL", &server.url("/v1"))
+        .args(["run", "workflow.dot", "--run-dir", "run", "-q"])
+        .status(0)
+        .run();
+    let asked: Vec<u64> =
+        server.requests().iter().map(|r| r.json()["max_tokens"].as_u64().unwrap()).collect();
+    assert_eq!(asked, [300, 8192]);
+}
+
+#[test]
+fn a_stylesheet_sets_backend_and_refuses_speed() {
+    let workflow = r#"digraph G {
+        model_stylesheet = ".agentic { backend: cli }"
+        start [shape=Mdiamond]
+        exit [shape=Msquare]
+        work [shape=box, prompt="Go", class="agentic"]
+        start -> work -> exit
+    }"#;
+    let ran = Test::new().workflow(workflow).args(["graph", "workflow.dot"]).status(0).run();
+    assert!(ran.stdout().contains(r#"backend="cli""#), "{}", ran.stdout());
+    Test::new()
+        .workflow(&workflow.replace("backend: cli", "speed: fast"))
+        .args(["validate", "workflow.dot"])
+        .status(2)
+        .stdout_contains("fabro does not support `speed` (Anthropic's fast output mode)")
+        .run();
+}
+
+#[test]
+fn a_manager_runs_a_child_workflow_written_inline() {
+    let workflow = r#"digraph G {
+        start [shape=Mdiamond]
+        exit [shape=Msquare]
+        mgr [shape=house, "stack.child_dot_source"="digraph child { s [shape=Mdiamond]; e [shape=Msquare]; work [shape=parallelogram, script=\"echo child-ran > child.txt\"]; s -> work -> e }"]
+        start -> mgr -> exit
+    }"#;
+    let ran = Test::new()
+        .workflow(workflow)
+        .args(["run", "workflow.dot", "--run-dir", "run", "-q"])
+        .status(0)
+        .run();
+    assert_eq!(std::fs::read_to_string(ran.dir.path().join("child.txt")).unwrap().trim(), "child-ran");
+    // Errors in the inline child are reported with their place inside the text.
+    let broken = workflow.replace("s -> work -> e }", r#"s -> work -> e [condition=\"outcome=\"] }"#);
+    Test::new()
+        .workflow(&broken)
+        .args(["validate", "workflow.dot"])
+        .status(2)
+        .stdout_contains("child workflow workflow.dot[mgr.stack.child_dot_source]:1:")
+        .run();
+}

@@ -22,6 +22,8 @@ pub struct LlmSettings {
     pub max_turns: Option<u32>,
     /// `context_window` (tokens).
     pub context_window: Option<u64>,
+    /// Node `max_tokens`: the most output tokens each of the stage's model calls asks for.
+    pub max_output_tokens: Option<u32>,
     /// `cli_agent`: the installed coding agent a `backend=cli` stage runs.
     pub cli_agent: Option<String>,
     /// `small_model`, else the graph's `default_small_model`.
@@ -123,6 +125,10 @@ impl LlmSettings {
             reasoning_effort: text(attributes, "reasoning_effort"),
             max_turns: attributes.integer("max_turns").and_then(|n| u32::try_from(n).ok()),
             context_window: attributes.integer("context_window").and_then(|n| u64::try_from(n).ok()),
+            max_output_tokens: attributes
+                .integer("max_tokens")
+                .and_then(|n| u32::try_from(n).ok())
+                .filter(|n| *n > 0),
             cli_agent: text(attributes, "cli_agent"),
             small_model: own_or_default("small_model"),
             fallback_models: parse_models(own_or_default("fallback_models").as_deref().unwrap_or_default()),

@@ -28,6 +28,8 @@ pub struct StageSettings {
     /// `fallback_retry_target`, then the graph's two, in that order.
     pub retry_targets: Vec<String>,
     pub sandbox: SandboxSettings,
+    /// `selection=random`: ties among the edges out of the stage are broken by a weighted draw.
+    pub random_selection: bool,
 }
 
 impl StageSettings {
@@ -53,6 +55,7 @@ impl StageSettings {
             .map(|target| target.trim().to_string())
             .collect(),
             sandbox: SandboxSettings::parse(attributes, "sandbox"),
+            random_selection: attributes.text("selection").is_some_and(|text| text.trim() == "random"),
         }
     }
 }
