@@ -147,10 +147,17 @@ fn run_dir(state: &AppState, id: &str) -> Option<PathBuf> {
 #[derive(serde::Deserialize)]
 struct ListQuery {
     status: Option<String>,
+    /// `key=value`: only the runs with that label.
+    label: Option<String>,
 }
 
-async fn index(State(state): State<Arc<AppState>>, Query(query): Query<ListQuery>) -> Html<String> {
-    Html(pages::runs_list(served_runs(&state.options.runs_dir), query.status.as_deref()))
+async fn index(State(state): State<Arc<AppState>>, Query(query): Query<ListQuery>) -> Response {
+    let label = match query.label.as_deref().map(crate::run_dir::parse_label).transpose() {
+        Ok(label) => label,
+        Err(message) => return (StatusCode::BAD_REQUEST, format!("label: {message}\n")).into_response(),
+    };
+    let filter = pages::RunFilter { status: query.status.as_deref(), label: label.as_ref() };
+    Html(pages::runs_list(served_runs(&state.options.runs_dir), filter)).into_response()
 }
 
 async fn script() -> Response {

@@ -30,8 +30,15 @@ fn page(title: &str, body: &str) -> String {
     )
 }
 
-/// The runs, newest first, optionally only those with `status`.
-pub fn runs_list(mut runs: Vec<RunEntry>, status: Option<&str>) -> String {
+/// Which runs the list shows: those with this status, those with this label.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RunFilter<'a> {
+    pub status: Option<&'a str>,
+    pub label: Option<&'a (String, String)>,
+}
+
+/// The runs, newest first, those `filter` keeps; each with its labels.
+pub fn runs_list(mut runs: Vec<RunEntry>, filter: RunFilter<'_>) -> String {
     let mut body = String::from("<h1>Runs</h1>\n<p>Status: <a href=\"/\">all</a>");
     for name in ["running", "paused", "interrupted", "succeeded", "failed"] {
         let _ = write!(body, " · <a href=\"/?status={name}\">{name}</a>");
@@ -41,7 +48,12 @@ pub fn runs_list(mut runs: Vec<RunEntry>, status: Option<&str>) -> String {
     for entry in runs {
         let Ok(view) = RunView::open(&entry.dir) else { continue };
         let run_status = view.status().as_str();
-        if status.is_some_and(|wanted| wanted != run_status) {
+        if filter.status.is_some_and(|wanted| wanted != run_status) {
+            continue;
+        }
+        if filter.label.is_some_and(|label| {
+            !crate::run_dir::has_labels(&view.manifest.labels, std::slice::from_ref(label))
+        }) {
             continue;
         }
         let result = view.result.as_ref();

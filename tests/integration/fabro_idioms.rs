@@ -305,3 +305,54 @@ fn a_manager_runs_a_child_workflow_written_inline() {
         .stdout_contains("child workflow workflow.dot[mgr.stack.child_dot_source]:1:")
         .run();
 }
+
+#[test]
+fn a_goal_file_and_labels_go_into_the_manifest_and_runs_are_found_by_label() {
+    let workflow = r#"digraph G {
+        goal = "the workflow's own goal"
+        start [shape=Mdiamond]
+        exit [shape=Msquare]
+        start -> exit
+    }"#;
+    let ran = Test::new()
+        .workflow(workflow)
+        .file("goal.md", "# Ship the CSV export\n\nStream it.\n")
+        .args([
+            "run",
+            "workflow.dot",
+            "--goal-file",
+            "goal.md",
+            "--label",
+            "team=payments",
+            "--label",
+            "ticket=PAY-12",
+            "-q",
+        ])
+        .status(0)
+        .run();
+    let fabro = |args: &[&str]| common::fabro_in(ran.dir.path(), args);
+    let listed = fabro(&["runs", "--json", "--label", "team=payments"]);
+    let runs: Value = serde_json::from_slice(&listed.stdout).unwrap();
+    assert_eq!(runs.as_array().unwrap().len(), 1, "{runs}");
+    assert_eq!(runs[0]["labels"]["ticket"], "PAY-12");
+    let manifest: Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            ran.dir.path().join(runs[0]["run_dir"].as_str().unwrap()).join("manifest.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(manifest["goal"], "# Ship the CSV export\n\nStream it.");
+    let none: Value =
+        serde_json::from_slice(&fabro(&["runs", "--json", "--label", "team=search"]).stdout).unwrap();
+    assert_eq!(none.as_array().unwrap().len(), 0);
+    let bad = fabro(&["run", "workflow.dot", "--label", "no label"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--label: `no label` is not a label"), "{bad:?}");
+    let missing = fabro(&["run", "workflow.dot", "--goal-file", "nope.md"]);
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&missing.stderr).contains("--goal-file: cannot read `nope.md`"),
+        "{missing:?}"
+    );
+}
