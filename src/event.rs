@@ -227,6 +227,11 @@ pub enum Event {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         turn: Option<u32>,
     },
+    /// A `memory=true` stage used the project memory where fabro kept it before (the workflow
+    /// file's repository, `store`), because the work directory's project (`project_store`) has
+    /// none yet; `mv store project_store` moves it where it belongs.
+    #[serde(rename = "memory.old_store")]
+    MemoryOldStore { store: String, project_store: String },
     /// The provider's server could not stream a call (it refused, or ended the stream before any
     /// of the answer): the call was made again without streaming, and so are the provider's later
     /// calls of its kind (`with_tools` or not) for the rest of the run.

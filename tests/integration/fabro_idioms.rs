@@ -356,3 +356,71 @@ fn a_goal_file_and_labels_go_into_the_manifest_and_runs_are_found_by_label() {
         "{missing:?}"
     );
 }
+
+/// Project memory belongs to the project worked on (issue 35, item 9): the work directory's
+/// repository, not the one the workflow file lives in.
+#[test]
+fn project_memory_is_kept_in_the_work_directorys_repository_not_the_workflows() {
+    use common::llm_server::{openai_text, openai_tools, LlmServer};
+    use serde_json::json;
+    let root = tempfile::tempdir().unwrap();
+    let (flows, project) = (root.path().join("flows"), root.path().join("project"));
+    for repo in [&flows, &project] {
+        std::fs::create_dir_all(repo.join("src")).unwrap();
+        common::git(repo, &["init", "-q"]);
+    }
+    std::fs::write(
+        flows.join("work.dot"),
+        r#"digraph work {
+            start [shape=Mdiamond]
+            exit [shape=Msquare]
+            work [prompt="Work", llm_model="local-model", memory=true]
+            start -> work -> exit
+        }"#,
+    )
+    .unwrap();
+    let remember = |name: &str| {
+        openai_tools(&[("c0", "remember", json!({"kind": "fact", "name": name, "text": "Postgres 16"}))])
+    };
+    let server = LlmServer::start(vec![remember("db"), openai_text("Done.", 10, 5)], Vec::new());
+    let run = |workdir: &std::path::Path| {
+        common::fabro_command(
+            root.path(),
+            &["run", "flows/work.dot", "--workdir", workdir.to_str().unwrap(), "-q"],
+        )
+        .env("FABRO_LLM_BASE_URL", server.url("/v1"))
+        .env("FABRO_LLM_MAX_RETRIES", "0")
+        .output()
+        .unwrap()
+    };
+    let ran = run(&project.join("src"));
+    assert_eq!(ran.status.code(), Some(0), "{}", String::from_utf8_lossy(&ran.stderr));
+    assert!(project.join(".fabro/memory").is_dir(), "the memory is the project's");
+    assert!(!flows.join(".fabro").exists(), "nothing is written into the workflows' repository");
+    let listed = common::fabro_in(&project.join("src"), &["memory", "list"]);
+    assert!(String::from_utf8_lossy(&listed.stdout).contains("db"), "{listed:?}");
+
+    // A store left where fabro kept it before (beside the workflow) is still read, with an event
+    // that says how to move it, until the project has its own.
+    let other = root.path().join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    common::git(&other, &["init", "-q"]);
+    std::fs::create_dir_all(flows.join(".fabro")).unwrap();
+    std::fs::rename(project.join(".fabro/memory"), flows.join(".fabro/memory")).unwrap();
+    let server2 = LlmServer::start(vec![openai_text("Recalled.", 10, 5)], Vec::new());
+    let ran = common::fabro_command(
+        root.path(),
+        &["run", "flows/work.dot", "--workdir", "other", "--run-dir", "run-old", "-q"],
+    )
+    .env("FABRO_LLM_BASE_URL", server2.url("/v1"))
+    .env("FABRO_LLM_MAX_RETRIES", "0")
+    .output()
+    .unwrap();
+    assert_eq!(ran.status.code(), Some(0), "{}", String::from_utf8_lossy(&ran.stderr));
+    let system =
+        server2.requests()[0].json()["messages"][0]["content"].as_str().unwrap_or_default().to_string();
+    assert!(system.contains("Postgres 16"), "the old store was recalled: {system}");
+    let events = std::fs::read_to_string(root.path().join("run-old/events.jsonl")).unwrap();
+    let moved = events.lines().find(|line| line.contains("\"memory.old_store\"")).expect("memory.old_store");
+    assert!(moved.contains("flows/.fabro/memory") && moved.contains("other/.fabro/memory"), "{moved}");
+}

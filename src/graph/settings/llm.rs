@@ -39,6 +39,9 @@ pub struct LlmSettings {
     pub memory: bool,
     /// `memory_extract` (node, else the graph's `default_memory_extract`).
     pub memory_extract: bool,
+    /// `memory_dir` (node, else the graph's `default_memory_dir`): the memory store, relative to
+    /// the work directory, instead of the project's.
+    pub memory_dir: Option<String>,
     /// `tool_hooks.pre` and `tool_hooks.post` (node, else graph).
     pub tool_hooks: ToolHooks,
     /// `watchdog`, else the graph's `default_watchdog`.
@@ -138,6 +141,7 @@ impl LlmSettings {
             permissions: own_or_graph("permissions").as_deref().and_then(PermissionLevel::parse),
             memory: flag("memory"),
             memory_extract: flag("memory_extract"),
+            memory_dir: own_or_default("memory_dir"),
             tool_hooks: ToolHooks {
                 pre: own_or_graph("tool_hooks.pre"),
                 post: own_or_graph("tool_hooks.post"),
