@@ -216,23 +216,27 @@ impl LlmServer {
     }
 }
 
-fn serve(stream: TcpStream, script: &Mutex<Script>) {
+/// One HTTP request as it came in: method, path, lower-cased headers, body.
+pub struct Incoming {
+    pub method: String,
+    pub path: String,
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+/// Reads one request from `stream` (none when the client went away or sent garbage).
+pub fn read_request(stream: &TcpStream) -> Option<Incoming> {
     let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
-    let mut reader = BufReader::new(match stream.try_clone() {
-        Ok(s) => s,
-        Err(_) => return,
-    });
+    let mut reader = BufReader::new(stream.try_clone().ok()?);
     let mut request_line = String::new();
-    if reader.read_line(&mut request_line).is_err() {
-        return;
-    }
+    reader.read_line(&mut request_line).ok()?;
     let method = request_line.split_whitespace().next().unwrap_or("").to_string();
     let path = request_line.split_whitespace().nth(1).unwrap_or("").to_string();
     let mut headers = Vec::new();
     loop {
         let mut line = String::new();
         if reader.read_line(&mut line).unwrap_or(0) == 0 {
-            return;
+            return None;
         }
         let line = line.trim_end();
         if line.is_empty() {
@@ -245,10 +249,12 @@ fn serve(stream: TcpStream, script: &Mutex<Script>) {
     let length: usize =
         headers.iter().find(|(n, _)| n == "content-length").and_then(|(_, v)| v.parse().ok()).unwrap_or(0);
     let mut body = vec![0; length];
-    if reader.read_exact(&mut body).is_err() {
-        return;
-    }
-    let body = String::from_utf8_lossy(&body).into_owned();
+    reader.read_exact(&mut body).ok()?;
+    Some(Incoming { method, path, headers, body: String::from_utf8_lossy(&body).into_owned() })
+}
+
+fn serve(stream: TcpStream, script: &Mutex<Script>) {
+    let Some(Incoming { method, path, headers, body }) = read_request(&stream) else { return };
     let started = Instant::now();
     let request: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
     let streamed = request["stream"] == true;
