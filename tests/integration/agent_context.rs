@@ -1456,6 +1456,62 @@ fn a_prompt_stage_learns_the_window_from_a_rejection_and_asks_again_for_what_it_
 }
 
 #[test]
+fn a_call_the_window_cannot_hold_is_compacted_before_it_is_sent() {
+    // A 3,000-token window and reads of 2 KB files: the fourth result would pass it, while the
+    // 80% rule keeps six turns. The history is compacted first (trigger overflow), so no request
+    // asks for more than the window holds and the server never has to reject one.
+    let server = LlmServer::start(reads(8), Vec::new());
+    let ran = with_files(
+        compatible(
+            &server,
+            &workflow(", context_window=3000, compaction_mode=lossless, tool_result_aging=false"),
+        ),
+        8,
+        2_000,
+    )
+    .args(["run", "workflow.dot", "--run-dir", "run", "--workdir", "work", "-q"])
+    .status(0)
+    .run();
+    let compactions = events_named(&ran, "agent.compaction.started");
+    assert!(
+        !compactions.is_empty() && compactions.iter().all(|c| c["trigger"] == "overflow"),
+        "{compactions:?}"
+    );
+    for request in server.main_requests() {
+        let body = request.json();
+        let text = |value: &Value| value.as_str().unwrap_or("").len();
+        let calls = |message: &Value| -> usize {
+            let calls = message["tool_calls"].as_array().map(Vec::as_slice).unwrap_or_default();
+            calls
+                .iter()
+                .map(|call| text(&call["function"]["name"]) + text(&call["function"]["arguments"]))
+                .sum()
+        };
+        let tools = body["tools"].as_array().unwrap();
+        let chars: usize = body["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| text(&m["content"]) + calls(m))
+            .sum::<usize>()
+            + tools
+                .iter()
+                .map(|tool| {
+                    let function = &tool["function"];
+                    text(&function["name"])
+                        + text(&function["description"])
+                        + function["parameters"].to_string().len()
+                })
+                .sum::<usize>();
+        let max_tokens = body["max_tokens"].as_u64().unwrap();
+        assert!(
+            (chars as u64).div_ceil(4) + max_tokens <= 3000,
+            "{chars} characters and {max_tokens} tokens"
+        );
+    }
+}
+
+#[test]
 fn reported_input_tokens_calibrate_the_estimates_and_max_tokens_fits_the_window() {
     // The server reports 2,000 input tokens for the first call: a ratio fabro takes.
     let replies = vec![

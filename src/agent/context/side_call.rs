@@ -20,6 +20,17 @@ pub fn output_budget(max_output_tokens: u32, window: u64, estimate: u64) -> u32 
     u32::try_from(left).unwrap_or(u32::MAX).min(max_output_tokens)
 }
 
+/// Whether a request of `estimate` tokens leaves the margin and [`MIN_OUTPUT_TOKENS`] of
+/// `window` free.
+pub fn fits(window: u64, estimate: u64) -> bool {
+    room(window, 0) >= estimate
+}
+
+/// The tokens a request may still add to `estimate` and fit `window` (see [`fits`]).
+pub fn room(window: u64, estimate: u64) -> u64 {
+    window.saturating_sub(estimate + margin(window) + MIN_OUTPUT_TOKENS)
+}
+
 /// The window of the model a side call goes to, and how its tokens are counted.
 #[derive(Debug, Clone, Copy)]
 pub struct SideCall {
@@ -66,5 +77,9 @@ mod tests {
         assert_eq!(output_budget(8192, 128_000, 1_000), 8192);
         assert_eq!(output_budget(8192, 2_400, 2_000), 2_400 - 2_000 - 48);
         assert_eq!(output_budget(8192, 2_400, 5_000), 64);
+        // What fits leaves the margin and the fewest output tokens free.
+        assert_eq!(room(1_280, 1_000), 1_280 - 1_000 - 32 - 64);
+        assert!(fits(1_280, 1_184) && !fits(1_280, 1_185));
+        assert_eq!(room(1_280, 1_300), 0);
     }
 }

@@ -34,7 +34,7 @@ use crate::llm::chat::ChatProvider;
 use crate::usage::Usage;
 
 use super::calibration::Calibration;
-use super::side_call::SideCall;
+use super::side_call::{self, SideCall};
 use super::tokens;
 
 /// The first line of the block a failed summary leaves.
@@ -333,11 +333,14 @@ impl Compactor {
             }
             let cut = starts[starts.len() - keep];
             let through = self.compacted_through + (starts.len() - keep) as u32;
-            let block = self.block(mode, through, &messages[..cut], inputs, &mut done).await;
-            // The thread's digest and the stage's prompt stay, then the block.
+            // The thread's digest and the stage's prompt stay, then the block, then the kept
+            // turns; the block gets what the window leaves of them.
             let mut head: Vec<ChatMessage> =
                 messages[..self.prompt_at].iter().filter(|m| thread_digest::is_digest(m)).cloned().collect();
             head.push(messages[self.prompt_at].clone());
+            let kept = self.estimate(&[&head[..], &messages[cut..]].concat(), inputs.fixed_tokens);
+            let room = side_call::room(self.window, kept);
+            let block = self.block(mode, through, &messages[..cut], inputs, room, &mut done).await;
             self.prompt_at = head.len() - 1;
             head.push(ChatMessage::user(block.clone()));
             messages.splice(..cut, head);
@@ -444,13 +447,16 @@ impl Compactor {
         Some(done)
     }
 
-    /// The block that replaces `compacted` (turns 1..=`through`) under `mode`.
+    /// The block that replaces `compacted` (turns 1..=`through`) under `mode`. A summary takes
+    /// at most `room` tokens with its framing (what the stage's window leaves beside the rest of
+    /// the request): it is asked for no more, and cut to it if it is longer.
     async fn block(
         &self,
         mode: CompactionMode,
         through: u32,
         compacted: &[ChatMessage],
         inputs: &Inputs<'_>,
+        room: u64,
         done: &mut Done,
     ) -> String {
         let records = || {
@@ -461,6 +467,22 @@ impl Compactor {
             CompactionMode::Intent => intent::block(&self.operations, 1, through),
             CompactionMode::Lossless => records(),
             CompactionMode::Llm | CompactionMode::Hybrid | CompactionMode::Window => {
+                let records = (mode == CompactionMode::Hybrid).then(records);
+                let block = |summary: &str| {
+                    let summary = format!(
+                        "{}\n\n{summary}\n\n## File Operations\n{}\n",
+                        llm_summary::HEADER,
+                        inputs.files
+                    );
+                    match &records {
+                        Some(records) => format!("{records}\n\n{summary}"),
+                        None => summary,
+                    }
+                };
+                const CUT: &str = " […]";
+                // One token more: the estimate rounds up.
+                let framing = self.calibration.tokens(block("").len() + CUT.len()) + 1;
+                let summary_room = room.saturating_sub(framing);
                 let summarized = llm_summary::summarize(
                     inputs.provider,
                     inputs.model,
@@ -468,34 +490,25 @@ impl Compactor {
                     compacted,
                     self.settings.prune_chars(),
                     &inputs.side_call,
+                    u32::try_from(summary_room).unwrap_or(u32::MAX),
                 )
                 .await;
-                let hybrid = mode == CompactionMode::Hybrid;
                 match summarized {
                     Ok((text, usage)) => {
                         done.usage.add(&usage);
-                        let summary = format!(
-                            "{}\n\n{text}\n\n## File Operations\n{}\n",
-                            llm_summary::HEADER,
-                            inputs.files
-                        );
-                        if hybrid {
-                            format!("{}\n\n{summary}", records())
-                        } else {
-                            summary
-                        }
+                        let max_chars = (summary_room as f64 * self.calibration.chars_per_token()) as usize;
+                        block(&super::shortened(&text, max_chars, CUT))
                     }
                     Err((error, usage)) => {
                         done.usage.add(&usage);
                         done.events.push(Event::AgentCompactionFailed {
                             error: error.clone(),
-                            fallback: if hybrid { "lossless" } else { "compaction_failed_marker" }
+                            fallback: if records.is_some() { "lossless" } else { "compaction_failed_marker" }
                                 .to_string(),
                         });
-                        if hybrid {
-                            records()
-                        } else {
-                            failed_block(through, &error, inputs.files)
+                        match records {
+                            Some(records) => records,
+                            None => failed_block(through, &error, inputs.files),
                         }
                     }
                 }
@@ -566,6 +579,43 @@ mod tests {
         // Too few turns: nothing to do.
         let mut short = turns(6);
         assert!(compactor.compact(Trigger::Window, &mut short, &inputs(&provider)).await.is_none());
+    }
+
+    #[tokio::test]
+    async fn a_summary_gets_only_the_room_the_window_leaves_and_is_cut_to_it() {
+        /// A summarizer that writes far more than it is asked for, and notes what it was asked.
+        struct LongWinded(std::sync::Mutex<Vec<u32>>);
+        #[async_trait::async_trait]
+        impl ChatProvider for LongWinded {
+            fn name(&self) -> &str {
+                "test"
+            }
+            fn applies_reasoning_effort(&self, _model: &str) -> bool {
+                false
+            }
+            async fn chat(
+                &self,
+                request: &crate::llm::chat::ChatRequest<'_>,
+            ) -> Result<crate::llm::chat::ChatResponse, BackendError> {
+                self.0.lock().unwrap().push(request.max_output_tokens);
+                let text = format!("## Goal\n{}", "word ".repeat(2_000));
+                Ok(crate::llm::chat::ChatResponse { text, ..Default::default() })
+            }
+        }
+        let provider = LongWinded(Default::default());
+        let mut messages = turns(8);
+        let window = 700;
+        let mut compactor = Compactor::new(&settings(CompactionMode::Llm), "m", window, 0);
+        let before = compactor.estimate(&messages, 10);
+        assert!(!side_call::fits(window, before));
+        let done = compactor.compact(Trigger::Overflow, &mut messages, &inputs(&provider)).await.unwrap();
+        // The prompt and the latest turn stay; the summary may take what the window leaves.
+        let kept = compactor.estimate(&[&messages[..1], &messages[messages.len() - 2..]].concat(), 10);
+        let asked = provider.0.lock().unwrap()[0];
+        assert!(u64::from(asked) < side_call::room(window, kept), "{asked}");
+        let after = compactor.estimate(&messages, 10);
+        assert!(side_call::fits(window, after), "{after} tokens do not fit {window}");
+        assert!(done.saved_tokens > 0 && done.block.unwrap().contains("## Goal\nword word"));
     }
 
     #[tokio::test]
