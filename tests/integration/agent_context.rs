@@ -1512,6 +1512,46 @@ fn a_call_the_window_cannot_hold_is_compacted_before_it_is_sent() {
 }
 
 #[test]
+fn a_thread_too_long_for_the_window_at_a_stages_first_call_becomes_its_digest() {
+    // The plan stage's long prompt is in the work stage's thread: its first call is rejected,
+    // and with no turn of its own to compact, the thread's digest is what makes it fit.
+    let long_plan =
+        format!("Plan the change. Constraint: never touch vendor/. {}", "Context line. ".repeat(800));
+    let rejected = Reply::status(
+        400,
+        r#"{"error": {"message": "This model's maximum context length is 4000 tokens. However, you requested 5000 tokens (4900 in the messages, 100 in the completion).", "code": "context_length_exceeded"}}"#,
+    );
+    let replies =
+        vec![openai_text("The plan: change src/lib.rs only.", 10, 5), rejected, openai_text("Done.", 10, 5)];
+    let server = LlmServer::start(replies, Vec::new());
+    let workflow = format!(
+        r#"digraph threads {{
+            start [shape=Mdiamond]
+            exit [shape=Msquare]
+            node [llm_model="local-model", fidelity=full, thread_id=t]
+            plan [shape=tab, prompt="{long_plan}"]
+            work [prompt="Do it", max_turns=5]
+            start -> plan -> work -> exit
+        }}"#
+    );
+    let ran = compatible(&server, &workflow)
+        .args(["run", "workflow.dot", "--run-dir", "run", "-q"])
+        .status(0)
+        .run();
+    let compactions = events_named(&ran, "agent.compaction.completed");
+    assert_eq!(compactions.len(), 1, "{compactions:?}");
+    assert!(compactions[0]["after_tokens"].as_u64() < compactions[0]["before_tokens"].as_u64());
+    assert!(events_named(&ran, "agent.context.trim_retry").is_empty());
+    let last = server.main_requests().last().unwrap().json();
+    let sent = last["messages"].to_string();
+    assert!(
+        sent.contains("[Earlier in this thread") && sent.contains("Constraint: never touch vendor/."),
+        "{sent}"
+    );
+    assert!(sent.len() < long_plan.len(), "{} characters sent", sent.len());
+}
+
+#[test]
 fn reported_input_tokens_calibrate_the_estimates_and_max_tokens_fits_the_window() {
     // The server reports 2,000 input tokens for the first call: a ratio fabro takes.
     let replies = vec![

@@ -290,12 +290,14 @@ impl Compactor {
         inputs: &Inputs<'_>,
     ) -> Option<Done> {
         let mode = self.settings.compaction_mode();
-        self.pin_thread_digest(messages);
+        let before = self.estimate(messages, inputs.fixed_tokens);
+        // The thread's earlier stages become their digest, even when no turn of the stage's own
+        // is compacted yet (a long thread fills the window at the stage's first call).
+        let pinned = self.pin_thread_digest(messages);
         let starts: Vec<usize> = (self.prompt_at + 1..messages.len())
             .filter(|&i| matches!(messages[i], ChatMessage::Assistant { .. }))
             .collect();
         let keep = if trigger == Trigger::Overflow { 1 } else { self.kept_turns(messages, &starts) };
-        let before = self.estimate(messages, inputs.fixed_tokens);
         let turn_count = self.uncompacted_turns(messages);
         let mut done = Done::default();
         done.events.push(Event::AgentCompactionStarted {
@@ -322,15 +324,12 @@ impl Compactor {
                     i == prompt_at || matches!(message, ChatMessage::User { content } if is_block(content))
                 },
             );
-            if dropped_turns == 0 && !dropped.contains(&true) {
+            if dropped_turns == 0 && !dropped.contains(&true) && !pinned {
                 return None;
             }
             self.prompt_at -= dropped[..prompt_at].iter().filter(|d| **d).count();
             self.compacted_through += dropped_turns as u32;
-        } else {
-            if starts.len() <= keep {
-                return None;
-            }
+        } else if starts.len() > keep {
             let cut = starts[starts.len() - keep];
             let through = self.compacted_through + (starts.len() - keep) as u32;
             // The thread's digest and the stage's prompt stay, then the block, then the kept
@@ -346,6 +345,8 @@ impl Compactor {
             messages.splice(..cut, head);
             self.compacted_through = through;
             done.block = Some(block);
+        } else if !pinned {
+            return None;
         }
         let after = self.estimate(messages, inputs.fixed_tokens);
         done.saved_tokens = before.saturating_sub(after);
@@ -373,15 +374,16 @@ impl Compactor {
     }
 
     /// Replaces the thread's earlier stages (the messages before the stage's prompt) by their
-    /// digest, once ([`thread_digest`]); every mode keeps it from then on.
-    fn pin_thread_digest(&mut self, messages: &mut Vec<ChatMessage>) {
+    /// digest, once ([`thread_digest`]); every mode keeps it from then on. True when it did.
+    fn pin_thread_digest(&mut self, messages: &mut Vec<ChatMessage>) -> bool {
         let history = &messages[..self.prompt_at];
         if history.is_empty() || (history.len() == 1 && thread_digest::is_digest(&history[0])) {
-            return;
+            return false;
         }
         let digest = thread_digest::digest(history);
         messages.splice(..self.prompt_at, [ChatMessage::user(digest)]);
         self.prompt_at = 1;
+        true
     }
 
     /// Replaces the finished task, the turns after the stage's prompt and its earlier blocks up to
