@@ -230,7 +230,7 @@ pub async fn run(
             }
             first_view = false;
             let estimate = compactor.estimate(&view, fixed_tokens);
-            let full = !side_call::fits(compactor.window(), estimate);
+            let full = settings.context.compacts() && !side_call::fits(compactor.window(), estimate);
             if !fitting.compacted && (rejected.is_some() || full) {
                 fitting.compacted = true;
                 let files = toolbox.tracker.render();

@@ -8,8 +8,13 @@
 //! - the turns since the last compaction reach `compaction_trigger_turns` (or the preset's);
 //! - the input tokens sent since the last compaction reach `context_budget_cutover`.
 //!
+//! And before a call ([`Trigger::Overflow`]) when it would not fit the window, by the estimate or
+//! because the provider rejected it: then only the latest turn stays, and a summary gets only
+//! the room the window leaves.
+//!
 //! An anti-thrash guard holds compaction back while each of the latest compactions saved too
-//! little, until the conversation has grown by a quarter. `compaction=none` never compacts.
+//! little, until the conversation has grown by a quarter. `compaction=none` compacts only a call
+//! the provider rejected for its size.
 //!
 //! How ([`Compactor::compact`]) is the stage's `compaction_mode`: a model's summary ([`llm_summary`]),
 //! the stage's tool-call log ([`intent`]), the run's records ([`lossless`]), both records and
@@ -63,7 +68,8 @@ pub enum Trigger {
     Turns,
     /// The input tokens since the last compaction reached `context_budget_cutover`.
     Budget,
-    /// The provider rejected a call for its size: compaction keeps only the latest turn.
+    /// The next call would not fit the window (by the estimate, or the provider rejected it for its
+    /// size): compaction keeps only the latest turn.
     Overflow,
 }
 
