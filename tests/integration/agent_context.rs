@@ -3,7 +3,7 @@
 
 use crate::common;
 
-use common::llm_server::{openai_text, openai_tools, LlmServer, Reply};
+use common::llm_server::{counted_chars, openai_text, openai_tools, LlmServer, Reply};
 use common::Test;
 use serde_json::{json, Value};
 
@@ -1479,30 +1479,7 @@ fn a_call_the_window_cannot_hold_is_compacted_before_it_is_sent() {
     );
     for request in server.main_requests() {
         let body = request.json();
-        let text = |value: &Value| value.as_str().unwrap_or("").len();
-        let calls = |message: &Value| -> usize {
-            let calls = message["tool_calls"].as_array().map(Vec::as_slice).unwrap_or_default();
-            calls
-                .iter()
-                .map(|call| text(&call["function"]["name"]) + text(&call["function"]["arguments"]))
-                .sum()
-        };
-        let tools = body["tools"].as_array().unwrap();
-        let chars: usize = body["messages"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|m| text(&m["content"]) + calls(m))
-            .sum::<usize>()
-            + tools
-                .iter()
-                .map(|tool| {
-                    let function = &tool["function"];
-                    text(&function["name"])
-                        + text(&function["description"])
-                        + function["parameters"].to_string().len()
-                })
-                .sum::<usize>();
+        let chars = counted_chars(&body);
         let max_tokens = body["max_tokens"].as_u64().unwrap();
         assert!(
             (chars as u64).div_ceil(4) + max_tokens <= 3000,

@@ -9,6 +9,7 @@ use crate::common;
 
 use std::path::Path;
 
+use common::llm_server::counted_chars;
 use common::model_server::{ModelServer, MODEL};
 use common::recording_proxy::{Exchange, RecordingProxy};
 use common::{fabro_command, Ran, Test};
@@ -216,19 +217,7 @@ fn the_servers_count_of_the_first_call_calibrates_the_stages_token_estimates() {
     let request = &counted.request;
     let reported = counted.prompt_tokens().expect("the server reports its count");
     // Every character sent counts: the system prompt, the tool definitions and the prompt.
-    let text = |value: &Value| value.as_str().unwrap_or_default().len();
-    let messages = request["messages"].as_array().expect("messages");
-    let tools = request["tools"].as_array().expect("tools");
-    let sent = messages.iter().map(|message| text(&message["content"])).sum::<usize>()
-        + tools
-            .iter()
-            .map(|tool| {
-                let function = &tool["function"];
-                text(&function["name"])
-                    + text(&function["description"])
-                    + function["parameters"].to_string().len()
-            })
-            .sum::<usize>();
+    let sent = counted_chars(request);
     let calibrated = events(&run, "work", "agent.context.calibrated");
     assert_eq!(calibrated.len(), 1, "{calibrated:?}");
     assert_eq!(calibrated[0]["reported_tokens"], reported, "{calibrated:?}\n{}", proxy.shown());
