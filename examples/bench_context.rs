@@ -4,10 +4,17 @@
 //! cycles of reading a 12 KB file, writing a file and running a shell command (120 tool calls),
 //! with `context_window=16000`. For each configuration of the agent stage the benchmark reports
 //! what the server received: input tokens (request characters / 4) over every request, summary
-//! calls included; the largest request; the number of model calls; and whether the last request
-//! still names the first file written (the scripted summaries name no file, so a yes comes from
-//! fabro's own records: tool calls still in view, the file tracker's list, an intent or lossless
-//! block).
+//! calls included, and beside them the input tokens as a real tokenizer counts them; the largest
+//! request; the number of model calls; and whether the last request still names the first file
+//! written (the scripted summaries name no file, so a yes comes from fabro's own records: tool
+//! calls still in view, the file tracker's list, an intent or lossless block).
+//!
+//! The count is SmolLM2-135M's tokenizer, through the llama-cpp-python server the tests use
+//! (`tests/integration/common/model_server.rs`, installed by `scripts/test`): for every request,
+//! what its model reads (the messages' text, their tool calls, the tool definitions) is counted
+//! at `/extras/tokenize/count`, and the answer reports that count as its `prompt_tokens`, so
+//! fabro calibrates its estimates as it does against a real server. Without the server the
+//! benchmark says so and fails.
 //!
 //! A second session reads five 200 KB files to answer questions about them, once with bare
 //! `read_file` (the parent pages through every file) and once with `agentic_read_file` (a small
@@ -18,8 +25,10 @@
 
 #[path = "../tests/integration/common/llm_server.rs"]
 mod llm_server;
+#[path = "../tests/integration/common/model_server.rs"]
+mod model_server;
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use fabro::backends::config::LlmConfig;
 use fabro::backends::live::LiveBackend;
@@ -29,8 +38,11 @@ use fabro::interview::NoAnswers;
 use fabro::source::SourceFile;
 use fabro::stage::Services;
 use fabro::Loader;
-use llm_server::{openai_text, openai_tools, LlmServer, Reply};
-use serde_json::json;
+use llm_server::{
+    openai_text, openai_tools, read_by_the_model, InputCounter, LlmServer, Reply, ServerOptions,
+};
+use model_server::ModelServer;
+use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 const CYCLES: usize = 40;
@@ -68,8 +80,36 @@ fn summary() -> Reply {
     )
 }
 
+/// The context of the server that lends its tokenizer (tokenizing does not depend on it).
+const TOKENIZER_CONTEXT: u32 = 512;
+
+/// Each request's model and input tokens, as the tokenizer counted them.
+type Counts = Arc<Mutex<Vec<(String, u64)>>>;
+
+/// A fake server's input counter: SmolLM2's tokenizer, each count noted in `counts`.
+fn counted_into(counts: &Counts) -> InputCounter {
+    let counts = counts.clone();
+    InputCounter(Arc::new(move |request: &Value| {
+        let server = ModelServer::with_context(TOKENIZER_CONTEXT);
+        let tokens = server.count_tokens(&read_by_the_model(request).join("\n")).unwrap_or_else(|error| {
+            eprintln!("bench_context: the tokenizer failed: {error}");
+            std::process::exit(1)
+        });
+        counts.lock().unwrap().push((request["model"].as_str().unwrap_or("").to_string(), tokens));
+        tokens
+    }))
+}
+
+/// A fake server answering `main` and `summaries`, its input tokens counted into `counts`.
+fn counting_server(main: Vec<Reply>, summaries: Vec<Reply>, counts: &Counts) -> LlmServer {
+    let options = ServerOptions { input_counter: Some(counted_into(counts)), ..ServerOptions::default() };
+    LlmServer::start_with(main, summaries, options)
+}
+
 struct Measured {
     input_tokens: u64,
+    /// The input tokens SmolLM2's tokenizer counted.
+    counted_tokens: u64,
     largest: u64,
     calls: usize,
     summary_calls: usize,
@@ -81,7 +121,8 @@ struct Measured {
 const WINDOW: u64 = 16_000;
 
 async fn measure(attributes: &str) -> Measured {
-    let server = LlmServer::start(script(), vec![summary(); 200]);
+    let counts = Counts::default();
+    let server = counting_server(script(), vec![summary(); 200], &counts);
     let dir = tempfile::tempdir().expect("temp dir");
     let work = dir.path().join("work");
     std::fs::create_dir_all(work.join("src")).expect("work dir");
@@ -99,8 +140,10 @@ async fn measure(attributes: &str) -> Measured {
     let requests = server.requests();
     let sizes: Vec<u64> = requests.iter().map(|r| r.body.len().div_ceil(4) as u64).collect();
     let last_main = server.main_requests().last().map(|r| r.body.clone()).unwrap_or_default();
+    let counted_tokens = counts.lock().unwrap().iter().map(|(_, tokens)| tokens).sum();
     Measured {
         input_tokens: sizes.iter().sum(),
+        counted_tokens,
         largest: sizes.iter().copied().max().unwrap_or(0),
         calls: requests.len(),
         summary_calls: requests.len() - server.main_requests().len(),
@@ -135,6 +178,8 @@ fn pages(i: usize, prefix: &str) -> Vec<Reply> {
 struct ModelTokens {
     calls: usize,
     input: u64,
+    /// The input tokens SmolLM2's tokenizer counted.
+    counted: u64,
     output: u64,
 }
 
@@ -167,7 +212,8 @@ async fn measure_reads(wrappers: bool) -> (ModelTokens, ModelTokens) {
         }
     }
     replies.push(openai_text("The five files set timeouts, retries and pool sizes; see above.", 0, 40));
-    let server = LlmServer::start(replies, vec![summary(); 50]);
+    let counts = Counts::default();
+    let server = counting_server(replies, vec![summary(); 50], &counts);
     let dir = tempfile::tempdir().expect("temp dir");
     let work = dir.path().join("work");
     std::fs::create_dir_all(work.join("docs")).expect("work dir");
@@ -189,6 +235,10 @@ async fn measure_reads(wrappers: bool) -> (ModelTokens, ModelTokens) {
         let tokens = if body["model"] == SMALL_MODEL { &mut small } else { &mut parent };
         tokens.calls += 1;
         tokens.input += request.body.len().div_ceil(4) as u64;
+    }
+    for (model, tokens) in counts.lock().unwrap().iter() {
+        let of = if model == SMALL_MODEL { &mut small } else { &mut parent };
+        of.counted += tokens;
     }
     // Output: what the scripted replies report (a tool call 10 tokens, answers as given).
     let status: serde_json::Value = serde_json::from_str(
@@ -223,17 +273,17 @@ async fn run_workflow(dot: &str, dir: &std::path::Path, work: std::path::PathBuf
 async fn reading_session() {
     let (bare, _) = measure_reads(false).await;
     let (parent, small) = measure_reads(true).await;
-    println!("\n| reading five 200 KB files | parent input tokens | parent calls | small-model input tokens | small-model calls | estimated cost |");
-    println!("|---|---:|---:|---:|---:|---:|");
+    println!("\n| reading five 200 KB files | parent input tokens (characters / 4) | counted | parent calls | small-model input tokens (characters / 4) | counted | small-model calls | estimated cost |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
     let bare_cost = bare.cost(PARENT_MODEL);
     println!(
-        "| bare `read_file` ({PARENT_MODEL}) | {} | {} | 0 | 0 | ${bare_cost:.4} |",
-        bare.input, bare.calls
+        "| bare `read_file` ({PARENT_MODEL}) | {} | {} | {} | 0 | 0 | 0 | ${bare_cost:.4} |",
+        bare.input, bare.counted, bare.calls
     );
     let cost = parent.cost(PARENT_MODEL) + small.cost(SMALL_MODEL);
     println!(
-        "| `agentic_read_file` ({PARENT_MODEL}, small model {SMALL_MODEL}) | {} | {} | {} | {} | ${cost:.4} |",
-        parent.input, parent.calls, small.input, small.calls
+        "| `agentic_read_file` ({PARENT_MODEL}, small model {SMALL_MODEL}) | {} | {} | {} | {} | {} | {} | ${cost:.4} |",
+        parent.input, parent.counted, parent.calls, small.input, small.counted, small.calls
     );
     let cut = 100.0 - parent.input as f64 * 100.0 / bare.input as f64;
     println!(
@@ -244,6 +294,12 @@ async fn reading_session() {
 
 #[tokio::main]
 async fn main() {
+    if let Err(reason) = ModelServer::try_with_context(TOKENIZER_CONTEXT) {
+        eprintln!(
+            "bench_context counts input tokens with a real tokenizer, and its server cannot start: {reason}"
+        );
+        std::process::exit(1);
+    }
     if std::env::args().any(|arg| arg == "--reads") {
         reading_session().await;
         return;
@@ -273,15 +329,17 @@ async fn main() {
         ),
     ];
     let mut baseline = None;
-    println!("| configuration | input tokens sent | vs first row | largest request | model calls (summaries) | requests over the window | last request names the first file written |");
-    println!("|---|---:|---:|---:|---:|---:|---|");
+    println!("| configuration | input tokens sent (characters / 4) | vs first row | input tokens counted (SmolLM2's tokenizer) | characters / 4 over counted | largest request | model calls (summaries) | requests over the window | last request names the first file written |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---|");
     for (name, attributes) in configurations {
         let measured = measure(attributes).await;
         let base = *baseline.get_or_insert(measured.input_tokens);
         println!(
-            "| {name} | {} | {:.0}% | {} | {} ({}) | {} | {} |",
+            "| {name} | {} | {:.0}% | {} | {:.2} | {} | {} ({}) | {} | {} |",
             measured.input_tokens,
             measured.input_tokens as f64 * 100.0 / base as f64,
+            measured.counted_tokens,
+            measured.input_tokens as f64 / measured.counted_tokens.max(1) as f64,
             measured.largest,
             measured.calls,
             measured.summary_calls,

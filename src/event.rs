@@ -318,7 +318,8 @@ pub enum Event {
     AgentContextWindow { tokens: u64, source: String },
     #[serde(rename = "agent.context_window_warning")]
     AgentContextWindowWarning { estimated_tokens: u64, context_window_size: u64, usage_percent: u64 },
-    /// `trigger`: `window`, `turns` or `budget`; `mode`: the stage's compaction_mode.
+    /// `trigger`: `window`, `turns`, `budget` or `overflow` (the next call would not fit the
+    /// window, or was rejected for its size); `mode`: the stage's compaction_mode.
     #[serde(rename = "agent.compaction.started")]
     AgentCompactionStarted { estimated_tokens: u64, turn_count: usize, mode: String, trigger: String },
     #[serde(rename = "agent.compaction.completed")]

@@ -209,12 +209,15 @@ pub async fn run(
             stop_at_ceilings(settings, &run, transcript)?;
         }
         run.turns += 1;
-        // A call rejected for its size: the window it states, then compaction, then the trim
-        // steps that change something, each kept for the later turns.
+        // A call the window cannot hold (the server rejected it for its size, or the estimate
+        // says it would) is compacted first, once; after a rejection, the window it states is
+        // learned and the trim steps that change something follow, each kept for later turns.
         let mut fitting = Fitting::default();
+        let mut rejected: Option<String> = None;
+        let mut first_view = true;
         let (response, sent_chars, view_tokens, sent_max_output_tokens) = loop {
             let (view, saved) = crate::agent::context::view(&messages, settings.context);
-            if !saved.is_empty() && fitting == Fitting::default() {
+            if !saved.is_empty() && first_view {
                 transcript.event(Event::AgentContextTrimmed {
                     turn: run.turns,
                     before_tokens: crate::agent::context::tokens(&messages),
@@ -225,7 +228,40 @@ pub async fn run(
                     *run.context_savings.entry(layer).or_default() += tokens;
                 }
             }
+            first_view = false;
             let estimate = compactor.estimate(&view, fixed_tokens);
+            let full = settings.context.compacts() && !side_call::fits(compactor.window(), estimate);
+            if !fitting.compacted && (rejected.is_some() || full) {
+                fitting.compacted = true;
+                let files = toolbox.tracker.render();
+                let inputs = Inputs {
+                    provider,
+                    model: settings.context.compaction_model.as_deref().unwrap_or(settings.model),
+                    timeout: settings.request_timeout,
+                    fixed_tokens,
+                    files: &files,
+                    file_count: toolbox.tracker.len(),
+                    record: settings.run_record,
+                    side_call: side_call_of(settings, &compactor),
+                };
+                let done = compactor.compact(Trigger::Overflow, &mut messages, &inputs).await;
+                if done.is_some() {
+                    report(done, transcript, &mut run, "compaction");
+                    rejected = None;
+                    continue;
+                }
+            }
+            if let Some(error) = rejected.take() {
+                trim_further(
+                    &mut messages,
+                    compactor.prompt_at(),
+                    &mut fitting,
+                    error,
+                    transcript,
+                    &mut run,
+                )?;
+                continue;
+            }
             let request = ChatRequest {
                 model: settings.model,
                 system: &system,
@@ -259,26 +295,7 @@ pub async fn run(
                     transcript.event(event);
                 }
             }
-            if !fitting.compacted {
-                fitting.compacted = true;
-                let files = toolbox.tracker.render();
-                let inputs = Inputs {
-                    provider,
-                    model: settings.context.compaction_model.as_deref().unwrap_or(settings.model),
-                    timeout: settings.request_timeout,
-                    fixed_tokens,
-                    files: &files,
-                    file_count: toolbox.tracker.len(),
-                    record: settings.run_record,
-                    side_call: side_call_of(settings, &compactor),
-                };
-                let done = compactor.compact(Trigger::Overflow, &mut messages, &inputs).await;
-                if done.is_some() {
-                    report(done, transcript, &mut run, "compaction");
-                    continue;
-                }
-            }
-            trim_further(&mut messages, compactor.prompt_at(), &mut fitting, error, transcript, &mut run)?;
+            rejected = Some(error);
         };
         run.usage.add(&response.usage);
         if response.usage_estimated {

@@ -3,7 +3,7 @@
 
 use crate::common;
 
-use common::llm_server::{openai_text, openai_tools, LlmServer, Reply};
+use common::llm_server::{counted_chars, openai_text, openai_tools, LlmServer, Reply};
 use common::Test;
 use serde_json::{json, Value};
 
@@ -1453,6 +1453,79 @@ fn a_prompt_stage_learns_the_window_from_a_rejection_and_asks_again_for_what_it_
     );
     let windows = events_named(&ran, "agent.context.window");
     assert_eq!(windows.len(), 1, "{windows:?}");
+}
+
+#[test]
+fn a_call_the_window_cannot_hold_is_compacted_before_it_is_sent() {
+    // A 3,000-token window and reads of 2 KB files: the fourth result would pass it, while the
+    // 80% rule keeps six turns. The history is compacted first (trigger overflow), so no request
+    // asks for more than the window holds and the server never has to reject one.
+    let server = LlmServer::start(reads(8), Vec::new());
+    let ran = with_files(
+        compatible(
+            &server,
+            &workflow(", context_window=3000, compaction_mode=lossless, tool_result_aging=false"),
+        ),
+        8,
+        2_000,
+    )
+    .args(["run", "workflow.dot", "--run-dir", "run", "--workdir", "work", "-q"])
+    .status(0)
+    .run();
+    let compactions = events_named(&ran, "agent.compaction.started");
+    assert!(
+        !compactions.is_empty() && compactions.iter().all(|c| c["trigger"] == "overflow"),
+        "{compactions:?}"
+    );
+    for request in server.main_requests() {
+        let body = request.json();
+        let chars = counted_chars(&body);
+        let max_tokens = body["max_tokens"].as_u64().unwrap();
+        assert!(
+            (chars as u64).div_ceil(4) + max_tokens <= 3000,
+            "{chars} characters and {max_tokens} tokens"
+        );
+    }
+}
+
+#[test]
+fn a_thread_too_long_for_the_window_at_a_stages_first_call_becomes_its_digest() {
+    // The plan stage's long prompt is in the work stage's thread: its first call is rejected,
+    // and with no turn of its own to compact, the thread's digest is what makes it fit.
+    let long_plan =
+        format!("Plan the change. Constraint: never touch vendor/. {}", "Context line. ".repeat(800));
+    let rejected = Reply::status(
+        400,
+        r#"{"error": {"message": "This model's maximum context length is 4000 tokens. However, you requested 5000 tokens (4900 in the messages, 100 in the completion).", "code": "context_length_exceeded"}}"#,
+    );
+    let replies =
+        vec![openai_text("The plan: change src/lib.rs only.", 10, 5), rejected, openai_text("Done.", 10, 5)];
+    let server = LlmServer::start(replies, Vec::new());
+    let workflow = format!(
+        r#"digraph threads {{
+            start [shape=Mdiamond]
+            exit [shape=Msquare]
+            node [llm_model="local-model", fidelity=full, thread_id=t]
+            plan [shape=tab, prompt="{long_plan}"]
+            work [prompt="Do it", max_turns=5]
+            start -> plan -> work -> exit
+        }}"#
+    );
+    let ran = compatible(&server, &workflow)
+        .args(["run", "workflow.dot", "--run-dir", "run", "-q"])
+        .status(0)
+        .run();
+    let compactions = events_named(&ran, "agent.compaction.completed");
+    assert_eq!(compactions.len(), 1, "{compactions:?}");
+    assert!(compactions[0]["after_tokens"].as_u64() < compactions[0]["before_tokens"].as_u64());
+    assert!(events_named(&ran, "agent.context.trim_retry").is_empty());
+    let last = server.main_requests().last().unwrap().json();
+    let sent = last["messages"].to_string();
+    assert!(
+        sent.contains("[Earlier in this thread") && sent.contains("Constraint: never touch vendor/."),
+        "{sent}"
+    );
+    assert!(sent.len() < long_plan.len(), "{} characters sent", sent.len());
 }
 
 #[test]

@@ -467,16 +467,16 @@ fn an_openai_compatible_server_runs_agent_stages_and_large_results_are_offloaded
 
 #[test]
 fn compaction_replaces_old_turns_when_the_context_window_is_small() {
-    // Eight tool turns, each reading a 1 KB file, then a final answer. The window (2,000 tokens,
-    // of which the system prompt and the tool definitions take more than half) is so small that
-    // every turn passes 80%; compaction keeps 6 turns, so it starts after the seventh tool
-    // turn and again after the eighth.
+    // Eight tool turns, each reading a 1 KB file, then a final answer. The window (3,200 tokens,
+    // of which the system prompt and the tool definitions take almost half) is so small that the
+    // sixth turn passes 80%; compaction keeps 6 turns, so it starts after the seventh tool turn
+    // and again after the eighth, and every request stays within the window.
     let chunk: String = (0..10).map(|i| format!("{i} {}\n", "y".repeat(96))).collect();
     let workflow = r#"digraph compact {
         start [shape=Mdiamond]
         exit [shape=Msquare]
         work [shape=box, prompt="Read notes.txt seven times", llm_model="local-model", fidelity="full",
-              context_window=2000, max_turns=20]
+              context_window=3200, max_turns=20]
         start -> work -> exit
     }"#;
     let mut replies: Vec<Reply> = (0..8)
@@ -499,7 +499,7 @@ fn compaction_replaces_old_turns_when_the_context_window_is_small() {
         .run();
     let warnings = events_named(&ran, "agent.context_window_warning");
     assert!(!warnings.is_empty());
-    assert_eq!(warnings[0]["context_window_size"], 2000);
+    assert_eq!(warnings[0]["context_window_size"], 3200);
     assert!(warnings[0]["usage_percent"].as_u64().unwrap() > 80);
     let started = events_named(&ran, "agent.compaction.started");
     let completed = events_named(&ran, "agent.compaction.completed");
@@ -551,7 +551,7 @@ fn a_failed_summary_leaves_a_marker_and_the_stage_goes_on_from_the_kept_turns() 
     let workflow = r#"digraph compact {
         start [shape=Mdiamond]
         exit [shape=Msquare]
-        work [shape=box, prompt="Go", llm_model="local-model", context_window=100]
+        work [shape=box, prompt="Go", llm_model="local-model", compaction_trigger_turns=7]
         start -> work -> exit
     }"#;
     let mut replies: Vec<Reply> =

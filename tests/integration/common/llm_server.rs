@@ -73,6 +73,17 @@ impl Reply {
         self.delay = delay;
         self
     }
+
+    /// The answer with `tokens` as its input tokens (OpenAI's `prompt_tokens`, Anthropic's
+    /// `input_tokens`).
+    pub fn with_input_tokens(mut self, tokens: u64) -> Reply {
+        let Ok(mut answer) = serde_json::from_str::<Value>(&self.body) else { return self };
+        let usage = &mut answer["usage"];
+        let field = if usage.get("input_tokens").is_some() { "input_tokens" } else { "prompt_tokens" };
+        usage[field] = json!(tokens);
+        self.body = answer.to_string();
+        self
+    }
 }
 
 /// A request the server received.
@@ -82,6 +93,35 @@ pub struct Request {
     /// Lower-cased names.
     pub headers: Vec<(String, String)>,
     pub body: String,
+}
+
+/// What the model of an OpenAI chat request reads, piece by piece: each message's text, each tool
+/// call's name and arguments, and each tool's name, description and parameter schema (what fabro
+/// counts for its token estimates).
+pub fn read_by_the_model(body: &Value) -> Vec<String> {
+    let list = |value: &Value| value.as_array().cloned().unwrap_or_default();
+    let text = |value: &Value| value.as_str().unwrap_or("").to_string();
+    let mut pieces = Vec::new();
+    for message in list(&body["messages"]) {
+        pieces.push(text(&message["content"]));
+        for call in list(&message["tool_calls"]) {
+            pieces.extend([text(&call["function"]["name"]), text(&call["function"]["arguments"])]);
+        }
+    }
+    for tool in list(&body["tools"]) {
+        let function = &tool["function"];
+        pieces.extend([
+            text(&function["name"]),
+            text(&function["description"]),
+            function["parameters"].to_string(),
+        ]);
+    }
+    pieces
+}
+
+/// The characters of [`read_by_the_model`].
+pub fn counted_chars(body: &Value) -> usize {
+    read_by_the_model(body).iter().map(String::len).sum()
 }
 
 impl Request {
@@ -106,6 +146,7 @@ struct Script {
     models: Option<Value>,
     props: Option<Value>,
     streams: Vec<StreamEnd>,
+    input_counter: Option<InputCounter>,
 }
 
 /// How one streamed answer ended.
@@ -135,6 +176,19 @@ pub struct ServerOptions {
     pub models: Option<Value>,
     /// What `GET /props` answers, as llama.cpp's server does (default: 404).
     pub props: Option<Value>,
+    /// Counts each request's input tokens for its answer's `usage`, as a real server would
+    /// (default: the scripted counts stand).
+    pub input_counter: Option<InputCounter>,
+}
+
+/// Counts the input tokens of a request (its JSON body), a real tokenizer's count, say.
+#[derive(Clone)]
+pub struct InputCounter(pub Arc<dyn Fn(&Value) -> u64 + Send + Sync>);
+
+impl std::fmt::Debug for InputCounter {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str("InputCounter")
+    }
 }
 
 /// The running server; it stops with the test process.
@@ -167,6 +221,7 @@ impl LlmServer {
             mount: options.mount,
             models: options.models,
             props: options.props,
+            input_counter: options.input_counter,
             ..Script::default()
         }));
         let shared = script.clone();
@@ -216,23 +271,27 @@ impl LlmServer {
     }
 }
 
-fn serve(stream: TcpStream, script: &Mutex<Script>) {
+/// One HTTP request as it came in: method, path, lower-cased headers, body.
+pub struct Incoming {
+    pub method: String,
+    pub path: String,
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+/// Reads one request from `stream` (none when the client went away or sent garbage).
+pub fn read_request(stream: &TcpStream) -> Option<Incoming> {
     let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
-    let mut reader = BufReader::new(match stream.try_clone() {
-        Ok(s) => s,
-        Err(_) => return,
-    });
+    let mut reader = BufReader::new(stream.try_clone().ok()?);
     let mut request_line = String::new();
-    if reader.read_line(&mut request_line).is_err() {
-        return;
-    }
+    reader.read_line(&mut request_line).ok()?;
     let method = request_line.split_whitespace().next().unwrap_or("").to_string();
     let path = request_line.split_whitespace().nth(1).unwrap_or("").to_string();
     let mut headers = Vec::new();
     loop {
         let mut line = String::new();
         if reader.read_line(&mut line).unwrap_or(0) == 0 {
-            return;
+            return None;
         }
         let line = line.trim_end();
         if line.is_empty() {
@@ -245,10 +304,12 @@ fn serve(stream: TcpStream, script: &Mutex<Script>) {
     let length: usize =
         headers.iter().find(|(n, _)| n == "content-length").and_then(|(_, v)| v.parse().ok()).unwrap_or(0);
     let mut body = vec![0; length];
-    if reader.read_exact(&mut body).is_err() {
-        return;
-    }
-    let body = String::from_utf8_lossy(&body).into_owned();
+    reader.read_exact(&mut body).ok()?;
+    Some(Incoming { method, path, headers, body: String::from_utf8_lossy(&body).into_owned() })
+}
+
+fn serve(stream: TcpStream, script: &Mutex<Script>) {
+    let Some(Incoming { method, path, headers, body }) = read_request(&stream) else { return };
     let started = Instant::now();
     let request: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
     let streamed = request["stream"] == true;
@@ -278,6 +339,11 @@ fn serve(stream: TcpStream, script: &Mutex<Script>) {
         queue.pop_front().unwrap_or_else(|| {
             Reply::status(500, r#"{"error": {"message": "the test server has no more scripted replies"}}"#)
         })
+    };
+    let counter = script.lock().unwrap().input_counter.clone();
+    let reply = match counter {
+        Some(counter) if reply.status == 200 => reply.with_input_tokens(counter.0(&request)),
+        _ => reply,
     };
     if streamed && reply.status == 200 {
         let events = if reply.empty_stream { Some(Vec::new()) } else { events_of(&reply.body, with_usage) };

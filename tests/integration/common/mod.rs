@@ -4,6 +4,7 @@
 pub mod llm_server;
 pub mod model_server;
 pub mod pty;
+pub mod recording_proxy;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

@@ -40,8 +40,9 @@ const START_TIMEOUT: Duration = Duration::from_secs(120);
 pub struct ModelServer {
     pub port: u16,
     pub n_ctx: u32,
-    /// Never waited for: the process dies with the test binary.
-    _child: Child,
+    /// A shared server's is never waited for: the process dies with the test binary; a
+    /// dedicated one's is killed when it is dropped.
+    child: Child,
     /// The server's stdout and stderr (an unlinked file: nothing is left behind).
     log: File,
 }
@@ -56,13 +57,26 @@ impl ModelServer {
     /// test of this binary that asks for the same size. Panics, with the reason and the server's
     /// output, when it is not installed or does not start.
     pub fn with_context(n_ctx: u32) -> &'static ModelServer {
+        ModelServer::try_with_context(n_ctx).unwrap_or_else(|reason| panic!("{reason}"))
+    }
+
+    /// [`ModelServer::with_context`], or why the server cannot start.
+    pub fn try_with_context(n_ctx: u32) -> Result<&'static ModelServer, String> {
         static SERVERS: Mutex<BTreeMap<u32, &'static OnceLock<Result<ModelServer, String>>>> =
             Mutex::new(BTreeMap::new());
         let slot = *SERVERS.lock().unwrap().entry(n_ctx).or_insert_with(|| Box::leak(Box::default()));
-        match slot.get_or_init(|| start(n_ctx)) {
-            Ok(server) => server,
-            Err(reason) => panic!("{reason}"),
-        }
+        slot.get_or_init(|| start(n_ctx, None)).as_ref().map_err(Clone::clone)
+    }
+
+    /// A server of the test's own on `port` (none: a free one), for a test that stops it and
+    /// starts it again (an outage); killed when dropped.
+    pub fn dedicated(n_ctx: u32, port: Option<u16>) -> ModelServer {
+        start(n_ctx, port).unwrap_or_else(|reason| panic!("{reason}"))
+    }
+
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// The base URL fabro is given (`http://127.0.0.1:PORT/v1`).
@@ -88,6 +102,37 @@ impl ModelServer {
     /// The last `bytes` of the server's output, for assertion messages.
     pub fn log_tail(&self, bytes: u64) -> String {
         tail(&self.log, bytes)
+    }
+
+    /// The tokens of `text` by the model's own tokenizer (llama-cpp-python's
+    /// `POST /extras/tokenize/count`).
+    pub fn count_tokens(&self, text: &str) -> Result<u64, String> {
+        let body = serde_json::json!({ "input": text }).to_string();
+        let request = format!(
+            "POST /extras/tokenize/count HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        let mut answer = String::new();
+        TcpStream::connect(("127.0.0.1", self.port))
+            .and_then(|mut stream| {
+                stream.write_all(request.as_bytes())?;
+                stream.read_to_string(&mut answer)
+            })
+            .map_err(|error| format!("the model server on port {}: {error}", self.port))?;
+        let (_, json) = answer.split_once("\r\n\r\n").unwrap_or_default();
+        serde_json::from_str::<serde_json::Value>(json)
+            .ok()
+            .and_then(|count| count["count"].as_u64())
+            .ok_or_else(|| format!("/extras/tokenize/count answered {answer:?}"))
+    }
+}
+
+impl Drop for ModelServer {
+    /// Only a dedicated server is ever dropped (the shared ones live as long as the process).
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
@@ -126,12 +171,15 @@ fn smollm2_in(venv: &Path) -> Option<PathBuf> {
         .find(|model| model.exists())
 }
 
-fn start(n_ctx: u32) -> Result<ModelServer, String> {
+fn start(n_ctx: u32, port: Option<u16>) -> Result<ModelServer, String> {
     let (python, model) = installed()?;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .map_err(|error| format!("no free loopback port: {error}"))?
-        .port();
+    let port = match port {
+        Some(port) => port,
+        None => std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|listener| listener.local_addr())
+            .map_err(|error| format!("no free loopback port: {error}"))?
+            .port(),
+    };
     let log = tempfile::tempfile().map_err(|error| format!("no temporary file: {error}"))?;
     let output = |log: &File| log.try_clone().map(Stdio::from).map_err(|error| error.to_string());
     let mut command = Command::new(&python);
@@ -166,7 +214,7 @@ fn start(n_ctx: u32) -> Result<ModelServer, String> {
         std::thread::sleep(Duration::from_millis(100));
     }
     eprintln!("model server (n_ctx {n_ctx}) on port {port}, ready in {:.1?}", started.elapsed());
-    Ok(ModelServer { port, n_ctx, _child: child, log })
+    Ok(ModelServer { port, n_ctx, child, log })
 }
 
 /// Spawns `command` so that the kernel kills it when this process ends, however it ends.

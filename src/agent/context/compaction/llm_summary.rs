@@ -27,11 +27,15 @@ pub const HEADER: &str =
 pub const SYSTEM: &str =
     "You summarize the history of a coding agent's work so it can continue with a smaller context.";
 
+/// The most output tokens a summary call asks for.
+pub const MAX_SUMMARY_TOKENS: u32 = 4096;
+
 /// A summary, or why there is none; both with what the call used.
 pub type Summarized = Result<(String, Usage), (String, Usage)>;
 
-/// Asks `model` to summarize `messages`; the summary's own File Operations section is dropped (the
-/// tracker's list is authoritative). An empty summary is a failure.
+/// Asks `model` to summarize `messages` in at most `max_output_tokens` (and
+/// [`MAX_SUMMARY_TOKENS`]); the summary's own File Operations section is dropped (the tracker's
+/// list is authoritative). An empty summary is a failure.
 pub async fn summarize(
     provider: &dyn ChatProvider,
     model: &str,
@@ -39,6 +43,7 @@ pub async fn summarize(
     messages: &[ChatMessage],
     prune_chars: usize,
     side_call: &SideCall,
+    max_output_tokens: u32,
 ) -> Summarized {
     let request_text = format!(
         "Summarize the conversation below for the coding agent that continues it; it will see only your summary \
@@ -48,7 +53,8 @@ pub async fn summarize(
         SECTIONS.iter().map(|s| format!("## {s}")).collect::<Vec<_>>().join(", "),
         render_for_summary(messages, prune_chars)
     );
-    let (request_text, max_output) = side_call.fit(SYSTEM, request_text, 4096);
+    let (request_text, max_output) =
+        side_call.fit(SYSTEM, request_text, max_output_tokens.min(MAX_SUMMARY_TOKENS));
     let response = ask(provider, model, SYSTEM, request_text, max_output, timeout)
         .await
         .map_err(|error| (error.to_string(), Usage::default()))?;
@@ -158,14 +164,21 @@ pub(super) mod tests {
         let provider = Summarizer(Ok("## Goal\nFix it\n## File Operations\n- made up"), Default::default());
         let messages = [ChatMessage::user("Fix the bug")];
         let (summary, _) =
-            summarize(&provider, "m", Duration::from_secs(1), &messages, 8000, &wide()).await.unwrap();
+            summarize(&provider, "m", Duration::from_secs(1), &messages, 8000, &wide(), MAX_SUMMARY_TOKENS)
+                .await
+                .unwrap();
         assert_eq!(summary, "## Goal\nFix it");
         assert!(provider.1.lock().unwrap()[0].contains("USER:\nFix the bug"));
         let empty = Summarizer(Ok("  "), Default::default());
-        assert!(summarize(&empty, "m", Duration::from_secs(1), &messages, 8000, &wide()).await.is_err());
+        assert!(summarize(&empty, "m", Duration::from_secs(1), &messages, 8000, &wide(), MAX_SUMMARY_TOKENS)
+            .await
+            .is_err());
         let down = Summarizer(Err(BackendError::Retryable("down".into())), Default::default());
         assert_eq!(
-            summarize(&down, "m", Duration::from_secs(1), &messages, 8000, &wide()).await.unwrap_err().0,
+            summarize(&down, "m", Duration::from_secs(1), &messages, 8000, &wide(), MAX_SUMMARY_TOKENS)
+                .await
+                .unwrap_err()
+                .0,
             "down"
         );
     }

@@ -8,8 +8,13 @@
 //! - the turns since the last compaction reach `compaction_trigger_turns` (or the preset's);
 //! - the input tokens sent since the last compaction reach `context_budget_cutover`.
 //!
+//! And before a call ([`Trigger::Overflow`]) when it would not fit the window, by the estimate or
+//! because the provider rejected it: then only the latest turn stays, and a summary gets only
+//! the room the window leaves.
+//!
 //! An anti-thrash guard holds compaction back while each of the latest compactions saved too
-//! little, until the conversation has grown by a quarter. `compaction=none` never compacts.
+//! little, until the conversation has grown by a quarter. `compaction=none` compacts only a call
+//! the provider rejected for its size.
 //!
 //! How ([`Compactor::compact`]) is the stage's `compaction_mode`: a model's summary ([`llm_summary`]),
 //! the stage's tool-call log ([`intent`]), the run's records ([`lossless`]), both records and
@@ -34,7 +39,7 @@ use crate::llm::chat::ChatProvider;
 use crate::usage::Usage;
 
 use super::calibration::Calibration;
-use super::side_call::SideCall;
+use super::side_call::{self, SideCall};
 use super::tokens;
 
 /// The first line of the block a failed summary leaves.
@@ -63,7 +68,8 @@ pub enum Trigger {
     Turns,
     /// The input tokens since the last compaction reached `context_budget_cutover`.
     Budget,
-    /// The provider rejected a call for its size: compaction keeps only the latest turn.
+    /// The next call would not fit the window (by the estimate, or the provider rejected it for its
+    /// size): compaction keeps only the latest turn.
     Overflow,
 }
 
@@ -290,12 +296,14 @@ impl Compactor {
         inputs: &Inputs<'_>,
     ) -> Option<Done> {
         let mode = self.settings.compaction_mode();
-        self.pin_thread_digest(messages);
+        let before = self.estimate(messages, inputs.fixed_tokens);
+        // The thread's earlier stages become their digest, even when no turn of the stage's own
+        // is compacted yet (a long thread fills the window at the stage's first call).
+        let pinned = self.pin_thread_digest(messages);
         let starts: Vec<usize> = (self.prompt_at + 1..messages.len())
             .filter(|&i| matches!(messages[i], ChatMessage::Assistant { .. }))
             .collect();
         let keep = if trigger == Trigger::Overflow { 1 } else { self.kept_turns(messages, &starts) };
-        let before = self.estimate(messages, inputs.fixed_tokens);
         let turn_count = self.uncompacted_turns(messages);
         let mut done = Done::default();
         done.events.push(Event::AgentCompactionStarted {
@@ -322,27 +330,29 @@ impl Compactor {
                     i == prompt_at || matches!(message, ChatMessage::User { content } if is_block(content))
                 },
             );
-            if dropped_turns == 0 && !dropped.contains(&true) {
+            if dropped_turns == 0 && !dropped.contains(&true) && !pinned {
                 return None;
             }
             self.prompt_at -= dropped[..prompt_at].iter().filter(|d| **d).count();
             self.compacted_through += dropped_turns as u32;
-        } else {
-            if starts.len() <= keep {
-                return None;
-            }
+        } else if starts.len() > keep {
             let cut = starts[starts.len() - keep];
             let through = self.compacted_through + (starts.len() - keep) as u32;
-            let block = self.block(mode, through, &messages[..cut], inputs, &mut done).await;
-            // The thread's digest and the stage's prompt stay, then the block.
+            // The thread's digest and the stage's prompt stay, then the block, then the kept
+            // turns; the block gets what the window leaves of them.
             let mut head: Vec<ChatMessage> =
                 messages[..self.prompt_at].iter().filter(|m| thread_digest::is_digest(m)).cloned().collect();
             head.push(messages[self.prompt_at].clone());
+            let kept = self.estimate(&[&head[..], &messages[cut..]].concat(), inputs.fixed_tokens);
+            let room = side_call::room(self.window, kept);
+            let block = self.block(mode, through, &messages[..cut], inputs, room, &mut done).await;
             self.prompt_at = head.len() - 1;
             head.push(ChatMessage::user(block.clone()));
             messages.splice(..cut, head);
             self.compacted_through = through;
             done.block = Some(block);
+        } else if !pinned {
+            return None;
         }
         let after = self.estimate(messages, inputs.fixed_tokens);
         done.saved_tokens = before.saturating_sub(after);
@@ -370,15 +380,16 @@ impl Compactor {
     }
 
     /// Replaces the thread's earlier stages (the messages before the stage's prompt) by their
-    /// digest, once ([`thread_digest`]); every mode keeps it from then on.
-    fn pin_thread_digest(&mut self, messages: &mut Vec<ChatMessage>) {
+    /// digest, once ([`thread_digest`]); every mode keeps it from then on. True when it did.
+    fn pin_thread_digest(&mut self, messages: &mut Vec<ChatMessage>) -> bool {
         let history = &messages[..self.prompt_at];
         if history.is_empty() || (history.len() == 1 && thread_digest::is_digest(&history[0])) {
-            return;
+            return false;
         }
         let digest = thread_digest::digest(history);
         messages.splice(..self.prompt_at, [ChatMessage::user(digest)]);
         self.prompt_at = 1;
+        true
     }
 
     /// Replaces the finished task, the turns after the stage's prompt and its earlier blocks up to
@@ -444,13 +455,16 @@ impl Compactor {
         Some(done)
     }
 
-    /// The block that replaces `compacted` (turns 1..=`through`) under `mode`.
+    /// The block that replaces `compacted` (turns 1..=`through`) under `mode`. A summary takes
+    /// at most `room` tokens with its framing (what the stage's window leaves beside the rest of
+    /// the request): it is asked for no more, and cut to it if it is longer.
     async fn block(
         &self,
         mode: CompactionMode,
         through: u32,
         compacted: &[ChatMessage],
         inputs: &Inputs<'_>,
+        room: u64,
         done: &mut Done,
     ) -> String {
         let records = || {
@@ -461,6 +475,22 @@ impl Compactor {
             CompactionMode::Intent => intent::block(&self.operations, 1, through),
             CompactionMode::Lossless => records(),
             CompactionMode::Llm | CompactionMode::Hybrid | CompactionMode::Window => {
+                let records = (mode == CompactionMode::Hybrid).then(records);
+                let block = |summary: &str| {
+                    let summary = format!(
+                        "{}\n\n{summary}\n\n## File Operations\n{}\n",
+                        llm_summary::HEADER,
+                        inputs.files
+                    );
+                    match &records {
+                        Some(records) => format!("{records}\n\n{summary}"),
+                        None => summary,
+                    }
+                };
+                const CUT: &str = " […]";
+                // One token more: the estimate rounds up.
+                let framing = self.calibration.tokens(block("").len() + CUT.len()) + 1;
+                let summary_room = room.saturating_sub(framing);
                 let summarized = llm_summary::summarize(
                     inputs.provider,
                     inputs.model,
@@ -468,34 +498,25 @@ impl Compactor {
                     compacted,
                     self.settings.prune_chars(),
                     &inputs.side_call,
+                    u32::try_from(summary_room).unwrap_or(u32::MAX),
                 )
                 .await;
-                let hybrid = mode == CompactionMode::Hybrid;
                 match summarized {
                     Ok((text, usage)) => {
                         done.usage.add(&usage);
-                        let summary = format!(
-                            "{}\n\n{text}\n\n## File Operations\n{}\n",
-                            llm_summary::HEADER,
-                            inputs.files
-                        );
-                        if hybrid {
-                            format!("{}\n\n{summary}", records())
-                        } else {
-                            summary
-                        }
+                        let max_chars = (summary_room as f64 * self.calibration.chars_per_token()) as usize;
+                        block(&super::shortened(&text, max_chars, CUT))
                     }
                     Err((error, usage)) => {
                         done.usage.add(&usage);
                         done.events.push(Event::AgentCompactionFailed {
                             error: error.clone(),
-                            fallback: if hybrid { "lossless" } else { "compaction_failed_marker" }
+                            fallback: if records.is_some() { "lossless" } else { "compaction_failed_marker" }
                                 .to_string(),
                         });
-                        if hybrid {
-                            records()
-                        } else {
-                            failed_block(through, &error, inputs.files)
+                        match records {
+                            Some(records) => records,
+                            None => failed_block(through, &error, inputs.files),
                         }
                     }
                 }
@@ -566,6 +587,43 @@ mod tests {
         // Too few turns: nothing to do.
         let mut short = turns(6);
         assert!(compactor.compact(Trigger::Window, &mut short, &inputs(&provider)).await.is_none());
+    }
+
+    #[tokio::test]
+    async fn a_summary_gets_only_the_room_the_window_leaves_and_is_cut_to_it() {
+        /// A summarizer that writes far more than it is asked for, and notes what it was asked.
+        struct LongWinded(std::sync::Mutex<Vec<u32>>);
+        #[async_trait::async_trait]
+        impl ChatProvider for LongWinded {
+            fn name(&self) -> &str {
+                "test"
+            }
+            fn applies_reasoning_effort(&self, _model: &str) -> bool {
+                false
+            }
+            async fn chat(
+                &self,
+                request: &crate::llm::chat::ChatRequest<'_>,
+            ) -> Result<crate::llm::chat::ChatResponse, BackendError> {
+                self.0.lock().unwrap().push(request.max_output_tokens);
+                let text = format!("## Goal\n{}", "word ".repeat(2_000));
+                Ok(crate::llm::chat::ChatResponse { text, ..Default::default() })
+            }
+        }
+        let provider = LongWinded(Default::default());
+        let mut messages = turns(8);
+        let window = 700;
+        let mut compactor = Compactor::new(&settings(CompactionMode::Llm), "m", window, 0);
+        let before = compactor.estimate(&messages, 10);
+        assert!(!side_call::fits(window, before));
+        let done = compactor.compact(Trigger::Overflow, &mut messages, &inputs(&provider)).await.unwrap();
+        // The prompt and the latest turn stay; the summary may take what the window leaves.
+        let kept = compactor.estimate(&[&messages[..1], &messages[messages.len() - 2..]].concat(), 10);
+        let asked = provider.0.lock().unwrap()[0];
+        assert!(u64::from(asked) < side_call::room(window, kept), "{asked}");
+        let after = compactor.estimate(&messages, 10);
+        assert!(side_call::fits(window, after), "{after} tokens do not fit {window}");
+        assert!(done.saved_tokens > 0 && done.block.unwrap().contains("## Goal\nword word"));
     }
 
     #[tokio::test]
