@@ -196,6 +196,10 @@ pub async fn run(
     let fixed_tokens = crate::usage::estimated_tokens(fixed_chars);
     let mut run = AgentRun::default();
     let mut watchdog = Watchdog::default();
+    // A compaction made because the estimate said the call would not fit, which left it still
+    // not fitting: the window cannot hold even what compaction keeps, so later turns stop
+    // compacting on the estimate (a rejection still compacts), instead of a side call every turn.
+    let mut compacting_cannot_fit = false;
     let prompt_at = messages.len().saturating_sub(1);
     let mut compactor = Compactor::new(settings.context, settings.model, settings.context_window, prompt_at);
     compactor.calibration = Calibration::starting_at(settings.chars_per_token);
@@ -231,7 +235,10 @@ pub async fn run(
             first_view = false;
             let estimate = compactor.estimate(&view, fixed_tokens);
             let full = settings.context.compacts() && !side_call::fits(compactor.window(), estimate);
-            if !fitting.compacted && (rejected.is_some() || full) {
+            if fitting.compacted && full && rejected.is_none() {
+                compacting_cannot_fit = true;
+            }
+            if !fitting.compacted && (rejected.is_some() || (full && !compacting_cannot_fit)) {
                 fitting.compacted = true;
                 let files = toolbox.tracker.render();
                 let inputs = Inputs {
