@@ -108,6 +108,11 @@ impl<'a> Transcript<'a> {
         }
     }
 
+    /// Where the transcript is written (none outside a run).
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
     pub fn secrets(&self) -> &Secrets {
         &self.secrets
     }

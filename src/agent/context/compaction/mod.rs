@@ -21,6 +21,7 @@ pub mod checkpoint;
 pub mod intent;
 pub mod llm_summary;
 pub mod lossless;
+pub mod operation_log;
 pub mod thread_digest;
 pub mod window;
 
@@ -87,9 +88,11 @@ pub struct Inputs<'a> {
     /// Estimated tokens (at the default ratio) of what every request sends besides the messages:
     /// the system prompt and the tool definitions.
     pub fixed_tokens: u64,
-    /// The file tracker's list and how many files it has.
-    pub files: &'a str,
+    /// The file tracker's list in a budget of characters, and how many files it has.
+    pub files: &'a (dyn Fn(usize) -> String + Sync),
     pub file_count: usize,
+    /// Where the stage's full log is, as the blocks say it ([`full_log`]; empty outside a run).
+    pub full_log: &'a str,
     /// The run's records when the stage started (none outside a run).
     pub record: Option<&'a lossless::RunRecord>,
     /// The window of the model that writes summaries and records.
@@ -123,7 +126,7 @@ pub struct Compactor {
     /// Above this estimate a `Window` trigger fires.
     limit: u64,
     /// The stage's tool calls, for `intent` and `lossless` blocks.
-    pub operations: Vec<intent::Operation>,
+    pub log: operation_log::OperationLog,
     /// Where the stage's prompt is in the conversation.
     prompt_at: usize,
     /// The last loop turn a compaction covered.
@@ -150,7 +153,7 @@ impl Compactor {
             model: model.to_string(),
             window,
             limit: limit(settings, model, window),
-            operations: Vec::new(),
+            log: operation_log::OperationLog::default(),
             prompt_at,
             compacted_through: 0,
             savings: VecDeque::new(),
@@ -333,6 +336,7 @@ impl Compactor {
             }
             let cut = starts[starts.len() - keep];
             let through = self.compacted_through + (starts.len() - keep) as u32;
+            self.log.count_through(through);
             let block = self.block(mode, through, &messages[..cut], inputs, &mut done).await;
             // The thread's digest and the stage's prompt stay, then the block.
             let mut head: Vec<ChatMessage> =
@@ -395,6 +399,8 @@ impl Compactor {
             .find(|&i| matches!(messages[i], ChatMessage::Assistant { .. }))?;
         let before = self.estimate(messages, inputs.fixed_tokens);
         let mut done = Done::default();
+        self.log.count_through(through);
+        let files = (inputs.files)(self.settings.block_chars() / 2);
         let written = checkpoint::write_record(
             inputs.provider,
             inputs.model,
@@ -408,17 +414,17 @@ impl Compactor {
         let (block, fallback) = match written {
             Ok((record, usage)) => {
                 done.usage.add(&usage);
-                (checkpoint::block(detail, &record, inputs.files), None)
+                (checkpoint::block(detail, &record, &files), None)
             }
             Err((error, usage)) => {
                 done.usage.add(&usage);
                 let block = checkpoint::fallback_block(
                     detail,
                     &error,
-                    &self.operations,
+                    &self.log,
                     self.compacted_through + 1,
                     through,
-                    inputs.files,
+                    &files,
                 );
                 (block, Some(error))
             }
@@ -453,12 +459,17 @@ impl Compactor {
         inputs: &Inputs<'_>,
         done: &mut Done,
     ) -> String {
+        let budget = self.settings.block_chars();
         let records = || {
             let none = lossless::RunRecord::default();
-            lossless::block(inputs.record.unwrap_or(&none), &self.operations, inputs.files, through)
+            let record = inputs.record.unwrap_or(&none);
+            lossless::block(record, &self.log, inputs.files, inputs.full_log, through, budget)
         };
+        let files = || (inputs.files)(budget / 2);
         match mode {
-            CompactionMode::Intent => intent::block(&self.operations, 1, through),
+            CompactionMode::Intent => {
+                intent::block(&self.log, through, inputs.files, inputs.full_log, budget)
+            }
             CompactionMode::Lossless => records(),
             CompactionMode::Llm | CompactionMode::Hybrid | CompactionMode::Window => {
                 let summarized = llm_summary::summarize(
@@ -474,11 +485,8 @@ impl Compactor {
                 match summarized {
                     Ok((text, usage)) => {
                         done.usage.add(&usage);
-                        let summary = format!(
-                            "{}\n\n{text}\n\n## File Operations\n{}\n",
-                            llm_summary::HEADER,
-                            inputs.files
-                        );
+                        let summary =
+                            format!("{}\n\n{text}\n\n## File Operations\n{}\n", llm_summary::HEADER, files());
                         if hybrid {
                             format!("{}\n\n{summary}", records())
                         } else {
@@ -495,13 +503,26 @@ impl Compactor {
                         if hybrid {
                             records()
                         } else {
-                            failed_block(through, &error, inputs.files)
+                            failed_block(through, &error, &files())
                         }
                     }
                 }
             }
         }
     }
+}
+
+/// Where the stage's full log is, for blocks to say: its transcript at `transcript` (none
+/// outside a run, and then an empty text).
+pub fn full_log(transcript: Option<&std::path::Path>) -> String {
+    let Some(path) = transcript else { return String::new() };
+    let parts: Vec<String> = path.iter().map(|part| part.to_string_lossy().into_owned()).collect();
+    let in_run = parts[parts.len().saturating_sub(4)..].join("/");
+    format!(
+        "The stage's full log (every tool call, its arguments and result) is its transcript, `{in_run}` in the \
+         run directory: read_file and grep can read it at {}.",
+        path.display()
+    )
 }
 
 /// The block a failed summary leaves: the turns are gone, and the model is sent to the files.
@@ -534,8 +555,9 @@ mod tests {
             model: "m",
             timeout: Duration::from_secs(1),
             fixed_tokens: 10,
-            files: "- a.rs (edited)",
+            files: &|_| "- a.rs (edited)".to_string(),
             file_count: 1,
+            full_log: "",
             record: None,
             side_call: SideCall { window: 200_000, calibration: Calibration::default() },
         }
@@ -590,7 +612,7 @@ mod tests {
         for mode in [CompactionMode::Intent, CompactionMode::Lossless, CompactionMode::Window] {
             let mut messages = turns(10);
             let mut compactor = Compactor::new(&settings(mode), "m", 1000, 0);
-            compactor.operations.push(intent::Operation {
+            compactor.log.push(intent::Operation {
                 turn: 1,
                 tool: "read_file".into(),
                 target: "f0".into(),
