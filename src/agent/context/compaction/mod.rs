@@ -9,7 +9,8 @@
 //! - the input tokens sent since the last compaction reach `context_budget_cutover`.
 //!
 //! An anti-thrash guard holds compaction back while each of the latest compactions saved too
-//! little, until the conversation has grown by a quarter. `compaction=none` never compacts.
+//! little of the turns it took in, until the conversation has grown by a quarter.
+//! `compaction=none` never compacts.
 //!
 //! How ([`Compactor::compact`]) is the stage's `compaction_mode`: a model's summary ([`llm_summary`]),
 //! the stage's tool-call log ([`intent`]), the run's records ([`lossless`]), both records and
@@ -301,6 +302,8 @@ impl Compactor {
         let before = self.estimate(messages, inputs.fixed_tokens);
         let turn_count = self.uncompacted_turns(messages);
         let mut done = Done::default();
+        // The turns a compaction takes in, earlier blocks left out.
+        let mut taken_in = 0;
         done.events.push(Event::AgentCompactionStarted {
             estimated_tokens: before,
             turn_count,
@@ -335,6 +338,12 @@ impl Compactor {
                 return None;
             }
             let cut = starts[starts.len() - keep];
+            let turns = messages[self.prompt_at + 1..cut]
+                .iter()
+                .filter(|m| !matches!(m, ChatMessage::User { content } if is_block(content)));
+            taken_in = self
+                .calibration
+                .rescale(crate::usage::estimated_tokens(turns.map(ChatMessage::char_count).sum()));
             let through = self.compacted_through + (starts.len() - keep) as u32;
             self.log.count_through(through);
             let block = self.block(mode, through, &messages[..cut], inputs, &mut done).await;
@@ -351,7 +360,10 @@ impl Compactor {
         let after = self.estimate(messages, inputs.fixed_tokens);
         done.saved_tokens = before.saturating_sub(after);
         if let Some((window, _)) = self.settings.anti_thrash() {
-            self.savings.push_back(done.saved_tokens as f64 / before.max(1) as f64);
+            // What the turns it took in were worth, not the whole conversation: a compaction that
+            // folds a few short turns into a block that does not grow saves all of them.
+            let taken_in = if mode == CompactionMode::Window { done.saved_tokens } else { taken_in };
+            self.savings.push_back(done.saved_tokens as f64 / taken_in.max(1) as f64);
             while self.savings.len() > window {
                 self.savings.pop_front();
             }
@@ -674,5 +686,26 @@ mod tests {
         assert!(events.iter().any(|e| matches!(e, Event::AgentContextCompactionHeld { .. })));
         assert_eq!(compactor.due(&messages, 10).0, None);
         assert_eq!(compactor.due(&turns(11), 10).0, Some(Trigger::Window));
+    }
+
+    #[tokio::test]
+    async fn folding_short_turns_into_a_block_that_does_not_grow_is_not_thrashing() {
+        let provider = Summarizer(Ok("unused"), Default::default());
+        let settings = ContextSettings {
+            compaction: Some(CompactionPreset::Aggressive),
+            ..settings(CompactionMode::Lossless)
+        };
+        let mut compactor = Compactor::new(&settings, "local", 100_000, 0);
+        let mut messages = turns(0);
+        let short: Vec<_> = (0..3)
+            .map(|i| ("read_file", serde_json::json!({"path": format!("f{i}")}), "ok".to_string()))
+            .collect();
+        for _ in 0..30 {
+            messages.extend(conversation(&short).drain(1..));
+            // The block stays the same size: the tracker's list does not change.
+            compactor.compact(Trigger::Turns, &mut messages, &inputs(&provider)).await.unwrap();
+            assert_eq!(compactor.due(&messages, 10).0, None, "not due, and not held either");
+        }
+        assert!(compactor.savings.iter().all(|saved| *saved > 0.5), "{:?}", compactor.savings);
     }
 }
