@@ -81,6 +81,14 @@ pub struct FileTracker {
     notes: u64,
 }
 
+/// The list of the files a stage touched, as rendered in a budget.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileList {
+    pub text: String,
+    /// Every file is named (nothing was counted by directory).
+    pub every_file: bool,
+}
+
 /// The directory a path is in, with its slash (`out/`), or `./`.
 fn directory(path: &str) -> &str {
     match path.rfind('/') {
@@ -155,21 +163,26 @@ impl FileTracker {
     /// One line per file, `- path (edited)`, in at most `budget` characters: when every file does
     /// not fit, the first files the stage changed and the latest it touched are named and the
     /// others counted by directory. `exists` tells whether a file is still there.
-    pub fn render(&self, budget: usize, exists: &dyn Fn(&str) -> bool) -> String {
+    pub fn render(&self, budget: usize, exists: &dyn Fn(&str) -> bool) -> FileList {
+        let folded = || FileList { text: self.folded(budget, exists), every_file: false };
         if self.files.is_empty() {
-            return "(no files touched)".to_string();
+            return FileList { text: "(no files touched)".to_string(), every_file: true };
         }
-        let mut lines = Vec::new();
+        // Measured first without looking at the disk: only the files shown are looked up.
         let mut used = 0;
         for (path, record) in &self.files {
-            let line = self.line(path, record, exists);
-            used += line.len() + 1;
+            used += self.line(path, record, &|_| true).len() + 1;
             if used > budget {
-                return self.folded(budget, exists);
+                return folded();
             }
-            lines.push(line);
         }
-        lines.join("\n")
+        let lines: Vec<String> =
+            self.files.iter().map(|(path, record)| self.line(path, record, exists)).collect();
+        let text = lines.join("\n");
+        if text.len() > budget {
+            return folded();
+        }
+        FileList { text, every_file: true }
     }
 
     /// The list when every file does not fit: the first changed and the latest files named, the
@@ -264,12 +277,12 @@ mod tests {
         tracker.note("notes.txt".into(), FileOp::Written, false);
         let gone = |path: &str| path != "notes.txt";
         assert_eq!(
-            tracker.render(10_000, &gone),
+            tracker.render(10_000, &gone).text,
             "- PLAN.md (created)\n- notes.txt (written, deleted since)\n\
              - out/a.txt (created, modified 2×, last turn 7)\n- src/lib.rs (edited)"
         );
         assert_eq!(tracker.changed(), ["PLAN.md", "notes.txt", "out/a.txt", "src/lib.rs"]);
-        assert_eq!(FileTracker::default().render(100, &everything_exists), "(no files touched)");
+        assert_eq!(FileTracker::default().render(100, &everything_exists).text, "(no files touched)");
     }
 
     #[test]
@@ -283,7 +296,8 @@ mod tests {
             tracker.note(format!("{dir}/f{turn}.txt"), FileOp::Written, true);
         }
         for budget in [500, 2_000, 8_000] {
-            let text = tracker.render(budget, &everything_exists);
+            let FileList { text, every_file } = tracker.render(budget, &everything_exists);
+            assert!(!every_file);
             assert!(text.len() <= budget, "{budget}: {} > {budget}\n{text}", text.len());
             assert!(text.starts_with("4999 files;"), "{text}");
             assert!(text.contains("- PLAN.md (created)"), "{text}");
@@ -296,7 +310,7 @@ mod tests {
         for i in 0..400 {
             many.note(format!("d{i}/f.txt"), FileOp::Read, false);
         }
-        let text = many.render(600, &everything_exists);
+        let text = many.render(600, &everything_exists).text;
         assert!(text.len() <= 600 && text.contains("more files in"), "{text}");
     }
 }

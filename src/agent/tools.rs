@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use tokio::io::AsyncReadExt;
 
-use super::file_tracker::{FileOp, FileTracker};
+use super::file_tracker::{FileList, FileOp, FileTracker};
 use crate::chat::ToolDefinition;
 use crate::graph::settings::ToolHooks;
 use crate::process_group::{lead_guarded_group, ProcessGroup};
@@ -327,7 +327,7 @@ impl Toolbox {
     }
 
     /// The files the stage touched, in at most `budget` characters ([`FileTracker::render`]).
-    pub fn files(&self, budget: usize) -> String {
+    pub fn files(&self, budget: usize) -> FileList {
         self.tracker.render(budget, &|path| self.root.join(path).symlink_metadata().is_ok())
     }
 
@@ -696,7 +696,7 @@ mod tests {
             "fn a() {}\nfn c() {}\n"
         );
         assert_eq!(tools.tracker.changed(), vec!["docs/new.md".to_string(), "src/lib.rs".to_string()]);
-        let files = tools.files(1_000);
+        let files = tools.files(1_000).text;
         assert!(files.contains("- docs/new.md (created)\n- src/lib.rs (edited)"), "{files}");
     }
 

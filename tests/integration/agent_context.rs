@@ -225,7 +225,6 @@ fn lossless_compaction_states_the_run_records() {
         "- `echo checking; exit 3` exit 3 (turn 2)",
         "- out/first.txt (created)",
         "## Context keys set",
-        "is its transcript, `stages/work/1/transcript.jsonl` in the run directory",
     ] {
         assert!(block.contains(fact), "{fact} in\n{block}");
     }

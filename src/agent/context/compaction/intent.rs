@@ -9,6 +9,7 @@ use serde_json::Value;
 
 use super::operation_log::{OperationLog, Scope};
 use crate::agent::context::shortened;
+use crate::agent::file_tracker::FileList;
 use crate::chat::ToolCall;
 
 /// The first line of every intent block.
@@ -93,7 +94,7 @@ const NOTE: &str = "RESUMPTION NOTE: these turns were compacted from the stage's
 pub fn block(
     log: &OperationLog,
     last: u32,
-    files: &dyn Fn(usize) -> String,
+    files: &dyn Fn(usize) -> FileList,
     full_log: &str,
     budget: usize,
 ) -> String {
@@ -114,7 +115,7 @@ pub fn block(
         }
     });
     let (failures, failed) = log.failures(Scope::All, room / 8, |op| format!("  {}", op.line()));
-    let files = files(room / 4);
+    let files = files(room / 4).text;
     let used = lines_len(&totals) + lines_len(&failures) + files.len();
     let latest = log.latest(Scope::All, last, room.saturating_sub(used), |op| format!("  {}", op.line()));
     let mut out = header;
@@ -176,7 +177,7 @@ mod tests {
             log.push(op);
         }
         log.count_through(4);
-        let files = |_: usize| "- out/a.txt (created)".to_string();
+        let files = |_: usize| FileList { text: "- out/a.txt (created)".to_string(), every_file: true };
         let text = block(&log, 4, &files, "FULL LOG", 4_000);
         assert!(text.starts_with(HEADER) && text.contains("turns 1-4"));
         assert!(text.contains("  ✓ write_file") && text.contains("  ✗ shell") && !text.contains("edit_file"));
@@ -194,8 +195,10 @@ mod tests {
             log.push(Operation::of(turn, &call("shell", json!({"command": "cargo test"})), exit, false));
         }
         log.count_through(4_998);
-        let files =
-            |budget: usize| if budget > 19 { "- PLAN.md (created)".to_string() } else { String::new() };
+        let files = |budget: usize| FileList {
+            text: if budget > 19 { "- PLAN.md (created)".to_string() } else { String::new() },
+            every_file: false,
+        };
         for budget in [1_000, 4_000, 16_000] {
             let text = block(&log, 4_998, &files, "FULL LOG", budget);
             assert!(text.len() <= budget, "{budget}: {}\n{text}", text.len());

@@ -9,6 +9,7 @@
 use super::intent::{lines_len, Operation};
 use super::operation_log::{fitting, OperationLog, Scope};
 use crate::agent::context::shortened;
+use crate::agent::file_tracker::FileList;
 
 /// The first line of every lossless block.
 pub const HEADER: &str = "[Lossless reconstruction from the run's records";
@@ -53,7 +54,7 @@ const NOTE: &str = "RESUMPTION NOTE: the turns above were replaced by the run's 
 pub fn block(
     record: &RunRecord,
     log: &OperationLog,
-    files: &dyn Fn(usize) -> String,
+    files: &dyn Fn(usize) -> FileList,
     full_log: &str,
     last: u32,
     budget: usize,
@@ -75,15 +76,17 @@ pub fn block(
     let keys = context_keys(&record.context_keys, budget / 16);
     // The section titles take about 100 characters.
     let room = budget.saturating_sub(out.len() + keys.len() + NOTE.len() + full_log.len() + 100);
-    let commands = commands(&record.stages, log, last, room / 2);
+    let (commands, every_command) = commands(&record.stages, log, last, room / 2);
     out.push_str("\n## Commands run\n");
     out.push_str(&commands);
     out.push_str("\n\n## Files this stage touched\n");
-    out.push_str(&files(room.saturating_sub(commands.len())));
+    let files = files(room.saturating_sub(commands.len()));
+    out.push_str(&files.text);
     out.push_str("\n\n## Context keys set\n");
     out.push_str(&keys);
     out.push_str("\n\n");
-    if !full_log.is_empty() {
+    // While every command and file is listed, the block holds what the log would add.
+    if !(every_command && files.every_file) && !full_log.is_empty() {
         out.push_str(full_log);
         out.push_str("\n\n");
     }
@@ -123,9 +126,9 @@ fn context_keys(keys: &[String], budget: usize) -> String {
 }
 
 /// The run's command stages and the stage's shell commands of turns up to `last`: one line each
-/// while they fit in `budget` characters; else the command stages that fit, the shell commands
-/// counted by kind, the latest failures and the latest commands.
-fn commands(stages: &[StageLine], log: &OperationLog, last: u32, budget: usize) -> String {
+/// while they fit in `budget` characters (and then true); else the command stages that fit, the
+/// shell commands counted by kind, the latest failures and the latest commands.
+fn commands(stages: &[StageLine], log: &OperationLog, last: u32, budget: usize) -> (String, bool) {
     let command_stages: Vec<String> = stages
         .iter()
         .filter_map(|stage| {
@@ -148,10 +151,10 @@ fn commands(stages: &[StageLine], log: &OperationLog, last: u32, budget: usize) 
             .chain(log.held(1, last).filter(|op| op.is_command()).map(line))
             .collect();
         if all.is_empty() {
-            return "- (none)".to_string();
+            return ("- (none)".to_string(), true);
         }
         if lines_len(&all) <= budget {
-            return all.join("\n");
+            return (all.join("\n"), true);
         }
     }
     let mut stages = fitting(command_stages.iter().rev().cloned(), budget / 4);
@@ -175,7 +178,7 @@ fn commands(stages: &[StageLine], log: &OperationLog, last: u32, budget: usize) 
         out.push(format!("- the latest {}:", latest.len()));
         out.extend(latest);
     }
-    out.join("\n")
+    (out.join("\n"), false)
 }
 
 #[cfg(test)]
@@ -209,7 +212,7 @@ mod tests {
             detail: Some("exit 101".into()),
         });
         log.count_through(3);
-        let files = |_: usize| "- out/a.txt (written)".to_string();
+        let files = |_: usize| FileList { text: "- out/a.txt (written)".to_string(), every_file: false };
         let text = block(&record, &log, &files, "FULL LOG", 3, 4_000);
         for needle in [
             "covering turns 1-3",
@@ -225,6 +228,9 @@ mod tests {
         ] {
             assert!(text.contains(needle), "{needle} in\n{text}");
         }
+        // Everything listed: the log adds nothing.
+        let complete = |_: usize| FileList { text: "- out/a.txt (written)".to_string(), every_file: true };
+        assert!(!block(&record, &log, &complete, "FULL LOG", 3, 4_000).contains("FULL LOG"));
     }
 
     #[test]
@@ -252,7 +258,8 @@ mod tests {
             });
         }
         log.count_through(2_999);
-        let files = |budget: usize| "- PLAN.md (created)\n".repeat(budget / 20);
+        let files =
+            |budget: usize| FileList { text: "- PLAN.md (created)\n".repeat(budget / 20), every_file: false };
         for budget in [2_000, 4_000, 20_000] {
             let text = block(&record, &log, &files, "FULL LOG", 2_999, budget);
             assert!(text.len() <= budget, "{budget}: {}\n{text}", text.len());

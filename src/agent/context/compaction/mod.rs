@@ -29,6 +29,7 @@ pub mod window;
 use std::collections::VecDeque;
 use std::time::Duration;
 
+use crate::agent::file_tracker::FileList;
 use crate::chat::ChatMessage;
 use crate::event::{Compaction, Event};
 use crate::graph::settings::{CompactionCount, CompactionMode, ContextSettings};
@@ -90,7 +91,7 @@ pub struct Inputs<'a> {
     /// the system prompt and the tool definitions.
     pub fixed_tokens: u64,
     /// The file tracker's list in a budget of characters, and how many files it has.
-    pub files: &'a (dyn Fn(usize) -> String + Sync),
+    pub files: &'a (dyn Fn(usize) -> FileList + Sync),
     pub file_count: usize,
     /// Where the stage's full log is, as the blocks say it ([`full_log`]; empty outside a run).
     pub full_log: &'a str,
@@ -412,7 +413,7 @@ impl Compactor {
         let before = self.estimate(messages, inputs.fixed_tokens);
         let mut done = Done::default();
         self.log.count_through(through);
-        let files = (inputs.files)(self.settings.block_chars() / 2);
+        let files = (inputs.files)(self.settings.block_chars() / 2).text;
         let written = checkpoint::write_record(
             inputs.provider,
             inputs.model,
@@ -477,7 +478,7 @@ impl Compactor {
             let record = inputs.record.unwrap_or(&none);
             lossless::block(record, &self.log, inputs.files, inputs.full_log, through, budget)
         };
-        let files = || (inputs.files)(budget / 2);
+        let files = || (inputs.files)(budget / 2).text;
         match mode {
             CompactionMode::Intent => {
                 intent::block(&self.log, through, inputs.files, inputs.full_log, budget)
@@ -531,8 +532,8 @@ pub fn full_log(transcript: Option<&std::path::Path>) -> String {
     let parts: Vec<String> = path.iter().map(|part| part.to_string_lossy().into_owned()).collect();
     let in_run = parts[parts.len().saturating_sub(4)..].join("/");
     format!(
-        "The stage's full log (every tool call, its arguments and result) is its transcript, `{in_run}` in the \
-         run directory: read_file and grep can read it at {}.",
+        "The full log of this stage, every tool call with its arguments and result, is {} (the run's `{in_run}`); \
+         read_file and grep can read it.",
         path.display()
     )
 }
@@ -567,7 +568,7 @@ mod tests {
             model: "m",
             timeout: Duration::from_secs(1),
             fixed_tokens: 10,
-            files: &|_| "- a.rs (edited)".to_string(),
+            files: &|_| FileList { text: "- a.rs (edited)".to_string(), every_file: true },
             file_count: 1,
             full_log: "",
             record: None,
