@@ -86,7 +86,8 @@ pub fn block(
     out.push_str(&keys);
     out.push_str("\n\n");
     // While every command and file is listed, the block holds what the log would add.
-    if !(every_command && files.every_file) && !full_log.is_empty() {
+    let folded = !(every_command && files.every_file);
+    if folded && !full_log.is_empty() {
         out.push_str(full_log);
         out.push_str("\n\n");
     }
