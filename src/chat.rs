@@ -15,6 +15,13 @@ pub struct ToolDefinition {
     pub parameters: Value,
 }
 
+impl ToolDefinition {
+    /// The characters a request spends on this definition (name, description, parameter schema).
+    pub fn char_count(&self) -> usize {
+        self.name.len() + self.description.len() + self.parameters.to_string().len()
+    }
+}
+
 /// One tool call the model asked for.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolCall {

@@ -227,6 +227,21 @@ pub enum Event {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         turn: Option<u32>,
     },
+    /// A `memory=true` stage used the project memory where fabro kept it before (the workflow
+    /// file's repository, `store`), because the work directory's project (`project_store`) has
+    /// none yet; `mv store project_store` moves it where it belongs.
+    #[serde(rename = "memory.old_store")]
+    MemoryOldStore { store: String, project_store: String },
+    /// The provider's server could not stream a call (it refused, or ended the stream before any
+    /// of the answer): the call was made again without streaming, and so are the provider's later
+    /// calls of its kind (`with_tools` or not) for the rest of the run.
+    #[serde(rename = "llm.unstreamed")]
+    LlmUnstreamed { provider: String, model: String, with_tools: bool, reason: String },
+    /// A streamed answer came without the server's token counts: the stage's usage counts fabro's
+    /// estimate (four characters a token) for it, and its status.json says `usage_estimated`.
+    /// Once per stage.
+    #[serde(rename = "llm.usage_estimated")]
+    LlmUsageEstimated { model: String, input_tokens: u64, output_tokens: u64 },
     /// A call failed with a retryable error after the provider's own retries, and the stage goes
     /// on with its next `fallback_models` model, keeping the conversation.
     #[serde(rename = "llm.failover")]

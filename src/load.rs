@@ -243,7 +243,11 @@ impl Loader {
             .filter(|node| node.handler_type() == HandlerType::Manager)
             .filter_map(|node| {
                 let child = node.settings.child_workflow()?;
-                Some((node.id.clone(), load_child_file(&child.path, &chain).map_err(Arc::new)))
+                let loaded = match child.inline {
+                    true => load_child_source(SourceFile::new(&child.path, child.text.clone()), &chain),
+                    false => load_child_file(&child.path, &chain),
+                };
+                Some((node.id.clone(), loaded.map_err(Arc::new)))
             })
             .collect();
         ChildWorkflows { entries }

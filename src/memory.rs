@@ -1,6 +1,7 @@
 //! Project memory: what agent stages with `memory=true` learned and chose to keep, recalled by
 //! later runs of any workflow of the same project. The store is `.fabro/memory/` in the root of
-//! the workflow file's git repository (else in the work directory), one JSON file per entry,
+//! the work directory's git repository (its main worktree; else in the work directory; a stage's
+//! `memory_dir` names another), one JSON file per entry,
 //! written atomically. An entry has a kind (fact, preference, decision, warning), a name (the
 //! same name replaces) and a text. At stage start the entries become one block of the system
 //! prompt, ordered by kind then name and capped at [`BLOCK_CAP`] characters.
@@ -103,6 +104,20 @@ pub enum MemoryError {
     Corrupt { path: PathBuf, message: String },
 }
 
+/// The root of the project `dir` is in: its git repository's main worktree, else `dir`.
+pub fn project_root(dir: &Path) -> PathBuf {
+    let Ok(repo) = git2::Repository::discover(dir) else { return dir.to_path_buf() };
+    if repo.is_worktree() {
+        // A linked worktree's common directory is the main repository's `.git`.
+        if let Ok(main) = git2::Repository::open(repo.commondir()) {
+            if let Some(root) = main.workdir() {
+                return root.to_path_buf();
+            }
+        }
+    }
+    repo.workdir().map_or_else(|| dir.to_path_buf(), Path::to_path_buf)
+}
+
 /// A project's memory store.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MemoryStore {
@@ -115,14 +130,28 @@ impl MemoryStore {
         MemoryStore { dir: dir.into() }
     }
 
-    /// The store of the project `start` is in: `.fabro/memory` at the root of its git
-    /// repository, else `fallback`'s.
-    pub fn of_project(start: &Path, fallback: &Path) -> MemoryStore {
-        let root = git2::Repository::discover(start)
-            .ok()
-            .and_then(|repo| repo.workdir().map(Path::to_path_buf))
-            .unwrap_or_else(|| fallback.to_path_buf());
-        MemoryStore::at(root.join(".fabro").join("memory"))
+    /// The store of the project `work_dir` is in: `.fabro/memory` at the root of its git
+    /// repository's main worktree (so the branches of a parallel stage, each in a worktree of
+    /// its own, share it), else in `work_dir` itself.
+    pub fn of_project(work_dir: &Path) -> MemoryStore {
+        MemoryStore::at(project_root(work_dir).join(".fabro").join("memory"))
+    }
+
+    /// The store `memory_dir` names (relative to `work_dir`), else the project's.
+    pub fn for_stage(work_dir: &Path, memory_dir: Option<&str>) -> MemoryStore {
+        match memory_dir {
+            Some(dir) => MemoryStore::at(work_dir.join(dir)),
+            None => MemoryStore::of_project(work_dir),
+        }
+    }
+
+    /// Whether the store holds any entry.
+    pub fn has_entries(&self) -> bool {
+        std::fs::read_dir(&self.dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|entry| entry.path().extension().is_some_and(|ext| ext == "json"))
     }
 
     pub fn dir(&self) -> &Path {
@@ -329,6 +358,38 @@ pub const EXTRACT_REQUEST: &str = "Your work on this stage is done. Before it en
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_branches_of_a_parallel_stage_in_worktrees_share_the_main_worktrees_memory() {
+        let temp = tempfile::tempdir().unwrap();
+        let main = temp.path().join("main");
+        std::fs::create_dir_all(main.join("src")).unwrap();
+        let git = |dir: &Path, args: &[&str]| {
+            let status = std::process::Command::new("git")
+                .args(args)
+                .current_dir(dir)
+                .env("GIT_AUTHOR_NAME", "t")
+                .env("GIT_AUTHOR_EMAIL", "t@t")
+                .env("GIT_COMMITTER_NAME", "t")
+                .env("GIT_COMMITTER_EMAIL", "t@t")
+                .status()
+                .unwrap();
+            assert!(status.success(), "git {args:?}");
+        };
+        git(&main, &["init", "-q"]);
+        std::fs::write(main.join("src/a.txt"), "a").unwrap();
+        git(&main, &["add", "."]);
+        git(&main, &["commit", "-qm", "a"]);
+        let branch = temp.path().join("branch");
+        git(&main, &["worktree", "add", "-q", branch.to_str().unwrap()]);
+        let main = main.canonicalize().unwrap();
+        assert_eq!(project_root(&main.join("src")).canonicalize().unwrap(), main);
+        assert_eq!(project_root(&branch.join("src")).canonicalize().unwrap(), main);
+        let outside = temp.path().join("plain");
+        std::fs::create_dir_all(&outside).unwrap();
+        assert_eq!(project_root(&outside), outside);
+        assert_eq!(MemoryStore::for_stage(&outside, Some("notes/mem")).dir(), outside.join("notes/mem"));
+    }
 
     fn entry(kind: &str, name: &str, text: &str) -> Entry {
         Entry::new(kind, name, text).unwrap()

@@ -305,6 +305,10 @@ pub struct Outcome {
     /// An answer of an LLM stage was cut off at the output limit.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub truncated: bool,
+    /// Some of an LLM stage's usage is fabro's estimate: the server streamed answers without
+    /// token counts (`llm.usage_estimated`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub usage_estimated: bool,
     /// What an LLM stage sent and what came back, for its conversation thread under `full`
     /// fidelity; kept in memory only (the stage's `prompt.md` and `response.md` record it).
     #[serde(skip)]
@@ -345,6 +349,7 @@ impl Outcome {
             context_window: None,
             usage_by_model: Default::default(),
             truncated: false,
+            usage_estimated: false,
             exchange: None,
         }
     }

@@ -62,6 +62,29 @@ impl Secrets {
         out
     }
 
+    /// How much of `text`, the start of a text still arriving, can be redacted and written now:
+    /// all but a tail where a secret may have begun, and never a cut through a secret it holds.
+    pub fn ready_len(&self, text: &str) -> usize {
+        let Some(longest) = self.0.first() else { return text.len() };
+        let mut cut = text.len().saturating_sub(longest.len() - 1);
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        // A secret that begins before the cut ends inside `text` (none is longer than the tail
+        // kept): the cut moves to its start, until no secret spans it.
+        loop {
+            let spanning = self.0.iter().find_map(|secret| {
+                // The first match that can still reach past the cut; it spans it if it starts before.
+                let from = cut.saturating_sub(secret.len() - 1);
+                find(text.as_bytes(), secret.as_bytes(), from).filter(|at| *at < cut)
+            });
+            match spanning {
+                Some(start) => cut = start,
+                None => return cut,
+            }
+        }
+    }
+
     /// `bytes` (any encoding; a secret is matched as its UTF-8 bytes) with every secret replaced.
     pub fn redact_bytes<'a>(&self, bytes: &'a [u8]) -> Cow<'a, [u8]> {
         let mut out = Cow::Borrowed(bytes);
@@ -143,6 +166,21 @@ fn base64_forms(value: &[u8]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_text_still_arriving_is_written_up_to_where_a_secret_may_begin() {
+        let secrets = Secrets::new(["abcdefghij".to_string()]);
+        let longest = secrets.0[0].len();
+        let text = "x".repeat(40);
+        assert_eq!(secrets.ready_len(&text), 40 - (longest - 1));
+        // A whole secret before the cut stays before it; one across the cut moves it back.
+        let whole = format!("abcdefghij{}", "y".repeat(30));
+        assert_eq!(secrets.ready_len(&whole), whole.len() - (longest - 1));
+        let across = format!("{}abcdefghij{}", "y".repeat(30), "z".repeat(longest - 5));
+        assert_eq!(secrets.ready_len(&across), 30);
+        assert_eq!(Secrets::default().ready_len("anything"), 8);
+        assert_eq!(secrets.ready_len("short"), 0);
+    }
 
     #[test]
     fn keys_are_replaced_everywhere_and_short_values_ignored() {

@@ -161,6 +161,7 @@ pub async fn run(
             reasoning_effort: None,
             max_output_tokens: small.max_output_tokens,
             timeout: small.timeout,
+            watcher: None,
         };
         let response = match small.provider.chat(&request).await {
             Ok(response) => response,

@@ -15,13 +15,13 @@ use super::agentic_tools;
 use super::permissions::Verdict;
 use super::tools::{self, Toolbox};
 use super::transcript::{assistant_record, Transcript};
-use crate::agent::context::calibration::{self, Calibration};
+use crate::agent::context::calibration::Calibration;
 use crate::agent::context::compaction::{
     self, checkpoint, intent::Operation, lossless::RunRecord, Compactor, Done, Inputs, Trigger,
 };
 use crate::agent::context::side_call::{self, SideCall};
 use crate::agent::context::{too_large, trim_retry};
-use crate::chat::{ChatMessage, ToolResult};
+use crate::chat::{ChatMessage, ToolDefinition, ToolResult};
 use crate::event::Event;
 use crate::graph::settings::PermissionLevel;
 use crate::llm::chat::{ChatProvider, ChatRequest};
@@ -45,6 +45,8 @@ pub struct AgentSettings<'a> {
     pub context_window: u64,
     pub request_timeout: Duration,
     pub max_output_tokens: u32,
+    /// Who follows each answer as it is written (the stage's `answer.log`).
+    pub watcher: Option<&'a dyn crate::llm::stream::AnswerWatcher>,
     /// Where offloaded tool results go (`<run_dir>/artifacts/tool_output`).
     pub offload_dir: PathBuf,
     /// What the stage may still use under the run's ceilings, and the model's price to count cost.
@@ -96,6 +98,8 @@ pub struct AgentRun {
     pub learned_window: Option<u64>,
     /// True when an answer was cut off at the output limit (`llm.truncated`).
     pub truncated: bool,
+    /// True when some usage is fabro's estimate (`llm.usage_estimated`).
+    pub usage_estimated: bool,
 }
 
 /// The system prompt of agent stages: the runtime block when `runtime` is set, the instructions,
@@ -188,7 +192,7 @@ pub async fn run(
     // The detail of a `mark_task_done` call of this turn: a checkpoint follows the turn.
     let mut task_done: Option<String> = None;
     // Every request sends the system prompt and the tool definitions besides the messages.
-    let fixed_chars = system.len() + calibration::definition_chars(&definitions);
+    let fixed_chars = system.len() + definitions.iter().map(ToolDefinition::char_count).sum::<usize>();
     let fixed_tokens = crate::usage::estimated_tokens(fixed_chars);
     let mut run = AgentRun::default();
     let mut watchdog = Watchdog::default();
@@ -237,6 +241,7 @@ pub async fn run(
                     estimate,
                 ),
                 timeout: settings.request_timeout,
+                watcher: settings.watcher,
             };
             let sent_chars = fixed_chars + view.iter().map(ChatMessage::char_count).sum::<usize>();
             let error = match provider.chat(&request).await {
@@ -279,7 +284,16 @@ pub async fn run(
             trim_further(&mut messages, compactor.prompt_at(), &mut fitting, error, transcript, &mut run)?;
         };
         run.usage.add(&response.usage);
-        if let Some(event) = compactor.calibration.observe(sent_chars, response.usage.input_tokens) {
+        if response.usage_estimated {
+            if !run.usage_estimated {
+                transcript.event(Event::LlmUsageEstimated {
+                    model: settings.model.to_string(),
+                    input_tokens: response.usage.input_tokens,
+                    output_tokens: response.usage.output_tokens,
+                });
+            }
+            run.usage_estimated = true;
+        } else if let Some(event) = compactor.calibration.observe(sent_chars, response.usage.input_tokens) {
             transcript.event(event);
         }
         if response.is_truncated() {
@@ -292,6 +306,7 @@ pub async fn run(
             });
         }
         let sent = match response.usage.input_tokens {
+            _ if response.usage_estimated => compactor.calibration.rescale(fixed_tokens + view_tokens),
             0 => compactor.calibration.rescale(fixed_tokens + view_tokens),
             reported => reported,
         };

@@ -49,6 +49,8 @@ pub struct ProviderSettings {
     pub retry_window: Option<Duration>,
     /// Config file `tool_choice`, `temperature` and `seed` (OpenAI-API providers only).
     pub options: RequestOptions,
+    /// Config file `stream = true|false` (default true): whether answers are streamed.
+    pub stream: bool,
 }
 
 impl ProviderSettings {
@@ -193,6 +195,8 @@ struct FileProvider {
     temperature: Option<f64>,
     /// Sampling seed sent with every request.
     seed: Option<u64>,
+    /// Whether answers are streamed (default true).
+    stream: Option<bool>,
 }
 
 impl FileProvider {
@@ -341,6 +345,7 @@ impl LlmConfig {
                     sends_reasoning_effort: provider.reasoning_effort,
                     retry_window,
                     options,
+                    stream: provider.stream.unwrap_or(true),
                 },
             );
         }
@@ -356,6 +361,7 @@ impl LlmConfig {
                 sends_reasoning_effort: None,
                 retry_window: None,
                 options: RequestOptions::default(),
+                stream: true,
             });
             if let Some(url) = url {
                 entry.base_url = url;

@@ -4,8 +4,10 @@
 //! ([`super::cli_agent`]). Usage and estimated cost come back with the response; everything
 //! recorded is redacted.
 
+use crate::agent::context::side_call::output_budget;
 use crate::agent::context::thread_filters;
 use crate::agent::context::tokens;
+use crate::agent::context::too_large;
 use crate::agent::context::trim_retry::text_only;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -15,6 +17,7 @@ use serde_json::json;
 
 use super::config::{ConfigError, LlmConfig, ProviderKind};
 use super::{Backend, LlmRequest, LlmResponse, StageEnv, TurnLimit};
+use crate::agent::answer_log::AnswerLog;
 use crate::agent::tool_loop::{self, AgentSettings};
 use crate::agent::tools::Toolbox;
 use crate::agent::transcript::{assistant_record, Transcript};
@@ -26,6 +29,7 @@ use crate::llm::chat::{ChatProvider, ChatRequest};
 use crate::llm::failover;
 use crate::llm::openai::{Dialect, OpenAi};
 use crate::llm::retry::Retrying;
+use crate::llm::stream::{AnswerEvent, AnswerWatcher, Streaming};
 use crate::llm::{BackendError, Unreachable};
 use crate::redaction::Secrets;
 use crate::run_dir::layout;
@@ -43,6 +47,12 @@ fn probe_url(settings: &super::config::ProviderSettings) -> String {
 
 /// Most output tokens asked for per call (less for small context windows).
 const MAX_OUTPUT_TOKENS: u64 = 8_192;
+
+/// The output tokens a call to a model with `window` asks for at most: a quarter of the window,
+/// from 256 to [`MAX_OUTPUT_TOKENS`].
+fn output_limit(window: u64) -> u32 {
+    (window / 4).clamp(256, MAX_OUTPUT_TOKENS) as u32
+}
 
 /// Real providers, built once per run from the configuration.
 pub struct LiveBackend {
@@ -79,6 +89,7 @@ impl LiveBackend {
                     name: name.clone(),
                     base_url: settings.base_url.clone(),
                     api_key: settings.api_key.clone().unwrap_or_default(),
+                    streaming: Streaming::new(settings.stream),
                     client: client.clone(),
                     secrets: secrets.clone(),
                 }),
@@ -92,6 +103,7 @@ impl LiveBackend {
                         Dialect::Compatible { reasoning_effort: settings.takes_reasoning_effort(name) }
                     },
                     options: settings.options,
+                    streaming: Streaming::new(settings.stream),
                     client: client.clone(),
                     secrets: secrets.clone(),
                 }),
@@ -261,6 +273,19 @@ impl LiveBackend {
                 transcript.flush_events();
             }
         };
+        // Streamed answers go to the stage's answer.log as they are written.
+        let answer_log = AnswerLog::new(stage.map(|s| s.stage_dir), self.secrets.clone());
+        let watch = |event: AnswerEvent<'_>| match event {
+            AnswerEvent::Unstreamed { provider, model, with_tools, reason } => {
+                transcript.event(Event::LlmUnstreamed {
+                    provider: provider.to_string(),
+                    model: model.to_string(),
+                    with_tools,
+                    reason: reason.to_string(),
+                });
+            }
+            other => answer_log.take(other),
+        };
         // Every call is retried in place while its provider is away or busy (`llm.retry`).
         let mut targets = vec![(self.retrying(&resolved.provider, &report)?, model.to_string())];
         for fallback in stage.map_or(&[][..], |s| s.fallback_models.as_slice()) {
@@ -291,7 +316,16 @@ impl LiveBackend {
                     (None, None) => (crate::models::DEFAULT_CONTEXT_WINDOW, "default"),
                 },
             };
-        let max_output_tokens = (window / 4).clamp(256, MAX_OUTPUT_TOKENS) as u32;
+        // Node `max_tokens` caps it further.
+        let max_output_tokens = match stage.and_then(|s| s.max_output_tokens) {
+            Some(cap) => output_limit(window).min(cap),
+            None => output_limit(window),
+        };
+        // Calls are streamed to a model whose window is known. One whose server states none may
+        // be a llama-cpp-python server, which answers a streamed call that does not fit its
+        // window with keep-alives only, where a plain call is refused with the window stated.
+        let watcher: Option<&dyn AnswerWatcher> =
+            (stage.is_some() && window_source != "default").then_some(&watch as &dyn AnswerWatcher);
         let request_timeout = match request.timeout {
             Some(stage_limit) => stage_limit.min(self.config.request_timeout),
             None => self.config.request_timeout,
@@ -369,6 +403,7 @@ impl LiveBackend {
                     context_window: window,
                     request_timeout,
                     max_output_tokens,
+                    watcher,
                     offload_dir: crate::context::artifacts::ArtifactStore::new(stage.run_dir, 0)
                         .root()
                         .join("tool_output"),
@@ -380,9 +415,7 @@ impl LiveBackend {
                             provider,
                             model: &small.model,
                             timeout: request_timeout,
-                            max_output_tokens: (self.config.context_window(&small.model) / 4)
-                                .clamp(256, MAX_OUTPUT_TOKENS)
-                                as u32,
+                            max_output_tokens: output_limit(self.config.context_window(&small.model)),
                         }
                     }),
                     small_price: small.as_ref().and_then(|small| self.config.price(&small.model)),
@@ -485,6 +518,7 @@ impl LiveBackend {
                     turn_limit,
                     context_window,
                     truncated: run.truncated,
+                    usage_estimated: run.usage_estimated,
                     ..LlmResponse::default()
                 }
             }
@@ -493,20 +527,38 @@ impl LiveBackend {
                 let calibration =
                     crate::agent::context::calibration::Calibration::starting_at(learned.chars_per_token);
                 let estimate = calibration.rescale(tokens(&messages));
-                let chat = ChatRequest {
+                let mut chat = ChatRequest {
                     model,
                     system: "",
                     messages: &messages,
                     tools: &[],
                     reasoning_effort,
-                    max_output_tokens: crate::agent::context::side_call::output_budget(
-                        max_output_tokens,
-                        window,
-                        estimate,
-                    ),
+                    max_output_tokens: output_budget(max_output_tokens, window, estimate),
                     timeout: request_timeout,
+                    watcher,
                 };
-                let answer = failover.chat(&chat).await?;
+                let mut learned_window = None;
+                let answer = match failover.chat(&chat).await {
+                    // A rejection that states a smaller window: the run learns it, and the call
+                    // is made once more asking for no more output than that window leaves.
+                    Err(BackendError::TooLarge(error)) => {
+                        let Some(stated) = too_large::stated_window(&error).filter(|stated| *stated < window)
+                        else {
+                            return Err(BackendError::TooLarge(error));
+                        };
+                        transcript
+                            .event(Event::AgentContextWindow { tokens: stated, source: "error".into() });
+                        if let Ok(mut learned) = self.learned.lock() {
+                            learned.entry(learned_key.clone()).or_default().window = Some(stated);
+                        }
+                        learned_window = Some(stated);
+                        let prompt = too_large::stated_prompt_tokens(&error).unwrap_or(estimate);
+                        let limit = output_limit(stated).min(max_output_tokens);
+                        chat.max_output_tokens = output_budget(limit, stated, prompt);
+                        failover.chat(&chat).await?
+                    }
+                    answer => answer?,
+                };
                 transcript.record("assistant", assistant_record(1, &answer));
                 let truncated = answer.is_truncated();
                 if truncated {
@@ -517,12 +569,25 @@ impl LiveBackend {
                         turn: None,
                     });
                 }
+                if answer.usage_estimated {
+                    transcript.event(Event::LlmUsageEstimated {
+                        model: failover.model().to_string(),
+                        input_tokens: answer.usage.input_tokens,
+                        output_tokens: answer.usage.output_tokens,
+                    });
+                }
                 LlmResponse {
+                    usage_estimated: answer.usage_estimated,
                     text: answer.text,
                     model: answer.model.or_else(|| Some(model.to_string())),
                     usage: Some(answer.usage),
                     context_savings,
                     truncated,
+                    context_window: learned_window.map(|tokens| crate::usage::ContextWindow {
+                        tokens,
+                        source: "error".to_string(),
+                        chars_per_token: None,
+                    }),
                     ..LlmResponse::default()
                 }
             }

@@ -52,6 +52,8 @@ pub struct StageEnv<'a> {
     pub max_turns: Option<u32>,
     /// Node `context_window` (tokens), overriding the known-model table.
     pub context_window: Option<u64>,
+    /// Node `max_tokens`: the most output tokens each model call asks for.
+    pub max_output_tokens: Option<u32>,
     /// Node `backend` (`cli` runs an installed coding agent).
     pub backend: crate::graph::settings::Backend,
     /// Node `cli_agent`.
@@ -96,6 +98,7 @@ impl std::fmt::Debug for StageEnv<'_> {
             .field("stage_dir", &self.stage_dir)
             .field("max_turns", &self.max_turns)
             .field("context_window", &self.context_window)
+            .field("max_output_tokens", &self.max_output_tokens)
             .field("backend", &self.backend)
             .field("cli_agent", &self.cli_agent)
             .finish_non_exhaustive()
@@ -127,6 +130,8 @@ pub struct LlmResponse {
     pub turn_limit: Option<TurnLimit>,
     /// An answer was cut off at the output limit (the `llm.truncated` event says which).
     pub truncated: bool,
+    /// Some usage is fabro's estimate (`llm.usage_estimated`).
+    pub usage_estimated: bool,
 }
 
 /// An agent stage stopped by its turn limit, and how the stage ends for it.

@@ -5,7 +5,7 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use fabro::graph::HandlerType;
-use fabro::run_dir::stage_output::{LogFollower, OUTPUT_LOGS};
+use fabro::run_dir::stage_output::{follow_stage, LogFollower};
 use fabro::terminal_text::escape_controls;
 use std::time::Duration;
 
@@ -27,8 +27,8 @@ pub struct LogsArgs {
     /// Print the raw JSON lines instead of text.
     #[arg(long)]
     pub json: bool,
-    /// Also print what command stages wrote (stdout and stderr), each line under its stage;
-    /// with -f, as it is written.
+    /// Also print what stages wrote: command stages' stdout and stderr, LLM stages' streamed
+    /// answers; each line under its stage, and with -f as it is written.
     #[arg(long, conflicts_with = "json")]
     pub output: bool,
 }
@@ -166,7 +166,7 @@ struct Printer<'a, W: Write> {
     line_no: usize,
     out: W,
     run_dir: PathBuf,
-    /// The output logs of command stages that have started and not yet ended (`--output`), by
+    /// The logs of stages that have started and not yet ended (`--output`), by
     /// node, visit and branch.
     outputs: HashMap<(String, String, String), (String, Vec<LogFollower>)>,
 }
@@ -203,21 +203,23 @@ impl<W: Write> Printer<'_, W> {
         Ok(is_final)
     }
 
-    /// `--output`: starts following a command stage's logs when it starts, and prints what is
-    /// left of them when it ends (before its end event).
+    /// `--output`: starts following a stage's logs (a command's output, an LLM stage's answers)
+    /// when it starts, and prints what is left of them when it ends (before its end event).
     fn follow_output(&mut self, name: &str, event: &Map<String, Value>) -> std::io::Result<()> {
         let text = |key: &str| event.get(key).and_then(Value::as_str).unwrap_or("").to_string();
         let visit = event.get("visit").map(value_text).unwrap_or_default();
         let branch = if event.contains_key("branch_id") { text("branch_id") } else { text("branch") };
         let key = (text("node_id"), visit, branch);
         match name {
-            "stage.started"
-                if HandlerType::from_type_name(&text("handler")) == HandlerType::Command
-                    && !text("stage_dir").is_empty() =>
-            {
-                let dir = self.run_dir.join(text("stage_dir"));
-                let logs = OUTPUT_LOGS.iter().rev().map(|log| LogFollower::new(dir.join(log))).collect();
-                self.outputs.insert(key.clone(), (key.0.clone(), logs));
+            "stage.started" if !text("stage_dir").is_empty() => {
+                let handler = text("handler");
+                let logs = follow_stage(
+                    HandlerType::from_type_name(&handler),
+                    &self.run_dir.join(text("stage_dir")),
+                );
+                if !logs.is_empty() {
+                    self.outputs.insert(key.clone(), (key.0.clone(), logs));
+                }
             }
             "stage.completed" | "stage.failed" => {
                 if let Some((node, mut logs)) = self.outputs.remove(&key) {
@@ -233,7 +235,7 @@ impl<W: Write> Printer<'_, W> {
         Ok(())
     }
 
-    /// `--output -f`: what running command stages wrote since the last look.
+    /// `--output -f`: what running stages wrote since the last look.
     fn print_new_output(&mut self) -> std::io::Result<()> {
         for (node, logs) in self.outputs.values_mut() {
             for follower in logs.iter_mut() {

@@ -45,7 +45,7 @@ pub fn run(args: Args) -> u8 {
         eprintln!("error: --dir {} is not a directory", dir.display());
         return exit::INVALID;
     }
-    let store = MemoryStore::of_project(&dir, &dir);
+    let store = MemoryStore::of_project(&dir);
     match act(&store, args.action) {
         Ok(text) => super::print(&text),
         Err(error @ MemoryError::NotFound(_)) => {

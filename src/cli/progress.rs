@@ -2,8 +2,8 @@
 //! spinner per running stage (parallel branches each have theirs), finished stages printed
 //! above them, in colour unless `NO_COLOR` is set. Elsewhere (or with `CI` set): one timestamped
 //! line per event. A failed command stage shows the end of its output and where its logs are;
-//! `-v` streams command output as it is written. Output that cannot be written (a closed pipe)
-//! is dropped: it never stops the run.
+//! `-v` streams command output and LLM stages' answers as they are written. Output that cannot
+//! be written (a closed pipe) is dropped: it never stops the run.
 
 use std::collections::HashMap;
 use std::io::Write as _;
@@ -14,7 +14,7 @@ use std::time::Duration;
 use fabro::event::{Event, SelectedEdge, StageEnd};
 use fabro::event_log::LoggedEvent;
 use fabro::graph::HandlerType;
-use fabro::run_dir::stage_output::{tail_lines, LogFollower, OUTPUT_LOGS};
+use fabro::run_dir::stage_output::{follow_stage, tail_lines, LogFollower, OUTPUT_LOGS};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 /// Lines of each log shown under a failed command stage.
@@ -149,10 +149,12 @@ impl ProgressView {
     fn stage_started(&self, event: &LoggedEvent, key: StageKey, handler: &str, stage_dir: &str) {
         let run_dir = self.state().run_dir.clone();
         let kind = HandlerType::from_type_name(handler);
-        if self.options.stream_output && kind == HandlerType::Command {
+        if self.options.stream_output {
             if let Some(dir) = run_dir.as_ref().map(|run| run.join(stage_dir)) {
-                let logs = OUTPUT_LOGS.iter().rev().map(|name| LogFollower::new(dir.join(name))).collect();
-                self.followers().insert(key.clone(), logs);
+                let logs = follow_stage(kind, &dir);
+                if !logs.is_empty() {
+                    self.followers().insert(key.clone(), logs);
+                }
             }
         }
         let label = match &key.2 {

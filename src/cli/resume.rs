@@ -99,6 +99,7 @@ async fn continue_run(args: &mut ResumeArgs) -> Result<u8, Refusal> {
         user_sandbox,
         hooks,
         config_files,
+        labels: saved.manifest.labels.clone(),
     };
     let cancel = CancellationToken::new();
     watch_signals(cancel.clone());

@@ -37,8 +37,15 @@ pub struct RunArgs {
     #[arg(long)]
     worktree: bool,
     /// Replace the workflow's goal.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "goal_file")]
     goal: Option<String>,
+    /// Replace the workflow's goal with the text of this file (Markdown welcome).
+    #[arg(long, value_name = "PATH")]
+    goal_file: Option<PathBuf>,
+    /// Label the run (kept in its manifest; `fabro runs --label` and `fabro serve` filter by
+    /// labels). Repeatable.
+    #[arg(long = "label", value_name = "KEY=VALUE")]
+    labels: Vec<String>,
     /// Seed a context value (JSON if it parses as JSON, else text). Repeatable.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     set: Vec<String>,
@@ -165,7 +172,7 @@ pub struct LaunchArgs {
     /// No progress lines, only the summary.
     #[arg(short, long)]
     pub quiet: bool,
-    /// `-v` given to fabro: stream command output as it is written.
+    /// `-v` given to fabro: stream command output and LLM answers as they are written.
     #[arg(skip)]
     pub verbose: u8,
 }
@@ -343,9 +350,15 @@ pub fn refuse(refusal: Refusal) -> u8 {
 
 async fn start(args: &RunArgs) -> Result<u8, Refusal> {
     let mut loader = Loader::new();
-    if let Some(goal) = &args.goal {
-        loader = loader.with_goal(goal.clone());
+    if let Some(goal) = goal_of(args)? {
+        loader = loader.with_goal(goal);
     }
+    let labels = args
+        .labels
+        .iter()
+        .map(|text| fabro::run_dir::parse_label(text))
+        .collect::<Result<std::collections::BTreeMap<_, _>, _>>()
+        .map_err(|message| Refusal::Message(format!("--label: {message}; the run did not start")))?;
     let valid = report_diagnostics(loader.load_file(&args.workflow), &args.workflow, args.launch.quiet)?;
     if args.launch.deny_warnings && !valid.warnings.is_empty() {
         if args.launch.quiet {
@@ -384,12 +397,32 @@ async fn start(args: &RunArgs) -> Result<u8, Refusal> {
         user_sandbox,
         hooks,
         config_files,
+        labels,
     };
     let cancel = CancellationToken::new();
     watch_signals(cancel.clone());
     let view = ProgressView::new(args.launch.view_options());
     let report = engine.run(&valid, &options, move |event| view.show(event), cancel).await;
     conclude(report, &args.launch, valid.workflow.name())
+}
+
+/// The goal `--goal` or `--goal-file` gives, if either does.
+fn goal_of(args: &RunArgs) -> Result<Option<String>, Refusal> {
+    let Some(path) = &args.goal_file else { return Ok(args.goal.clone()) };
+    let text =
+        fabro::regular_file::read_to_string(path, fabro::regular_file::FileKind::Input).map_err(|error| {
+            Refusal::Message(format!(
+                "--goal-file: cannot read `{}`: {error}; the run did not start",
+                path.display()
+            ))
+        })?;
+    if text.trim().is_empty() {
+        return Err(Refusal::Message(format!(
+            "--goal-file: `{}` is empty; write the goal in it, or leave the workflow's goal with no flag",
+            path.display()
+        )));
+    }
+    Ok(Some(text.trim().to_string()))
 }
 
 /// Refuses a run whose LLM stages' provider cannot be reached, after waiting for it up to its

@@ -1,5 +1,5 @@
-//! `fabro runs [--dir DIR] [--json] [--all]`: the runs in a runs directory, unfinished ones first,
-//! newest first. An entry that cannot be read is listed as `unreadable` with the reason; it never
+//! `fabro runs [--dir DIR] [--json] [--all] [--label KEY=VALUE]...`: the runs in a runs directory
+//! (those with every label given), unfinished ones first, newest first. An entry that cannot be read is listed as `unreadable` with the reason; it never
 //! stops the listing. `--delete RUN` and `--prune [--older-than AGE]` remove runs (`--dry-run`
 //! only lists them); a run whose lock is held is never deleted.
 
@@ -38,6 +38,9 @@ pub struct Args {
     /// With --delete or --prune: list what would be deleted and delete nothing.
     #[arg(long)]
     pub dry_run: bool,
+    /// Only the runs labeled so (`fabro run --label`); repeatable: every label must match.
+    #[arg(long = "label", value_name = "KEY=VALUE")]
+    pub labels: Vec<String>,
 }
 
 /// Finished runs listed without --all.
@@ -53,6 +56,7 @@ struct Entry {
     started: Option<SystemTime>,
     duration_ms: Option<u64>,
     current_node: Option<String>,
+    labels: std::collections::BTreeMap<String, String>,
     error: Option<String>,
 }
 
@@ -71,6 +75,7 @@ impl Entry {
             "started_at": self.started_at,
             "duration_ms": self.duration_ms,
             "current_node": self.current_node,
+            "labels": self.labels,
             "error": self.error,
         })
     }
@@ -98,6 +103,7 @@ fn read_entry(dir: &Path) -> Entry {
                 started,
                 duration_ms,
                 current_node: view.current_node().map(str::to_string),
+                labels: view.manifest.labels.clone(),
                 error: None,
             }
         }
@@ -110,6 +116,7 @@ fn read_entry(dir: &Path) -> Entry {
             started: None,
             duration_ms: None,
             current_node: None,
+            labels: Default::default(),
             error: Some(error.to_string()),
         },
     }
@@ -224,7 +231,18 @@ pub fn run(args: Args) -> u8 {
             .collect();
         return delete(&runs, args.dry_run);
     }
-    let (entries, older) = shown(list(&args.dir), args.all);
+    let wanted =
+        match args.labels.iter().map(|text| fabro::run_dir::parse_label(text)).collect::<Result<Vec<_>, _>>()
+        {
+            Ok(wanted) => wanted,
+            Err(message) => {
+                eprintln!("error: --label: {message}");
+                return exit::INVALID;
+            }
+        };
+    let mut entries = list(&args.dir);
+    entries.retain(|entry| fabro::run_dir::has_labels(&entry.labels, &wanted));
+    let (entries, older) = shown(entries, args.all);
     let text = if args.json {
         let array: Vec<Value> = entries.iter().map(Entry::to_json).collect();
         match serde_json::to_string_pretty(&array) {

@@ -52,6 +52,8 @@ impl ChildRunner for ChildLauncher<'_> {
             // The parent run's hooks tell about the parent run.
             hooks: Default::default(),
             config_files: self.options.config_files.clone(),
+            // A child run carries its parent's labels.
+            labels: self.options.labels.clone(),
         };
         let report = match slot {
             ChildSlot::Fresh(dir) => {

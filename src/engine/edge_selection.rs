@@ -1,8 +1,10 @@
 //! Which edge a run takes after a stage. For a stage that did not fail, in order:
 //! (1) edges whose condition is true, best by weight then target id; (2) the preferred label among
 //! unconditional edges; (3) the suggested next ids among unconditional edges; (4) the highest
-//! weight among unconditional edges, (5) ties broken by target id. A failed stage takes only an
-//! edge whose condition is true; otherwise its retry targets decide (see [`Workflow::failure_target`]).
+//! weight among unconditional edges, (5) ties broken by target id. A stage with
+//! `selection=random` picks among the candidates of steps 2 to 5 by a draw weighted by their
+//! weights (one of 0 or less counts as 1). A failed stage takes only an edge whose condition is
+//! true; otherwise its retry targets decide (see [`Workflow::failure_target`]).
 
 use petgraph::graph::NodeIndex;
 
@@ -20,6 +22,8 @@ pub enum SelectionReason {
     SuggestedNextId,
     Weight,
     Lexical,
+    /// `selection=random`: a weighted draw among the candidates.
+    Random,
     /// Dry run: no condition held, and the edge's outcome clause matches the stage's outcome.
     DryRunOutcome,
     /// Dry run: no condition held, and no edge tests this outcome: the best by weight and id.
@@ -36,6 +40,7 @@ impl SelectionReason {
             SelectionReason::SuggestedNextId => "suggested_next_id",
             SelectionReason::Weight => "weight",
             SelectionReason::Lexical => "lexical",
+            SelectionReason::Random => "random",
             SelectionReason::DryRunOutcome => "dry_run_outcome",
             SelectionReason::DryRunWeight => "dry_run_weight",
             SelectionReason::DryRunLoopExit => "dry_run_loop_exit",
@@ -48,14 +53,34 @@ fn rank(a: &EdgeRef<'_>, b: &EdgeRef<'_>) -> std::cmp::Ordering {
     b.edge.weight().cmp(&a.edge.weight()).then_with(|| a.to.id.cmp(&b.to.id))
 }
 
+/// The candidate `draw` picks (a number from 0 to `u64::MAX`), each as likely as its weight (one
+/// of 0 or less counts as 1).
+fn weighted<'a, 'w>(candidates: &[&'a EdgeRef<'w>], draw: u64) -> Option<&'a EdgeRef<'w>> {
+    let weight = |edge: &EdgeRef<'_>| u128::from(edge.edge.weight().max(1).unsigned_abs());
+    let total: u128 = candidates.iter().map(|edge| weight(edge)).sum();
+    if total == 0 {
+        return None;
+    }
+    let mut point = u128::from(draw) * total / (u128::from(u64::MAX) + 1);
+    for edge in candidates {
+        if point < weight(edge) {
+            return Some(edge);
+        }
+        point -= weight(edge);
+    }
+    candidates.last().copied()
+}
+
 /// The edge to take from `from`, or `None` when no edge is eligible.
-/// `store`, when given, resolves offloaded values the conditions read.
+/// `store`, when given, resolves offloaded values the conditions read. `draw`, for a stage with
+/// `selection=random`, picks among the candidates (see [`random_draw`]).
 pub fn select_edge<'w>(
     workflow: &'w Workflow,
     from: NodeIndex,
     outcome: &Outcome,
     context: &Context,
     store: Option<&ArtifactStore>,
+    draw: Option<u64>,
 ) -> Option<(EdgeRef<'w>, SelectionReason)> {
     let edges = workflow.outgoing(from);
     let mut scope = Scope::new(Some(outcome), context);
@@ -74,23 +99,46 @@ pub fn select_edge<'w>(
         return None;
     }
     let unconditional: Vec<&EdgeRef<'w>> = edges.iter().filter(|e| !e.edge.is_conditional()).collect();
+    // One of several candidates: the best by rank, or the draw's.
+    let pick = |candidates: Vec<&'_ &EdgeRef<'w>>| -> Option<EdgeRef<'w>> {
+        let candidates: Vec<&EdgeRef<'w>> = candidates.into_iter().copied().collect();
+        match draw {
+            Some(draw) => weighted(&candidates, draw).copied(),
+            None => candidates.into_iter().min_by(|a, b| rank(a, b)).copied(),
+        }
+    };
     if let Some(label) = outcome.preferred_label.as_deref().map(normalize_label).filter(|l| !l.is_empty()) {
-        let by_label = unconditional
-            .iter()
-            .filter(|e| e.edge.label().is_some_and(|l| normalize_label(l) == label))
-            .min_by(|a, b| rank(a, b));
+        let by_label = pick(
+            unconditional
+                .iter()
+                .filter(|e| e.edge.label().is_some_and(|l| normalize_label(l) == label))
+                .collect(),
+        );
         if let Some(edge) = by_label {
-            return Some((**edge, SelectionReason::PreferredLabel));
+            return Some((edge, SelectionReason::PreferredLabel));
         }
     }
     for id in &outcome.suggested_next_ids {
-        if let Some(edge) = unconditional.iter().filter(|e| e.to.id == *id).min_by(|a, b| rank(a, b)) {
-            return Some((**edge, SelectionReason::SuggestedNextId));
+        if let Some(edge) = pick(unconditional.iter().filter(|e| e.to.id == *id).collect()) {
+            return Some((edge, SelectionReason::SuggestedNextId));
         }
+    }
+    if draw.is_some() {
+        return pick(unconditional.iter().collect()).map(|edge| (edge, SelectionReason::Random));
     }
     let best = unconditional.iter().min_by(|a, b| rank(a, b))?;
     let tied = unconditional.iter().filter(|e| e.edge.weight() == best.edge.weight()).count() > 1;
     Some((**best, if tied { SelectionReason::Lexical } else { SelectionReason::Weight }))
+}
+
+/// The draw of a `selection=random` stage's visit: the same for the same run, node and visit, so a
+/// resumed or re-read run takes the edge it took.
+pub fn random_draw(run_id: &str, node_id: &str, visit: u32) -> u64 {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(format!("{run_id}\0{node_id}\0{visit}").as_bytes());
+    let mut bytes = [0u8; 8];
+    bytes.copy_from_slice(&digest[..8]);
+    u64::from_le_bytes(bytes)
 }
 
 /// Whether the edge's condition says nothing against `status`: it tests no outcome, or names
@@ -178,7 +226,48 @@ mod tests {
 
     fn pick(workflow: &Workflow, outcome: &Outcome, context: &Context) -> Option<(String, SelectionReason)> {
         let from = workflow.index_of("a").unwrap();
-        select_edge(workflow, from, outcome, context, None).map(|(edge, reason)| (edge.to.id.clone(), reason))
+        select_edge(workflow, from, outcome, context, None, None)
+            .map(|(edge, reason)| (edge.to.id.clone(), reason))
+    }
+
+    #[test]
+    fn a_random_draw_follows_the_weights_and_the_same_draw_takes_the_same_edge() {
+        let w = workflow("a -> b [weight=3]\n a -> c [weight=1]");
+        let from = w.index_of("a").unwrap();
+        let taken = |draw: u64| {
+            let (edge, reason) =
+                select_edge(&w, from, &Outcome::success(), &Context::new(), None, Some(draw)).unwrap();
+            assert_eq!(reason, SelectionReason::Random);
+            edge.to.id.clone()
+        };
+        let mut to_b = 0;
+        for visit in 0..1000 {
+            let draw = random_draw("run-1", "a", visit);
+            assert_eq!(taken(draw), taken(draw));
+            to_b += usize::from(taken(draw) == "b");
+        }
+        assert!((700..=800).contains(&to_b), "b taken {to_b} times in 1000, for weights 3 and 1");
+        // A weight of 0 or less counts as 1.
+        let w = workflow("a -> b [weight=0]\n a -> c [weight=-5]");
+        let from = w.index_of("a").unwrap();
+        let to: std::collections::BTreeSet<String> = (0..50)
+            .map(|visit| {
+                select_edge(
+                    &w,
+                    from,
+                    &Outcome::success(),
+                    &Context::new(),
+                    None,
+                    Some(random_draw("r", "a", visit)),
+                )
+                .unwrap()
+                .0
+                .to
+                .id
+                .clone()
+            })
+            .collect();
+        assert_eq!(to.len(), 2);
     }
 
     #[test]

@@ -80,6 +80,11 @@ impl VisitCounts {
         count
     }
 
+    /// How many visits of `node` were counted: the number of its latest visit.
+    pub fn latest(&self, node: &str) -> u32 {
+        self.counts.get(node).copied().unwrap_or(0)
+    }
+
     /// Takes back the last visit of `node` (it will run again as the same visit).
     pub fn uncount(&mut self, node: &str) {
         if let Some(count) = self.counts.get_mut(node) {

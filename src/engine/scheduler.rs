@@ -54,6 +54,8 @@ pub struct RunOptions {
     pub limits: crate::usage::UsageLimits,
     /// How LLM stages are answered, recorded in the manifest for `fabro resume`.
     pub launch: crate::run_dir::LaunchRecord,
+    /// `--label key=value`, kept in the manifest.
+    pub labels: std::collections::BTreeMap<String, String>,
     /// `--max-output`: the most bytes a command stage may write to its logs.
     pub max_output: Option<u64>,
     /// `--sandbox`: where stages' programs run, unless a stage says otherwise.
@@ -196,6 +198,7 @@ impl Engine {
             }),
             launch: options.launch.clone(),
             pause: None,
+            labels: options.labels.clone(),
         };
         run_dir.write_json(layout::MANIFEST, &manifest)?;
         run_dir.write_text(layout::SAVED_WORKFLOW, workflow.source().text())?;

@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 use super::conversation::{Conversation, RunFacts};
-use super::edge_selection::{assumed_edge, can_end, loop_exit, select_edge, SelectionReason};
+use super::edge_selection::{assumed_edge, can_end, loop_exit, random_draw, select_edge, SelectionReason};
 use super::line_worktree::LineWorktree;
 use super::retry::RetryPolicy;
 use super::run_scope::RunScope;
@@ -755,8 +755,13 @@ impl<'e> Walker<'e> {
             }
         }
         if node.handler_type() != HandlerType::Parallel {
+            let draw = node
+                .settings
+                .stage
+                .random_selection
+                .then(|| random_draw(&scope.run_id, &node.id, scope.visits().latest(&node.id)));
             let mut selected =
-                select_edge(workflow, index, outcome, &self.state.context, Some(&scope.artifacts));
+                select_edge(workflow, index, outcome, &self.state.context, Some(&scope.artifacts), draw);
             if scope.options.dry_run && selected.is_none() && outcome.status != StageStatus::Fail {
                 selected = assumed_edge(workflow, index, outcome);
             }

@@ -85,6 +85,7 @@ pub const SANDBOXES: &[&str] = &["none", "bwrap"];
 pub const EXIT_OUTCOMES: &[&str] = &["success", "fail"];
 /// The values of a stage's `backend`.
 pub const BACKENDS: &[&str] = super::settings::Backend::NAMES;
+pub const LANGUAGES: &[&str] = super::settings::Language::NAMES;
 pub const COMPACTION_PRESETS: &[&str] = super::settings::CompactionPreset::NAMES;
 pub const COMPACTION_MODES: &[&str] = super::settings::CompactionMode::NAMES;
 pub const THREAD_HANDOFFS: &[&str] = super::settings::ThreadHandoff::NAMES;
@@ -112,7 +113,7 @@ pub static ATTRIBUTES: &[AttributeSpec] = &[
         "model_stylesheet",
         ValueType::Text,
         GRAPH,
-        "CSS-like rules giving nodes llm_model, llm_provider and reasoning_effort."
+        "CSS-like rules giving nodes llm_model, llm_provider, reasoning_effort and backend (Fabro's `speed` is refused: fabro has no fast mode)."
     ),
     spec!(
         "default_max_retries",
@@ -149,6 +150,7 @@ pub static ATTRIBUTES: &[AttributeSpec] = &[
     spec!("default_small_model", ValueType::Text, GRAPH, "Default small_model of agent stages."),
     spec!("default_fallback_models", ValueType::Text, GRAPH, "Default fallback_models of LLM stages."),
     spec!("default_memory", ValueType::Boolean, GRAPH, "Default memory of agent stages."),
+    spec!("default_memory_dir", ValueType::Text, GRAPH, "Default memory_dir of agent stages."),
     spec!("default_memory_extract", ValueType::Boolean, GRAPH, "Default memory_extract of agent stages."),
     spec!("default_task_checkpoints", ValueType::Boolean, GRAPH, "Default task_checkpoints of agent stages."),
     spec!("default_small_tier_parent", ValueType::OneOf(SMALL_TIER_PARENT), GRAPH, "Default small_tier_parent of agent stages."),
@@ -191,8 +193,8 @@ pub static ATTRIBUTES: &[AttributeSpec] = &[
     spec!(
         "max_tokens",
         ValueType::Count,
-        GRAPH,
-        "Pause before the next LLM stage once the run has used this many tokens (in + out)."
+        GRAPH_NODE,
+        "On the graph: pause before the next LLM stage once the run has used this many tokens (in + out). On an LLM stage (as Fabro writes it): the most output tokens each of its model calls asks for (never more than the window leaves)."
     ),
     spec!(
         "max_cost",
@@ -246,11 +248,12 @@ pub static ATTRIBUTES: &[AttributeSpec] = &[
         NODE,
         "Instruction for LLM stages; `$goal` expands, `@path` inlines a file."
     ),
-    spec!("script", ValueType::Text, NODE, "Shell script of a command stage (alias `tool_command`)."),
+    spec!("script", ValueType::Text, NODE, "Script of a command stage (alias `tool_command`), in its `language`."),
+    spec!("language", ValueType::OneOf(LANGUAGES), NODE, "Language of a command stage's script, which names the program that runs it: shell (sh -c, the default; also sh), bash (bash -c), python (python3 -c) or node (node -e)."),
     spec!("max_retries", ValueType::Count, NODE, "Additional attempts after a fail or retry outcome."),
     spec!("retry_policy", ValueType::OneOf(RETRY_POLICIES), NODE, "Backoff preset between attempts."),
     spec!("goal_gate", ValueType::Boolean, NODE, "Once this node has run, the run may only exit when its last visit succeeded (a gate never visited is not checked)."),
-    spec!("class", ValueType::Text, NODE, "Comma-separated classes for stylesheet `.class` selectors."),
+    spec!("class", ValueType::Text, NODE, "Classes for stylesheet `.class` selectors, separated by spaces or commas."),
     spec!("timeout", ValueType::Duration, NODE, "Longest a stage may run."),
     spec!("llm_model", ValueType::Text, NODE, "Model id, e.g. claude-opus-4-6 or gpt-5.2."),
     spec!("llm_provider", ValueType::Text, NODE, "Provider key; inferred from the model when unset."),
@@ -312,6 +315,12 @@ pub static ATTRIBUTES: &[AttributeSpec] = &[
         ValueType::Text,
         NODE,
         "Child workflow file of a manager node (alias of stack.child_dotfile)."
+    ),
+    spec!(
+        "stack.child_dot_source",
+        ValueType::Text,
+        NODE,
+        "The child workflow of a manager node written inline, as DOT text (instead of a file; a file named on the node wins). Its errors are reported with their line and column inside the text."
     ),
     spec!(
         "manager.poll_interval",
@@ -418,7 +427,8 @@ pub static ATTRIBUTES: &[AttributeSpec] = &[
     spec!("fallback_models", ValueType::Text, NODE, "Models to go on with, in order, when a call still fails with a retryable error (429, 5xx, timeout, connection) after its retries: `gpt-5.2, claude-sonnet-4-5` (each model's provider inferred); the conversation carries over."),
     spec!("allow_truncated", ValueType::Boolean, NODE, "A prompt stage (shape=tab) whose answer was cut off at the output limit (finish_reason length, stop_reason max_tokens) succeeds anyway; by default it fails (default false)."),
     spec!("small_model", ValueType::Text, NODE, "The model of the agentic tool wrappers (default --small-model, the config file's small_model, else the provider's cheap tier: claude-haiku-4-5, gpt-5-mini, gemini-2.5-flash)."),
-    spec!("memory", ValueType::Boolean, NODE, "The agent recalls the project's memory (.fabro/memory/ of the workflow's git repository) at its start and gets the remember(kind, name, text) tool."),
+    spec!("memory", ValueType::Boolean, NODE, "The agent recalls the project's memory (.fabro/memory/ at the root of the work directory's git repository, its main worktree) at its start and gets the remember(kind, name, text) tool."),
+    spec!("memory_dir", ValueType::Text, NODE, "With memory=true: the memory store to use instead of the project's, relative to the work directory."),
     spec!("memory_extract", ValueType::Boolean, NODE, "With memory=true: at the end of a successful stage the model is asked for up to 5 entries worth keeping."),
     spec!("task_checkpoints", ValueType::Boolean, NODE, "The agent gets the mark_task_done(detail) tool: the finished task's turns are replaced by a six-section completion record (default true)."),
     spec!("runtime_context", ValueType::Boolean, NODE, "The system prompt starts with the OS, architecture, shell, work directory, date and time, and the .gitignore (default true)."),
@@ -448,6 +458,18 @@ pub static ATTRIBUTES: &[AttributeSpec] = &[
         ValueType::Boolean,
         EDGE,
         "Taking this edge starts a fresh run directory from its target."
+    ),
+    spec!(
+        "selection",
+        ValueType::OneOf(&["deterministic", "random"]),
+        NODE,
+        "How a tie among the edges out of the stage is broken: deterministic (highest weight, then target id; the default) or random (a draw weighted by the edges' weights, a weight of 0 or less counting as 1, seeded by the run id, node and visit so a resume or a rerun of the run takes the same edge). Not with conditional edges."
+    ),
+    spec!(
+        "freeform",
+        ValueType::Boolean,
+        EDGE,
+        "On an edge out of a human gate: a free-text answer that names none of the gate's choices takes this edge (its text in human.gate.text); a gate whose only edge is freeform asks for text alone."
     ),
 ];
 
@@ -485,6 +507,23 @@ pub const WORD_ALIASES: &[(&str, &str, &str)] = &[
         "forge's name; forge reports partial success when every branch fails, fabro fails the stage",
     ),
     ("any_success", "first_success", "forge's name"),
+];
+
+/// Attributes other engines define (Fabro, the Attractor implementations) that fabro does not
+/// implement: name, whose it is, and what it means there. Setting one is a warning that says so
+/// (`unsupported_attribute`), never silently nothing.
+pub const UNSUPPORTED_ATTRIBUTES: &[(&str, &str, &str)] = &[
+    ("stall_timeout", "Fabro", "fails a run that makes no progress for that long"),
+    (
+        "loop_restart_signature_limit",
+        "Fabro",
+        "aborts a loop_restart loop once the same failure repeats that many times",
+    ),
+    (
+        "project_memory",
+        "Fabro",
+        "puts the project's AGENTS.md and CLAUDE.md into prompt stages' system prompt",
+    ),
 ];
 
 /// Graphviz display attributes: accepted anywhere, meaningless to fabro, never warned about.

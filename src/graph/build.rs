@@ -204,12 +204,17 @@ fn parse_condition(attributes: &Attributes) -> Option<Result<Condition, crate::c
     attributes.non_empty_text("condition").map(Condition::parse)
 }
 
-/// The entries of a node's comma-separated `class` attribute.
+/// The entries of a node's `class` attribute, separated by commas or spaces (`"fast careful"`,
+/// as Fabro writes it, or `"fast, careful"`).
 fn explicit_classes(attributes: &Attributes) -> Vec<String> {
     attributes
         .text("class")
         .map(|classes| {
-            classes.split(',').map(str::trim).filter(|c| !c.is_empty()).map(String::from).collect()
+            classes
+                .split(|c: char| c == ',' || c.is_whitespace())
+                .filter(|c| !c.is_empty())
+                .map(String::from)
+                .collect()
         })
         .unwrap_or_default()
 }

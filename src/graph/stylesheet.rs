@@ -18,18 +18,25 @@ pub enum StyleProperty {
     LlmModel = 0,
     LlmProvider = 1,
     ReasoningEffort = 2,
+    Backend = 3,
 }
 
 impl StyleProperty {
-    pub const ALL: [StyleProperty; 3] =
-        [StyleProperty::LlmModel, StyleProperty::LlmProvider, StyleProperty::ReasoningEffort];
+    pub const ALL: [StyleProperty; 4] = [
+        StyleProperty::LlmModel,
+        StyleProperty::LlmProvider,
+        StyleProperty::ReasoningEffort,
+        StyleProperty::Backend,
+    ];
 
-    /// The node attribute the property sets: "llm_model", "llm_provider", "reasoning_effort".
+    /// The node attribute the property sets: "llm_model", "llm_provider", "reasoning_effort",
+    /// "backend".
     pub fn attribute(self) -> &'static str {
         match self {
             StyleProperty::LlmModel => "llm_model",
             StyleProperty::LlmProvider => "llm_provider",
             StyleProperty::ReasoningEffort => "reasoning_effort",
+            StyleProperty::Backend => "backend",
         }
     }
 
@@ -39,10 +46,18 @@ impl StyleProperty {
             "llm_model" | "model" => Some(StyleProperty::LlmModel),
             "llm_provider" | "provider" => Some(StyleProperty::LlmProvider),
             "reasoning_effort" => Some(StyleProperty::ReasoningEffort),
+            "backend" => Some(StyleProperty::Backend),
             _ => None,
         }
     }
 }
+
+/// Properties Fabro's stylesheets have that fabro does not support, and why: an error, never a
+/// property silently dropped.
+const UNSUPPORTED_PROPERTIES: &[(&str, &str)] = &[(
+    "speed",
+    "fabro does not support `speed` (Anthropic's fast output mode); remove it, the stage runs at the model's normal speed",
+)];
 
 /// Which nodes a rule applies to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -134,7 +149,7 @@ impl Stylesheet {
     ///
     /// A rule applies with the specificity of its most specific matching selector, as in CSS.
     pub fn resolve(&self, node_id: &str, shape: &str, classes: &[String]) -> ResolvedStyle<'_> {
-        let mut best: [Option<(u8, &str)>; 3] = [None; 3];
+        let mut best: [Option<(u8, &str)>; 4] = [None; 4];
         for rule in &self.rules {
             let specificity = rule
                 .selectors
@@ -153,8 +168,8 @@ impl Stylesheet {
                 }
             }
         }
-        let [llm_model, llm_provider, reasoning_effort] = best.map(|b| b.map(|(_, v)| v));
-        ResolvedStyle { llm_model, llm_provider, reasoning_effort }
+        let [llm_model, llm_provider, reasoning_effort, backend] = best.map(|b| b.map(|(_, v)| v));
+        ResolvedStyle { llm_model, llm_provider, reasoning_effort, backend }
     }
 
     /// Every selector with the byte offset it starts at, for lint rules (e.g. a `#id` naming no node).
@@ -174,6 +189,7 @@ pub struct ResolvedStyle<'a> {
     pub llm_model: Option<&'a str>,
     pub llm_provider: Option<&'a str>,
     pub reasoning_effort: Option<&'a str>,
+    pub backend: Option<&'a str>,
 }
 
 impl<'a> ResolvedStyle<'a> {
@@ -183,6 +199,7 @@ impl<'a> ResolvedStyle<'a> {
             StyleProperty::LlmModel => self.llm_model,
             StyleProperty::LlmProvider => self.llm_provider,
             StyleProperty::ReasoningEffort => self.reasoning_effort,
+            StyleProperty::Backend => self.backend,
         }
     }
 }
@@ -200,11 +217,15 @@ fn error(offset: usize, message: impl Into<String>) -> StylesheetError {
     StylesheetError { offset, message: message.into() }
 }
 
-const PROPERTY_LIST: &str = "expected llm_model, llm_provider or reasoning_effort";
+const PROPERTY_LIST: &str = "expected llm_model, llm_provider, reasoning_effort or backend";
 
 fn unknown_property(name: &str, offset: usize) -> StylesheetError {
+    if let Some((_, why)) = UNSUPPORTED_PROPERTIES.iter().find(|(property, _)| *property == name) {
+        return error(offset, *why);
+    }
     // Canonical names first: `min_by_key` keeps the first of equally close candidates.
-    const NAMES: [&str; 5] = ["llm_model", "llm_provider", "reasoning_effort", "model", "provider"];
+    const NAMES: [&str; 6] =
+        ["llm_model", "llm_provider", "reasoning_effort", "backend", "model", "provider"];
     let lower = name.to_ascii_lowercase();
     let hint = NAMES
         .iter()
@@ -552,7 +573,7 @@ box { llm_model: claude-opus-4-6 }
         assert_eq!(model(&sheet, "x", "box", &[]), Some("a/b:c=d"));
         assert_eq!(
             StyleProperty::ALL.map(StyleProperty::attribute),
-            ["llm_model", "llm_provider", "reasoning_effort"]
+            ["llm_model", "llm_provider", "reasoning_effort", "backend"]
         );
     }
 
@@ -575,12 +596,12 @@ box { llm_model: claude-opus-4-6 }
                 "box { llm_modle: x }",
                 6,
                 "unknown property `llm_modle` (did you mean `llm_model`?); expected llm_model, \
-                 llm_provider or reasoning_effort",
+                 llm_provider, reasoning_effort or backend",
             ),
             (
                 "box { temperature: 1 }",
                 6,
-                "unknown property `temperature`; expected llm_model, llm_provider or reasoning_effort",
+                "unknown property `temperature`; expected llm_model, llm_provider, reasoning_effort or backend",
             ),
             ("box { llm_model x }", 16, "expected `:` or `=` after `llm_model`"),
             ("box { llm_model: x", 4, "unclosed rule: expected `}` before the end of the stylesheet"),

@@ -44,11 +44,19 @@ enum Ending {
 impl Handler for CommandHandler {
     async fn run(&self, stage: &StageRun<'_>) -> Result<Outcome, HandlerError> {
         let node_id = &stage.node.id;
-        let settings = stage.node.settings.command().cloned().unwrap_or_default();
+        let settings = stage
+            .node
+            .settings
+            .command()
+            .ok_or_else(|| HandlerError::Terminal(format!("stage `{node_id}` is not a command stage")))?;
         let script = settings
             .script
             .as_deref()
             .ok_or_else(|| HandlerError::Terminal(format!("command stage `{node_id}` has no script")))?;
+        let language = settings
+            .language
+            .clone()
+            .map_err(|invalid| HandlerError::Terminal(format!("command stage `{node_id}`: {invalid}")))?;
 
         if stage.run.dry_run {
             return Ok(Outcome::success()
@@ -82,9 +90,10 @@ impl Handler for CommandHandler {
         let stderr_log = OutputLog::create(&stderr_path)?;
 
         let run_dir = absolute(stage.run.run_dir);
+        let (program, flag) = language.program();
         let mut command = stage.confinement.command(
-            "sh".as_ref(),
-            &["-c".as_ref(), script.as_ref()],
+            program.as_ref(),
+            &[flag.as_ref(), script.as_ref()],
             stage.work_dir,
             &[&stage_dir],
             &[&run_dir],
@@ -107,7 +116,7 @@ impl Handler for CommandHandler {
         let started = Instant::now();
         let mut child = command.spawn().map_err(|error| {
             HandlerError::Terminal(format!(
-                "command stage `{node_id}` could not start `sh` in {}: {error}",
+                "command stage `{node_id}` could not start `{program}` in {}: {error}",
                 stage.work_dir.display()
             ))
         })?;
@@ -118,7 +127,7 @@ impl Handler for CommandHandler {
         let _recorded = ProcessRecord(&stage_dir);
 
         let timeout = stage.node.settings.stage.timeout;
-        let max_output = max_output(stage, &settings);
+        let max_output = max_output(stage, settings);
         let ending = tokio::select! {
             status = child.wait() => match status {
                 Ok(status) => Ending::Exited(status),

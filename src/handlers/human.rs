@@ -14,8 +14,10 @@
 //! | `human.gate.text` | the text of a freeform answer |
 //!
 //! An answer must name a choice (by key, label or target id). Only a gate with
-//! `human.freeform=true` takes other text: it is kept in `human.gate.text` and routing follows
-//! the only edge, else the edges' conditions. When no answer can be had (no terminal, answers
+//! `human.freeform=true` or a `freeform=true` edge takes other text: it is kept in
+//! `human.gate.text` and routing follows the freeform edge, else the only edge, else the edges'
+//! conditions. A freeform edge is not one of the choices; a gate whose only edge is freeform asks
+//! for text alone. When no answer can be had (no terminal, answers
 //! file used up) the run pauses.
 
 use std::time::Duration;
@@ -47,15 +49,24 @@ impl Handler for HumanHandler {
             Some(index) => stage.run.workflow.outgoing(index),
             None => Vec::new(),
         };
-        let options: Vec<GateChoice<'_>> = edges.iter().map(option_for).collect();
-        if options.is_empty() {
-            return Ok(Outcome::fail(format!("human gate `{gate}` has no outgoing edges to choose from")));
-        }
+        // A `freeform=true` edge is no choice: it takes the text that names none.
+        let options: Vec<GateChoice<'_>> =
+            edges.iter().filter(|edge| !edge.edge.settings.freeform).map(option_for).collect();
+        let free_edge = edges.iter().find(|edge| edge.edge.settings.freeform).map(option_for);
         let choices: Vec<Choice<'_>> = options.iter().map(|option| option.choice.clone()).collect();
 
         if stage.run.dry_run {
-            let first = &options[0];
-            return Ok(chosen(first).with_notes(format!("dry run: chose {}", describe(first))));
+            return Ok(match (options.first(), &free_edge) {
+                (Some(first), _) => chosen(first).with_notes(format!("dry run: chose {}", describe(first))),
+                (None, Some(free)) => freeform_taken(free, String::new())
+                    .with_notes(format!("dry run: took the freeform edge to {}", free.choice.target)),
+                (None, None) => {
+                    Outcome::fail(format!("human gate `{gate}` has no outgoing edges to choose from"))
+                }
+            });
+        }
+        if options.is_empty() && free_edge.is_none() {
+            return Ok(Outcome::fail(format!("human gate `{gate}` has no outgoing edges to choose from")));
         }
 
         let text = node.prompt().unwrap_or_else(|| node.label());
@@ -67,8 +78,8 @@ impl Handler for HumanHandler {
         };
         stage.run.events.stage_event(gate, stage.visit, started);
 
-        let question =
-            Question { gate_id: gate, text, choices: &choices, timeout, freeform: takes_freeform(node) };
+        let takes_text = takes_freeform(node) || free_edge.is_some();
+        let question = Question { gate_id: gate, text, choices: &choices, timeout, freeform: takes_text };
         let answer = tokio::select! {
             biased;
             () = stage.run.cancel.cancelled() => return Err(HandlerError::Cancelled),
@@ -87,7 +98,7 @@ impl Handler for HumanHandler {
                 completed(stage, option.choice.key.clone(), Some(option));
                 Ok(chosen(option).with_notes(format!("chose {}", describe(option))))
             }
-            Answer::Freeform(text) => Ok(freeform(stage, &options, text)),
+            Answer::Freeform(text) => Ok(freeform(stage, &options, free_edge.as_ref(), text)),
             // Interviewers that ask a person ask again; recorded answers are checked before the
             // run starts. An answer that still names no choice routes nowhere.
             Answer::Unrecognized(text) => Err(HandlerError::Paused(Pause::new(
@@ -103,11 +114,16 @@ impl Handler for HumanHandler {
             // The CLI prints how to resume; the reason says what the gate needs.
             Answer::Unavailable => Err(HandlerError::Paused(Pause::new(
                 PauseKind::Answer,
-                format!(
-                    "human gate `{gate}` is waiting for an answer: {} (answers file: {{\"{gate}\": [\"{}\"]}})",
-                    list_choices(&choices),
-                    options[0].choice.key
-                ),
+                match options.first() {
+                    Some(first) => format!(
+                        "human gate `{gate}` is waiting for an answer: {} (answers file: {{\"{gate}\": [\"{}\"]}})",
+                        list_choices(&choices),
+                        first.choice.key
+                    ),
+                    None => format!(
+                        "human gate `{gate}` is waiting for a free-text answer (answers file: {{\"{gate}\": [\"your text\"]}})"
+                    ),
+                },
             ))),
         }
     }
@@ -158,9 +174,14 @@ fn completed(stage: &StageRun<'_>, answer: String, option: Option<&GateChoice<'_
 }
 
 /// A freeform answer: text that names a choice (an interviewer that does not match) takes it;
-/// other text routes along the only edge if there is one, else leaves routing to the edges'
-/// conditions.
-fn freeform(stage: &StageRun<'_>, options: &[GateChoice<'_>], text: String) -> Outcome {
+/// other text takes the gate's `freeform=true` edge, else the only edge if there is one, else
+/// leaves routing to the edges' conditions.
+fn freeform(
+    stage: &StageRun<'_>,
+    options: &[GateChoice<'_>],
+    free_edge: Option<&GateChoice<'_>>,
+    text: String,
+) -> Outcome {
     let choices: Vec<Choice<'_>> = options.iter().map(|option| option.choice.clone()).collect();
     if let Some(option) = choice_for(&text, &choices).and_then(|index| options.get(index)) {
         completed(stage, text.clone(), Some(option));
@@ -168,23 +189,34 @@ fn freeform(stage: &StageRun<'_>, options: &[GateChoice<'_>], text: String) -> O
             .with_update("human.gate.text", text)
             .with_notes(format!("chose {}", describe(option)));
     }
-    let only = match options {
-        [only] => Some(only),
-        _ => None,
+    let (taken, why) = match (free_edge, options) {
+        (Some(free), _) => (Some(free), "the freeform edge"),
+        (None, [only]) => (Some(only), "the only choice"),
+        (None, _) => (None, ""),
     };
-    completed(stage, text.clone(), only);
-    let outcome = match only {
-        Some(option) => Outcome {
-            preferred_label: Some(option.full_label.to_string()),
-            suggested_next_ids: vec![option.choice.target.to_string()],
-            ..Outcome::success()
+    completed(stage, text.clone(), taken);
+    match taken {
+        Some(edge) => {
+            freeform_taken(edge, text).with_notes(format!("freeform answer; {why} is {}", describe(edge)))
         }
-        .with_update("human.gate.label", option.full_label)
-        .with_update("human.gate.target", option.choice.target)
-        .with_notes(format!("freeform answer; the only choice is {}", describe(option))),
-        None => Outcome::success().with_notes("freeform answer"),
-    };
-    outcome.with_update("human.gate.selected", "freeform").with_update("human.gate.text", text)
+        None => Outcome::success()
+            .with_notes("freeform answer")
+            .with_update("human.gate.selected", "freeform")
+            .with_update("human.gate.text", text),
+    }
+}
+
+/// Free text routed along `edge`.
+fn freeform_taken(edge: &GateChoice<'_>, text: String) -> Outcome {
+    Outcome {
+        preferred_label: Some(edge.full_label.to_string()),
+        suggested_next_ids: vec![edge.choice.target.to_string()],
+        ..Outcome::success()
+    }
+    .with_update("human.gate.label", edge.full_label)
+    .with_update("human.gate.target", edge.choice.target)
+    .with_update("human.gate.selected", "freeform")
+    .with_update("human.gate.text", text)
 }
 
 /// Nobody answered in time: take `human.default_choice` if it names a choice, else fail.

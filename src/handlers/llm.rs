@@ -16,9 +16,11 @@ use crate::agent::context::compaction::lossless::{RunRecord, StageLine};
 use crate::backends::simulated::SimulatedBackend;
 use crate::backends::{Backend, LlmRequest, LlmResponse, StageEnv};
 use crate::context::Context;
+use crate::event::Event;
 use crate::graph::settings::TurnLimitOutcome;
 use crate::graph::HandlerType;
 use crate::llm::BackendError;
+use crate::memory::MemoryStore;
 use crate::outcome::{Exchange, Outcome, Pause, PauseKind, StageStatus};
 use crate::run_dir::layout;
 use crate::stage::{Handler, HandlerError, StageRun};
@@ -125,6 +127,7 @@ pub(crate) fn request_for<'a>(
             events: stage.run.events,
             max_turns: settings.max_turns,
             context_window: settings.context_window,
+            max_output_tokens: settings.max_output_tokens,
             backend: *backend,
             cli_agent: settings.cli_agent.as_deref(),
             usage_left: stage.budget.usage_left,
@@ -134,15 +137,10 @@ pub(crate) fn request_for<'a>(
             fallback_models: settings.fallback_models.clone(),
             mcp_servers: settings.mcp_servers.clone(),
             permissions: settings.permissions,
-            memory: settings.memory.then(|| {
-                let source = stage.run.workflow.source().path();
-                let start =
-                    source.parent().filter(|dir| !dir.as_os_str().is_empty()).unwrap_or(stage.work_dir);
-                crate::memory::StageMemory {
-                    store: crate::memory::MemoryStore::of_project(start, stage.work_dir),
-                    extract: settings.memory_extract,
-                    run_id: stage.run.run_id.to_string(),
-                }
+            memory: settings.memory.then(|| crate::memory::StageMemory {
+                store: memory_store(stage, settings.memory_dir.as_deref()),
+                extract: settings.memory_extract,
+                run_id: stage.run.run_id.to_string(),
             }),
             confinement: stage.confinement.clone(),
             tool_hooks: settings.tool_hooks.clone(),
@@ -153,6 +151,30 @@ pub(crate) fn request_for<'a>(
             turn_limit_outcome: settings.turn_limit_outcome,
         }),
     })
+}
+
+/// The project memory of a `memory=true` stage: `memory_dir`, else the work directory's project's.
+/// A store still where fabro kept it before (the workflow file's repository), when the project's
+/// has none yet, is used where it is, with an event that says how to move it.
+fn memory_store(stage: &StageRun<'_>, memory_dir: Option<&str>) -> MemoryStore {
+    let store = MemoryStore::for_stage(stage.work_dir, memory_dir);
+    if memory_dir.is_some() || store.has_entries() {
+        return store;
+    }
+    let workflow_dir = stage.run.workflow.source().path().parent().filter(|dir| !dir.as_os_str().is_empty());
+    let Some(old) = workflow_dir.map(MemoryStore::of_project) else { return store };
+    if old == store || !old.has_entries() {
+        return store;
+    }
+    stage.run.events.stage_event(
+        &stage.node.id,
+        stage.visit,
+        Event::MemoryOldStore {
+            store: old.dir().display().to_string(),
+            project_store: store.dir().display().to_string(),
+        },
+    );
+    old
 }
 
 /// What the run's records say as the stage starts, for a lossless compaction inside it.
@@ -269,6 +291,7 @@ fn outcome_for(node_id: &str, backend_name: &str, response: &LlmResponse) -> Out
             usage_by_model: response.usage_by_model.clone(),
             context_window: response.context_window.clone(),
             truncated: response.truncated,
+            usage_estimated: response.usage_estimated,
             ..outcome
         }
         .with_notes(notes.clone())

@@ -127,7 +127,7 @@ fn child_workflow<'s>(stage: &'s StageRun<'_>, slot: &ChildSlot) -> Result<Child
             Some(Ok(valid)) => Ok(ChildWorkflow::Loaded(valid)),
             Some(Err(error)) => Err(failed(error)),
             None => Err(HandlerError::Terminal(format!(
-                "manager stage `{}` names no child workflow (set stack.child_workflow)",
+                "manager stage `{}` names no child workflow (set stack.child_workflow, or stack.child_dot_source to the DOT text)",
                 stage.node.id
             ))),
         },

@@ -19,8 +19,8 @@ pub struct Question<'a> {
     pub text: &'a str,
     pub choices: &'a [Choice<'a>],
     pub timeout: Option<Duration>,
-    /// The gate takes text that names no choice (`human.freeform=true`); otherwise such text is
-    /// no answer at all and is never routed anywhere.
+    /// The gate takes text that names no choice (`human.freeform=true`, or a `freeform=true`
+    /// edge); otherwise such text is no answer at all and is never routed anywhere.
     pub freeform: bool,
 }
 
@@ -34,12 +34,17 @@ pub struct Gate<'w> {
 }
 
 impl<'w> Gate<'w> {
-    /// The gate `node` of `workflow` (which must be a human gate).
+    /// The gate `node` of `workflow` (which must be a human gate). A `freeform=true` edge is no
+    /// choice: it takes the text that names none.
     pub fn of(workflow: &'w Workflow, node: &'w Node) -> Gate<'w> {
         let edges = workflow.index_of(&node.id).map(|index| workflow.outgoing(index)).unwrap_or_default();
-        let choices =
-            edges.iter().map(|edge| Choice::from_edge(edge.edge.label(), edge.to.id.as_str())).collect();
-        Gate { id: node.id.as_str(), choices, freeform: takes_freeform(node) }
+        let choices = edges
+            .iter()
+            .filter(|edge| !edge.edge.settings.freeform)
+            .map(|edge| Choice::from_edge(edge.edge.label(), edge.to.id.as_str()))
+            .collect();
+        let freeform = takes_freeform(node) || edges.iter().any(|edge| edge.edge.settings.freeform);
+        Gate { id: node.id.as_str(), choices, freeform }
     }
 
     /// Every human gate of `workflow`, in declaration order.
@@ -52,7 +57,8 @@ impl<'w> Gate<'w> {
     }
 }
 
-/// True when the gate declares `human.freeform=true`.
+/// True when the gate declares `human.freeform=true` (a `freeform=true` edge out of it also makes
+/// it take free text).
 pub fn takes_freeform(node: &Node) -> bool {
     node.settings.human().is_some_and(|human| human.freeform)
 }

@@ -3,7 +3,8 @@
 use serde_json::{json, Value};
 
 use super::chat::{ChatProvider, ChatRequest, ChatResponse};
-use super::http::post_json;
+use super::http::{Post, Streamed};
+use super::stream::{AnthropicEvents, Streaming};
 use super::BackendError;
 use crate::chat::{ChatMessage, ToolCall};
 use crate::redaction::Secrets;
@@ -19,6 +20,7 @@ pub struct Anthropic {
     pub name: String,
     pub base_url: String,
     pub api_key: String,
+    pub streaming: Streaming,
     pub client: reqwest::Client,
     pub secrets: Secrets,
 }
@@ -45,11 +47,36 @@ impl ChatProvider for Anthropic {
     }
 
     async fn chat(&self, request: &ChatRequest<'_>) -> Result<ChatResponse, BackendError> {
-        let body = request_body(request);
+        let mut body = request_body(request);
         let headers = [("x-api-key", self.api_key.clone()), ("anthropic-version", API_VERSION.to_string())];
-        let value =
-            post_json(&self.client, &self.url(), &headers, &body, request.timeout, &self.secrets).await?;
-        parse_response(&value).map_err(|message| {
+        let url = self.url();
+        let post = Post {
+            client: &self.client,
+            url: &url,
+            headers: &headers,
+            timeout: request.timeout,
+            secrets: &self.secrets,
+        };
+        if let Some(watcher) = self.streaming.watcher(request) {
+            body["stream"] = json!(true);
+            let mut events = AnthropicEvents::default();
+            let streamed = post.stream(&body, &mut events, watcher).await?;
+            match streamed {
+                Streamed::Assembled => return self.read(&events.into_message()?),
+                Streamed::Whole(value) => return self.read(&value),
+                Streamed::Refused(why) => self.streaming.refused(&self.name, request, &why, watcher),
+            }
+            body = request_body(request);
+        }
+        let value = post.json(&body).await?;
+        self.read(&value)
+    }
+}
+
+impl Anthropic {
+    /// The answer in `value`, or the error that says what is wrong with it.
+    fn read(&self, value: &Value) -> Result<ChatResponse, BackendError> {
+        parse_response(value).map_err(|message| {
             BackendError::Terminal(
                 self.secrets.redact(&format!("{} returned a malformed message: {message}", self.url())),
             )
@@ -227,6 +254,7 @@ mod tests {
             reasoning_effort: None,
             max_output_tokens: 100,
             timeout: std::time::Duration::from_secs(1),
+            watcher: None,
         };
         let body = request_body(&request);
         assert_eq!(body["system"], "sys");
@@ -268,6 +296,7 @@ mod tests {
             reasoning_effort: Some("medium"),
             max_output_tokens: 8192,
             timeout: std::time::Duration::from_secs(1),
+            watcher: None,
         };
         let body = request_body(&request);
         assert_eq!(body["thinking"]["budget_tokens"], 4096);

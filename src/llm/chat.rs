@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use super::stream::AnswerWatcher;
 use super::BackendError;
 use crate::chat::{ChatMessage, ToolCall, ToolDefinition, ToolResult};
 use crate::usage::Usage;
@@ -23,6 +24,17 @@ pub struct ChatRequest<'a> {
     pub max_output_tokens: u32,
     /// How long the whole HTTP exchange may take.
     pub timeout: Duration,
+    /// Who follows the answer as it is written: with one, providers that can stream do.
+    pub watcher: Option<&'a dyn AnswerWatcher>,
+}
+
+impl ChatRequest<'_> {
+    /// The characters the request sends: system prompt, messages, tool definitions.
+    pub fn char_count(&self) -> usize {
+        self.system.len()
+            + self.messages.iter().map(ChatMessage::char_count).sum::<usize>()
+            + self.tools.iter().map(ToolDefinition::char_count).sum::<usize>()
+    }
 }
 
 /// What the model answered.
@@ -37,6 +49,9 @@ pub struct ChatResponse {
     pub stop_reason: Option<String>,
     /// Provider reasoning blocks to send back with this turn (see [`ChatMessage::Assistant`]).
     pub reasoning: Vec<Value>,
+    /// The server reported no usage (a stream without it): `usage` is fabro's estimate, at four
+    /// characters a token.
+    pub usage_estimated: bool,
 }
 
 impl ChatResponse {
@@ -51,6 +66,22 @@ impl ChatResponse {
             },
             ChatMessage::ToolResults { results },
         ]
+    }
+
+    /// Fills in `usage` by estimate, for an answer to `request` that came without it.
+    pub fn estimate_usage(&mut self, request: &ChatRequest<'_>) {
+        let answer_chars = self.text.len()
+            + self
+                .tool_calls
+                .iter()
+                .map(|call| call.name.len() + call.arguments.to_string().len())
+                .sum::<usize>();
+        self.usage = Usage {
+            input_tokens: crate::usage::estimated_tokens(request.char_count()),
+            output_tokens: crate::usage::estimated_tokens(answer_chars),
+            ..Usage::default()
+        };
+        self.usage_estimated = true;
     }
 
     /// Whether the answer was cut off at the request's `max_output_tokens`: OpenAI's
@@ -100,6 +131,7 @@ pub async fn ask(
         reasoning_effort: None,
         max_output_tokens,
         timeout,
+        watcher: None,
     };
     provider.chat(&request).await
 }

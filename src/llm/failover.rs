@@ -124,8 +124,7 @@ mod tests {
                     tool_calls: Vec::new(),
                     usage: Usage::new(10, 2),
                     model: Some(request.model.to_string()),
-                    stop_reason: None,
-                    reasoning: Vec::new(),
+                    ..ChatResponse::default()
                 }),
             }
         }
@@ -146,6 +145,7 @@ mod tests {
             reasoning_effort: None,
             max_output_tokens: 100,
             timeout: Duration::from_secs(1),
+            watcher: None,
         };
         futures::executor::block_on(failover.chat(&request))
     }

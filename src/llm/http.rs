@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use super::stream::{AnswerEvent, AnswerWatcher, Assembler, SseReader, Step};
 use super::{BackendError, Transient, TransientCause};
 use crate::redaction::Secrets;
 
@@ -24,65 +25,198 @@ pub fn client() -> Result<reqwest::Client, BackendError> {
         .map_err(|error| BackendError::Terminal(format!("cannot set up the HTTP client: {error}")))
 }
 
-/// POSTs `body` to `url` with `headers` once and returns the parsed JSON.
-pub async fn post_json(
-    client: &reqwest::Client,
-    url: &str,
-    headers: &[(&str, String)],
-    body: &Value,
-    timeout: Duration,
-    secrets: &Secrets,
-) -> Result<Value, BackendError> {
-    post_once(client, url, headers, body, timeout).await.map_err(|error| match error {
+/// Where and how a provider call POSTs its JSON body, once per call: [`Post::json`] reads the
+/// answer whole, [`Post::stream`] as server-sent events. Every error message is redacted of
+/// `secrets`.
+pub struct Post<'a> {
+    pub client: &'a reqwest::Client,
+    pub url: &'a str,
+    pub headers: &'a [(&'a str, String)],
+    pub timeout: Duration,
+    pub secrets: &'a Secrets,
+}
+
+/// How a streamed call ended, when it did not fail.
+#[derive(Debug)]
+pub enum Streamed {
+    /// The answer came as events, now put together by the assembler.
+    Assembled,
+    /// The server ignored `stream` and answered with one JSON body.
+    Whole(Value),
+    /// The server cannot stream this call (it said so, or ended the stream before any of the
+    /// answer): it should be made again without streaming. Says why.
+    Refused(String),
+}
+
+impl Post<'_> {
+    /// POSTs `body` and returns the parsed JSON answer.
+    pub async fn json(&self, body: &Value) -> Result<Value, BackendError> {
+        self.json_once(body).await.map_err(|error| redacted(error, self.secrets))
+    }
+
+    /// POSTs `body` (which asks for a stream) and feeds the server-sent events of the answer to
+    /// `assembler` as they come, until it is done. Dropping the future closes the connection,
+    /// which stops a server that writes the answer token by token.
+    pub async fn stream(
+        &self,
+        body: &Value,
+        assembler: &mut dyn Assembler,
+        watcher: &dyn AnswerWatcher,
+    ) -> Result<Streamed, BackendError> {
+        self.stream_once(body, assembler, watcher).await.map_err(|error| redacted(error, self.secrets))
+    }
+
+    async fn json_once(&self, body: &Value) -> Result<Value, BackendError> {
+        let response = self.send(body).await?;
+        let status = response.status();
+        let retry_after = retry_after(response.headers());
+        let text = response.text().await.map_err(|error| self.transport_failure(&error))?;
+        if status.is_success() {
+            return parse_json(self.url, &text);
+        }
+        Err(failure(self.url, status.as_u16(), retry_after, &text))
+    }
+
+    async fn stream_once(
+        &self,
+        body: &Value,
+        assembler: &mut dyn Assembler,
+        watcher: &dyn AnswerWatcher,
+    ) -> Result<Streamed, BackendError> {
+        let mut response = self.send(body).await?;
+        let status = response.status();
+        if !status.is_success() {
+            let retry_after = retry_after(response.headers());
+            let text = response.text().await.map_err(|error| self.transport_failure(&error))?;
+            let detail = error_detail(&text);
+            let refuses = matches!(status.as_u16(), 400 | 422 | 500 | 501)
+                && detail.to_ascii_lowercase().contains("stream");
+            if refuses {
+                return Ok(Streamed::Refused(format!("HTTP {}: {detail}", status.as_u16())));
+            }
+            return Err(failure(self.url, status.as_u16(), retry_after, &text));
+        }
+        let is_event_stream = response
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|value| value.to_str().ok())
+            .is_some_and(|value| value.starts_with("text/event-stream"));
+        if !is_event_stream {
+            let text = response.text().await.map_err(|error| self.transport_failure(&error))?;
+            return parse_json(self.url, &text).map(Streamed::Whole);
+        }
+        watcher.on(AnswerEvent::Started);
+        let mut reader = SseReader::default();
+        loop {
+            let chunk = response.chunk().await.map_err(|error| self.transport_failure(&error))?;
+            let messages = match &chunk {
+                Some(bytes) => reader
+                    .feed(bytes)
+                    .map_err(|problem| BackendError::Terminal(format!("{}: {problem}", self.url)))?,
+                None => reader.finish().into_iter().collect(),
+            };
+            for message in &messages {
+                if assembler.take(message, watcher)? == Step::Done {
+                    return Ok(Streamed::Assembled);
+                }
+            }
+            if chunk.is_none() {
+                break;
+            }
+        }
+        if assembler.finished() {
+            Ok(Streamed::Assembled)
+        } else if !assembler.started() {
+            Ok(Streamed::Refused(
+                "the server ended the event stream without sending any of the answer".into(),
+            ))
+        } else {
+            Err(BackendError::Transient(Transient {
+                cause: TransientCause::Unreachable,
+                message: format!(
+                    "the answer from {} stopped before its end (the event stream closed)",
+                    self.url
+                ),
+                retry_after: None,
+            }))
+        }
+    }
+
+    /// POSTs `body` and waits for the answer's status and headers.
+    async fn send(&self, body: &Value) -> Result<reqwest::Response, BackendError> {
+        let mut request =
+            self.client.post(self.url).timeout(self.timeout).header("content-type", "application/json");
+        for (name, value) in self.headers {
+            request = request.header(*name, value);
+        }
+        request.body(body.to_string()).send().await.map_err(|error| self.transport_failure(&error))
+    }
+
+    fn transport_failure(&self, error: &reqwest::Error) -> BackendError {
+        transport_failure(self.url, self.timeout, error)
+    }
+}
+
+/// An error event inside a stream, as the error class it is: the server's trouble (overloaded,
+/// an internal error) is worth trying again, a request it refuses is not.
+pub fn stream_error(data: &str) -> BackendError {
+    let parsed: Option<Value> = serde_json::from_str(data).ok();
+    let kind = parsed
+        .as_ref()
+        .and_then(|v| v["error"]["type"].as_str().or_else(|| v["error"]["code"].as_str()))
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    let message = format!("the answer stream reported an error: {}", error_detail(data));
+    if is_context_length_error(data) {
+        BackendError::TooLarge(message)
+    } else if ["invalid_request", "authentication", "permission", "not_found"]
+        .iter()
+        .any(|k| kind.contains(k))
+    {
+        BackendError::Terminal(message)
+    } else {
+        BackendError::Transient(Transient { cause: TransientCause::Busy, message, retry_after: None })
+    }
+}
+
+/// `error` with every configured secret taken out of its message.
+fn redacted(error: BackendError, secrets: &Secrets) -> BackendError {
+    match error {
         BackendError::Transient(transient) => {
             BackendError::Transient(Transient { message: secrets.redact(&transient.message), ..transient })
         }
         BackendError::Terminal(message) => BackendError::Terminal(secrets.redact(&message)),
         BackendError::TooLarge(message) => BackendError::TooLarge(secrets.redact(&message)),
         other => other,
+    }
+}
+
+fn parse_json(url: &str, text: &str) -> Result<Value, BackendError> {
+    serde_json::from_str(text).map_err(|error| {
+        BackendError::Terminal(format!(
+            "{url} answered with malformed JSON ({error}): {}",
+            excerpt(text, 200)
+        ))
     })
 }
 
-async fn post_once(
-    client: &reqwest::Client,
-    url: &str,
-    headers: &[(&str, String)],
-    body: &Value,
-    timeout: Duration,
-) -> Result<Value, BackendError> {
-    let mut request = client.post(url).timeout(timeout).header("content-type", "application/json");
-    for (name, value) in headers {
-        request = request.header(*name, value);
-    }
-    let sent = request.body(body.to_string()).send().await;
-    let response = sent.map_err(|error| transport_failure(url, timeout, &error))?;
-    let status = response.status();
-    let retry_after = retry_after(response.headers());
-    let text = response.text().await.map_err(|error| transport_failure(url, timeout, &error))?;
-    if status.is_success() {
-        return serde_json::from_str(&text).map_err(|error| {
-            BackendError::Terminal(format!(
-                "{url} answered with malformed JSON ({error}): {}",
-                excerpt(&text, 200)
-            ))
-        });
-    }
-    let detail = error_detail(&text);
-    let code = status.as_u16();
+/// An answer with a failing status `code` and body `text`, as the error class it is.
+fn failure(url: &str, code: u16, retry_after: Option<Duration>, text: &str) -> BackendError {
+    let detail = error_detail(text);
     let message = format!("{url} answered HTTP {code}: {detail}");
     let transient =
         |cause| BackendError::Transient(Transient { cause, message: message.clone(), retry_after });
     match code {
-        502..=504 => Err(transient(TransientCause::Unreachable)),
-        408 | 409 | 425 | 429 | 500..=599 => Err(transient(TransientCause::Busy)),
-        401 | 403 => Err(BackendError::Terminal(format!("{message} (check the API key)"))),
-        413 => Err(BackendError::TooLarge(message)),
-        400 if is_context_length_error(&text) => Err(BackendError::TooLarge(message)),
-        404 => Err(BackendError::Terminal(match version_hint(url) {
+        502..=504 => transient(TransientCause::Unreachable),
+        408 | 409 | 425 | 429 | 500..=599 => transient(TransientCause::Busy),
+        401 | 403 => BackendError::Terminal(format!("{message} (check the API key)")),
+        413 => BackendError::TooLarge(message),
+        400 if is_context_length_error(text) => BackendError::TooLarge(message),
+        404 => BackendError::Terminal(match version_hint(url) {
             Some(hint) => format!("{message}; {hint}"),
             None => message,
-        })),
-        _ => Err(BackendError::Terminal(message)),
+        }),
+        _ => BackendError::Terminal(message),
     }
 }
 

@@ -9,6 +9,7 @@ pub mod failover;
 pub mod http;
 pub mod openai;
 pub mod retry;
+pub mod stream;
 
 use std::time::Duration;
 

@@ -4,7 +4,8 @@
 use serde_json::{json, Value};
 
 use super::chat::{ChatProvider, ChatRequest, ChatResponse};
-use super::http::post_json;
+use super::http::{Post, Streamed};
+use super::stream::{OpenAiChunks, Streaming};
 use super::BackendError;
 use crate::chat::{ChatMessage, ToolCall};
 use crate::redaction::Secrets;
@@ -68,6 +69,7 @@ pub struct OpenAi {
     pub api_key: Option<String>,
     pub dialect: Dialect,
     pub options: RequestOptions,
+    pub streaming: Streaming,
     pub client: reqwest::Client,
     pub secrets: Secrets,
 }
@@ -89,12 +91,45 @@ impl ChatProvider for OpenAi {
     }
 
     async fn chat(&self, request: &ChatRequest<'_>) -> Result<ChatResponse, BackendError> {
-        let body = request_body(request, self.dialect, self.options);
+        let mut body = request_body(request, self.dialect, self.options);
         let headers: Vec<(&str, String)> =
             self.api_key.iter().map(|key| ("authorization", format!("Bearer {key}"))).collect();
-        let value =
-            post_json(&self.client, &self.url(), &headers, &body, request.timeout, &self.secrets).await?;
-        parse_response(&value).map_err(|message| {
+        let url = self.url();
+        let post = Post {
+            client: &self.client,
+            url: &url,
+            headers: &headers,
+            timeout: request.timeout,
+            secrets: &self.secrets,
+        };
+        if let Some(watcher) = self.streaming.watcher(request) {
+            body["stream"] = json!(true);
+            body["stream_options"] = json!({"include_usage": true});
+            let mut chunks = OpenAiChunks::default();
+            let streamed = post.stream(&body, &mut chunks, watcher).await?;
+            match streamed {
+                Streamed::Assembled => {
+                    let reported = chunks.has_usage();
+                    let mut response = self.read(&chunks.into_completion())?;
+                    if !reported {
+                        response.estimate_usage(request);
+                    }
+                    return Ok(response);
+                }
+                Streamed::Whole(value) => return self.read(&value),
+                Streamed::Refused(why) => self.streaming.refused(&self.name, request, &why, watcher),
+            }
+            body = request_body(request, self.dialect, self.options);
+        }
+        let value = post.json(&body).await?;
+        self.read(&value)
+    }
+}
+
+impl OpenAi {
+    /// The answer in `value`, or the error that says what is wrong with it.
+    fn read(&self, value: &Value) -> Result<ChatResponse, BackendError> {
+        parse_response(value).map_err(|message| {
             BackendError::Terminal(
                 self.secrets.redact(&format!("{} returned a malformed completion: {message}", self.url())),
             )
@@ -237,6 +272,7 @@ mod tests {
             reasoning_effort: Some("high"),
             max_output_tokens: 50,
             timeout: std::time::Duration::from_secs(1),
+            watcher: None,
         };
         let body = request_body(&request, Dialect::OpenAi, RequestOptions::default());
         assert_eq!(body["reasoning_effort"], "high");
@@ -276,6 +312,7 @@ mod tests {
             reasoning_effort: None,
             max_output_tokens: 50,
             timeout: std::time::Duration::from_secs(1),
+            watcher: None,
         };
         let compatible = Dialect::Compatible { reasoning_effort: false };
         let body = |request: &ChatRequest<'_>, options| request_body(request, compatible, options);

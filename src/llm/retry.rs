@@ -207,6 +207,7 @@ mod tests {
             reasoning_effort: None,
             max_output_tokens: 10,
             timeout: Duration::from_secs(1),
+            watcher: None,
         };
         let result = retrying.chat(&request).await;
         (result, events.into_inner().unwrap())

@@ -59,6 +59,8 @@ pub const PROMPT: &str = "prompt.md";
 pub const HISTORY: &str = "history.jsonl";
 /// `response.md`: the answer an LLM stage received.
 pub const RESPONSE: &str = "response.md";
+/// `answer.log`: an LLM stage's answers as they were streamed, to follow while it runs.
+pub const ANSWER_LOG: &str = "answer.log";
 /// `transcript.jsonl`: an agent stage's model and tool calls, one per line.
 pub const TRANSCRIPT: &str = "transcript.jsonl";
 /// `stdout.log`: a command stage's standard output.

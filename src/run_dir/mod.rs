@@ -38,8 +38,8 @@ pub use lock::is_held as lock_is_held;
 pub use lock::RunLock;
 pub(crate) use records::recorded_handler;
 pub use records::{
-    AssumedEdge, Checkpoint, CheckpointRef, DryRunWalk, LaunchRecord, Manifest, PauseRecord, RunResult,
-    StageRecord, StageStatusFile, WalkedEdge, WorktreeRecord,
+    has_labels, parse_label, AssumedEdge, Checkpoint, CheckpointRef, DryRunWalk, LaunchRecord, Manifest,
+    PauseRecord, RunResult, StageRecord, StageStatusFile, WalkedEdge, WorktreeRecord,
 };
 pub use saved::{ResumeError, SavedRun};
 pub use view::{RunView, StageSummary, ViewError};

@@ -39,6 +39,9 @@ pub struct Manifest {
     /// What a paused run waits for; absent unless the run is paused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pause: Option<PauseRecord>,
+    /// `--label key=value`: what the run is, for finding it (`fabro runs --label`, `fabro serve`).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub labels: std::collections::BTreeMap<String, String>,
 }
 
 /// Why a run paused, as its manifest records it: the kind (`answer`, `ceiling`, `stage_ceiling`,
@@ -76,6 +79,7 @@ impl Manifest {
             worktree: None,
             launch: LaunchRecord::default(),
             pause: None,
+            labels: Default::default(),
         }
     }
 }
@@ -415,5 +419,45 @@ mod tests {
             }
         }
         assert!(status_files >= 4);
+    }
+}
+
+/// Whether a run's `labels` have every `key=value` of `wanted`.
+pub fn has_labels(labels: &std::collections::BTreeMap<String, String>, wanted: &[(String, String)]) -> bool {
+    wanted.iter().all(|(key, value)| labels.get(key) == Some(value))
+}
+
+/// Reads `key=value` as a run label. A key is letters, digits, `_`, `-`, `.` and `/`; the value
+/// any text.
+pub fn parse_label(text: &str) -> Result<(String, String), String> {
+    let Some((key, value)) = text.split_once('=') else {
+        return Err(format!("`{text}` is not a label: write key=value, e.g. team=payments"));
+    };
+    let key = key.trim();
+    let valid = !key.is_empty()
+        && key.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | '/'));
+    if !valid {
+        return Err(format!(
+            "`{key}` is not a label key: use letters, digits, `_`, `-`, `.` and `/` (e.g. team=payments)"
+        ));
+    }
+    Ok((key.to_string(), value.trim().to_string()))
+}
+
+#[cfg(test)]
+mod label_tests {
+    use super::*;
+
+    #[test]
+    fn labels_are_key_value_with_plain_keys() {
+        assert_eq!(parse_label("team=payments"), Ok(("team".into(), "payments".into())));
+        assert_eq!(parse_label("ticket=ABC-1=2"), Ok(("ticket".into(), "ABC-1=2".into())));
+        assert!(parse_label("team").unwrap_err().contains("key=value"));
+        assert!(parse_label("a b=c").unwrap_err().contains("not a label key"));
+        let mut manifest = Manifest::sample("r", "t", RunStatus::Running);
+        manifest.labels.insert("team".into(), "payments".into());
+        assert!(has_labels(&manifest.labels, &[("team".into(), "payments".into())]));
+        assert!(!has_labels(&manifest.labels, &[("team".into(), "search".into())]));
+        assert!(has_labels(&manifest.labels, &[]));
     }
 }

@@ -1,13 +1,30 @@
-//! A command stage's output logs (`stdout.log`, `stderr.log` in its stage directory), read from
-//! outside the stage: the last lines of a finished stage, and the new lines of a running one.
-//! Only regular files are read, and never more than a bounded window of them.
+//! A stage's output logs (a command's `stdout.log` and `stderr.log`, an LLM stage's streamed
+//! `answer.log`), read from outside the stage: the last lines of a finished stage, and the new
+//! lines of a running one. Only regular files are read, and never more than a bounded window of
+//! them.
 
 use super::layout;
+use crate::graph::HandlerType;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 /// The logs a command stage writes, in the order they are shown.
 pub const OUTPUT_LOGS: [&str; 2] = [layout::STDERR_LOG, layout::STDOUT_LOG];
+
+/// The logs a stage of `kind` writes while it runs, to follow: a command's output, an LLM
+/// stage's streamed answers; none for the others.
+pub fn live_logs<S>(kind: HandlerType<S>) -> &'static [&'static str] {
+    match kind {
+        HandlerType::Command => &OUTPUT_LOGS,
+        HandlerType::Agent | HandlerType::Prompt => &[layout::ANSWER_LOG],
+        _ => &[],
+    }
+}
+
+/// Followers of the logs a stage of `kind` writes in `stage_dir`, in the order they are shown.
+pub fn follow_stage<S>(kind: HandlerType<S>, stage_dir: &Path) -> Vec<LogFollower> {
+    live_logs(kind).iter().rev().map(|name| LogFollower::new(stage_dir.join(name))).collect()
+}
 
 /// How much of the end of a log [`tail_lines`] reads.
 const TAIL_WINDOW: u64 = 64 * 1024;

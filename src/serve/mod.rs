@@ -80,6 +80,8 @@ pub async fn serve(listener: tokio::net::TcpListener, options: ServeOptions) -> 
         .route("/runs/{id}/events", get(events))
         .route("/runs/{id}/answer", post(answer))
         .route("/runs/{id}/stages/{node}/{visit}", get(stage_page))
+        .route("/runs/{id}/stages/{node}/{visit}/live", get(live_log))
+        .route("/fabro-stage.js", get(stage_script))
         .layer(axum::middleware::from_fn_with_state(state.clone(), guard::require_token))
         .layer(axum::middleware::from_fn_with_state(state.clone(), guard::same_origin))
         .layer(axum::middleware::from_fn(guard::security_headers))
@@ -145,14 +147,25 @@ fn run_dir(state: &AppState, id: &str) -> Option<PathBuf> {
 #[derive(serde::Deserialize)]
 struct ListQuery {
     status: Option<String>,
+    /// `key=value`: only the runs with that label.
+    label: Option<String>,
 }
 
-async fn index(State(state): State<Arc<AppState>>, Query(query): Query<ListQuery>) -> Html<String> {
-    Html(pages::runs_list(served_runs(&state.options.runs_dir), query.status.as_deref()))
+async fn index(State(state): State<Arc<AppState>>, Query(query): Query<ListQuery>) -> Response {
+    let label = match query.label.as_deref().map(crate::run_dir::parse_label).transpose() {
+        Ok(label) => label,
+        Err(message) => return (StatusCode::BAD_REQUEST, format!("label: {message}\n")).into_response(),
+    };
+    let filter = pages::RunFilter { status: query.status.as_deref(), label: label.as_ref() };
+    Html(pages::runs_list(served_runs(&state.options.runs_dir), filter)).into_response()
 }
 
 async fn script() -> Response {
     ([(header::CONTENT_TYPE, "text/javascript; charset=utf-8")], pages::LIVE_SCRIPT).into_response()
+}
+
+async fn stage_script() -> Response {
+    ([(header::CONTENT_TYPE, "text/javascript; charset=utf-8")], pages::STAGE_SCRIPT).into_response()
 }
 
 async fn style() -> Response {
@@ -176,14 +189,71 @@ async fn stage_page(
     UrlPath((id, node, visit)): UrlPath<(String, String, u32)>,
 ) -> Response {
     let Some(dir) = run_dir(&state, &id) else { return not_found("no such run") };
-    // Node ids are file names under stages/: nothing that could leave that directory.
-    if node.is_empty() || node.contains(['/', '\\']) || node == "." || node == ".." {
+    if !is_node_name(&node) {
         return not_found("no such stage");
     }
     match pages::stage(&dir, &id, &node, visit) {
         Some(page) => Html(page).into_response(),
         None => not_found("no such stage visit"),
     }
+}
+
+/// Node ids are file names under stages/: nothing that could leave that directory.
+fn is_node_name(node: &str) -> bool {
+    !(node.is_empty() || node.contains(['/', '\\']) || node == "." || node == "..")
+}
+
+#[derive(serde::Deserialize)]
+struct LiveQuery {
+    log: String,
+    #[serde(default)]
+    offset: u64,
+}
+
+/// What a running stage's log (`?log=answer|stdout|stderr`) holds past `offset`, as text; the
+/// `x-fabro-offset` header says where the next read starts, and `x-fabro-ended` whether the visit
+/// has ended (its status.json is written).
+async fn live_log(
+    State(state): State<Arc<AppState>>,
+    UrlPath((id, node, visit)): UrlPath<(String, String, u32)>,
+    Query(query): Query<LiveQuery>,
+) -> Response {
+    let Some(dir) = run_dir(&state, &id) else { return not_found("no such run") };
+    let Some((_, file, _)) = pages::LIVE_LOGS.iter().find(|(name, _, _)| *name == query.log) else {
+        return not_found("no such log");
+    };
+    if !is_node_name(&node) {
+        return not_found("no such stage");
+    }
+    let Some(visit_dir) = layout::latest_visit_dir(&dir, &node, visit) else {
+        return not_found("no such stage visit");
+    };
+    let inside = match (std::fs::canonicalize(&visit_dir), std::fs::canonicalize(&dir)) {
+        (Ok(visit_dir), Ok(dir)) => visit_dir.starts_with(dir),
+        _ => false,
+    };
+    if !inside {
+        return not_found("no such stage visit");
+    }
+    let ended = visit_dir.join(layout::STATUS).is_file();
+    let chunk = read_from(&visit_dir.join(file), query.offset);
+    // Never a cut through a character: the rest comes with the next read.
+    let whole = match std::str::from_utf8(&chunk) {
+        Ok(_) => chunk.len(),
+        Err(error) if error.error_len().is_none() => error.valid_up_to(),
+        Err(_) => chunk.len(),
+    };
+    let offset = query.offset + whole as u64;
+    (
+        [
+            (header::CONTENT_TYPE, "text/plain; charset=utf-8".to_string()),
+            (header::CACHE_CONTROL, "no-store".to_string()),
+            (header::HeaderName::from_static("x-fabro-offset"), offset.to_string()),
+            (header::HeaderName::from_static("x-fabro-ended"), ended.to_string()),
+        ],
+        String::from_utf8_lossy(&chunk[..whole]).into_owned(),
+    )
+        .into_response()
 }
 
 /// Server-sent events: every line of `events.jsonl` as it is written, from the start.

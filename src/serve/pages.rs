@@ -30,8 +30,15 @@ fn page(title: &str, body: &str) -> String {
     )
 }
 
-/// The runs, newest first, optionally only those with `status`.
-pub fn runs_list(mut runs: Vec<RunEntry>, status: Option<&str>) -> String {
+/// Which runs the list shows: those with this status, those with this label.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RunFilter<'a> {
+    pub status: Option<&'a str>,
+    pub label: Option<&'a (String, String)>,
+}
+
+/// The runs, newest first, those `filter` keeps; each with its labels.
+pub fn runs_list(mut runs: Vec<RunEntry>, filter: RunFilter<'_>) -> String {
     let mut body = String::from("<h1>Runs</h1>\n<p>Status: <a href=\"/\">all</a>");
     for name in ["running", "paused", "interrupted", "succeeded", "failed"] {
         let _ = write!(body, " · <a href=\"/?status={name}\">{name}</a>");
@@ -41,7 +48,12 @@ pub fn runs_list(mut runs: Vec<RunEntry>, status: Option<&str>) -> String {
     for entry in runs {
         let Ok(view) = RunView::open(&entry.dir) else { continue };
         let run_status = view.status().as_str();
-        if status.is_some_and(|wanted| wanted != run_status) {
+        if filter.status.is_some_and(|wanted| wanted != run_status) {
+            continue;
+        }
+        if filter.label.is_some_and(|label| {
+            !crate::run_dir::has_labels(&view.manifest.labels, std::slice::from_ref(label))
+        }) {
             continue;
         }
         let result = view.result.as_ref();
@@ -252,8 +264,9 @@ pub fn run(dir: &Path, id: &str) -> String {
 }
 
 /// The run page's script (`/fabro.js`): follows the events of the run its `#events` list names,
-/// lists them, and turns stage rows and graph nodes running (yellow), succeeded (green) or failed
-/// (red) as they happen. A file, not inline, so the Content-Security-Policy allows no inline
+/// lists them, and turns stage rows (each a link to its stage page, where a running stage's
+/// output grows) and graph nodes running (yellow), succeeded (green) or failed (red) as they
+/// happen. A file, not inline, so the Content-Security-Policy allows no inline
 /// script.
 pub const LIVE_SCRIPT: &str = r##"
 const fills = {started: "#fff59d", completed: "#c8e6c9", failed: "#ffcdd2"};
@@ -273,7 +286,10 @@ function row(e, status) {
     tr = document.createElement("tr");
     tr.id = id;
     tr.innerHTML = "<td></td><td></td><td></td><td></td><td></td><td></td><td></td>";
-    tr.cells[0].textContent = e.node_id;
+    const link = document.createElement("a");
+    link.href = "/runs/" + encodeURIComponent(document.getElementById("events").dataset.run) + "/stages/" + encodeURIComponent(e.node_id) + "/" + e.visit;
+    link.textContent = e.node_id;
+    tr.cells[0].appendChild(link);
     tr.cells[1].textContent = e.visit;
     tr.cells[2].textContent = e.handler || "";
     document.getElementById("stages").appendChild(tr);
@@ -303,9 +319,11 @@ source.onmessage = (message) => {
 "##;
 
 /// One stage visit: what it was told and answered, its output, its transcript and status.json.
+/// A visit still running shows what it has written so far (an LLM stage's streamed answers, a
+/// command's output), growing as it is written, until it ends.
 pub fn stage(dir: &Path, id: &str, node: &str, visit: u32) -> Option<String> {
     let report = RunPage::read(dir).ok()?;
-    let page_visit = report.visits.iter().find(|v| v.node_id == node && v.visit == visit)?;
+    let finished = report.visits.iter().find(|v| v.node_id == node && v.visit == visit);
     // A routing stage (start, exit, conditional) has no directory: its page shows its record.
     let visit_dir = crate::run_dir::layout::finished_visit_dir(dir, node, visit);
     if let Some(visit_dir) = &visit_dir {
@@ -315,6 +333,9 @@ pub fn stage(dir: &Path, id: &str, node: &str, visit: u32) -> Option<String> {
             return None;
         }
     }
+    let Some(page_visit) = finished else {
+        return running_stage(id, node, visit, visit_dir.as_deref()?);
+    };
     let mut body = format!(
         "<p><a href=\"/runs/{}\">run</a></p>\n<h1><code>{}</code> (visit {visit}): <span class=\"{}\">{}</span></h1>\n",
         escape(id),
@@ -351,3 +372,51 @@ pub fn stage(dir: &Path, id: &str, node: &str, visit: u32) -> Option<String> {
     }
     Some(page(node, &body))
 }
+
+/// The logs a running stage may be writing, as the page names them (`?log=`): its streamed
+/// answers, its standard output and error.
+pub const LIVE_LOGS: [(&str, &str, &str); 3] = [
+    ("answer", layout::ANSWER_LOG, "Answer so far"),
+    ("stdout", layout::STDOUT_LOG, "stdout so far"),
+    ("stderr", layout::STDERR_LOG, "stderr so far"),
+];
+
+/// The page of a visit that has not ended: each log it writes, followed by [`STAGE_SCRIPT`].
+fn running_stage(id: &str, node: &str, visit: u32, visit_dir: &Path) -> Option<String> {
+    let mut body = format!(
+        "<p><a href=\"/runs/{id}\">run</a></p>\n<h1><code>{node}</code> (visit {visit}): <span class=\"running\">running</span></h1>\n",
+        id = escape(id),
+        node = escape(node),
+    );
+    for (name, file, title) in LIVE_LOGS {
+        if std::fs::symlink_metadata(visit_dir.join(file)).is_ok_and(|meta| meta.is_file()) {
+            let _ = writeln!(
+                body,
+                "<h2>{title}</h2>\n<pre class=\"live-log\" id=\"live-{name}\" data-src=\"/runs/{}/stages/{}/{visit}/live?log={name}\"></pre>",
+                escape(&crate::serve::percent_encode(id)),
+                escape(&crate::serve::percent_encode(node)),
+            );
+        }
+    }
+    body.push_str("<script src=\"/fabro-stage.js\"></script>\n");
+    Some(page(node, &body))
+}
+
+/// The running stage page's script (`/fabro-stage.js`): each log's new text, fetched from where
+/// the last fetch ended, appended as it comes; the page reloads when the stage has ended.
+pub const STAGE_SCRIPT: &str = r##"
+for (const pre of document.querySelectorAll("pre.live-log")) {
+  let offset = 0;
+  const poll = async () => {
+    let response;
+    try { response = await fetch(pre.dataset.src + "&offset=" + offset); } catch (_) { setTimeout(poll, 1000); return; }
+    if (!response.ok) return;
+    const text = await response.text();
+    offset = Number(response.headers.get("x-fabro-offset")) || offset;
+    if (text) pre.textContent += text;
+    if (response.headers.get("x-fabro-ended") === "true") { setTimeout(() => location.reload(), 300); return; }
+    setTimeout(poll, 500);
+  };
+  poll();
+}
+"##;

@@ -136,6 +136,32 @@ pub fn dialect_value(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
     }
 }
 
+/// An attribute another engine defines and fabro does not implement: a warning naming it, so a
+/// workflow written for Fabro never validates clean and then ignores it.
+pub fn unsupported_attribute(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
+    let mut seen = Seen::default();
+    for (owner, attributes) in all_attributes(workflow) {
+        for (key, attr) in attributes.iter() {
+            let Some((_, origin, meaning)) =
+                attribute::UNSUPPORTED_ATTRIBUTES.iter().find(|(name, _, _)| *name == key)
+            else {
+                continue;
+            };
+            if !seen.first_time(attr, attr.key_span) {
+                continue;
+            }
+            out.push(owner.attach(
+                Diagnostic::warning(
+                    "unsupported_attribute",
+                    format!("{}`{key}` is {origin}'s ({meaning}); fabro does not support it, so here it has no effect", owner.prefix()),
+                )
+                .span(attr.key_span)
+                .fix(format!("remove `{key}`, or see docs/language.md for what fabro offers instead")),
+            ));
+        }
+    }
+}
+
 pub fn unknown_attribute(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
     let mut seen = Seen::default();
     let known = || ATTRIBUTES.iter().map(|spec| spec.name).chain(DISPLAY_ATTRIBUTES.iter().copied());
@@ -143,7 +169,11 @@ pub fn unknown_attribute(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
         for (key, attr) in attributes.iter() {
             let spec = attribute::spec(key);
             let in_scope = spec.is_some_and(|spec| spec.scopes.contains(&owner.scope()));
-            if (in_scope && !matches!(owner, Owner::Subgraph(_))) || attribute::is_display_attribute(key) {
+            let unsupported = attribute::UNSUPPORTED_ATTRIBUTES.iter().any(|(name, _, _)| *name == key);
+            if (in_scope && !matches!(owner, Owner::Subgraph(_)))
+                || attribute::is_display_attribute(key)
+                || unsupported
+            {
                 continue;
             }
             if !seen.first_time(attr, attr.key_span) {

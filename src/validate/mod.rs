@@ -53,7 +53,7 @@ pub fn builtin_rules_with_children(
     custom_types: Vec<String>,
     child_failures: Vec<(String, Arc<ChildWorkflowError>)>,
 ) -> Vec<Box<dyn Rule>> {
-    let table: [(&'static str, Check); 37] = [
+    let table: [(&'static str, Check); 40] = [
         ("start_node", structure::start_node),
         ("terminal_node", structure::terminal_node),
         ("start_no_incoming", structure::start_no_incoming),
@@ -66,6 +66,7 @@ pub fn builtin_rules_with_children(
         ("attribute_type", attributes::attribute_type),
         ("dialect_value", attributes::dialect_value),
         ("unknown_attribute", attributes::unknown_attribute),
+        ("unsupported_attribute", attributes::unsupported_attribute),
         ("fidelity_valid", attributes::fidelity_valid),
         ("stylesheet_syntax", attributes::stylesheet_syntax),
         ("link_scheme", attributes::link_scheme),
@@ -82,6 +83,8 @@ pub fn builtin_rules_with_children(
         ("command_has_script", stages::command_has_script),
         ("wait_has_duration", stages::wait_has_duration),
         ("human_gate_has_choices", stages::human_gate_has_choices),
+        ("freeform_edge", routing::freeform_edge),
+        ("random_selection", routing::random_selection),
         ("thread_id_without_full_fidelity", stages::thread_id_without_full_fidelity),
         ("parallel_without_fan_in", stages::parallel_without_fan_in),
         ("parallel_join_settings", stages::parallel_join_settings),

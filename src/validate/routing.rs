@@ -221,3 +221,73 @@ pub fn goal_gate_has_retry(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
         );
     }
 }
+
+/// `freeform=true` belongs on an edge out of a human gate, once: elsewhere nothing answers with
+/// text, and two such edges out of one gate leave free text two ways to go.
+pub fn freeform_edge(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
+    let mut seen_gates: Vec<&str> = Vec::new();
+    for edge in workflow.edges().filter(|edge| edge.edge.settings.freeform) {
+        let span = edge.edge.attributes.get("freeform").map_or(edge.edge.span, |attr| attr.key_span);
+        if edge.from.handler_type() != HandlerType::Human {
+            out.push(
+                Diagnostic::warning(
+                    "freeform_edge",
+                    format!(
+                        "`freeform=true` on an edge out of `{}`, which is not a human gate: nothing answers it with text, so it has no effect",
+                        edge.from.id
+                    ),
+                )
+                .edge(&edge.from.id, &edge.to.id)
+                .span(span)
+                .fix("put `freeform=true` on an edge out of a human gate (shape=hexagon), or remove it"),
+            );
+        } else if seen_gates.contains(&edge.from.id.as_str()) {
+            out.push(
+                Diagnostic::error(
+                    "freeform_edge",
+                    format!(
+                        "human gate `{}` has more than one `freeform=true` edge: free text could take either",
+                        edge.from.id
+                    ),
+                )
+                .edge(&edge.from.id, &edge.to.id)
+                .span(span)
+                .fix("keep `freeform=true` on one edge out of the gate"),
+            );
+        } else {
+            seen_gates.push(edge.from.id.as_str());
+        }
+    }
+}
+
+/// `selection=random` breaks ties among unconditional edges by a draw; a conditional edge out of
+/// the same stage would be taken before any draw whenever it holds, which is not what a weighted
+/// choice means (Fabro refuses the combination too).
+pub fn random_selection(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
+    for node in workflow.nodes().filter(|node| node.settings.stage.random_selection) {
+        let Some(index) = workflow.index_of(&node.id) else { continue };
+        let conditional: Vec<String> = workflow
+            .outgoing(index)
+            .iter()
+            .filter(|edge| edge.edge.is_conditional())
+            .map(|edge| format!("`{} -> {}`", edge.from.id, edge.to.id))
+            .collect();
+        if conditional.is_empty() {
+            continue;
+        }
+        let span = node.attributes.get("selection").map_or(node.span, |attr| attr.span);
+        out.push(
+            Diagnostic::error(
+                "random_selection",
+                format!(
+                    "`{}` has selection=random and conditional edges ({}): a draw cannot weigh an edge whose condition decides it",
+                    node.id,
+                    conditional.join(", ")
+                ),
+            )
+            .node(&node.id)
+            .span(span)
+            .fix("give the edges weights and no conditions, or remove selection=random"),
+        );
+    }
+}

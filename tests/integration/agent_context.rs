@@ -1420,6 +1420,42 @@ fn a_window_stated_by_a_rejection_is_learned_compaction_runs_first_and_later_cal
 }
 
 #[test]
+fn a_prompt_stage_learns_the_window_from_a_rejection_and_asks_again_for_what_it_leaves() {
+    let rejection = Reply::status(
+        400,
+        r#"{"error": {"message": "This model's maximum context length is 2048 tokens. However, you requested 8292 tokens (100 in the messages, 8192 in the completion). Please reduce the length of the messages or completion."}}"#,
+    );
+    let server = LlmServer::start(
+        vec![rejection, openai_text("First answer.", 100, 3), openai_text("Second answer.", 120, 3)],
+        Vec::new(),
+    );
+    let workflow = r#"digraph two {
+        start [shape=Mdiamond]
+        exit [shape=Msquare]
+        first [shape=tab, prompt="Answer", llm_model="local-model"]
+        second [shape=tab, prompt="Answer again", llm_model="local-model"]
+        start -> first -> second -> exit
+    }"#;
+    let ran =
+        compatible(&server, workflow).args(["run", "workflow.dot", "--run-dir", "run", "-q"]).status(0).run();
+    let asked: Vec<u64> =
+        server.main_requests().iter().map(|request| request.json()["max_tokens"].as_u64().unwrap()).collect();
+    assert_eq!(asked.len(), 3, "one rejected call, then one call per stage: {asked:?}");
+    assert_eq!(asked[0], 8192, "the window was not known yet");
+    // The retry asks for what the stated window leaves after the 100 tokens of messages (within a
+    // quarter of the window); the later stage starts from the learned window.
+    assert!(asked[1] <= 512 && asked[1] + 100 < 2048, "{asked:?}");
+    assert!(asked[2] <= 512, "{asked:?}");
+    let status = status_of(&ran, "first");
+    assert_eq!(
+        (status["context_window"]["tokens"].as_u64(), status["context_window"]["source"].as_str()),
+        (Some(2048), Some("error"))
+    );
+    let windows = events_named(&ran, "agent.context.window");
+    assert_eq!(windows.len(), 1, "{windows:?}");
+}
+
+#[test]
 fn reported_input_tokens_calibrate_the_estimates_and_max_tokens_fits_the_window() {
     // The server reports 2,000 input tokens for the first call: a ratio fabro takes.
     let replies = vec![

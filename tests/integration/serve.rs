@@ -183,6 +183,27 @@ fn pages_list_runs_show_a_run_and_its_stages_and_refuse_what_is_outside() {
 }
 
 #[test]
+fn the_runs_list_filters_by_label() {
+    let test = Test::new().workflow(&GATED.replace("BUILD_SCRIPT", "echo built"));
+    let dir = test.path("");
+    let labeled = |label: &str| {
+        let output =
+            fabro_command(&dir, &["run", "workflow.dot", "--json", "-q", "--label", label]).output().unwrap();
+        assert_eq!(output.status.code(), Some(3), "{}", String::from_utf8_lossy(&output.stderr));
+        serde_json::from_slice::<serde_json::Value>(&output.stdout).unwrap()["run_id"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let (payments, search) = (labeled("team=payments"), labeled("team=search"));
+    let server = Server::start(&dir, &[]);
+    let (code, list) = get(&server.at("/?label=team%3Dpayments"));
+    assert_eq!(code, 200);
+    assert!(list.contains(&payments) && !list.contains(&search), "{list}");
+    assert_eq!(get(&server.at("/?label=no%20label")).0, 400);
+}
+
+#[test]
 fn a_token_is_required_off_loopback_and_checked_on_every_request() {
     let test = Test::new().workflow(&GATED.replace("BUILD_SCRIPT", "echo built"));
     let dir = test.path("");

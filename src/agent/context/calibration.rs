@@ -91,14 +91,6 @@ fn plausible(ratio: f64) -> bool {
     ratio.is_finite() && (MIN_CHARS_PER_TOKEN..=MAX_CHARS_PER_TOKEN).contains(&ratio)
 }
 
-/// The characters of the tool definitions a request offers (name, description, parameter schema).
-pub fn definition_chars(definitions: &[crate::chat::ToolDefinition]) -> usize {
-    definitions
-        .iter()
-        .map(|tool| tool.name.len() + tool.description.len() + tool.parameters.to_string().len())
-        .sum()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -22,6 +22,8 @@ pub struct LlmSettings {
     pub max_turns: Option<u32>,
     /// `context_window` (tokens).
     pub context_window: Option<u64>,
+    /// Node `max_tokens`: the most output tokens each of the stage's model calls asks for.
+    pub max_output_tokens: Option<u32>,
     /// `cli_agent`: the installed coding agent a `backend=cli` stage runs.
     pub cli_agent: Option<String>,
     /// `small_model`, else the graph's `default_small_model`.
@@ -37,6 +39,9 @@ pub struct LlmSettings {
     pub memory: bool,
     /// `memory_extract` (node, else the graph's `default_memory_extract`).
     pub memory_extract: bool,
+    /// `memory_dir` (node, else the graph's `default_memory_dir`): the memory store, relative to
+    /// the work directory, instead of the project's.
+    pub memory_dir: Option<String>,
     /// `tool_hooks.pre` and `tool_hooks.post` (node, else graph).
     pub tool_hooks: ToolHooks,
     /// `watchdog`, else the graph's `default_watchdog`.
@@ -123,6 +128,10 @@ impl LlmSettings {
             reasoning_effort: text(attributes, "reasoning_effort"),
             max_turns: attributes.integer("max_turns").and_then(|n| u32::try_from(n).ok()),
             context_window: attributes.integer("context_window").and_then(|n| u64::try_from(n).ok()),
+            max_output_tokens: attributes
+                .integer("max_tokens")
+                .and_then(|n| u32::try_from(n).ok())
+                .filter(|n| *n > 0),
             cli_agent: text(attributes, "cli_agent"),
             small_model: own_or_default("small_model"),
             fallback_models: parse_models(own_or_default("fallback_models").as_deref().unwrap_or_default()),
@@ -132,6 +141,7 @@ impl LlmSettings {
             permissions: own_or_graph("permissions").as_deref().and_then(PermissionLevel::parse),
             memory: flag("memory"),
             memory_extract: flag("memory_extract"),
+            memory_dir: own_or_default("memory_dir"),
             tool_hooks: ToolHooks {
                 pre: own_or_graph("tool_hooks.pre"),
                 post: own_or_graph("tool_hooks.post"),

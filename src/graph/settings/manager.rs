@@ -15,24 +15,43 @@ pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(45);
 /// `stack.child_workflow`, its `stack.child_dotfile`, then the graph's `stack.child_dotfile`.
 pub const REFERENCE_ATTRIBUTES: [&str; 2] = ["stack.child_workflow", "stack.child_dotfile"];
 
+/// The node attribute holding a manager's child workflow itself, as DOT text (Fabro's inline
+/// child), looked up after the node's file attributes and before the graph's.
+pub const INLINE_ATTRIBUTE: &str = "stack.child_dot_source";
+
 /// Where a manager node's child workflow is.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ChildReference {
-    /// As written.
+    /// As written: a file name, or the DOT text of an inline child.
     pub text: String,
     /// The attribute that names it (on the node or the graph).
     pub span: Span,
-    /// Resolved against the parent file's directory.
+    /// Resolved against the parent file's directory; for an inline child, a name beside the
+    /// parent file that says where the text is (`parent.dot[m.stack.child_dot_source]`).
     pub path: PathBuf,
+    /// The child is the DOT text in `stack.child_dot_source`, not a file.
+    pub inline: bool,
 }
 
 impl ChildReference {
-    /// The child workflow `node` names, if it names one; `base` is the parent file's directory.
-    fn of(node: &Node, graph: &Attributes, base: &Path) -> Option<ChildReference> {
-        let on_node = REFERENCE_ATTRIBUTES.iter().find_map(|key| node.attributes.get(key));
-        let attr = on_node.or_else(|| graph.get("stack.child_dotfile"))?;
-        let text = attr.value.as_text().map(str::trim).filter(|text| !text.is_empty())?;
-        Some(ChildReference { text: text.to_string(), span: attr.span, path: base.join(text) })
+    /// The child workflow `node` names, if it names one; `base` is the parent file's directory
+    /// and `parent` its file name.
+    fn of(node: &Node, graph: &Attributes, base: &Path, parent: &str) -> Option<ChildReference> {
+        let text_of = |attr: &crate::graph::Attr| {
+            attr.value.as_text().map(str::trim).filter(|text| !text.is_empty()).map(str::to_string)
+        };
+        if let Some(attr) = REFERENCE_ATTRIBUTES.iter().find_map(|key| node.attributes.get(key)) {
+            let text = text_of(attr)?;
+            return Some(ChildReference { path: base.join(&text), text, span: attr.span, inline: false });
+        }
+        if let Some(attr) = node.attributes.get(INLINE_ATTRIBUTE) {
+            let text = text_of(attr)?;
+            let path = base.join(format!("{parent}[{}.{INLINE_ATTRIBUTE}]", node.id));
+            return Some(ChildReference { text, span: attr.span, path, inline: true });
+        }
+        let attr = graph.get("stack.child_dotfile")?;
+        let text = text_of(attr)?;
+        Some(ChildReference { path: base.join(&text), text, span: attr.span, inline: false })
     }
 }
 
@@ -123,11 +142,11 @@ impl ManagerSettings {
     }
 
     /// Reads a manager node's settings; `graph` may name the child (`stack.child_dotfile`), whose
-    /// path is relative to `base`.
-    pub fn parse(node: &Node, graph: &Attributes, base: &Path) -> ManagerSettings {
+    /// path is relative to `base`, the directory of the parent file named `parent`.
+    pub fn parse(node: &Node, graph: &Attributes, base: &Path, parent: &str) -> ManagerSettings {
         let attributes = &node.attributes;
         let mut errors = Vec::new();
-        let child = ChildReference::of(node, graph, base);
+        let child = ChildReference::of(node, graph, base, parent);
         if child.is_none() {
             errors.push(ManagerSettingsError::NoChild { node: node.id.clone(), span: node.span });
         }

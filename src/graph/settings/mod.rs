@@ -26,7 +26,7 @@ mod wait;
 mod watchdog;
 
 pub use backend::Backend;
-pub use command::CommandSettings;
+pub use command::{CommandSettings, Language};
 pub use context::{
     attribute_names as context_attribute_names, CompactionCount, CompactionMode, CompactionPreset,
     ContextSettings, ContextSettingsError, ModelTier, ThreadHandoff, TierThresholds,
@@ -90,13 +90,15 @@ pub enum KindSettings {
 
 impl NodeSettings {
     /// Reads `node`'s settings; `graph` gives the defaults a node may leave unset
-    /// (`default_max_retries`, the graph's `stack.child_dotfile`). `base` is the directory a
-    /// child workflow's path is relative to.
-    pub fn parse(node: &Node, graph: &Attributes, base: &std::path::Path) -> NodeSettings {
+    /// (`default_max_retries`, the graph's `stack.child_dotfile`). `file` is the workflow's file,
+    /// whose directory a child workflow's path is relative to.
+    pub fn parse(node: &Node, graph: &Attributes, file: &std::path::Path) -> NodeSettings {
         let kind = match node.handler_type() {
             HandlerType::Parallel => KindSettings::Parallel(ParallelSettings::parse(&node.attributes)),
             HandlerType::Manager => {
-                KindSettings::Manager(Box::new(ManagerSettings::parse(node, graph, base)))
+                let base = file.parent().unwrap_or(std::path::Path::new(""));
+                let name = file.file_name().map(|name| name.to_string_lossy()).unwrap_or_default();
+                KindSettings::Manager(Box::new(ManagerSettings::parse(node, graph, base, &name)))
             }
             // A fan-in with a prompt asks a model to pick the best branch.
             kind if kind.is_llm() || kind == HandlerType::FanIn => {
@@ -189,11 +191,11 @@ impl Default for NodeSettings {
 
 /// Reads the settings of the graph, every node and every edge (see the module docs for when).
 pub fn read_settings(workflow: &mut Workflow) {
-    let base = workflow.source().path().parent().map(std::path::Path::to_path_buf).unwrap_or_default();
+    let file = workflow.source().path().to_path_buf();
     let graph = workflow.attributes.clone();
     workflow.settings = WorkflowSettings::parse(&graph);
     for node in workflow.graph.node_weights_mut() {
-        node.settings = NodeSettings::parse(node, &graph, &base);
+        node.settings = NodeSettings::parse(node, &graph, &file);
     }
     for edge in workflow.graph.edge_weights_mut() {
         edge.settings = EdgeSettings::parse(&edge.attributes);

@@ -28,6 +28,8 @@ pub struct StageSettings {
     /// `fallback_retry_target`, then the graph's two, in that order.
     pub retry_targets: Vec<String>,
     pub sandbox: SandboxSettings,
+    /// `selection=random`: ties among the edges out of the stage are broken by a weighted draw.
+    pub random_selection: bool,
 }
 
 impl StageSettings {
@@ -53,6 +55,7 @@ impl StageSettings {
             .map(|target| target.trim().to_string())
             .collect(),
             sandbox: SandboxSettings::parse(attributes, "sandbox"),
+            random_selection: attributes.text("selection").is_some_and(|text| text.trim() == "random"),
         }
     }
 }
@@ -66,6 +69,8 @@ pub struct EdgeSettings {
     pub thread_id: Option<String>,
     /// `loop_restart=true`: taking the edge starts the run over in a fresh run directory.
     pub loop_restart: bool,
+    /// `freeform=true` on an edge out of a human gate: a free-text answer takes it.
+    pub freeform: bool,
 }
 
 impl EdgeSettings {
@@ -74,6 +79,7 @@ impl EdgeSettings {
             fidelity: fidelity::read(attributes, "fidelity"),
             thread_id: text(attributes, "thread_id"),
             loop_restart: attributes.boolean("loop_restart").unwrap_or(false),
+            freeform: attributes.boolean("freeform").unwrap_or(false),
         }
     }
 }
@@ -164,7 +170,8 @@ mod tests {
             &EdgeSettings {
                 fidelity: Some(FidelityMode::SummaryHigh),
                 thread_id: Some("x".into()),
-                loop_restart: true
+                loop_restart: true,
+                freeform: false
             }
         );
     }

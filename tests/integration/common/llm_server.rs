@@ -6,6 +6,13 @@
 //! [`LlmServer::probes`], apart from the scripted requests. [`ServerOptions`] starts it on a
 //! given port, serves the API only under a path (`/v1`, as llama.cpp and vLLM do), or makes it
 //! stop listening once its scripted replies are used up (a server that goes away mid-run).
+//!
+//! A request that asks for a stream (`"stream": true`) gets its scripted answer as server-sent
+//! events, in each API's chunks (text in pieces, tool calls with their arguments in two halves,
+//! usage at the end where OpenAI's `stream_options.include_usage` asks for it), [`Reply::paced`]
+//! between events; [`LlmServer::streams`] says how each stream ended (whole, or cut off by the
+//! client). [`Reply::empty_stream`] ends a stream with no event, as llama-cpp-python does for a
+//! streamed call with tools.
 
 #![allow(dead_code)]
 
@@ -13,7 +20,7 @@ use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
@@ -24,15 +31,37 @@ pub struct Reply {
     pub headers: Vec<(String, String)>,
     pub body: String,
     pub delay: Duration,
+    /// Between the events of a streamed answer.
+    pub pace: Duration,
+    /// Answer a streamed request with an event stream that ends before any event.
+    pub empty_stream: bool,
 }
 
 impl Reply {
     pub fn json(value: Value) -> Reply {
-        Reply { status: 200, headers: Vec::new(), body: value.to_string(), delay: Duration::ZERO }
+        Reply::status(200, &value.to_string())
     }
 
     pub fn status(status: u16, body: &str) -> Reply {
-        Reply { status, headers: Vec::new(), body: body.to_string(), delay: Duration::ZERO }
+        Reply {
+            status,
+            headers: Vec::new(),
+            body: body.to_string(),
+            delay: Duration::ZERO,
+            pace: Duration::ZERO,
+            empty_stream: false,
+        }
+    }
+
+    /// A 200 event stream with no event in it (and an unstreamed request gets `fallback`).
+    pub fn empty_stream(fallback: Reply) -> Reply {
+        Reply { empty_stream: true, ..fallback }
+    }
+
+    /// Streamed, with `pace` between its events.
+    pub fn paced(mut self, pace: Duration) -> Reply {
+        self.pace = pace;
+        self
     }
 
     pub fn header(mut self, name: &str, value: &str) -> Reply {
@@ -76,6 +105,20 @@ struct Script {
     /// The model list (`GET .../models`) and llama.cpp's `/props` (none: 404).
     models: Option<Value>,
     props: Option<Value>,
+    streams: Vec<StreamEnd>,
+}
+
+/// How one streamed answer ended.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StreamEnd {
+    /// The events written before the end.
+    pub events: usize,
+    /// Of how many.
+    pub of: usize,
+    /// Whether the client closed the connection before the last event.
+    pub cut_off: bool,
+    /// From the request to the end.
+    pub after: Duration,
 }
 
 /// How an [`LlmServer`] listens.
@@ -163,6 +206,11 @@ impl LlmServer {
         self.requests().into_iter().filter(|r| !is_summary(&r.body)).collect()
     }
 
+    /// How each streamed answer ended, in order.
+    pub fn streams(&self) -> Vec<StreamEnd> {
+        self.script.lock().unwrap().streams.clone()
+    }
+
     pub fn unused_replies(&self) -> usize {
         self.script.lock().unwrap().main.len()
     }
@@ -201,6 +249,10 @@ fn serve(stream: TcpStream, script: &Mutex<Script>) {
         return;
     }
     let body = String::from_utf8_lossy(&body).into_owned();
+    let started = Instant::now();
+    let request: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+    let streamed = request["stream"] == true;
+    let with_usage = request["stream_options"]["include_usage"] == true;
     let reply = {
         let mut script = script.lock().unwrap();
         let outside = script.mount.as_ref().is_some_and(|mount| !path.starts_with(mount.as_str()));
@@ -227,7 +279,126 @@ fn serve(stream: TcpStream, script: &Mutex<Script>) {
             Reply::status(500, r#"{"error": {"message": "the test server has no more scripted replies"}}"#)
         })
     };
+    if streamed && reply.status == 200 {
+        let events = if reply.empty_stream { Some(Vec::new()) } else { events_of(&reply.body, with_usage) };
+        if let Some(events) = events {
+            let end = answer_stream(stream, &reply, &events, started);
+            script.lock().unwrap().streams.push(end);
+            return;
+        }
+    }
     answer(stream, &reply);
+}
+
+/// The server-sent events of a scripted answer (`None`: it is neither API's answer, and goes
+/// as JSON).
+fn events_of(body: &str, with_usage: bool) -> Option<Vec<String>> {
+    let answer: Value = serde_json::from_str(body).ok()?;
+    let data = |value: Value| format!("data: {value}\n\n");
+    let named = |name: &str, value: Value| format!("event: {name}\ndata: {value}\n\n");
+    let pieces = |text: &str| -> Vec<String> {
+        let chars: Vec<char> = text.chars().collect();
+        chars.chunks(12).map(|piece| piece.iter().collect()).collect()
+    };
+    let halves = |text: &str| -> [String; 2] {
+        let mid = text.char_indices().nth(text.chars().count() / 2).map_or(text.len(), |(at, _)| at);
+        [text[..mid].to_string(), text[mid..].to_string()]
+    };
+    let mut events = Vec::new();
+    if let Some(choice) = answer["choices"].get(0) {
+        let chunk = |delta: Value, finish: Value| {
+            json!({"id": "chatcmpl-test", "object": "chat.completion.chunk", "model": answer["model"],
+                   "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+        };
+        events.push(data(chunk(json!({"role": "assistant"}), Value::Null)));
+        let message = &choice["message"];
+        for piece in pieces(message["content"].as_str().unwrap_or_default()) {
+            events.push(data(chunk(json!({"content": piece}), Value::Null)));
+        }
+        for (index, call) in message["tool_calls"].as_array().into_iter().flatten().enumerate() {
+            let function = &call["function"];
+            let start = json!({"index": index, "id": call["id"], "type": "function",
+                               "function": {"name": function["name"], "arguments": ""}});
+            events.push(data(chunk(json!({"tool_calls": [start]}), Value::Null)));
+            for half in halves(function["arguments"].as_str().unwrap_or_default()) {
+                let more = json!({"index": index, "function": {"arguments": half}});
+                events.push(data(chunk(json!({"tool_calls": [more]}), Value::Null)));
+            }
+        }
+        events.push(data(chunk(json!({}), choice["finish_reason"].clone())));
+        if with_usage && answer["usage"].is_object() {
+            events
+                .push(data(json!({"id": "chatcmpl-test", "object": "chat.completion.chunk", "choices": [],
+                                   "usage": answer["usage"]})));
+        }
+        events.push("data: [DONE]\n\n".to_string());
+        return Some(events);
+    }
+    let blocks = answer["content"].as_array().filter(|_| answer["type"] == "message")?;
+    let mut start = answer.clone();
+    start["content"] = json!([]);
+    start["stop_reason"] = Value::Null;
+    start["usage"]["output_tokens"] = json!(1);
+    events.push(named("message_start", json!({"type": "message_start", "message": start})));
+    for (index, block) in blocks.iter().enumerate() {
+        let (empty, deltas): (Value, Vec<Value>) = match block["type"].as_str() {
+            Some("text") => (
+                json!({"type": "text", "text": ""}),
+                pieces(block["text"].as_str().unwrap_or_default())
+                    .into_iter()
+                    .map(|text| json!({"type": "text_delta", "text": text}))
+                    .collect(),
+            ),
+            Some("tool_use") => (
+                json!({"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}),
+                halves(&block["input"].to_string())
+                    .into_iter()
+                    .map(|json| json!({"type": "input_json_delta", "partial_json": json}))
+                    .collect(),
+            ),
+            _ => (block.clone(), Vec::new()),
+        };
+        events.push(named(
+            "content_block_start",
+            json!({"type": "content_block_start", "index": index, "content_block": empty}),
+        ));
+        for delta in deltas {
+            events.push(named(
+                "content_block_delta",
+                json!({"type": "content_block_delta", "index": index, "delta": delta}),
+            ));
+        }
+        events.push(named("content_block_stop", json!({"type": "content_block_stop", "index": index})));
+    }
+    events.push(named(
+        "message_delta",
+        json!({"type": "message_delta", "delta": {"stop_reason": answer["stop_reason"]},
+               "usage": {"output_tokens": answer["usage"]["output_tokens"]}}),
+    ));
+    events.push(named("message_stop", json!({"type": "message_stop"})));
+    Some(events)
+}
+
+/// Writes `events` as an event stream, `reply.pace` apart, until the client goes away.
+fn answer_stream(mut stream: TcpStream, reply: &Reply, events: &[String], started: Instant) -> StreamEnd {
+    std::thread::sleep(reply.delay);
+    let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\nconnection: close\r\n\r\n";
+    let mut written = 0;
+    let mut cut_off = stream.write_all(head.as_bytes()).and_then(|()| stream.flush()).is_err();
+    for event in events {
+        if cut_off {
+            break;
+        }
+        if written > 0 {
+            std::thread::sleep(reply.pace);
+        }
+        cut_off = stream.write_all(event.as_bytes()).and_then(|()| stream.flush()).is_err();
+        written += usize::from(!cut_off);
+    }
+    if !cut_off && written < events.len() {
+        cut_off = true;
+    }
+    StreamEnd { events: written, of: events.len(), cut_off, after: started.elapsed() }
 }
 
 /// What llama.cpp's server answers for a path it does not serve.

@@ -136,6 +136,8 @@ fn start(n_ctx: u32) -> Result<ModelServer, String> {
     let output = |log: &File| log.try_clone().map(Stdio::from).map_err(|error| error.to_string());
     let mut command = Command::new(&python);
     command
+        // What the server prints reaches its log at once (`log_tail`), not when a buffer fills.
+        .env("PYTHONUNBUFFERED", "1")
         .args(["-m", "llama_cpp.server", "--model"])
         .arg(&model)
         .args(["--model_alias", MODEL, "--chat_format", "chatml-function-calling"])
