@@ -411,7 +411,8 @@ impl LongMeasured {
 /// `<dir>/run` and its work directory `<dir>/work`.
 async fn run_long_stage(dir: &std::path::Path) {
     let dot = std::fs::read_to_string(dir.join("bench.dot")).expect("bench.dot");
-    run_workflow(&dot, dir, dir.join("work")).await;
+    let dir = dir.to_path_buf();
+    tokio::spawn(async move { run_workflow(&dot, &dir, dir.join("work")).await }).await.expect("the stage");
 }
 
 /// Runs one stage of `turns` turns in a child process and reads the child at the marks.
