@@ -121,6 +121,8 @@ pub struct Loader {
     custom_rules: Vec<Box<dyn Rule>>,
     custom_types: Vec<String>,
     goal: Option<String>,
+    /// The run's inputs, filled into `{{ inputs.key }}`.
+    inputs: graph::inputs::Inputs,
     /// The workflows this one is a child of (canonical paths, outermost first).
     ancestors: Vec<PathBuf>,
 }
@@ -132,6 +134,7 @@ impl Default for Loader {
             custom_rules: Vec::new(),
             custom_types: Vec::new(),
             goal: None,
+            inputs: Default::default(),
             ancestors: Vec::new(),
         }
     }
@@ -166,6 +169,13 @@ impl Loader {
         self
     }
 
+    /// The run's inputs: `{{ inputs.key }}` in any attribute reads them, and one no input defines
+    /// is an error (`--input`, `--inputs`).
+    pub fn with_inputs(mut self, inputs: graph::inputs::Inputs) -> Self {
+        self.inputs = inputs;
+        self
+    }
+
     /// Loads workflows as children of `ancestors` (see [`load_child_source`]): a manager naming one of
     /// them again is a cycle.
     pub(crate) fn within(mut self, ancestors: Vec<PathBuf>) -> Self {
@@ -197,7 +207,8 @@ impl Loader {
             workflow.attributes_mut().set("goal", attr);
         }
         let built = Instant::now();
-        let mut diagnostics = Vec::new();
+        workflow.set_inputs(self.inputs.clone());
+        let mut diagnostics = graph::inputs::render(&mut workflow);
         for transform in &self.transforms {
             diagnostics.extend(transform.apply(&mut workflow));
         }

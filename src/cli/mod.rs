@@ -145,6 +145,12 @@ enum Command {
         /// Treat warnings as errors (exit 2 when there is any), for CI.
         #[arg(long)]
         deny_warnings: bool,
+        /// A run input the workflow reads (`{{ inputs.KEY }}`), as `fabro run --input` gives it.
+        #[arg(long = "input", value_name = "KEY=VALUE")]
+        inputs: Vec<String>,
+        /// Run inputs from a TOML table or JSON object file.
+        #[arg(long = "inputs", value_name = "FILE")]
+        inputs_file: Option<PathBuf>,
     },
 }
 
@@ -159,7 +165,9 @@ pub fn main() -> ExitCode {
     // Before anything runs: the keys the config file names are secrets for every command.
     fabro::backends::config::LlmConfig::register_file_secrets();
     let code = match cli.command {
-        Command::Validate { workflow, json, deny_warnings } => validate::run(&workflow, json, deny_warnings),
+        Command::Validate { workflow, json, deny_warnings, inputs, inputs_file } => {
+            validate::run(&workflow, json, deny_warnings, inputs_file.as_deref(), &inputs)
+        }
         Command::Run(mut args) => {
             args.launch.verbose = cli.verbose;
             run::run(args)

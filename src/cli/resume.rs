@@ -55,7 +55,9 @@ async fn continue_run(args: &mut ResumeArgs) -> Result<u8, Refusal> {
             source.path.display()
         );
     }
-    let loaded = Loader::new().load_source(SourceFile::new(&source.path, source.text.clone()));
+    let loaded = Loader::new()
+        .with_inputs(saved.manifest.inputs.clone())
+        .load_source(SourceFile::new(&source.path, source.text.clone()));
     let valid = report_diagnostics(loaded, &source.path, true)?;
     source.adopt(&mut saved, &valid.workflow)?;
     // Configuration that can run code is what the run started with: a confined stage may have

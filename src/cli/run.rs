@@ -42,6 +42,14 @@ pub struct RunArgs {
     /// Replace the workflow's goal with the text of this file (Markdown welcome).
     #[arg(long, value_name = "PATH")]
     goal_file: Option<PathBuf>,
+    /// A run input, read as `{{ inputs.KEY }}` in the workflow, `inputs.KEY` in conditions and
+    /// `FABRO_INPUT_KEY` by scripts (JSON when it parses as JSON, else text). Repeatable; wins
+    /// over --inputs.
+    #[arg(long = "input", value_name = "KEY=VALUE")]
+    inputs: Vec<String>,
+    /// Run inputs from a TOML table or JSON object file.
+    #[arg(long = "inputs", value_name = "FILE")]
+    inputs_file: Option<PathBuf>,
     /// Label the run (kept in its manifest; `fabro runs --label` and `fabro serve` filter by
     /// labels). Repeatable.
     #[arg(long = "label", value_name = "KEY=VALUE")]
@@ -349,7 +357,9 @@ pub fn refuse(refusal: Refusal) -> u8 {
 }
 
 async fn start(args: &RunArgs) -> Result<u8, Refusal> {
-    let mut loader = Loader::new();
+    let inputs = fabro::graph::inputs::gather(args.inputs_file.as_deref(), &args.inputs)
+        .map_err(|error| Refusal::Message(format!("{error}; the run did not start")))?;
+    let mut loader = Loader::new().with_inputs(inputs);
     if let Some(goal) = goal_of(args)? {
         loader = loader.with_goal(goal);
     }

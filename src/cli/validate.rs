@@ -1,4 +1,4 @@
-//! `fabro validate WORKFLOW [--json] [--deny-warnings]`
+//! `fabro validate WORKFLOW [--json] [--deny-warnings] [--input KEY=VALUE]... [--inputs FILE]`
 
 use std::path::Path;
 
@@ -8,8 +8,21 @@ use serde_json::json;
 use super::exit;
 use super::render::{diagnostic_json, render_diagnostics, render_load_error, summary_line};
 
-pub fn run(path: &Path, json_output: bool, deny_warnings: bool) -> u8 {
-    let checked = match Loader::new().load_file(path) {
+pub fn run(
+    path: &Path,
+    json_output: bool,
+    deny_warnings: bool,
+    inputs_file: Option<&Path>,
+    inputs: &[String],
+) -> u8 {
+    let inputs = match fabro::graph::inputs::gather(inputs_file, inputs) {
+        Ok(inputs) => inputs,
+        Err(error) => {
+            eprintln!("error: {error}");
+            return exit::INVALID;
+        }
+    };
+    let checked = match Loader::new().with_inputs(inputs).load_file(path) {
         Ok(checked) => checked,
         Err(error) => {
             if json_output {

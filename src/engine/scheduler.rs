@@ -199,6 +199,7 @@ impl Engine {
             launch: options.launch.clone(),
             pause: None,
             labels: options.labels.clone(),
+            inputs: workflow.inputs().clone(),
         };
         run_dir.write_json(layout::MANIFEST, &manifest)?;
         run_dir.write_text(layout::SAVED_WORKFLOW, workflow.source().text())?;
@@ -408,11 +409,15 @@ fn artifact_store(workflow: &Workflow, run_dir: &std::path::Path) -> ArtifactSto
     ArtifactStore::new(run_dir, threshold)
 }
 
-/// Context at the start: `graph.*` mirrors of every graph attribute, then `--set` values.
+/// Context at the start: `graph.*` mirrors of every graph attribute, `inputs.*` the run's inputs,
+/// then `--set` values.
 fn seed_context(workflow: &Workflow, options: &RunOptions, work_dir: &std::path::Path) -> Context {
     let mut context = Context::new();
     for (key, value) in workflow.context_mirror() {
         context.set(key, value);
+    }
+    for (key, value) in workflow.inputs() {
+        context.set(format!("inputs.{key}"), value.clone());
     }
     context.set("internal.work_dir", work_dir.display().to_string());
     for (key, value) in &options.context {

@@ -912,6 +912,10 @@ impl Attributes {
         self.entries.iter().map(|(k, attr)| (k.as_ref(), attr))
     }
 
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = (&str, &mut Attr)> {
+        self.entries.iter_mut().map(|(k, attr)| (&**k, attr))
+    }
+
     pub fn len(&self) -> usize {
         self.entries.len()
     }

@@ -51,6 +51,7 @@ pub fn build(tree: &SyntaxTree<'_>, source: Arc<SourceFile>) -> Workflow {
         subgraphs: builder.subgraphs,
         stylesheet,
         settings: Default::default(),
+        inputs: Default::default(),
     };
     settings::read_settings(&mut workflow);
     workflow

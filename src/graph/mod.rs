@@ -6,6 +6,7 @@ mod build;
 pub mod choice;
 mod handler_type;
 mod import;
+pub mod inputs;
 mod join;
 mod node;
 pub mod settings;

@@ -45,6 +45,8 @@ pub struct Workflow {
     pub(super) stylesheet: Option<Result<Stylesheet, StylesheetError>>,
     /// The graph's settings, typed: read with the nodes'.
     pub(super) settings: super::settings::WorkflowSettings,
+    /// The run's inputs (`--input`), filled into `{{ inputs.key }}` when the workflow loads.
+    pub(super) inputs: super::inputs::Inputs,
 }
 
 impl Workflow {
@@ -139,6 +141,23 @@ impl Workflow {
 
     pub fn nodes_mut(&mut self) -> impl Iterator<Item = &mut Node> {
         self.graph.node_weights_mut()
+    }
+
+    pub fn edges_mut(&mut self) -> impl Iterator<Item = &mut Edge> {
+        self.graph.edge_weights_mut()
+    }
+
+    pub fn subgraphs_mut(&mut self) -> impl Iterator<Item = &mut SubgraphInfo> {
+        self.subgraphs.iter_mut()
+    }
+
+    /// The run's inputs the workflow was loaded with.
+    pub fn inputs(&self) -> &super::inputs::Inputs {
+        &self.inputs
+    }
+
+    pub fn set_inputs(&mut self, inputs: super::inputs::Inputs) {
+        self.inputs = inputs;
     }
 
     /// Edges in declaration order.

@@ -108,6 +108,9 @@ impl Handler for CommandHandler {
             .env("FABRO_NODE_ID", node_id)
             .env("FABRO_VISIT", stage.visit.to_string())
             .env("FABRO_CONTEXT", &context_path)
+            .envs(stage.run.workflow.inputs().iter().map(|(key, value)| {
+                (format!("FABRO_INPUT_{}", key.to_ascii_uppercase()), crate::graph::inputs::text_of(value))
+            }))
             .kill_on_drop(true);
         // The group dies with fabro; if even its guard was killed, the next resume finds the
         // group in its process record and kills it.

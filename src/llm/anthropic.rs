@@ -3,7 +3,7 @@
 use serde_json::{json, Value};
 
 use super::chat::{ChatProvider, ChatRequest, ChatResponse};
-use super::http::{Post, Streamed};
+use super::http::{Answered, Post};
 use super::stream::{AnthropicEvents, Streaming};
 use super::BackendError;
 use crate::chat::{ChatMessage, ToolCall};
@@ -47,7 +47,6 @@ impl ChatProvider for Anthropic {
     }
 
     async fn chat(&self, request: &ChatRequest<'_>) -> Result<ChatResponse, BackendError> {
-        let mut body = request_body(request);
         let headers = [("x-api-key", self.api_key.clone()), ("anthropic-version", API_VERSION.to_string())];
         let url = self.url();
         let post = Post {
@@ -57,19 +56,15 @@ impl ChatProvider for Anthropic {
             timeout: request.timeout,
             secrets: &self.secrets,
         };
-        if let Some(watcher) = self.streaming.watcher(request) {
-            body["stream"] = json!(true);
-            let mut events = AnthropicEvents::default();
-            let streamed = post.stream(&body, &mut events, watcher).await?;
-            match streamed {
-                Streamed::Assembled => return self.read(&events.into_message()?),
-                Streamed::Whole(value) => return self.read(&value),
-                Streamed::Refused(why) => self.streaming.refused(&self.name, request, &why, watcher),
-            }
-            body = request_body(request);
+        let mut events = AnthropicEvents::default();
+        let stream = [("stream", json!(true))];
+        match post
+            .call(&request_body(request), &stream, &self.streaming, &self.name, request, &mut events)
+            .await?
+        {
+            Answered::Assembled => self.read(&events.into_message()?),
+            Answered::Whole(value) => self.read(&value),
         }
-        let value = post.json(&body).await?;
-        self.read(&value)
     }
 }
 

@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::stream::{AnswerEvent, AnswerWatcher, Assembler, SseReader, Step};
+use super::chat::ChatRequest;
+use super::stream::{AnswerEvent, AnswerWatcher, Assembler, SseReader, Step, Streaming};
 use super::{BackendError, Transient, TransientCause};
 use crate::redaction::Secrets;
 
@@ -48,7 +49,40 @@ pub enum Streamed {
     Refused(String),
 }
 
+/// How a call was answered: put together from a stream by its assembler, or as one JSON body.
+#[derive(Debug)]
+pub enum Answered {
+    Assembled,
+    Whole(Value),
+}
+
 impl Post<'_> {
+    /// Makes the call `body` is: streamed when `streaming` wants it for `request` (with
+    /// `stream_fields` added to the body, the events fed to `assembler`), else plain, and plain
+    /// again when the server of `provider` refuses to stream it.
+    pub async fn call(
+        &self,
+        body: &Value,
+        stream_fields: &[(&str, Value)],
+        streaming: &Streaming,
+        provider: &str,
+        request: &ChatRequest<'_>,
+        assembler: &mut dyn Assembler,
+    ) -> Result<Answered, BackendError> {
+        if let Some(watcher) = streaming.watcher(request) {
+            let mut streamed = body.clone();
+            for (field, value) in stream_fields {
+                streamed[*field] = value.clone();
+            }
+            match self.stream(&streamed, assembler, watcher).await? {
+                Streamed::Assembled => return Ok(Answered::Assembled),
+                Streamed::Whole(value) => return Ok(Answered::Whole(value)),
+                Streamed::Refused(why) => streaming.refused(provider, request, &why, watcher),
+            }
+        }
+        self.json(body).await.map(Answered::Whole)
+    }
+
     /// POSTs `body` and returns the parsed JSON answer.
     pub async fn json(&self, body: &Value) -> Result<Value, BackendError> {
         self.json_once(body).await.map_err(|error| redacted(error, self.secrets))

@@ -4,7 +4,7 @@
 use serde_json::{json, Value};
 
 use super::chat::{ChatProvider, ChatRequest, ChatResponse};
-use super::http::{Post, Streamed};
+use super::http::{Answered, Post};
 use super::stream::{OpenAiChunks, Streaming};
 use super::BackendError;
 use crate::chat::{ChatMessage, ToolCall};
@@ -91,7 +91,6 @@ impl ChatProvider for OpenAi {
     }
 
     async fn chat(&self, request: &ChatRequest<'_>) -> Result<ChatResponse, BackendError> {
-        let mut body = request_body(request, self.dialect, self.options);
         let headers: Vec<(&str, String)> =
             self.api_key.iter().map(|key| ("authorization", format!("Bearer {key}"))).collect();
         let url = self.url();
@@ -102,27 +101,20 @@ impl ChatProvider for OpenAi {
             timeout: request.timeout,
             secrets: &self.secrets,
         };
-        if let Some(watcher) = self.streaming.watcher(request) {
-            body["stream"] = json!(true);
-            body["stream_options"] = json!({"include_usage": true});
-            let mut chunks = OpenAiChunks::default();
-            let streamed = post.stream(&body, &mut chunks, watcher).await?;
-            match streamed {
-                Streamed::Assembled => {
-                    let reported = chunks.has_usage();
-                    let mut response = self.read(&chunks.into_completion())?;
-                    if !reported {
-                        response.estimate_usage(request);
-                    }
-                    return Ok(response);
+        let body = request_body(request, self.dialect, self.options);
+        let stream = [("stream", json!(true)), ("stream_options", json!({"include_usage": true}))];
+        let mut chunks = OpenAiChunks::default();
+        match post.call(&body, &stream, &self.streaming, &self.name, request, &mut chunks).await? {
+            Answered::Assembled => {
+                let reported = chunks.has_usage();
+                let mut response = self.read(&chunks.into_completion())?;
+                if !reported {
+                    response.estimate_usage(request);
                 }
-                Streamed::Whole(value) => return self.read(&value),
-                Streamed::Refused(why) => self.streaming.refused(&self.name, request, &why, watcher),
+                Ok(response)
             }
-            body = request_body(request, self.dialect, self.options);
+            Answered::Whole(value) => self.read(&value),
         }
-        let value = post.json(&body).await?;
-        self.read(&value)
     }
 }
 

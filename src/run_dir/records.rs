@@ -42,6 +42,9 @@ pub struct Manifest {
     /// `--label key=value`: what the run is, for finding it (`fabro runs --label`, `fabro serve`).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub labels: std::collections::BTreeMap<String, String>,
+    /// The run's inputs (`--input`, `--inputs`): a resume loads the workflow with them again.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub inputs: crate::graph::inputs::Inputs,
 }
 
 /// Why a run paused, as its manifest records it: the kind (`answer`, `ceiling`, `stage_ceiling`,
@@ -80,6 +83,7 @@ impl Manifest {
             launch: LaunchRecord::default(),
             pause: None,
             labels: Default::default(),
+            inputs: Default::default(),
         }
     }
 }

@@ -424,3 +424,77 @@ fn project_memory_is_kept_in_the_work_directorys_repository_not_the_workflows() 
     let moved = events.lines().find(|line| line.contains("\"memory.old_store\"")).expect("memory.old_store");
     assert!(moved.contains("flows/.fabro/memory") && moved.contains("other/.fabro/memory"), "{moved}");
 }
+
+const TICKET: &str = r#"digraph G {
+    goal = "Work on {{ inputs.ticket }} now"
+    start [shape=Mdiamond]
+    exit [shape=Msquare]
+    show [shape=parallelogram, script="echo {{ inputs.ticket }} $FABRO_INPUT_TICKET $FABRO_INPUT_RETRIES"]
+    gate [shape=hexagon, label="Go on?"]
+    ask [shape=tab, prompt="Fix {{ inputs.ticket }}"]
+    urgent [shape=parallelogram, script="echo urgent"]
+    start -> show -> gate
+    gate -> ask [label="[Y] Yes"]
+    ask -> urgent [condition="inputs.retries=2"]
+    ask -> exit
+    urgent -> exit
+}"#;
+
+#[test]
+fn run_inputs_reach_the_goal_prompts_scripts_and_conditions_and_survive_a_resume() {
+    let ran = Test::new()
+        .workflow(TICKET)
+        .file("inputs.toml", "ticket = \"PAY-1\"\nretries = 2\n")
+        .args([
+            "run",
+            "workflow.dot",
+            "--run-dir",
+            "run",
+            "--simulate",
+            "--inputs",
+            "inputs.toml",
+            "--input",
+            "ticket=PAY-12",
+        ])
+        .status(3)
+        .run();
+    let read = |path: &str| std::fs::read_to_string(ran.dir.path().join(path)).unwrap();
+    // --input wins over the file; scripts read it rendered and as FABRO_INPUT_*.
+    assert_eq!(read("run/stages/show/1/stdout.log").trim(), "PAY-12 PAY-12 2");
+    let manifest: Value = serde_json::from_str(&read("run/manifest.json")).unwrap();
+    assert_eq!(manifest["goal"], "Work on PAY-12 now");
+    assert_eq!(manifest["inputs"], serde_json::json!({"ticket": "PAY-12", "retries": 2}));
+    // The resume loads the workflow with the run's inputs again; the condition reads them.
+    std::fs::write(ran.dir.path().join("answers.json"), r#"{"gate": ["Y"]}"#).unwrap();
+    let resumed = common::fabro_in(ran.dir.path(), &["resume", "run", "--answers", "answers.json", "-q"]);
+    assert_eq!(resumed.status.code(), Some(0), "{}", String::from_utf8_lossy(&resumed.stderr));
+    assert!(read("run/stages/ask/1/prompt.md").contains("Fix PAY-12"));
+    assert!(ran.dir.path().join("run/stages/urgent").exists(), "inputs.retries=2 took the urgent edge");
+}
+
+#[test]
+fn an_input_nothing_defines_is_an_error_where_it_is_read() {
+    Test::new()
+        .workflow(TICKET)
+        .args(["validate", "workflow.dot", "--input", "tikcet=PAY-12"])
+        .status(2)
+        .stdout_contains("error[undefined_input] workflow.dot:2:21: `goal` reads `{{ inputs.ticket }}`, but the run has no input `ticket` (did you mean `tikcet`?)")
+        .run();
+    Test::new()
+        .workflow(TICKET)
+        .args(["run", "workflow.dot", "--simulate"])
+        .status(2)
+        .stdout_lacks("Work on  now")
+        .run();
+    Test::new()
+        .workflow(TICKET)
+        .args(["validate", "workflow.dot", "--input", "ticket=PAY-12", "--input", "retries=2"])
+        .status(0)
+        .run();
+    Test::new()
+        .workflow(TICKET)
+        .args(["run", "workflow.dot", "--input", "no-dash=1"])
+        .status(2)
+        .stderr_contains("`no-dash` is not an input name")
+        .run();
+}

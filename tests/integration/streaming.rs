@@ -58,6 +58,14 @@ const WRITE_THEN_REPORT: &str = r#"digraph write {
     start -> write -> report -> exit
 }"#;
 
+/// One prompt stage `ask` on `local-model`.
+const ONE_PROMPT: &str = r#"digraph one {
+    start [shape=Mdiamond]
+    exit [shape=Msquare]
+    ask [shape=tab, prompt="Answer", llm_model="local-model"]
+    start -> ask -> exit
+}"#;
+
 /// A long answer of numbered lines, and a reply that streams it `pace` apart per 12 characters.
 fn long_answer(lines: usize) -> String {
     (1..=lines).map(|n| format!("line {n:03} of the answer\n")).collect()
@@ -100,14 +108,7 @@ fn answers_are_streamed_put_back_together_and_written_to_answer_log_as_they_come
 fn anthropic_answers_stream_too() {
     let server = LlmServer::start(vec![anthropic_text("Streamed from Claude.", 12, 4)], vec![]);
     let ran = Test::new()
-        .workflow(
-            r#"digraph one {
-                start [shape=Mdiamond]
-                exit [shape=Msquare]
-                ask [shape=tab, prompt="Answer", llm_model="claude-sonnet-4-5"]
-                start -> ask -> exit
-            }"#,
-        )
+        .workflow(&ONE_PROMPT.replace("local-model", "claude-sonnet-4-5"))
         .env("ANTHROPIC_API_KEY", "sk-ant-test-0123456789")
         .env("ANTHROPIC_BASE_URL", &server.url(""))
         .env("FABRO_LLM_MAX_RETRIES", "0")
@@ -130,12 +131,7 @@ fn a_stage_timeout_closes_the_stream_at_once_and_keeps_what_came() {
     let server = server_of(vec![openai_text(&text, 10, 400).paced(Duration::from_millis(100))]);
     let ran = compatible(
         &server,
-        r#"digraph slow {
-            start [shape=Mdiamond]
-            exit [shape=Msquare]
-            ask [shape=tab, prompt="Write a lot", llm_model="local-model", timeout="2s"]
-            start -> ask -> exit
-        }"#,
+        &ONE_PROMPT.replace(r#"llm_model="local-model""#, r#"llm_model="local-model", timeout="2s""#),
     )
     .args(["run", "workflow.dot", "--run-dir", "run"])
     .status(1)
@@ -216,18 +212,8 @@ fn a_stream_without_token_counts_is_counted_by_estimate_and_says_so() {
         "choices": [{"index": 0, "message": {"role": "assistant", "content": "x".repeat(400)}, "finish_reason": "stop"}]
     }));
     let server = server_of(vec![no_usage]);
-    let ran = compatible(
-        &server,
-        r#"digraph one {
-            start [shape=Mdiamond]
-            exit [shape=Msquare]
-            ask [shape=tab, prompt="Answer", llm_model="local-model"]
-            start -> ask -> exit
-        }"#,
-    )
-    .args(["run", "workflow.dot", "--run-dir", "run"])
-    .status(0)
-    .run();
+    let ran =
+        compatible(&server, ONE_PROMPT).args(["run", "workflow.dot", "--run-dir", "run"]).status(0).run();
     let status = status_json(&ran, "ask");
     assert_eq!(status["usage_estimated"], true, "{status}");
     assert_eq!(status["usage"]["output_tokens"], 100, "400 characters at four a token");
@@ -242,18 +228,10 @@ fn a_model_whose_window_is_unknown_gets_plain_requests() {
     // llama-cpp-python states no window, and answers a streamed call that does not fit it with
     // keep-alives only; a plain call is refused with the window stated, and the run learns it.
     let server = LlmServer::start(vec![openai_text("plain", 3, 1)], vec![]);
-    compatible(
-        &server,
-        r#"digraph one {
-            start [shape=Mdiamond]
-            exit [shape=Msquare]
-            ask [shape=tab, prompt="Answer", llm_model="unlisted-model"]
-            start -> ask -> exit
-        }"#,
-    )
-    .args(["run", "workflow.dot", "--run-dir", "run"])
-    .status(0)
-    .run();
+    compatible(&server, &ONE_PROMPT.replace("local-model", "unlisted-model"))
+        .args(["run", "workflow.dot", "--run-dir", "run"])
+        .status(0)
+        .run();
     assert!(server.requests()[0].json().get("stream").is_none());
     assert!(server.streams().is_empty());
 }
@@ -266,14 +244,7 @@ fn stream_false_in_the_config_file_sends_plain_requests() {
         server.url("/v1")
     );
     let ran = Test::new()
-        .workflow(
-            r#"digraph one {
-                start [shape=Mdiamond]
-                exit [shape=Msquare]
-                ask [shape=tab, prompt="Answer", llm_model="local-model"]
-                start -> ask -> exit
-            }"#,
-        )
+        .workflow(ONE_PROMPT)
         .file("fabro.toml", &config)
         .env("FABRO_CONFIG", "fabro.toml")
         .args(["run", "workflow.dot", "--run-dir", "run"])
@@ -288,16 +259,7 @@ fn stream_false_in_the_config_file_sends_plain_requests() {
 /// A run of one prompt stage whose answer streams for about `lines * 2 * pace`, started in the
 /// background in a fresh directory.
 fn slow_run(server: &LlmServer, dir: &Path) -> std::process::Child {
-    std::fs::write(
-        dir.join("workflow.dot"),
-        r#"digraph slow {
-            start [shape=Mdiamond]
-            exit [shape=Msquare]
-            ask [shape=tab, prompt="Write a lot", llm_model="local-model"]
-            start -> ask -> exit
-        }"#,
-    )
-    .unwrap();
+    std::fs::write(dir.join("workflow.dot"), ONE_PROMPT).unwrap();
     fabro_command(dir, &["run", "workflow.dot", "-q"])
         .env("FABRO_LLM_BASE_URL", server.url("/v1"))
         .env("FABRO_LLM_MAX_RETRIES", "0")
