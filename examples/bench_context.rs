@@ -21,6 +21,14 @@
 //! model pages through each file in its own sub-conversation and the parent gets a digest). It
 //! reports each model's tokens at the wire and the estimated cost from fabro's price table.
 //!
+//! The long sessions (`-- --long`, also the end of the full run) run one agent stage of 1,000 and
+//! of 10,000 turns with the recommended configuration for long coding loops (writing 50 files in
+//! turn and reading them back, or running a shell command on them), each in a child process of
+//! the benchmark (the loopback server stays in this one), and report the child's CPU per turn
+//! (user + system of that process alone, read from `/proc` while the server holds a reply: the
+//! shell commands' own processes are not counted), the request size at turns 100 / 1,000 /
+//! 10,000, its memory and the token bill.
+//!
 //! Run with `cargo run --release --example bench_context`.
 
 #[path = "../tests/integration/common/llm_server.rs"]
@@ -294,14 +302,23 @@ async fn reading_session() {
 
 #[tokio::main]
 async fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(dir) = args.iter().position(|arg| arg == "--stage").and_then(|at| args.get(at + 1)) {
+        run_long_stage(std::path::Path::new(dir)).await;
+        return;
+    }
     if let Err(reason) = ModelServer::try_with_context(TOKENIZER_CONTEXT) {
         eprintln!(
             "bench_context counts input tokens with a real tokenizer, and its server cannot start: {reason}"
         );
         std::process::exit(1);
     }
-    if std::env::args().any(|arg| arg == "--reads") {
+    if args.iter().any(|arg| arg == "--reads") {
         reading_session().await;
+        return;
+    }
+    if args.iter().any(|arg| arg == "--long") {
+        long_sessions();
         return;
     }
     let configurations = [
@@ -348,4 +365,188 @@ async fn main() {
         );
     }
     reading_session().await;
+    long_sessions();
+}
+
+/// The configuration the long sessions run with.
+const RECOMMENDED: &str =
+    ", max_in_turn_tool_pairs=3, max_tool_result_chars=8000, compaction=aggressive, compaction_mode=lossless";
+/// Files the long sessions write in turn, besides the plan written first.
+const LONG_FILES: usize = 50;
+/// The turns at which the long sessions read the stage's process, while the server holds the
+/// reply (the process waits, so the reading is exact).
+const MARKS: [usize; 3] = [100, 1_000, 10_000];
+const HOLD: std::time::Duration = std::time::Duration::from_millis(200);
+/// The long sessions: turns, and whether every other call runs a shell command.
+const LONG_SESSIONS: [(usize, bool); 3] = [(1_000, false), (10_000, false), (10_000, true)];
+
+/// The model's side of a long session: turn 1 writes `PLAN.md` (the first file written, never
+/// touched again), then the even turns write `out/f<k>.txt` over [`LONG_FILES`] files and the odd
+/// ones read it back, or with `shell` run `wc -c` on it; every 500th of those fails (a missing
+/// file). Then an answer.
+fn long_script(turns: usize, shell: bool) -> Vec<Reply> {
+    let plan = json!({"path": "PLAN.md", "content": "1. write the files\n2. check them\n"});
+    let mut replies = vec![openai_tools(&[("t1", "write_file", plan)])];
+    for turn in 2..=turns {
+        let file = format!("out/f{}.txt", (turn / 2) % LONG_FILES);
+        let check = if turn % 500 == 1 { format!("out/missing{turn}.txt") } else { file.clone() };
+        let id = format!("t{turn}");
+        replies.push(match (turn % 2, shell) {
+            (0, _) => openai_tools(&[(
+                &id,
+                "write_file",
+                json!({"path": file, "content": format!("turn {turn}\n")}),
+            )]),
+            (_, true) => openai_tools(&[(&id, "shell", json!({"command": format!("wc -c {check}")}))]),
+            (_, false) => openai_tools(&[(&id, "read_file", json!({"path": check}))]),
+        });
+    }
+    replies.push(openai_text("Every file is written and checked.", 100, 20));
+    for (at, reply) in replies.iter_mut().enumerate() {
+        // Request `at + 1`: the marks, and the answer's.
+        if MARKS.contains(&(at + 1)) || at == turns {
+            *reply = reply.clone().delayed(HOLD);
+        }
+    }
+    replies
+}
+
+/// CPU (user + system, in clock ticks) and memory (resident and peak, KB) of a process.
+#[derive(Debug, Clone, Copy, Default)]
+struct ProcessSample {
+    cpu_ticks: u64,
+    rss_kb: u64,
+    peak_kb: u64,
+}
+
+/// `/proc/<pid>/stat` (its own CPU, not its children's) and `/proc/<pid>/status`.
+fn sample(pid: u32) -> ProcessSample {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The fields after the command name (which may hold spaces) start with the state, field 3.
+    let fields: Vec<&str> =
+        stat.rsplit_once(')').map(|(_, rest)| rest.split_whitespace().collect()).unwrap_or_default();
+    let field = |n: usize| fields.get(n - 3).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let kb = |key: &str| {
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix(key))
+            .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0)
+    };
+    ProcessSample { cpu_ticks: field(14) + field(15), rss_kb: kb("VmRSS:"), peak_kb: kb("VmHWM:") }
+}
+
+fn clock_ticks_per_second() -> f64 {
+    // SAFETY: sysconf only reads a constant.
+    (unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).max(1) as f64
+}
+
+struct LongMeasured {
+    /// (request, reading) at each mark the session reaches, and at its answer.
+    samples: Vec<(usize, ProcessSample)>,
+    /// (request, bytes) at each mark, and of the answer's request.
+    request_bytes: Vec<(usize, usize)>,
+    input_tokens: u64,
+    calls: usize,
+    first_file_known: bool,
+}
+
+impl LongMeasured {
+    /// Milliseconds of CPU per turn between two marks.
+    fn cpu_per_turn(&self, from: usize, to: usize) -> Option<f64> {
+        let at = |turn| self.samples.iter().find(|(t, _)| *t == turn).map(|(_, s)| s.cpu_ticks);
+        let ticks = at(to)?.checked_sub(at(from)?)?;
+        Some(ticks as f64 * 1000.0 / clock_ticks_per_second() / (to - from) as f64)
+    }
+
+    fn bytes_at(&self, turn: usize) -> Option<usize> {
+        self.request_bytes.iter().find(|(t, _)| *t == turn).map(|(_, bytes)| *bytes)
+    }
+}
+
+/// The child process of a long session: runs `<dir>/bench.dot`, its run directory in
+/// `<dir>/run` and its work directory `<dir>/work`.
+async fn run_long_stage(dir: &std::path::Path) {
+    let dot = std::fs::read_to_string(dir.join("bench.dot")).expect("bench.dot");
+    let dir = dir.to_path_buf();
+    tokio::spawn(async move { run_workflow(&dot, &dir, dir.join("work")).await }).await.expect("the stage");
+}
+
+/// Runs one stage of `turns` turns in a child process and reads the child at the marks.
+fn long_session(turns: usize, shell: bool) -> LongMeasured {
+    let script = long_script(turns, shell);
+    let total = script.len();
+    let server = LlmServer::start(script, Vec::new());
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::create_dir_all(dir.path().join("work")).expect("work dir");
+    let dot = format!(
+        "digraph long {{\n start [shape=Mdiamond]\n exit [shape=Msquare]\n work [prompt=\"Write and check the files\", llm_model=\"bench-model\", max_turns={}{RECOMMENDED}]\n start -> work -> exit\n}}\n",
+        turns + 1
+    );
+    std::fs::write(dir.path().join("bench.dot"), dot).expect("bench.dot");
+    let mut child = std::process::Command::new(std::env::current_exe().expect("the benchmark's path"))
+        .arg("--stage")
+        .arg(dir.path())
+        .env("FABRO_LLM_BASE_URL", server.url("/v1"))
+        .env("FABRO_LLM_MODEL", "bench-model")
+        .env("FABRO_LLM_MAX_RETRIES", "0")
+        .spawn()
+        .expect("the stage's process");
+    let marks: Vec<usize> = MARKS.iter().copied().filter(|m| *m <= turns).chain([turns + 1]).collect();
+    let mut samples = Vec::new();
+    for mark in &marks {
+        while total - server.unused_replies() < *mark {
+            if let Some(status) = child.try_wait().expect("the stage's process") {
+                panic!("the stage's process ended at request {} ({status})", total - server.unused_replies());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        samples.push((*mark, sample(child.id())));
+    }
+    let status = child.wait().expect("the stage's process");
+    assert!(status.success(), "the stage's process failed: {status}");
+    let requests = server.requests();
+    LongMeasured {
+        samples,
+        request_bytes: marks.iter().filter_map(|m| Some((*m, requests.get(m - 1)?.body.len()))).collect(),
+        input_tokens: requests.iter().map(|r| r.body.len().div_ceil(4) as u64).sum(),
+        calls: requests.len(),
+        first_file_known: requests.last().is_some_and(|r| r.body.contains("PLAN.md")),
+    }
+}
+
+/// The long sessions' table.
+fn long_sessions() {
+    println!("\n| stage (recommended configuration) | CPU per turn, turns 100-1,000 | turns 1,000-10,000 | request at turn 100 | at 1,000 | at 10,000 | last request | last / turn 100 | peak memory | input tokens sent (model calls) | last request names the first file written |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|");
+    for (turns, shell) in LONG_SESSIONS {
+        let measured = long_session(turns, shell);
+        let ms =
+            |from, to| measured.cpu_per_turn(from, to).map_or("-".to_string(), |ms| format!("{ms:.2} ms"));
+        let bytes = |turn| measured.bytes_at(turn).map_or("-".to_string(), |b| format!("{b} B"));
+        let at_100 = measured.bytes_at(100).unwrap_or(1);
+        let last = measured.bytes_at(turns + 1).unwrap_or(0);
+        let peak = measured.samples.last().map_or(0, |(_, s)| s.peak_kb);
+        let calls = if shell { "write_file and shell" } else { "write_file and read_file" };
+        println!(
+            "| {turns} turns, {calls} in turn | {} | {} | {} | {} | {} | {last} B | {:.2}x | {:.1} MB | {} ({}) | {} |",
+            ms(100, 1_000),
+            ms(1_000, 10_000),
+            bytes(100),
+            bytes(1_000),
+            bytes(10_000),
+            last as f64 / at_100 as f64,
+            peak as f64 / 1024.0,
+            measured.input_tokens,
+            measured.calls,
+            if measured.first_file_known { "yes" } else { "no" }
+        );
+        let resident: Vec<String> = measured
+            .samples
+            .iter()
+            .map(|(turn, s)| format!("{:.1} MB at {turn}", s.rss_kb as f64 / 1024.0))
+            .collect();
+        eprintln!("resident memory of the {turns}-turn stage: {}", resident.join(", "));
+    }
 }

@@ -80,13 +80,31 @@ impl ChatMessage {
             ChatMessage::User { content } => content.len(),
             ChatMessage::Assistant { content, tool_calls, .. } => {
                 content.len()
-                    + tool_calls.iter().map(|c| c.name.len() + c.arguments.to_string().len()).sum::<usize>()
+                    + tool_calls.iter().map(|c| c.name.len() + json_len(&c.arguments)).sum::<usize>()
             }
             ChatMessage::ToolResults { results } => {
                 results.iter().map(|r| r.content.len() + r.name.len()).sum()
             }
         }
     }
+}
+
+/// The length of `value` written as JSON, without writing it anywhere.
+fn json_len(value: &serde_json::Value) -> usize {
+    struct Counter(usize);
+    impl std::io::Write for Counter {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut counter = Counter(0);
+    // Writing to a counter cannot fail, nor can a `Value` fail to serialize.
+    let _ = serde_json::to_writer(&mut counter, value);
+    counter.0
 }
 
 /// One message of a conversation thread: what an earlier stage sent or received (tool calls and

@@ -17,7 +17,7 @@ use super::tools::{self, Toolbox};
 use super::transcript::{assistant_record, Transcript};
 use crate::agent::context::calibration::Calibration;
 use crate::agent::context::compaction::{
-    checkpoint, intent::Operation, lossless::RunRecord, Compactor, Done, Inputs, Trigger,
+    self, checkpoint, intent::Operation, lossless::RunRecord, Compactor, Done, Inputs, Trigger,
 };
 use crate::agent::context::side_call::{self, SideCall};
 use crate::agent::context::{too_large, trim_retry};
@@ -203,6 +203,8 @@ pub async fn run(
     let prompt_at = messages.len().saturating_sub(1);
     let mut compactor = Compactor::new(settings.context, settings.model, settings.context_window, prompt_at);
     compactor.calibration = Calibration::starting_at(settings.chars_per_token);
+    let full_log =
+        compaction::full_log(transcript.path().and_then(|path| std::path::absolute(path).ok()).as_deref());
     loop {
         if run.turns >= settings.max_turns {
             run.hit_turn_limit = true;
@@ -213,6 +215,7 @@ pub async fn run(
             stop_at_ceilings(settings, &run, transcript)?;
         }
         run.turns += 1;
+        toolbox.tracker.set_turn(run.turns);
         // A call the window cannot hold (the server rejected it for its size, or the estimate
         // says it would) is compacted first, once; after a rejection, the window it states is
         // learned and the trim steps that change something follow, each kept for later turns.
@@ -240,14 +243,14 @@ pub async fn run(
             }
             if !fitting.compacted && (rejected.is_some() || (full && !compacting_cannot_fit)) {
                 fitting.compacted = true;
-                let files = toolbox.tracker.render();
                 let inputs = Inputs {
                     provider,
                     model: settings.context.compaction_model.as_deref().unwrap_or(settings.model),
                     timeout: settings.request_timeout,
                     fixed_tokens,
-                    files: &files,
+                    files: &|budget| toolbox.files(budget),
                     file_count: toolbox.tracker.len(),
+                    full_log: &full_log,
                     record: settings.run_record,
                     side_call: side_call_of(settings, &compactor),
                 };
@@ -413,7 +416,7 @@ pub async fn run(
                     call.name
                 ));
             }
-            compactor.operations.push(Operation::of(run.turns, call, &content, output.is_error));
+            compactor.log.push(Operation::of(run.turns, call, &content, output.is_error));
             transcript.record(
                 "tool_result",
                 json!({"turn": run.turns, "id": call.id, "name": call.name, "is_error": output.is_error,
@@ -427,31 +430,28 @@ pub async fn run(
             });
         }
         messages.extend(response.into_tool_turn(results));
-        // Only when needed: the file list is rendered for a checkpoint or a compaction, not for
-        // every turn.
-        let files = || toolbox.tracker.render();
-        let side_call = side_call_of(settings, &compactor);
-        let inputs = |files| Inputs {
+        // The file list is rendered only when a checkpoint or a compaction asks for it.
+        let files = |budget| toolbox.files(budget);
+        let inputs = Inputs {
             provider,
             model: settings.context.compaction_model.as_deref().unwrap_or(settings.model),
             timeout: settings.request_timeout,
             fixed_tokens,
-            files,
+            files: &files,
             file_count: toolbox.tracker.len(),
+            full_log: &full_log,
             record: settings.run_record,
-            side_call,
+            side_call: side_call_of(settings, &compactor),
         };
         if let Some(detail) = task_done.take() {
-            let files = files();
-            let done = compactor.checkpoint(run.turns, &detail, &mut messages, &inputs(&files)).await;
+            let done = compactor.checkpoint(run.turns, &detail, &mut messages, &inputs).await;
             report(done, transcript, &mut run, "task_checkpoint");
             continue;
         }
         let (trigger, events) = compactor.due(&messages, fixed_tokens);
         events.into_iter().for_each(|event| transcript.event(event));
         if let Some(trigger) = trigger {
-            let files = files();
-            let done = compactor.compact(trigger, &mut messages, &inputs(&files)).await;
+            let done = compactor.compact(trigger, &mut messages, &inputs).await;
             report(done, transcript, &mut run, "compaction");
         }
     }

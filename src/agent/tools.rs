@@ -5,7 +5,6 @@
 //! A tool never fails the stage: whatever goes wrong is the tool's result, marked as an error,
 //! for the model to read and react to.
 
-use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -13,6 +12,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use tokio::io::AsyncReadExt;
 
+use super::file_tracker::{FileList, FileOp, FileTracker};
 use crate::chat::ToolDefinition;
 use crate::graph::settings::ToolHooks;
 use crate::process_group::{lead_guarded_group, ProcessGroup};
@@ -27,63 +27,6 @@ const LIST_CAP: usize = 1_000;
 const GREP_CAP: usize = 500;
 /// Files larger than this are not searched by grep.
 const GREP_MAX_FILE: u64 = 5 * 1024 * 1024;
-
-/// What happened to a file during a stage.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum FileOp {
-    Read,
-    Written,
-    Edited,
-}
-
-impl FileOp {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            FileOp::Read => "read",
-            FileOp::Written => "written",
-            FileOp::Edited => "edited",
-        }
-    }
-}
-
-/// The files a stage read, wrote or edited (paths relative to the work directory).
-#[derive(Debug, Clone, Default)]
-pub struct FileTracker {
-    files: BTreeMap<String, FileOp>,
-}
-
-impl FileTracker {
-    fn note(&mut self, path: String, op: FileOp) {
-        let entry = self.files.entry(path).or_insert(op);
-        // Written/edited outranks read.
-        *entry = (*entry).max(op);
-    }
-
-    /// Files written or edited, sorted.
-    pub fn changed(&self) -> Vec<String> {
-        self.files.iter().filter(|(_, op)| **op != FileOp::Read).map(|(path, _)| path.clone()).collect()
-    }
-
-    pub fn len(&self) -> usize {
-        self.files.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.files.is_empty()
-    }
-
-    /// One line per file: `- path (edited)`.
-    pub fn render(&self) -> String {
-        if self.files.is_empty() {
-            return "(no files touched)".to_string();
-        }
-        self.files
-            .iter()
-            .map(|(path, op)| format!("- {path} ({})", op.as_str()))
-            .collect::<Vec<_>>()
-            .join("\n")
-    }
-}
 
 /// Where tools work.
 pub struct Toolbox {
@@ -383,6 +326,11 @@ impl Toolbox {
         }
     }
 
+    /// The files the stage touched, in at most `budget` characters ([`FileTracker::render`]).
+    pub fn files(&self, budget: usize) -> FileList {
+        self.tracker.render(budget, &|path| self.root.join(path).symlink_metadata().is_ok())
+    }
+
     fn relative(&self, path: &Path) -> String {
         path.strip_prefix(&self.root).map_or_else(|_| path.display().to_string(), |p| p.display().to_string())
     }
@@ -415,7 +363,7 @@ impl Toolbox {
         if lines.is_empty() {
             out.push_str("(empty file)\n");
         }
-        self.tracker.note(self.relative(&path), FileOp::Read);
+        self.tracker.note(self.relative(&path), FileOp::Read, false);
         Ok(out)
     }
 
@@ -426,10 +374,11 @@ impl Toolbox {
             std::fs::create_dir_all(parent)
                 .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
         }
+        let created = path.symlink_metadata().is_err();
         std::fs::write(&path, content)
             .map_err(|e| format!("cannot write `{}`: {e}", self.relative(&path)))?;
         let relative = self.relative(&path);
-        self.tracker.note(relative.clone(), FileOp::Written);
+        self.tracker.note(relative.clone(), FileOp::Written, created);
         Ok(format!("wrote {} bytes to {relative}", content.len()))
     }
 
@@ -455,7 +404,7 @@ impl Toolbox {
             }
         };
         std::fs::write(&path, edited).map_err(|e| format!("cannot write `{relative}`: {e}"))?;
-        self.tracker.note(relative.clone(), FileOp::Edited);
+        self.tracker.note(relative.clone(), FileOp::Edited, false);
         Ok(format!("replaced {count} occurrence{} in {relative}", if count == 1 { "" } else { "s" }))
     }
 
@@ -747,7 +696,8 @@ mod tests {
             "fn a() {}\nfn c() {}\n"
         );
         assert_eq!(tools.tracker.changed(), vec!["docs/new.md".to_string(), "src/lib.rs".to_string()]);
-        assert!(tools.tracker.render().contains("- src/lib.rs (edited)"));
+        let files = tools.files(1_000).text;
+        assert!(files.contains("- docs/new.md (created)\n- src/lib.rs (edited)"), "{files}");
     }
 
     #[tokio::test]

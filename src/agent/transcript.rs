@@ -28,6 +28,8 @@ pub fn assistant_record(turn: u32, response: &ChatResponse) -> Value {
 /// Records one stage's conversation.
 pub struct Transcript<'a> {
     path: Option<PathBuf>,
+    /// Opened at the first entry and kept: an entry costs one write.
+    file: std::sync::Mutex<Option<std::fs::File>>,
     events: Option<&'a EventLog>,
     node_id: &'a str,
     visit: u32,
@@ -43,7 +45,14 @@ impl<'a> Transcript<'a> {
         visit: u32,
         secrets: Secrets,
     ) -> Transcript<'a> {
-        Transcript { path: stage_dir.map(|d| d.join(layout::TRANSCRIPT)), events, node_id, visit, secrets }
+        Transcript {
+            path: stage_dir.map(|d| d.join(layout::TRANSCRIPT)),
+            file: std::sync::Mutex::new(None),
+            events,
+            node_id,
+            visit,
+            secrets,
+        }
     }
 
     /// Appends one entry (`type` plus `fields`). A transcript that cannot be written is a warning.
@@ -55,8 +64,12 @@ impl<'a> Transcript<'a> {
             entry.extend(fields);
         }
         let line = entry.to_string() + "\n";
-        let written =
-            crate::regular_file::open_append(path).and_then(|mut file| file.write_all(line.as_bytes()));
+        let Ok(mut file) = self.file.lock() else { return };
+        let written = match file.as_mut() {
+            Some(open) => open.write_all(line.as_bytes()),
+            None => crate::regular_file::open_append(path)
+                .and_then(|open| file.insert(open).write_all(line.as_bytes())),
+        };
         if let Err(error) = written {
             tracing::warn!(%error, path = %path.display(), "transcript entry not written");
         }
@@ -101,11 +114,17 @@ impl<'a> Transcript<'a> {
             );
         Transcript {
             path,
+            file: std::sync::Mutex::new(None),
             events: self.events,
             node_id: self.node_id,
             visit: self.visit,
             secrets: self.secrets.clone(),
         }
+    }
+
+    /// Where the transcript is written (none outside a run).
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
     }
 
     pub fn secrets(&self) -> &Secrets {

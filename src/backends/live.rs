@@ -432,7 +432,8 @@ impl LiveBackend {
                 };
                 transcript
                     .event(Event::AgentContextWindow { tokens: window, source: window_source.to_string() });
-                let mut readable = vec![settings.offload_dir.clone()];
+                // The stage's own directory too: compaction blocks send the model to its transcript.
+                let mut readable = vec![settings.offload_dir.clone(), stage.stage_dir.to_path_buf()];
                 readable.extend(stage.reference_files.iter().map(|file| file.path.clone()));
                 let _ = std::fs::create_dir_all(&settings.offload_dir);
                 let mut toolbox = Toolbox::new(stage.work_dir, readable)

@@ -27,7 +27,7 @@ pub fn run(args: RetroArgs) -> u8 {
             return exit::INVALID;
         }
     };
-    super::block_on(async {
+    super::block_on(async move {
         match write(&root, !args.no_narrative).await {
             Ok(()) => {
                 println!("{}", root.join(layout::RETRO_MD).display());

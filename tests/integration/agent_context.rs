@@ -223,7 +223,7 @@ fn lossless_compaction_states_the_run_records() {
         "- `build` (visit 1, command): success",
         "- stage `build`: `echo built` success",
         "- `echo checking; exit 3` exit 3 (turn 2)",
-        "- out/first.txt (written)",
+        "- out/first.txt (created)",
         "## Context keys set",
     ] {
         assert!(block.contains(fact), "{fact} in\n{block}");
@@ -300,7 +300,7 @@ fn hybrid_compaction_puts_records_before_the_summary_and_keeps_them_when_the_sum
     );
     let second = message(&main[3].json(), 2);
     assert!(second.starts_with("[Lossless reconstruction") && !second.contains("[Summary of"), "{second}");
-    assert!(second.contains("- out/0.txt (written)"));
+    assert!(second.contains("- out/0.txt (created)"));
     let failed = events_named(&ran, "agent.compaction.failed");
     assert_eq!(failed.len(), 1);
     assert_eq!(failed[0]["fallback"], "lossless");
@@ -1005,7 +1005,7 @@ fn mark_task_done_replaces_the_finished_task_by_its_completion_record() {
     let block = message(next, 2);
     assert!(block.starts_with("[Task checkpoint") && block.contains("Marked done: login written"), "{block}");
     assert!(
-        block.contains("Wrote out/login.rs\n\nFiles this stage touched (fabro's file tracker):\n- f0.txt (read)\n- out/login.rs (written)\n"),
+        block.contains("Wrote out/login.rs\n\nFiles this stage touched (fabro's file tracker):\n- f0.txt (read)\n- out/login.rs (created)\n"),
         "{block}"
     );
     assert!(!next.to_string().contains(&"x".repeat(4000)), "the task's read is gone");

@@ -26,6 +26,7 @@ mod layering;
 mod llm_ceilings;
 mod llm_providers;
 mod local_models;
+mod long_stages;
 mod mcp;
 mod parallel;
 mod permissions;

@@ -63,6 +63,11 @@ impl std::fmt::Display for CompactionCount {
 pub const DEFAULT_THRESHOLD: f64 = 0.80;
 /// Messages over this many characters are cut before they go to the summarizer.
 pub const DEFAULT_PRUNE_CHARS: usize = 8000;
+/// Most characters of a block a deterministic compaction writes (and of the file list in the
+/// others), by default...
+pub const DEFAULT_BLOCK_CHARS: usize = 4000;
+/// ...and at the least: below it the block's fixed parts leave no room for the stage's work.
+pub const MIN_BLOCK_CHARS: usize = 1000;
 /// The anti-thrash guard looks at this many of the latest compactions...
 pub const DEFAULT_ANTI_THRASH_WINDOW: usize = 10;
 /// ...and holds compaction back while each of them saved less than this share.
@@ -249,6 +254,8 @@ pub struct ContextSettings {
     pub compaction_thresholds: TierThresholds,
     pub compaction_model: Option<String>,
     pub compaction_prune_chars: Option<usize>,
+    /// The size ceiling of intent and lossless blocks: older operations fold into totals.
+    pub compaction_block_chars: Option<usize>,
     pub compaction_anti_thrash_window: Option<usize>,
     pub compaction_anti_thrash_min_savings: Option<f64>,
     // Context budget.
@@ -276,6 +283,11 @@ pub enum ContextSettingsError {
     /// At the value.
     #[error("`{key}` is {value}, expected a share above 0 and at most 1")]
     NotAShare { key: &'static str, value: f64, span: Span },
+    /// At the value.
+    #[error(
+        "compaction_block_chars is {value}, below the {MIN_BLOCK_CHARS} characters a block needs for its fixed parts"
+    )]
+    BlockTooSmall { value: usize, span: Span },
 }
 
 impl ContextSettingsError {
@@ -284,7 +296,8 @@ impl ContextSettingsError {
             ContextSettingsError::Attribute(invalid) => invalid.span,
             ContextSettingsError::TriggerNotAboveKeep { span, .. }
             | ContextSettingsError::CutoverWithoutCompaction { span }
-            | ContextSettingsError::NotAShare { span, .. } => *span,
+            | ContextSettingsError::NotAShare { span, .. }
+            | ContextSettingsError::BlockTooSmall { span, .. } => *span,
         }
     }
 
@@ -299,6 +312,7 @@ impl ContextSettingsError {
                 "remove context_budget_cutover, or choose a compaction preset other than none"
             }
             ContextSettingsError::NotAShare { .. } => "use a number such as 0.5",
+            ContextSettingsError::BlockTooSmall { .. } => "use at least 1000 (the default is 4000)",
         }
     }
 }
@@ -380,6 +394,7 @@ impl ContextSettings {
             compaction_thresholds: TierThresholds::default(),
             compaction_model: word("compaction_model").filter(|m| !m.is_empty()).map(str::to_string),
             compaction_prune_chars: count("compaction_prune_chars"),
+            compaction_block_chars: count("compaction_block_chars"),
             compaction_anti_thrash_window: count("compaction_anti_thrash_window"),
             compaction_anti_thrash_min_savings: share("compaction_anti_thrash_min_savings"),
             context_budget_warn: count("context_budget_warn").map(|n| n as u64),
@@ -407,7 +422,7 @@ impl ContextSettings {
             max_in_turn_tool_pairs, max_in_turn_context_tokens, max_tool_result_chars, max_replay_chars,
             tool_result_aging, runtime_context, task_checkpoints, agentic_tools, compaction, compaction_mode, compaction_trigger_turns, compaction_keep_turns,
             compaction_token_budget, compaction_threshold, compaction_model, compaction_prune_chars,
-            compaction_anti_thrash_window, compaction_anti_thrash_min_savings, context_budget_warn,
+            compaction_block_chars, compaction_anti_thrash_window, compaction_anti_thrash_min_savings, context_budget_warn,
             context_budget_cutover, thread_text_only, thread_max_turn_age, thread_max_tail_messages,
             thread_exclude_nodes, thread_handoff,
         );
@@ -436,6 +451,9 @@ impl ContextSettings {
             errors.push(ContextSettingsError::CutoverWithoutCompaction {
                 span: span("context_budget_cutover"),
             });
+        }
+        if let Some(value) = self.compaction_block_chars.filter(|chars| *chars < MIN_BLOCK_CHARS) {
+            errors.push(ContextSettingsError::BlockTooSmall { value, span: span("compaction_block_chars") });
         }
         for (key, value) in [
             ("compaction_threshold", self.compaction_threshold),
@@ -522,6 +540,10 @@ impl ContextSettings {
         self.compaction_prune_chars.unwrap_or(DEFAULT_PRUNE_CHARS)
     }
 
+    pub fn block_chars(&self) -> usize {
+        self.compaction_block_chars.unwrap_or(DEFAULT_BLOCK_CHARS)
+    }
+
     /// (window, minimum savings share) of the anti-thrash guard; none when either is 0.
     pub fn anti_thrash(&self) -> Option<(usize, f64)> {
         let window = self.compaction_anti_thrash_window.unwrap_or(DEFAULT_ANTI_THRASH_WINDOW);
@@ -552,6 +574,7 @@ const NAMES: &[(&str, &str)] = &[
     ("compaction_threshold", "default_compaction_threshold"),
     ("compaction_model", "default_compaction_model"),
     ("compaction_prune_chars", "default_compaction_prune_chars"),
+    ("compaction_block_chars", "default_compaction_block_chars"),
     ("compaction_anti_thrash_window", "default_compaction_anti_thrash_window"),
     ("compaction_anti_thrash_min_savings", "default_compaction_anti_thrash_min_savings"),
     ("context_budget_warn", "default_context_budget_warn"),
@@ -614,6 +637,9 @@ mod tests {
         assert!(matches!(errors[0], ContextSettingsError::CutoverWithoutCompaction { .. }));
         let errors = settings("digraph G { a [compaction_threshold=1.5] }").unwrap_err();
         assert!(matches!(errors[0], ContextSettingsError::NotAShare { .. }));
+        let errors = settings("digraph G { default_compaction_block_chars=500; a }").unwrap_err();
+        assert!(matches!(errors[0], ContextSettingsError::BlockTooSmall { value: 500, .. }));
+        assert_eq!(settings("digraph G { a [compaction_block_chars=2000] }").unwrap().block_chars(), 2000);
         assert!(settings("digraph G { a [compaction=sometimes] }").is_err());
         assert!(settings("digraph G { a [compaction=aggressive, context_budget_cutover=1000] }").is_ok());
     }

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
+use super::operation_log::OperationLog;
 use super::{intent, llm_summary};
 use crate::agent::context::side_call::SideCall;
 use crate::chat::{ChatMessage, ToolDefinition};
@@ -102,12 +103,12 @@ pub fn block(detail: &str, record: &str, files: &str) -> String {
 pub fn fallback_block(
     detail: &str,
     error: &str,
-    operations: &[intent::Operation],
+    log: &OperationLog,
     first: u32,
     last: u32,
     files: &str,
 ) -> String {
-    let listed = intent::listing(operations, first, last);
+    let listed = intent::listing(log, first, last);
     format!(
         "{HEADER}\nMarked done: {detail}\n\nThe completion record could not be written ({error}); the task's \
          operations from the stage's own tool-call log (ground truth) stand in:\n{listed}\n\n# {}\nFiles this \

@@ -13,8 +13,8 @@
 //! the room the window leaves.
 //!
 //! An anti-thrash guard holds compaction back while each of the latest compactions saved too
-//! little, until the conversation has grown by a quarter. `compaction=none` compacts only a call
-//! the provider rejected for its size.
+//! little of the turns it took in, until the conversation has grown by a quarter.
+//! `compaction=none` compacts only a call the provider rejected for its size.
 //!
 //! How ([`Compactor::compact`]) is the stage's `compaction_mode`: a model's summary ([`llm_summary`]),
 //! the stage's tool-call log ([`intent`]), the run's records ([`lossless`]), both records and
@@ -26,12 +26,14 @@ pub mod checkpoint;
 pub mod intent;
 pub mod llm_summary;
 pub mod lossless;
+pub mod operation_log;
 pub mod thread_digest;
 pub mod window;
 
 use std::collections::VecDeque;
 use std::time::Duration;
 
+use crate::agent::file_tracker::FileList;
 use crate::chat::ChatMessage;
 use crate::event::{Compaction, Event};
 use crate::graph::settings::{CompactionCount, CompactionMode, ContextSettings};
@@ -93,9 +95,11 @@ pub struct Inputs<'a> {
     /// Estimated tokens (at the default ratio) of what every request sends besides the messages:
     /// the system prompt and the tool definitions.
     pub fixed_tokens: u64,
-    /// The file tracker's list and how many files it has.
-    pub files: &'a str,
+    /// The file tracker's list in a budget of characters, and how many files it has.
+    pub files: &'a (dyn Fn(usize) -> FileList + Sync),
     pub file_count: usize,
+    /// Where the stage's full log is, as the blocks say it ([`full_log`]; empty outside a run).
+    pub full_log: &'a str,
     /// The run's records when the stage started (none outside a run).
     pub record: Option<&'a lossless::RunRecord>,
     /// The window of the model that writes summaries and records.
@@ -129,7 +133,7 @@ pub struct Compactor {
     /// Above this estimate a `Window` trigger fires.
     limit: u64,
     /// The stage's tool calls, for `intent` and `lossless` blocks.
-    pub operations: Vec<intent::Operation>,
+    pub log: operation_log::OperationLog,
     /// Where the stage's prompt is in the conversation.
     prompt_at: usize,
     /// The last loop turn a compaction covered.
@@ -156,7 +160,7 @@ impl Compactor {
             model: model.to_string(),
             window,
             limit: limit(settings, model, window),
-            operations: Vec::new(),
+            log: operation_log::OperationLog::default(),
             prompt_at,
             compacted_through: 0,
             savings: VecDeque::new(),
@@ -306,6 +310,8 @@ impl Compactor {
         let keep = if trigger == Trigger::Overflow { 1 } else { self.kept_turns(messages, &starts) };
         let turn_count = self.uncompacted_turns(messages);
         let mut done = Done::default();
+        // The turns a compaction takes in, earlier blocks left out.
+        let mut taken_in = 0;
         done.events.push(Event::AgentCompactionStarted {
             estimated_tokens: before,
             turn_count,
@@ -337,7 +343,14 @@ impl Compactor {
             self.compacted_through += dropped_turns as u32;
         } else if starts.len() > keep {
             let cut = starts[starts.len() - keep];
+            let turns = messages[self.prompt_at + 1..cut]
+                .iter()
+                .filter(|m| !matches!(m, ChatMessage::User { content } if is_block(content)));
+            taken_in = self
+                .calibration
+                .rescale(crate::usage::estimated_tokens(turns.map(ChatMessage::char_count).sum()));
             let through = self.compacted_through + (starts.len() - keep) as u32;
+            self.log.count_through(through);
             // The thread's digest and the stage's prompt stay, then the block, then the kept
             // turns; the block gets what the window leaves of them.
             let mut head: Vec<ChatMessage> =
@@ -357,7 +370,10 @@ impl Compactor {
         let after = self.estimate(messages, inputs.fixed_tokens);
         done.saved_tokens = before.saturating_sub(after);
         if let Some((window, _)) = self.settings.anti_thrash() {
-            self.savings.push_back(done.saved_tokens as f64 / before.max(1) as f64);
+            // What the turns it took in were worth, not the whole conversation: a compaction that
+            // folds a few short turns into a block that does not grow saves all of them.
+            let taken_in = if mode == CompactionMode::Window { done.saved_tokens } else { taken_in };
+            self.savings.push_back(done.saved_tokens as f64 / taken_in.max(1) as f64);
             while self.savings.len() > window {
                 self.savings.pop_front();
             }
@@ -406,6 +422,8 @@ impl Compactor {
             .find(|&i| matches!(messages[i], ChatMessage::Assistant { .. }))?;
         let before = self.estimate(messages, inputs.fixed_tokens);
         let mut done = Done::default();
+        self.log.count_through(through);
+        let files = (inputs.files)(self.settings.block_chars() / 2).text;
         let written = checkpoint::write_record(
             inputs.provider,
             inputs.model,
@@ -419,17 +437,17 @@ impl Compactor {
         let (block, fallback) = match written {
             Ok((record, usage)) => {
                 done.usage.add(&usage);
-                (checkpoint::block(detail, &record, inputs.files), None)
+                (checkpoint::block(detail, &record, &files), None)
             }
             Err((error, usage)) => {
                 done.usage.add(&usage);
                 let block = checkpoint::fallback_block(
                     detail,
                     &error,
-                    &self.operations,
+                    &self.log,
                     self.compacted_through + 1,
                     through,
-                    inputs.files,
+                    &files,
                 );
                 (block, Some(error))
             }
@@ -467,21 +485,24 @@ impl Compactor {
         room: u64,
         done: &mut Done,
     ) -> String {
+        let budget = self.settings.block_chars();
         let records = || {
             let none = lossless::RunRecord::default();
-            lossless::block(inputs.record.unwrap_or(&none), &self.operations, inputs.files, through)
+            let record = inputs.record.unwrap_or(&none);
+            lossless::block(record, &self.log, inputs.files, inputs.full_log, through, budget)
         };
+        let files = || (inputs.files)(budget / 2).text;
         match mode {
-            CompactionMode::Intent => intent::block(&self.operations, 1, through),
+            CompactionMode::Intent => {
+                intent::block(&self.log, through, inputs.files, inputs.full_log, budget)
+            }
             CompactionMode::Lossless => records(),
             CompactionMode::Llm | CompactionMode::Hybrid | CompactionMode::Window => {
                 let records = (mode == CompactionMode::Hybrid).then(records);
+                let files = files();
                 let block = |summary: &str| {
-                    let summary = format!(
-                        "{}\n\n{summary}\n\n## File Operations\n{}\n",
-                        llm_summary::HEADER,
-                        inputs.files
-                    );
+                    let summary =
+                        format!("{}\n\n{summary}\n\n## File Operations\n{files}\n", llm_summary::HEADER);
                     match &records {
                         Some(records) => format!("{records}\n\n{summary}"),
                         None => summary,
@@ -516,13 +537,26 @@ impl Compactor {
                         });
                         match records {
                             Some(records) => records,
-                            None => failed_block(through, &error, inputs.files),
+                            None => failed_block(through, &error, &files),
                         }
                     }
                 }
             }
         }
     }
+}
+
+/// Where the stage's full log is, for blocks to say: its transcript at `transcript` (none
+/// outside a run, and then an empty text).
+pub fn full_log(transcript: Option<&std::path::Path>) -> String {
+    let Some(path) = transcript else { return String::new() };
+    let parts: Vec<String> = path.iter().map(|part| part.to_string_lossy().into_owned()).collect();
+    let in_run = parts[parts.len().saturating_sub(4)..].join("/");
+    format!(
+        "The full log of this stage, every tool call with its arguments and result, is {} (the run's `{in_run}`); \
+         read_file and grep can read it.",
+        path.display()
+    )
 }
 
 /// The block a failed summary leaves: the turns are gone, and the model is sent to the files.
@@ -555,8 +589,9 @@ mod tests {
             model: "m",
             timeout: Duration::from_secs(1),
             fixed_tokens: 10,
-            files: "- a.rs (edited)",
+            files: &|_| FileList { text: "- a.rs (edited)".to_string(), every_file: true },
             file_count: 1,
+            full_log: "",
             record: None,
             side_call: SideCall { window: 200_000, calibration: Calibration::default() },
         }
@@ -648,7 +683,7 @@ mod tests {
         for mode in [CompactionMode::Intent, CompactionMode::Lossless, CompactionMode::Window] {
             let mut messages = turns(10);
             let mut compactor = Compactor::new(&settings(mode), "m", 1000, 0);
-            compactor.operations.push(intent::Operation {
+            compactor.log.push(intent::Operation {
                 turn: 1,
                 tool: "read_file".into(),
                 target: "f0".into(),
@@ -710,5 +745,26 @@ mod tests {
         assert!(events.iter().any(|e| matches!(e, Event::AgentContextCompactionHeld { .. })));
         assert_eq!(compactor.due(&messages, 10).0, None);
         assert_eq!(compactor.due(&turns(11), 10).0, Some(Trigger::Window));
+    }
+
+    #[tokio::test]
+    async fn folding_short_turns_into_a_block_that_does_not_grow_is_not_thrashing() {
+        let provider = Summarizer(Ok("unused"), Default::default());
+        let settings = ContextSettings {
+            compaction: Some(CompactionPreset::Aggressive),
+            ..settings(CompactionMode::Lossless)
+        };
+        let mut compactor = Compactor::new(&settings, "local", 100_000, 0);
+        let mut messages = turns(0);
+        let short: Vec<_> = (0..3)
+            .map(|i| ("read_file", serde_json::json!({"path": format!("f{i}")}), "ok".to_string()))
+            .collect();
+        for _ in 0..30 {
+            messages.extend(conversation(&short).drain(1..));
+            // The block stays the same size: the tracker's list does not change.
+            compactor.compact(Trigger::Turns, &mut messages, &inputs(&provider)).await.unwrap();
+            assert_eq!(compactor.due(&messages, 10).0, None, "not due, and not held either");
+        }
+        assert!(compactor.savings.iter().all(|saved| *saved > 0.5), "{:?}", compactor.savings);
     }
 }
