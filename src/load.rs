@@ -255,8 +255,12 @@ impl Loader {
             .filter_map(|node| {
                 let child = node.settings.child_workflow()?;
                 let loaded = match child.inline {
-                    true => load_child_source(SourceFile::new(&child.path, child.text.clone()), &chain),
-                    false => load_child_file(&child.path, &chain),
+                    true => load_child_source(
+                        SourceFile::new(&child.path, child.text.clone()),
+                        &chain,
+                        &self.inputs,
+                    ),
+                    false => load_child_file(&child.path, &chain, &self.inputs),
                 };
                 Some((node.id.clone(), loaded.map_err(Arc::new)))
             })
@@ -266,13 +270,18 @@ impl Loader {
 }
 
 /// Loads and validates the child workflow file at `path`. `ancestors` are the canonical paths of
-/// the workflows above it (outermost first); naming one of them again is a cycle.
-pub fn load_child_file(path: &Path, ancestors: &[PathBuf]) -> Result<ValidWorkflow, ChildWorkflowError> {
+/// the workflows above it (outermost first); naming one of them again is a cycle. The child reads
+/// the run's `inputs` as its parent does.
+pub fn load_child_file(
+    path: &Path,
+    ancestors: &[PathBuf],
+    inputs: &graph::inputs::Inputs,
+) -> Result<ValidWorkflow, ChildWorkflowError> {
     let read_error = |source| ChildWorkflowError::Read { path: path.to_path_buf(), source };
     // A device or directory is never read (`/dev/zero` would never end).
     let text = crate::regular_file::read_to_string(path, crate::regular_file::FileKind::Input)
         .map_err(read_error)?;
-    load_child_source(SourceFile::new(path, text), ancestors)
+    load_child_source(SourceFile::new(path, text), ancestors, inputs)
 }
 
 /// Like [`load_child_file`], for source text already read (the copy stored in a child's run
@@ -280,6 +289,7 @@ pub fn load_child_file(path: &Path, ancestors: &[PathBuf]) -> Result<ValidWorkfl
 pub fn load_child_source(
     source: SourceFile,
     ancestors: &[PathBuf],
+    inputs: &graph::inputs::Inputs,
 ) -> Result<ValidWorkflow, ChildWorkflowError> {
     let path = source.path().to_path_buf();
     let own = child_workflow::canonical(&path);
@@ -290,7 +300,7 @@ pub fn load_child_source(
     }
     let mut nested = ancestors.to_vec();
     nested.push(own);
-    let checked = match Loader::new().within(nested).load_source(source) {
+    let checked = match Loader::new().within(nested).with_inputs(inputs.clone()).load_source(source) {
         Ok(checked) => checked,
         Err(LoadError::Syntax { error, file }) => {
             let at = file.location(error.span.start);
@@ -336,17 +346,18 @@ mod tests {
             "bad.dot",
             "digraph C {\n  start [shape=Mdiamond]\n  start -> run\n  run [shape=parallelogram]\n}\n",
         );
-        let error = load_child_file(&bad, &[]).unwrap_err();
+        let error = load_child_file(&bad, &[], &Default::default()).unwrap_err();
         let ChildWorkflowError::Invalid { errors, .. } = &error else { panic!("{error}") };
         let missing_script = errors.iter().find(|e| e.rule == "command_has_script").expect("script error");
         assert_eq!(missing_script.location, format!("{}:4:3", bad.display()));
         assert!(error.to_string().contains("command stage `run` has no script"), "{error}");
 
         let broken = write(temp.path(), "broken.dot", "digraph C {\n  a -> \n}\n");
-        let error = load_child_file(&broken, &[]).unwrap_err().to_string();
+        let error = load_child_file(&broken, &[], &Default::default()).unwrap_err().to_string();
         assert!(error.starts_with(&format!("child workflow {}:3:1: ", broken.display())), "{error}");
 
-        let error = load_child_file(&temp.path().join("none.dot"), &[]).unwrap_err().to_string();
+        let error =
+            load_child_file(&temp.path().join("none.dot"), &[], &Default::default()).unwrap_err().to_string();
         assert!(error.starts_with("cannot read child workflow `"), "{error}");
     }
 
@@ -359,7 +370,7 @@ mod tests {
             r#"digraph S { start [shape=Mdiamond]; exit [shape=Msquare]
                again [shape=house, stack.child_workflow="self.dot"]; start -> again -> exit }"#,
         );
-        let error = load_child_file(&path, &[]).unwrap_err().to_string();
+        let error = load_child_file(&path, &[], &Default::default()).unwrap_err().to_string();
         assert!(error.contains("in a cycle"), "{error}");
         assert!(error.contains("self.dot -> "), "{error}");
     }

@@ -120,7 +120,10 @@ fn child_workflow<'s>(stage: &'s StageRun<'_>, slot: &ChildSlot) -> Result<Child
         ChildSlot::Unfinished(saved) => {
             let source = SourceFile::new(&saved.manifest.source_path, saved.workflow_source.clone());
             let ancestors = [child_workflow::canonical(stage.run.workflow.source().path())];
-            let valid = crate::load::load_child_source(source, &ancestors).map_err(|error| failed(&error))?;
+            // The child reads its parent's inputs.
+            let inputs = stage.run.workflow.inputs();
+            let valid =
+                crate::load::load_child_source(source, &ancestors, inputs).map_err(|error| failed(&error))?;
             Ok(ChildWorkflow::Stored(Box::new(valid)))
         }
         _ => match stage.run.children.child_workflow(&stage.node.id) {

@@ -498,3 +498,44 @@ fn an_input_nothing_defines_is_an_error_where_it_is_read() {
         .stderr_contains("`no-dash` is not an input name")
         .run();
 }
+
+#[test]
+fn a_child_workflow_reads_its_parents_inputs() {
+    let ran = Test::new()
+        .workflow(
+            r#"digraph G {
+                start [shape=Mdiamond]
+                exit [shape=Msquare]
+                mgr [shape=house, stack.child_workflow="child.dot"]
+                start -> mgr -> exit
+            }"#,
+        )
+        .file(
+            "child.dot",
+            r#"digraph child {
+                s [shape=Mdiamond]
+                e [shape=Msquare]
+                work [shape=parallelogram, script="echo {{ inputs.ticket }} $FABRO_INPUT_TICKET > child.txt"]
+                s -> work -> e
+            }"#,
+        )
+        .args(["run", "workflow.dot", "--run-dir", "run", "-q", "--input", "ticket=PAY-12"])
+        .status(0)
+        .run();
+    assert_eq!(std::fs::read_to_string(ran.dir.path().join("child.txt")).unwrap().trim(), "PAY-12 PAY-12");
+    Test::new()
+        .workflow(
+            r#"digraph G {
+                start [shape=Mdiamond]
+                exit [shape=Msquare]
+                mgr [shape=house, stack.child_workflow="child.dot"]
+                start -> mgr -> exit
+            }"#,
+        )
+        .file("child.dot", "digraph child { s [shape=Mdiamond]; e [shape=Msquare]; w [shape=parallelogram, script=\"echo {{ inputs.nope }}\"]; s -> w -> e }")
+        .args(["validate", "workflow.dot"])
+        .status(2)
+        .stdout_contains("child workflow")
+        .stdout_contains("no input `nope`")
+        .run();
+}
