@@ -499,17 +499,18 @@ fn an_input_nothing_defines_is_an_error_where_it_is_read() {
         .run();
 }
 
+/// A manager stage running `child.dot`.
+const MANAGER_OF_CHILD_DOT: &str = r#"digraph G {
+    start [shape=Mdiamond]
+    exit [shape=Msquare]
+    mgr [shape=house, stack.child_workflow="child.dot"]
+    start -> mgr -> exit
+}"#;
+
 #[test]
 fn a_child_workflow_reads_its_parents_inputs() {
     let ran = Test::new()
-        .workflow(
-            r#"digraph G {
-                start [shape=Mdiamond]
-                exit [shape=Msquare]
-                mgr [shape=house, stack.child_workflow="child.dot"]
-                start -> mgr -> exit
-            }"#,
-        )
+        .workflow(MANAGER_OF_CHILD_DOT)
         .file(
             "child.dot",
             r#"digraph child {
@@ -524,14 +525,7 @@ fn a_child_workflow_reads_its_parents_inputs() {
         .run();
     assert_eq!(std::fs::read_to_string(ran.dir.path().join("child.txt")).unwrap().trim(), "PAY-12 PAY-12");
     Test::new()
-        .workflow(
-            r#"digraph G {
-                start [shape=Mdiamond]
-                exit [shape=Msquare]
-                mgr [shape=house, stack.child_workflow="child.dot"]
-                start -> mgr -> exit
-            }"#,
-        )
+        .workflow(MANAGER_OF_CHILD_DOT)
         .file("child.dot", "digraph child { s [shape=Mdiamond]; e [shape=Msquare]; w [shape=parallelogram, script=\"echo {{ inputs.nope }}\"]; s -> w -> e }")
         .args(["validate", "workflow.dot"])
         .status(2)
