@@ -36,8 +36,10 @@ enum Ending {
     Exited(ExitStatus),
     TimedOut(Duration),
     Cancelled,
-    /// The logs passed `max_output`.
-    TooMuchOutput,
+    /// The logs passed `max_output`, while the command ran or by the time it ended.
+    TooMuchOutput {
+        running: bool,
+    },
 }
 
 #[async_trait::async_trait]
@@ -143,7 +145,14 @@ impl Handler for CommandHandler {
             },
             () = sleep_or_forever(timeout) => Ending::TimedOut(timeout.unwrap_or_default()),
             () = stage.run.cancel.cancelled() => Ending::Cancelled,
-            () = output_passes(&stdout_log, &stderr_log, max_output) => Ending::TooMuchOutput,
+            () = output_passes(&stdout_log, &stderr_log, max_output) => Ending::TooMuchOutput { running: true },
+        };
+        // A command that wrote too much between two looks and ended is over the limit all the same.
+        let ending = match ending {
+            Ending::Exited(_) if stdout_log.len() + stderr_log.len() > max_output => {
+                Ending::TooMuchOutput { running: false }
+            }
+            ending => ending,
         };
         let status = match ending {
             Ending::Exited(status) => {
@@ -160,7 +169,7 @@ impl Handler for CommandHandler {
                 group.terminate(&mut child).await;
                 return Err(HandlerError::Cancelled);
             }
-            Ending::TooMuchOutput => {
+            Ending::TooMuchOutput { running } => {
                 let status = group.terminate(&mut child).await;
                 let written = stdout_log.len() + stderr_log.len();
                 for log in [&stdout_log, &stderr_log] {
@@ -169,9 +178,10 @@ impl Handler for CommandHandler {
                     }
                 }
                 let mut outcome = Outcome::fail(format!(
-                    "the command wrote {} of output, more than max_output={}; it was stopped",
+                    "the command wrote {} of output, more than max_output={}{}",
                     format_size(written),
-                    format_size(max_output)
+                    format_size(max_output),
+                    if running { "; it was stopped" } else { "" }
                 ))
                 .with_notes(format!("stopped after {}", seconds(started.elapsed())));
                 record_output(&mut outcome, status, &stdout_log, &stderr_log);
