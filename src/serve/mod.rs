@@ -297,9 +297,12 @@ fn read_from(path: &Path, offset: u64) -> Vec<u8> {
     chunk
 }
 
+/// A gate's answer from the run page: the choice clicked, or (at a gate that takes free text)
+/// the text written.
 #[derive(serde::Deserialize)]
 struct AnswerForm {
-    answer: String,
+    answer: Option<String>,
+    text: Option<String>,
 }
 
 /// Answers the gate a paused run waits at, then resumes the run in the background. Answers to
@@ -318,11 +321,25 @@ async fn answer(
     let Some(gate) = pages::waiting_gate(&dir) else {
         return (StatusCode::CONFLICT, "the run is not waiting at a human gate\n").into_response();
     };
-    if !gate.choices.iter().any(|choice| choice.target == form.answer) {
-        return (StatusCode::BAD_REQUEST, "that is not one of the gate's choices\n").into_response();
-    }
+    let chosen = form.answer.filter(|answer| !answer.is_empty());
+    let written = form.text.map(|text| text.trim().to_string()).filter(|text| !text.is_empty());
+    let answer = match (chosen, written) {
+        (Some(answer), _) if gate.choices.iter().any(|choice| choice.target == answer) => answer,
+        (Some(_), _) => {
+            return (StatusCode::BAD_REQUEST, "that is not one of the gate's choices\n").into_response()
+        }
+        (None, Some(text)) if gate.freeform => text,
+        (None, Some(_)) => {
+            return (StatusCode::BAD_REQUEST, "this gate takes one of its choices, not text\n")
+                .into_response()
+        }
+        (None, None) => {
+            return (StatusCode::BAD_REQUEST, "choose one of the gate's choices, or write an answer\n")
+                .into_response()
+        }
+    };
     let answers = dir.join(format!("answers-{}.json", chrono_stamp()));
-    let text = serde_json::json!({ gate.id.clone(): [form.answer] }).to_string();
+    let text = serde_json::json!({ gate.id.clone(): [answer] }).to_string();
     if let Err(error) = crate::atomic_file::write_atomic(&answers, text.as_bytes()) {
         return (StatusCode::INTERNAL_SERVER_ERROR, format!("cannot write the answer: {error}\n"))
             .into_response();

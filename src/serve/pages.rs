@@ -4,7 +4,8 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crate::graph::{Choice, HandlerType};
+use crate::graph::HandlerType;
+use crate::interview::Gate;
 use crate::render::{dot, DotOptions, Overlay};
 use crate::report::run_page::{escape, visit_html, RunPage, STYLE};
 use crate::run_dir::layout;
@@ -80,7 +81,11 @@ pub fn runs_list(mut runs: Vec<RunEntry>, filter: RunFilter<'_>) -> String {
 pub struct WaitingGate {
     pub id: String,
     pub question: String,
+    /// One per edge but a `freeform=true` one.
     pub choices: Vec<OwnedChoice>,
+    /// The gate takes text that names none of its choices (`human.freeform=true` or a
+    /// `freeform=true` edge).
+    pub freeform: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -100,20 +105,18 @@ pub fn waiting_gate(dir: &Path) -> Option<WaitingGate> {
     let checked = load_workflow(dir, &view)?;
     let workflow = &checked.workflow;
     let node = workflow.node(&gate_id).filter(|node| node.handler_type() == HandlerType::Human)?;
-    let choices = workflow
-        .outgoing(workflow.index_of(&gate_id)?)
-        .iter()
-        .map(|edge| {
-            let choice = Choice::from_edge(edge.edge.label(), edge.to.id.as_str());
-            OwnedChoice {
-                key: choice.key,
-                label: choice.label.to_string(),
-                target: choice.target.to_string(),
-            }
+    let gate = Gate::of(workflow, node);
+    let choices = gate
+        .choices
+        .into_iter()
+        .map(|choice| OwnedChoice {
+            key: choice.key,
+            label: choice.label.to_string(),
+            target: choice.target.to_string(),
         })
         .collect();
     let question = node.prompt().unwrap_or_else(|| node.label()).to_string();
-    Some(WaitingGate { id: gate_id, question, choices })
+    Some(WaitingGate { id: gate_id, question, choices, freeform: gate.freeform })
 }
 
 fn load_workflow(dir: &Path, view: &RunView) -> Option<crate::CheckedWorkflow> {
@@ -228,6 +231,13 @@ pub fn run(dir: &Path, id: &str) -> String {
                 escape(&choice.key),
                 escape(&choice.key),
                 escape(&choice.label)
+            );
+        }
+        if gate.freeform {
+            body.push_str(
+                "<p><label for=\"gate-text\">Or answer in your own words:</label><br>\n\
+                 <textarea id=\"gate-text\" name=\"text\" rows=\"3\" cols=\"60\"></textarea><br>\n\
+                 <button type=\"submit\" id=\"send-text\">Send</button></p>\n",
             );
         }
         body.push_str("</form>\n");

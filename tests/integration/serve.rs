@@ -603,3 +603,60 @@ async fn browse(
     }
     Ok(())
 }
+
+#[test]
+fn a_gate_with_a_freeform_edge_is_answered_in_words_from_the_run_page() {
+    let workflow = r#"digraph words {
+        start [shape=Mdiamond]
+        exit [shape=Msquare]
+        review [shape=hexagon, label="Ship it?"]
+        ship [shape=parallelogram, script="echo shipped > shipped"]
+        revise [shape=parallelogram, script="echo revised > revised"]
+        start -> review
+        review -> ship [label="[Y] Yes"]
+        review -> revise [freeform=true]
+        ship -> exit
+        revise -> exit
+    }"#;
+    let test = Test::new().workflow(workflow);
+    let dir = test.path("");
+    let id = paused_run(&dir);
+    let run_dir = dir.join(".fabro/runs").join(&id);
+    let server = Server::start(&dir, &[]);
+    let (code, page) = get(&server.at(&format!("/runs/{id}")));
+    assert_eq!(code, 200);
+    // The freeform edge is no button: it takes the text.
+    assert!(page.contains("id=\"choice-Y\"") && page.contains("name=\"text\""), "{page}");
+    assert!(!page.contains("value=\"revise\""), "{page}");
+    let origin = format!("http://{}", authority(&server));
+    let answer = server.at(&format!("/runs/{id}/answer"));
+    let (code, _, body) = request("POST", &answer, &[("origin", &origin)], Some("answer=&text="));
+    assert_eq!(code, 400, "{body}");
+    assert!(body.contains("choose one of the gate's choices, or write an answer"), "{body}");
+    let (code, _, body) =
+        request("POST", &answer, &[("origin", &origin)], Some("text=Split+the+migration+in+two+first"));
+    assert_eq!(code, 303, "{body}");
+    wait_until("the answered run ends", || json(&run_dir.join("manifest.json"))["status"] == "succeeded");
+    assert!(dir.join("revised").exists() && !dir.join("shipped").exists());
+    let checkpoint = json(&run_dir.join("checkpoint.json"));
+    assert_eq!(checkpoint["context"]["human.gate.text"], "Split the migration in two first");
+    assert_eq!(checkpoint["context"]["human.gate.selected"], "freeform");
+
+    // A gate without free text refuses text.
+    let test = Test::new().workflow(&GATED.replace("BUILD_SCRIPT", "echo built"));
+    let dir = test.path("");
+    let id = paused_run(&dir);
+    let server = Server::start(&dir, &[]);
+    let origin = format!("http://{}", authority(&server));
+    let (code, page) = get(&server.at(&format!("/runs/{id}")));
+    assert_eq!(code, 200);
+    assert!(!page.contains("name=\"text\""), "{page}");
+    let (code, _, body) = request(
+        "POST",
+        &server.at(&format!("/runs/{id}/answer")),
+        &[("origin", &origin)],
+        Some("text=maybe"),
+    );
+    assert_eq!(code, 400, "{body}");
+    assert!(body.contains("takes one of its choices, not text"), "{body}");
+}
