@@ -67,6 +67,19 @@ impl ConfigFiles {
         Ok(text)
     }
 
+    /// Like [`ConfigFiles::read`], but a resume sees only the files its run read when it started:
+    /// one it never read counts as absent (a settings file that appeared since, perhaps written
+    /// by a stage, is not obeyed).
+    pub fn read_as_started(&self, path: &Path) -> std::io::Result<Option<String>> {
+        let key = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+        let snapshot = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        if snapshot.saved {
+            return Ok(snapshot.files.get(&key).cloned().flatten());
+        }
+        drop(snapshot);
+        self.read(path)
+    }
+
     /// Whether the texts are those a run started with.
     pub fn is_saved(&self) -> bool {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner).saved

@@ -1,5 +1,6 @@
-//! Run lifecycle hooks: `[[hooks]]` entries of the config file and of a `fabro.toml` beside the
-//! workflow, each a shell command or an HTTP POST told about one kind of moment of a run (its
+//! Run lifecycle hooks: `[[hooks]]` entries of the settings layers ([`crate::run_settings`]: the
+//! config file, `.fabro/project.toml`, `workflow.toml` and `fabro.toml` beside the workflow, a run
+//! configuration), each a shell command or an HTTP POST told about one kind of moment of a run (its
 //! start and end, a pause, a stage's start and end, a human gate waiting). Loading checks every
 //! entry (event names, URLs, `when` conditions) before a run starts; firing runs the hooks of one
 //! moment in order and says whether a blocking one vetoed it.
@@ -15,7 +16,6 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::condition::{Condition, Scope};
-use crate::config_files::ConfigFiles;
 use crate::context::artifacts::ArtifactStore;
 use crate::context::Context;
 use crate::outcome::Outcome;
@@ -103,6 +103,8 @@ pub struct LifecycleHook {
     pub blocking: bool,
     /// The hook fires only when this holds.
     pub when: Option<Condition>,
+    /// The settings file that defines it.
+    pub file: PathBuf,
 }
 
 /// The hooks of a run: the config file's first, then the workflow's.
@@ -181,59 +183,17 @@ struct HookEntry {
 }
 
 impl LifecycleHooks {
-    /// The hooks of the config file (`FABRO_CONFIG` or the usual path) and of the `fabro.toml`
-    /// beside `workflow`, in that order.
-    /// A resume's `files` hold the texts the run started with, not what the files say now.
-    pub fn for_workflow(workflow: &Path, files: &ConfigFiles) -> Result<LifecycleHooks, HookConfigError> {
-        let config = crate::backends::config::config_file_path();
-        let beside = workflow.parent().unwrap_or(Path::new("")).join(WORKFLOW_HOOKS_FILE);
-        LifecycleHooks::load(config.as_deref(), Some(&beside), files)
-    }
-
-    /// The hooks of `config` (the fabro config file) and of `workflow_file` (a `fabro.toml`),
-    /// in that order; a file that does not exist has none, and one named twice counts once. Only
-    /// their `hooks` are read: the other keys belong to other readers.
-    pub fn load(
-        config: Option<&Path>,
-        workflow_file: Option<&Path>,
-        files: &ConfigFiles,
-    ) -> Result<LifecycleHooks, HookConfigError> {
-        let same = match (config, workflow_file) {
-            (Some(config), Some(beside)) => {
-                matches!((config.canonicalize(), beside.canonicalize()), (Ok(a), Ok(b)) if a == b)
-            }
-            _ => false,
-        };
-        let paths = [config, workflow_file.filter(|_| !same)];
-        let mut hooks = Vec::new();
-        for path in paths.into_iter().flatten() {
-            let Some(text) = files.read(path).map_err(|error| HookConfigError::Unreadable {
-                path: path.to_path_buf(),
-                message: error.to_string(),
-            })?
-            else {
-                continue;
-            };
-            let table: toml::Table = toml::from_str(&text).map_err(|error| HookConfigError::Toml {
-                path: path.to_path_buf(),
-                message: error.to_string(),
-            })?;
-            // Other keys belong to other readers, but a near miss of `hooks` is a typo that would
-            // silently drop every hook of the file.
-            if let Some(key) = table.keys().find(|key| *key != "hooks" && near_hooks(key)) {
-                let message =
-                    format!("unknown table `{key}` (did you mean `hooks`?); hooks are `[[hooks]]` entries");
-                return Err(HookConfigError::Structure { path: path.to_path_buf(), message });
-            }
-            let entries = match table.get("hooks") {
-                None => Vec::new(),
-                Some(toml::Value::Array(entries)) => entries.clone(),
-                Some(_) => {
-                    let message = "`hooks` must be an array of tables (`[[hooks]]`)".to_string();
-                    return Err(HookConfigError::Structure { path: path.to_path_buf(), message });
+    /// The hooks of `layers`, lowest first (see [`crate::run_settings`]): each file's entries in
+    /// order, except that an entry with the `name` of an earlier layer's entry takes its place.
+    pub fn from_layers(layers: Vec<(PathBuf, Vec<toml::Value>)>) -> Result<LifecycleHooks, HookConfigError> {
+        let mut hooks: Vec<LifecycleHook> = Vec::new();
+        for (path, entries) in layers {
+            for (hook, named) in parse_entries(&path, entries)? {
+                match hooks.iter_mut().find(|earlier| named && earlier.name == hook.name) {
+                    Some(earlier) => *earlier = hook,
+                    None => hooks.push(hook),
                 }
-            };
-            hooks.extend(parse_entries(path, entries)?);
+            }
         }
         Ok(LifecycleHooks { hooks: hooks.into() })
     }
@@ -285,19 +245,49 @@ fn near_hooks(key: &str) -> bool {
     crate::diagnostic::did_you_mean(&key.to_lowercase(), ["hooks"]).is_some()
 }
 
-fn parse_entries(path: &Path, entries: Vec<toml::Value>) -> Result<Vec<LifecycleHook>, HookConfigError> {
+/// The `[[hooks]]` entries of `text` (the file at `path`: the fabro config file, a `fabro.toml`),
+/// whose other keys belong to other readers; but a near miss of `hooks` is a typo that would
+/// silently drop every hook of the file.
+pub fn entries_of(path: &Path, text: &str) -> Result<Vec<toml::Value>, HookConfigError> {
+    let table: toml::Table = toml::from_str(text)
+        .map_err(|error| HookConfigError::Toml { path: path.to_path_buf(), message: error.to_string() })?;
+    if let Some(key) = table.keys().find(|key| *key != "hooks" && near_hooks(key)) {
+        let message = format!("unknown table `{key}` (did you mean `hooks`?); hooks are `[[hooks]]` entries");
+        return Err(HookConfigError::Structure { path: path.to_path_buf(), message });
+    }
+    match table.get("hooks") {
+        None => Ok(Vec::new()),
+        Some(toml::Value::Array(entries)) => Ok(entries.clone()),
+        Some(_) => {
+            let message = "`hooks` must be an array of tables (`[[hooks]]`)".to_string();
+            Err(HookConfigError::Structure { path: path.to_path_buf(), message })
+        }
+    }
+}
+
+/// The entries of the file at `path`, each with whether its `name` was given.
+fn parse_entries(
+    path: &Path,
+    entries: Vec<toml::Value>,
+) -> Result<Vec<(LifecycleHook, bool)>, HookConfigError> {
     let file_name = path.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default();
     entries
         .into_iter()
         .enumerate()
         .map(|(index, entry)| {
-            parse_entry(entry, &format!("{file_name} hooks[{index}]"))
-                .map_err(|kind| HookConfigError::Entry { path: path.to_path_buf(), index, kind })
+            let default_name = format!("{file_name} hooks[{index}]");
+            let hook = parse_entry(entry, &default_name, path).map_err(|kind| HookConfigError::Entry {
+                path: path.to_path_buf(),
+                index,
+                kind,
+            })?;
+            let named = hook.name != default_name;
+            Ok((hook, named))
         })
         .collect()
 }
 
-fn parse_entry(value: toml::Value, default_name: &str) -> Result<LifecycleHook, HookEntryError> {
+fn parse_entry(value: toml::Value, default_name: &str, file: &Path) -> Result<LifecycleHook, HookEntryError> {
     let entry: HookEntry = value
         .try_into()
         .map_err(|error: toml::de::Error| HookEntryError::Shape(error.message().to_string()))?;
@@ -338,7 +328,15 @@ fn parse_entry(value: toml::Value, default_name: &str) -> Result<LifecycleHook, 
         })
         .transpose()?;
     let name = entry.name.filter(|name| !name.trim().is_empty()).unwrap_or_else(|| default_name.to_string());
-    Ok(LifecycleHook { name, event, action, timeout, blocking: entry.blocking, when })
+    Ok(LifecycleHook {
+        name,
+        event,
+        action,
+        timeout,
+        blocking: entry.blocking,
+        when,
+        file: file.to_path_buf(),
+    })
 }
 
 /// https anywhere; http only to this machine (a local relay, a test server).
@@ -576,7 +574,7 @@ mod tests {
 
     fn entry(text: &str) -> Result<LifecycleHook, HookEntryError> {
         let value: toml::Table = toml::from_str(text).expect("toml");
-        parse_entry(toml::Value::Table(value), "test hooks[0]")
+        parse_entry(toml::Value::Table(value), "test hooks[0]", Path::new("test"))
     }
 
     #[test]
@@ -632,67 +630,52 @@ mod tests {
         assert!(parse_timeout(&toml::Value::Integer(-1)).is_err());
     }
 
-    #[test]
-    fn config_hooks_come_before_the_workflow_s() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let config = dir.path().join("config.toml");
-        std::fs::write(
-            &config,
-            "default_model = \"m\"\n[[hooks]]\nevent = \"run_start\"\ntype = \"command\"\ncommand = \"a\"\n",
-        )
-        .expect("write");
-        let beside = dir.path().join("fabro.toml");
-        std::fs::write(
-            &beside,
-            "[[hooks]]\nname = \"b\"\nevent = \"run_start\"\ntype = \"command\"\ncommand = \"b\"\n",
-        )
-        .expect("write");
-        let hooks =
-            LifecycleHooks::load(Some(&config), Some(&beside), &ConfigFiles::default()).expect("valid");
-        let names: Vec<&str> = hooks.hooks().iter().map(|hook| hook.name.as_str()).collect();
-        assert_eq!(names, ["config.toml hooks[0]", "b"]);
-        assert!(LifecycleHooks::load(Some(&dir.path().join("none.toml")), None, &ConfigFiles::default())
-            .expect("absent")
-            .is_empty());
+    fn layer(path: &Path, text: &str) -> (PathBuf, Vec<toml::Value>) {
+        (path.to_path_buf(), entries_of(path, text).expect("hooks"))
     }
 
     #[test]
-    fn a_file_named_twice_counts_once_and_hooks_must_be_tables() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let file = dir.path().join("fabro.toml");
-        std::fs::write(&file, "[[hooks]]\nevent = \"run_start\"\ntype = \"command\"\ncommand = \"a\"\n")
-            .expect("write");
-        assert_eq!(
-            LifecycleHooks::load(Some(&file), Some(&file), &ConfigFiles::default())
-                .expect("valid")
-                .hooks()
-                .len(),
-            1
-        );
-        std::fs::write(&file, "hooks = \"x\"\n").expect("write");
-        let error = LifecycleHooks::load(None, Some(&file), &ConfigFiles::default()).unwrap_err();
+    fn lower_layers_come_first_and_a_named_hook_takes_the_place_of_its_namesake() {
+        let config = Path::new("/u/config.toml");
+        let beside = Path::new("/w/fabro.toml");
+        let command = |name: &str, command: &str| {
+            format!("[[hooks]]\n{name}event = \"run_start\"\ntype = \"command\"\ncommand = \"{command}\"\n")
+        };
+        let hooks = LifecycleHooks::from_layers(vec![
+            layer(
+                config,
+                &format!("default_model = \"m\"\n{}{}", command("", "a"), command("name = \"b\"\n", "b")),
+            ),
+            layer(beside, &format!("{}{}", command("name = \"b\"\n", "b2"), command("", "c"))),
+        ])
+        .expect("valid");
+        let seen: Vec<(&str, &Path)> =
+            hooks.hooks().iter().map(|hook| (hook.name.as_str(), hook.file.as_path())).collect();
+        assert_eq!(seen, [("config.toml hooks[0]", config), ("b", beside), ("fabro.toml hooks[1]", beside)]);
+        assert_eq!(hooks.hooks()[1].action, HookAction::Command("b2".into()));
+    }
+
+    #[test]
+    fn hooks_must_be_tables() {
+        let error = entries_of(Path::new("fabro.toml"), "hooks = \"x\"\n").unwrap_err();
         assert!(error.to_string().contains("must be an array of tables"), "{error}");
     }
 
     #[test]
     fn a_near_miss_of_hooks_is_refused_and_other_keys_are_left_to_their_readers() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let file = dir.path().join("fabro.toml");
+        let file = Path::new("fabro.toml");
         for typo in ["[[hook]]", "[[Hooks]]", "[[hoks]]"] {
-            std::fs::write(
-                &file,
-                format!("{typo}\nevent = \"run_start\"\ntype = \"command\"\ncommand = \"true\"\n"),
-            )
-            .expect("write");
-            let error = LifecycleHooks::load(None, Some(&file), &ConfigFiles::default()).unwrap_err();
+            let text = format!("{typo}\nevent = \"run_start\"\ntype = \"command\"\ncommand = \"true\"\n");
+            let error = entries_of(file, &text).unwrap_err();
             let name = typo.trim_matches(['[', ']']);
             assert!(
                 error.to_string().contains(&format!("unknown table `{name}` (did you mean `hooks`?)")),
                 "{error}"
             );
         }
-        std::fs::write(&file, "[run]\ngoal = \"x\"\n[sandbox]\nkind = \"local\"\n").expect("write");
-        assert!(LifecycleHooks::load(None, Some(&file), &ConfigFiles::default()).expect("loads").is_empty());
+        assert!(entries_of(file, "[run]\ngoal = \"x\"\n[sandbox]\nkind = \"local\"\n")
+            .expect("loads")
+            .is_empty());
     }
 
     #[tokio::test]
@@ -705,6 +688,7 @@ mod tests {
             timeout: DEFAULT_TIMEOUT,
             blocking: true,
             when: when.map(|text| Condition::parse(text).expect("condition")),
+            file: PathBuf::from("test"),
         };
         let hooks = LifecycleHooks {
             hooks: vec![hook("exit 3", Some("context.go=yes")), hook("echo no >&2; exit 4", None)].into(),

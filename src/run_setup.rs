@@ -30,6 +30,7 @@ use crate::interview::answers::{AnswersError, AnswersFile};
 use crate::interview::{AutoApprove, FirstAvailable, Gate, Interviewer, NoAnswers};
 use crate::llm::BackendError;
 use crate::run_dir::{LaunchRecord, RunDirError, SavedRun};
+use crate::run_settings::RunSettings;
 use crate::stage::{HandlerRegistry, Services};
 use crate::ValidWorkflow;
 
@@ -136,6 +137,7 @@ impl BackendChoice {
         workflow: &Workflow,
         person: Option<Arc<dyn Interviewer>>,
         files: &ConfigFiles,
+        settings: &RunSettings,
     ) -> Result<Arc<dyn Backend>, SetupError> {
         let (model, provider, small_model, mcp_config, permissions) = match self {
             BackendChoice::Scripted(path) => return Ok(Arc::new(ScriptedBackend::from_file(path)?)),
@@ -144,15 +146,18 @@ impl BackendChoice {
                 if !workflow.nodes().any(|node| node.handler_type().is_llm()) =>
             {
                 // No server starts, but their variables are secrets all the same.
-                if let Some(Ok(servers)) = mcp_config
+                let mut servers: Vec<crate::agent::mcp::ServerConfig> =
+                    settings.mcp_servers.values().map(|set| set.value.clone()).collect();
+                if let Some(Ok(given)) = mcp_config
                     .as_deref()
                     .map(|path| crate::agent::mcp::read_config_file(Path::new(path), files))
                 {
-                    crate::secrets::register(
-                        servers.values().flat_map(|server| server.allowed_env_vars.clone()),
-                        servers.values().flat_map(crate::agent::mcp::ServerConfig::secrets),
-                    );
+                    servers.extend(given.into_values());
                 }
+                crate::secrets::register(
+                    servers.iter().flat_map(|server| server.allowed_env_vars.clone()),
+                    servers.iter().flat_map(crate::agent::mcp::ServerConfig::secrets),
+                );
                 return Ok(Arc::new(SimulatedBackend));
             }
             BackendChoice::Live { model, provider, small_model, mcp_config, permissions } => {
@@ -161,6 +166,7 @@ impl BackendChoice {
         };
         let non_empty = |value: &Option<String>| value.clone().filter(|text| !text.trim().is_empty());
         let mut config = LlmConfig::from_files(files).map_err(SetupError::Config)?;
+        settings.apply_defaults(&mut config);
         config.model_override = non_empty(model);
         config.provider_override = non_empty(provider);
         config.small_model_override = non_empty(small_model);
@@ -199,6 +205,7 @@ pub struct EngineBuilder {
     person: Option<Arc<dyn Interviewer>>,
     step: Option<Arc<dyn StepReviewer>>,
     config_files: ConfigFiles,
+    settings: RunSettings,
 }
 
 impl EngineBuilder {
@@ -211,6 +218,7 @@ impl EngineBuilder {
             person: None,
             step: None,
             config_files: ConfigFiles::from_disk(),
+            settings: RunSettings::default(),
         }
     }
 
@@ -218,6 +226,13 @@ impl EngineBuilder {
     /// run started with.
     pub fn config_files(mut self, files: ConfigFiles) -> EngineBuilder {
         self.config_files = files;
+        self
+    }
+
+    /// The run's settings layers ([`crate::run_settings`]): the defaults of LLM stages (model,
+    /// provider, permissions, MCP servers) over the config file's.
+    pub fn settings(mut self, settings: RunSettings) -> EngineBuilder {
+        self.settings = settings;
         self
     }
 
@@ -263,7 +278,8 @@ impl EngineBuilder {
                 kind: node.handler_type().to_string(),
             });
         }
-        let backend = self.backend.backend_for(workflow, self.person.clone(), &self.config_files)?;
+        let backend =
+            self.backend.backend_for(workflow, self.person.clone(), &self.config_files, &self.settings)?;
         let mut chain: Vec<Arc<dyn Interviewer>> = Vec::new();
         if let Some(path) = &self.answers {
             let answers = AnswersFile::from_file(path).map_err(SetupError::Answers)?;

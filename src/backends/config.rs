@@ -153,8 +153,9 @@ struct FileConfig {
     providers: BTreeMap<String, FileProvider>,
     #[serde(default)]
     models: BTreeMap<String, ModelOverride>,
-    /// Where stages' programs run by default: `none` or `bwrap`.
-    sandbox: Option<String>,
+    /// Where stages' programs run by default: `none` or `bwrap` ([`crate::run_settings`] reads it).
+    #[serde(default, rename = "sandbox")]
+    _sandbox: Option<serde::de::IgnoredAny>,
     /// Default context settings of LLM stages (the node attribute names).
     #[serde(default)]
     context: crate::graph::settings::ContextSettings,
@@ -173,6 +174,13 @@ struct FileConfig {
     /// is their one parser.
     #[serde(default, rename = "hooks")]
     _hooks: Vec<serde::de::IgnoredAny>,
+    /// The settings layers' keys ([`crate::run_settings`] reads them).
+    #[serde(default, rename = "_version")]
+    _version: Option<serde::de::IgnoredAny>,
+    #[serde(default, rename = "run")]
+    _run: Option<serde::de::IgnoredAny>,
+    #[serde(default, rename = "workflow")]
+    _workflow: Option<serde::de::IgnoredAny>,
 }
 
 #[derive(Debug, Default, serde::Deserialize)]
@@ -263,19 +271,6 @@ impl LlmConfig {
             None => None,
         };
         Self::build(file.unwrap_or_default(), &env)
-    }
-
-    /// The config file's `sandbox`: the user's default sandbox for stages that name none.
-    pub fn user_sandbox(
-        files: &ConfigFiles,
-    ) -> Result<Option<crate::graph::settings::SandboxKind>, ConfigError> {
-        let env = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
-        let Some(path) = config_path(&env) else { return Ok(None) };
-        let Some(file) = read_file(&path, files)? else { return Ok(None) };
-        file.sandbox
-            .map(|text| crate::graph::settings::SandboxKind::parse(&text))
-            .transpose()
-            .map_err(|message| ConfigError::Invalid { path, message: format!("sandbox: {message}") })
     }
 
     fn build(file: FileConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<LlmConfig, ConfigError> {
@@ -660,6 +655,12 @@ fn config_path(env: &dyn Fn(&str) -> Option<String>) -> Option<PathBuf> {
         .map(PathBuf::from)
         .or_else(|| env("HOME").map(|h| Path::new(&h).join(".config")))?;
     Some(base.join("fabro").join("config.toml"))
+}
+
+/// Checks the text of the config file against its schema (providers, models,
+/// `[context]`, ...), for a run that may not read it otherwise (one without LLM stages).
+pub fn check_file_text(text: &str) -> Result<(), toml::de::Error> {
+    toml::from_str::<FileConfig>(text).map(drop)
 }
 
 /// The config file at `path`, `None` when there is none.

@@ -54,6 +54,7 @@ mod rewind;
 mod run;
 mod runs;
 mod serve;
+mod settings;
 mod step;
 mod validate;
 
@@ -133,11 +134,14 @@ enum Command {
     Memory(memory::Args),
     /// Write a starter workflow that validates cleanly.
     New(new::NewArgs),
+    /// Print the settings a run would take from its layers (user config, .fabro/project.toml,
+    /// workflow.toml, a run configuration, environment), each with where it came from.
+    Settings(settings::SettingsArgs),
     /// Print shell completions.
     Completions(completions::CompletionsArgs),
     /// Parse, transform and lint a workflow; exit 0 when it has no errors, 2 otherwise.
     Validate {
-        /// The workflow file (.dot).
+        /// The workflow file (.dot), or a run configuration (.toml) naming one.
         workflow: PathBuf,
         /// Print `{"valid": bool, "diagnostics": [...]}` instead of text.
         #[arg(long)]
@@ -186,6 +190,7 @@ pub fn main() -> ExitCode {
         Command::Logs(args) => logs::run(args),
         Command::Inspect(args) => inspect::run(args),
         Command::New(args) => new::run(args),
+        Command::Settings(args) => settings::run(args),
         Command::Memory(args) => memory::run(args),
         Command::Completions(args) => completions::run(args),
     };

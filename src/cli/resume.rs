@@ -1,12 +1,12 @@
 //! `fabro resume RUN_DIR [...]`: continue a paused, interrupted or crashed run from its last
 //! checkpoint, with the workflow source stored in the run directory.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use fabro::config_files::ConfigFiles;
 use fabro::engine::RunOptions;
-use fabro::lifecycle_hooks::LifecycleHooks;
 use fabro::run_dir::SavedRun;
+use fabro::run_settings::Sources;
 use fabro::run_setup::ResumeSource;
 use fabro::source::SourceFile;
 use fabro::Loader;
@@ -64,11 +64,16 @@ async fn continue_run(args: &mut ResumeArgs) -> Result<u8, Refusal> {
     // rewritten the files since.
     let config_files =
         ConfigFiles::saved_at(&fabro::run_dir::layout::config_files(&run_dir)).map_err(Refusal::error)?;
-    let user_sandbox = super::run::check_sandbox(&args.launch, &valid.workflow, &config_files)?;
     let workflow_path = args.workflow.clone().unwrap_or_else(|| PathBuf::from(&saved.manifest.source_path));
-    let hooks =
-        LifecycleHooks::for_workflow(&workflow_path, &config_files).map_err(super::run::hooks_refusal)?;
-    let engine = engine_for(&args.launch, &valid, &config_files)?;
+    let work_dir = PathBuf::from(&saved.manifest.work_dir);
+    let run_config = saved.manifest.launch.run_config.clone();
+    let sources = Sources::for_run(&work_dir, Some(&workflow_path), run_config.as_deref().map(Path::new));
+    let settings = fabro::run_settings::load(&sources, &config_files)
+        .map_err(|error| super::run::refusal(&error, "the run was left as it was"))?;
+    args.launch.take_limits(&settings);
+    let user_sandbox = settings.sandbox.as_ref().map(|set| set.value);
+    super::run::check_sandbox(&args.launch, &valid.workflow, user_sandbox)?;
+    let engine = engine_for(&args.launch, &valid, &config_files, &settings)?;
     super::run::check_providers(&engine, &valid.workflow, &args.launch, "the run was left as it was").await?;
     for changed in config_files.changed() {
         eprintln!(
@@ -79,7 +84,7 @@ async fn continue_run(args: &mut ResumeArgs) -> Result<u8, Refusal> {
     }
     let options = RunOptions {
         run_dir: Some(run_dir),
-        work_dir: PathBuf::from(&saved.manifest.work_dir),
+        work_dir,
         dry_run: args.launch.dry_run,
         context: Vec::new(),
         checkpoint_sync: args.launch.checkpoint_sync.sync_mode(),
@@ -94,12 +99,13 @@ async fn continue_run(args: &mut ResumeArgs) -> Result<u8, Refusal> {
                 saved.manifest.launch.context_files.clone(),
                 args.launch.reference_files(None)?,
             ),
+            run_config,
             ..args.launch.record()
         },
         max_output: args.launch.max_output,
         sandbox: args.launch.sandbox,
         user_sandbox,
-        hooks,
+        hooks: settings.hooks.clone(),
         config_files,
         labels: saved.manifest.labels.clone(),
     };

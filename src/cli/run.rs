@@ -9,7 +9,6 @@ use fabro::config_files::ConfigFiles;
 use fabro::engine::{Engine, RunOptions};
 use fabro::graph::Workflow;
 use fabro::interview::console::Console;
-use fabro::lifecycle_hooks::LifecycleHooks;
 use fabro::outcome::PauseKind;
 use fabro::run_dir::{LaunchRecord, RunResult};
 use fabro::run_setup::{BackendChoice, EngineBuilder};
@@ -24,7 +23,7 @@ use fabro::run_dir::layout;
 
 #[derive(clap::Args)]
 pub struct RunArgs {
-    /// The workflow file (.dot).
+    /// The workflow file (.dot), or a run configuration (.toml) naming one with its settings.
     workflow: PathBuf,
     /// Where the run's files go (default .fabro/runs/<run id>); must not exist or be empty.
     #[arg(long)]
@@ -207,6 +206,7 @@ impl LaunchArgs {
                 .as_ref()
                 .map(|path| std::path::absolute(path).unwrap_or_else(|_| path.clone()).display().to_string()),
             permissions: self.permissions.clone(),
+            run_config: None,
         }
     }
 
@@ -238,6 +238,7 @@ impl LaunchArgs {
             context_files: Vec::new(),
             mcp_config: self.mcp_config.as_ref().map(|path| path.display().to_string()),
             permissions: self.permissions.clone(),
+            run_config: None,
         }
     }
 
@@ -257,6 +258,17 @@ impl LaunchArgs {
         self.sandbox =
             launch.sandbox.as_deref().and_then(|text| fabro::graph::settings::SandboxKind::parse(text).ok());
         (!taken.is_empty()).then(|| taken.join(" "))
+    }
+
+    /// The ceilings of the settings layers (`[run.limits]`), for those not given as flags.
+    pub fn take_limits(&mut self, settings: &fabro::run_settings::RunSettings) {
+        let value = |set: &Option<fabro::run_settings::Set<u64>>| set.as_ref().map(|set| set.value);
+        let cost = |set: &Option<fabro::run_settings::Set<f64>>| set.as_ref().map(|set| set.value);
+        self.max_tokens = self.max_tokens.or(value(&settings.max_tokens));
+        self.max_cost = self.max_cost.or(cost(&settings.max_cost));
+        self.max_stage_tokens = self.max_stage_tokens.or(value(&settings.max_stage_tokens));
+        self.max_stage_cost = self.max_stage_cost.or(cost(&settings.max_stage_cost));
+        self.max_output = self.max_output.or(value(&settings.max_output));
     }
 
     /// How the progress view behaves for these flags on this terminal.
@@ -292,34 +304,33 @@ fn parse_permissions(text: &str) -> Result<String, String> {
     }
 }
 
-/// Checks the sandbox settings of `workflow` and that the sandbox works on this machine; returns
-/// the config file's default sandbox.
+/// Checks the sandbox settings of `workflow` and that the sandbox works on this machine, with
+/// the settings layers' default sandbox (`user`) for stages that name none.
 pub fn check_sandbox(
     launch: &LaunchArgs,
     workflow: &Workflow,
-    files: &ConfigFiles,
-) -> Result<Option<fabro::graph::settings::SandboxKind>, Refusal> {
-    let user = fabro::backends::config::LlmConfig::user_sandbox(files).map_err(Refusal::error)?;
+    user: Option<fabro::graph::settings::SandboxKind>,
+) -> Result<(), Refusal> {
     fabro::sandbox::check_workflow(workflow, launch.sandbox, user)
         .map_err(|error| format!("{error}; the run did not start"))?;
-    Ok(user)
+    Ok(())
 }
 
-/// A `[[hooks]]` entry that cannot be used stops the run before it starts.
-pub fn hooks_refusal(error: fabro::lifecycle_hooks::HookConfigError) -> Refusal {
-    // The note goes on the first line: a `when` error's caret line follows it.
+/// A refusal for `error`, with `outcome` (what did not happen) at the end of its first line: a
+/// hook's `when` error has a caret line after it.
+pub fn refusal(error: &dyn std::fmt::Display, outcome: &str) -> Refusal {
     let error = error.to_string();
     let (first, rest) = error.split_once('\n').map_or((error.as_str(), ""), |(first, rest)| (first, rest));
     let rest = if rest.is_empty() { String::new() } else { format!("\n{rest}") };
-    Refusal::Message(format!("{first}; the run did not start{rest}"))
+    Refusal::Message(format!("{first}; {outcome}{rest}"))
 }
 
 pub fn run(args: RunArgs) -> u8 {
     super::block_on(run_async(args))
 }
 
-async fn run_async(args: RunArgs) -> u8 {
-    start(&args).await.unwrap_or_else(refuse)
+async fn run_async(mut args: RunArgs) -> u8 {
+    start(&mut args).await.unwrap_or_else(refuse)
 }
 
 /// Why `fabro run` or `fabro resume` did not start a run. Every refusal ends in [`refuse`].
@@ -356,56 +367,64 @@ pub fn refuse(refusal: Refusal) -> u8 {
     exit::INVALID
 }
 
-async fn start(args: &RunArgs) -> Result<u8, Refusal> {
-    let inputs = fabro::graph::inputs::gather(args.inputs_file.as_deref(), &args.inputs)
-        .map_err(|error| Refusal::Message(format!("{error}; the run did not start")))?;
+async fn start(args: &mut RunArgs) -> Result<u8, Refusal> {
+    let config_files = ConfigFiles::from_disk();
+    let not_started = |error: &dyn std::fmt::Display| refusal(error, "the run did not start");
+    let target = RunTarget::locate(&args.workflow, args.workdir.as_deref(), &config_files)
+        .map_err(|message| not_started(&message))?;
+    let settings = &target.settings(&config_files).map_err(|error| not_started(&error))?;
+    let inputs = inputs_of(settings, args.inputs_file.as_deref(), &args.inputs)
+        .map_err(|error| not_started(&error))?;
     let mut loader = Loader::new().with_inputs(inputs);
-    if let Some(goal) = goal_of(args)? {
+    let goal = match goal_of(args)? {
+        Some(goal) => Some(goal),
+        None => settings.goal_text().map_err(|error| not_started(&error))?,
+    };
+    if let Some(goal) = goal {
         loader = loader.with_goal(goal);
     }
-    let labels = args
-        .labels
-        .iter()
-        .map(|text| fabro::run_dir::parse_label(text))
-        .collect::<Result<std::collections::BTreeMap<_, _>, _>>()
-        .map_err(|message| Refusal::Message(format!("--label: {message}; the run did not start")))?;
-    let valid = report_diagnostics(loader.load_file(&args.workflow), &args.workflow, args.launch.quiet)?;
+    let mut labels: std::collections::BTreeMap<String, String> =
+        settings.labels.iter().map(|(key, set)| (key.clone(), set.value.clone())).collect();
+    for text in &args.labels {
+        let (key, value) = fabro::run_dir::parse_label(text)
+            .map_err(|message| Refusal::Message(format!("--label: {message}; the run did not start")))?;
+        labels.insert(key, value);
+    }
+    args.launch.take_limits(settings);
+    let valid = report_diagnostics(loader.load_file(&target.workflow), &target.workflow, args.launch.quiet)?;
     if args.launch.deny_warnings && !valid.warnings.is_empty() {
         if args.launch.quiet {
             eprint!("{}", render_diagnostics(&valid.warnings, valid.workflow.source()));
         }
         return Err(Refusal::Message(format!(
             "--deny-warnings: {} has {} warning(s); the run did not start",
-            args.workflow.display(),
+            target.workflow.display(),
             valid.warnings.len()
         )));
     }
     let context = parse_sets(&args.set)?;
-    let work_dir =
-        work_dir(args.workdir.as_deref()).map_err(|message| format!("{message}; the run did not start"))?;
-    let config_files = ConfigFiles::from_disk();
-    let user_sandbox = check_sandbox(&args.launch, &valid.workflow, &config_files)?;
-    let hooks = LifecycleHooks::for_workflow(&args.workflow, &config_files).map_err(hooks_refusal)?;
-    let engine = engine_for(&args.launch, &valid, &config_files)?;
+    check_sandbox(&args.launch, &valid.workflow, settings.sandbox.as_ref().map(|set| set.value))?;
+    let engine = engine_for(&args.launch, &valid, &config_files, settings)?;
     check_providers(&engine, &valid.workflow, &args.launch, "the run did not start").await?;
     let options = RunOptions {
         run_dir: args.run_dir.clone(),
-        work_dir,
+        work_dir: target.work_dir.clone(),
         dry_run: args.launch.dry_run,
         context,
         checkpoint_sync: args.launch.checkpoint_sync.sync_mode(),
         limits: args.launch.limits(),
-        worktree: args.worktree,
+        worktree: args.worktree || settings.worktree.as_ref().is_some_and(|set| set.value),
         keep_worktrees: args.launch.keep_worktrees,
         parent: None,
         launch: LaunchRecord {
             context_files: args.launch.reference_files(Some(&valid.workflow))?,
+            run_config: target.run_config.as_ref().map(|path| path.display().to_string()),
             ..args.launch.record()
         },
         max_output: args.launch.max_output,
         sandbox: args.launch.sandbox,
-        user_sandbox,
-        hooks,
+        user_sandbox: settings.sandbox.as_ref().map(|set| set.value),
+        hooks: settings.hooks.clone(),
         config_files,
         labels,
     };
@@ -414,6 +433,74 @@ async fn start(args: &RunArgs) -> Result<u8, Refusal> {
     let view = ProgressView::new(args.launch.view_options());
     let report = engine.run(&valid, &options, move |event| view.show(event), cancel).await;
     conclude(report, &args.launch, valid.workflow.name())
+}
+
+/// What `fabro run`, `fabro validate` and `fabro settings` are pointed at: a workflow, or a run
+/// configuration naming one; and where the run works.
+pub struct RunTarget {
+    pub workflow: PathBuf,
+    /// The run configuration, as an absolute path.
+    pub run_config: Option<PathBuf>,
+    pub work_dir: PathBuf,
+}
+
+impl RunTarget {
+    /// `given` (a workflow or a run configuration), working in `--workdir` (`workdir`), else the
+    /// run configuration's `working_dir`, else the current directory.
+    pub fn locate(
+        given: &std::path::Path,
+        workdir: Option<&std::path::Path>,
+        files: &ConfigFiles,
+    ) -> Result<RunTarget, String> {
+        let (workflow, run_config, configured_dir) = if fabro::run_settings::is_run_config(given) {
+            let config =
+                fabro::run_settings::read_run_config(given, files).map_err(|error| error.to_string())?;
+            let path = std::path::absolute(given).unwrap_or_else(|_| given.to_path_buf());
+            let graph = config.graph.map(|set| set.value).unwrap_or_default();
+            (graph, Some(path), config.working_dir)
+        } else {
+            (given.to_path_buf(), None, None)
+        };
+        let work_dir = match (workdir, &configured_dir) {
+            (Some(path), _) => work_dir(Some(path), "--workdir", "leave --workdir out to work here")?,
+            (None, Some(set)) => work_dir(
+                Some(&set.value),
+                &format!("working_dir ({})", set.origin),
+                "remove working_dir to work in the current directory",
+            )?,
+            (None, None) => work_dir(None, "", "")?,
+        };
+        Ok(RunTarget { workflow, run_config, work_dir })
+    }
+
+    /// The settings of the run's layers.
+    pub fn settings(
+        &self,
+        files: &ConfigFiles,
+    ) -> Result<fabro::run_settings::RunSettings, fabro::run_settings::SettingsError> {
+        let sources = fabro::run_settings::Sources::for_run(
+            &self.work_dir,
+            Some(&self.workflow),
+            self.run_config.as_deref(),
+        );
+        fabro::run_settings::load(&sources, files)
+    }
+}
+
+/// The run's inputs: the settings' `[run.inputs]` (replaced whole by `--inputs FILE`), then each
+/// `--input key=value`.
+pub fn inputs_of(
+    settings: &fabro::run_settings::RunSettings,
+    file: Option<&std::path::Path>,
+    assignments: &[String],
+) -> Result<fabro::graph::inputs::Inputs, fabro::graph::inputs::InputError> {
+    let given = fabro::graph::inputs::gather(file, assignments)?;
+    let mut inputs = match (file, &settings.inputs) {
+        (None, Some(set)) => set.value.clone(),
+        _ => Default::default(),
+    };
+    inputs.extend(given);
+    Ok(inputs)
 }
 
 /// The goal `--goal` or `--goal-file` gives, if either does.
@@ -459,21 +546,21 @@ pub async fn check_providers(
 }
 
 /// The work directory as an absolute path (so a resume from elsewhere works in the same place):
-/// `--workdir`, which must be an existing directory, else the current directory.
-fn work_dir(given: Option<&std::path::Path>) -> Result<PathBuf, String> {
+/// `given` (named `what` in errors, which suggest `instead` for a missing one), which must be an
+/// existing directory, else the current directory.
+fn work_dir(given: Option<&std::path::Path>, what: &str, instead: &str) -> Result<PathBuf, String> {
     let Some(path) = given else {
         return std::env::current_dir()
             .map_err(|error| format!("cannot read the current directory: {error}"));
     };
     match std::fs::metadata(path) {
         Ok(meta) if meta.is_dir() => std::path::absolute(path)
-            .map_err(|error| format!("cannot resolve --workdir {}: {error}", path.display())),
-        Ok(_) => Err(format!("--workdir {} is not a directory", path.display())),
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Err(format!(
-            "--workdir {} does not exist (create it first, or leave --workdir out to work here)",
-            path.display()
-        )),
-        Err(error) => Err(format!("cannot read --workdir {}: {error}", path.display())),
+            .map_err(|error| format!("cannot resolve {what} {}: {error}", path.display())),
+        Ok(_) => Err(format!("{what} {} is not a directory", path.display())),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            Err(format!("{what} {} does not exist (create it first, or {instead})", path.display()))
+        }
+        Err(error) => Err(format!("cannot read {what} {}: {error}", path.display())),
     }
 }
 
@@ -506,6 +593,7 @@ pub fn engine_for(
     launch: &LaunchArgs,
     valid: &fabro::ValidWorkflow,
     files: &ConfigFiles,
+    settings: &fabro::run_settings::RunSettings,
 ) -> Result<Engine, Refusal> {
     for (flag, cost) in [("--max-cost", launch.max_cost), ("--max-stage-cost", launch.max_stage_cost)] {
         if let Some(cost) = cost.filter(|cost| !cost.is_finite() || *cost < 0.0) {
@@ -520,7 +608,9 @@ pub fn engine_for(
                 .to_string(),
         ));
     }
-    let mut builder = EngineBuilder::new(BackendChoice::of(&launch.given())).config_files(files.clone());
+    let mut builder = EngineBuilder::new(BackendChoice::of(&launch.given()))
+        .config_files(files.clone())
+        .settings(settings.clone());
     if let Some(path) = &launch.answers {
         builder = builder.answers_file(path);
     }

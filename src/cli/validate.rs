@@ -1,4 +1,4 @@
-//! `fabro validate WORKFLOW [--json] [--deny-warnings] [--input KEY=VALUE]... [--inputs FILE]`
+//! `fabro validate WORKFLOW|RUN.toml [--json] [--deny-warnings] [--input KEY=VALUE]... [--inputs FILE]`
 
 use std::path::Path;
 
@@ -9,20 +9,43 @@ use super::exit;
 use super::render::{diagnostic_json, render_diagnostics, render_load_error, summary_line};
 
 pub fn run(
-    path: &Path,
+    given: &Path,
     json_output: bool,
     deny_warnings: bool,
     inputs_file: Option<&Path>,
     inputs: &[String],
 ) -> u8 {
-    let inputs = match fabro::graph::inputs::gather(inputs_file, inputs) {
+    let files = fabro::config_files::ConfigFiles::from_disk();
+    let target = match super::run::RunTarget::locate(given, None, &files) {
+        Ok(target) => target,
+        Err(message) => {
+            if json_output {
+                println!("{}", json!({ "valid": false, "diagnostics": [settings_json(&message)] }));
+            } else {
+                eprintln!("error: {message}");
+            }
+            return exit::INVALID;
+        }
+    };
+    let path = target.workflow.as_path();
+    // The settings a run of this target would take (layers, hooks); a problem is an error of the
+    // run, reported with the workflow's own.
+    let (settings, settings_error) = match target.settings(&files) {
+        Ok(settings) => (settings, None),
+        Err(error) => (fabro::run_settings::RunSettings::default(), Some(error.to_string())),
+    };
+    let inputs = match super::run::inputs_of(&settings, inputs_file, inputs) {
         Ok(inputs) => inputs,
         Err(error) => {
             eprintln!("error: {error}");
             return exit::INVALID;
         }
     };
-    let checked = match Loader::new().with_inputs(inputs).load_file(path) {
+    let mut loader = Loader::new().with_inputs(inputs);
+    if let Ok(Some(goal)) = settings.goal_text() {
+        loader = loader.with_goal(goal);
+    }
+    let checked = match loader.load_file(path) {
         Ok(checked) => checked,
         Err(error) => {
             if json_output {
@@ -36,21 +59,15 @@ pub fn run(
     let source = checked.workflow.source().clone();
     let warnings = checked.diagnostics.iter().filter(|d| d.severity == fabro::Severity::Warning).count();
     let denied = deny_warnings && warnings > 0;
-    // The lifecycle hooks a run of this workflow would take (config file and fabro.toml).
-    let hooks = fabro::lifecycle_hooks::LifecycleHooks::for_workflow(
-        path,
-        &fabro::config_files::ConfigFiles::from_disk(),
-    )
-    .err();
-    let valid = !checked.has_errors() && !denied && hooks.is_none();
+    let valid = !checked.has_errors() && !denied && settings_error.is_none();
     if json_output {
         let mut diagnostics: Vec<_> =
             checked.diagnostics.iter().map(|d| diagnostic_json(d, &source)).collect();
-        diagnostics.extend(hooks.map(|error| hooks_json(&error)));
+        diagnostics.extend(settings_error.as_deref().map(settings_json));
         println!("{}", json!({ "valid": valid, "diagnostics": diagnostics }));
     } else {
         print!("{}", render_diagnostics(&checked.diagnostics, &source));
-        if let Some(error) = &hooks {
+        if let Some(error) = &settings_error {
             println!("error: {error}");
         }
         println!("{}", summary_line(path, &checked.diagnostics));
@@ -65,12 +82,13 @@ pub fn run(
     }
 }
 
-/// A `[[hooks]]` entry that a run would refuse, as a diagnostic of rule `hooks`.
-fn hooks_json(error: &fabro::lifecycle_hooks::HookConfigError) -> serde_json::Value {
+/// A settings layer (a hook entry among them) that a run would refuse, as a diagnostic of rule
+/// `settings`.
+fn settings_json(message: &str) -> serde_json::Value {
     json!({
-        "rule": "hooks",
+        "rule": "settings",
         "severity": "error",
-        "message": error.to_string(),
+        "message": message,
         "node_id": null,
         "edge": null,
         "line": null,

@@ -121,6 +121,10 @@ pub struct LaunchRecord {
     /// `--permissions`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub permissions: Option<String>,
+    /// The run configuration the run started from (`fabro run run.toml`), as an absolute path:
+    /// a resume reads its settings layer again (from the texts the run started with).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_config: Option<String>,
 }
 
 impl LaunchRecord {

@@ -483,7 +483,7 @@ fn readme_documents_ci_mode() {
     }
     let readme = read(&repo_root().join("docs/cli.md"));
     // The synopsis: `fabro run WORKFLOW ...` up to `fabro resume`, then up to the next command.
-    let run = readme.split("\nfabro run WORKFLOW ").nth(1).expect("synopsis of fabro run");
+    let run = readme.split("\nfabro run WORKFLOW|RUN.toml ").nth(1).expect("synopsis of fabro run");
     let (run, resume) = run.split_once("\nfabro resume RUN|--last ").expect("synopsis of fabro resume");
     let resume = resume.split("\nfabro ").next().unwrap_or(resume);
     assert!(run.contains("[--junit FILE]"), "fabro run synopsis lacks --junit:\n{run}");

@@ -430,7 +430,7 @@ fn validate_checks_the_hooks_a_run_would_take() {
     assert_eq!(json["valid"], false);
     let rules: Vec<&str> =
         json["diagnostics"].as_array().unwrap().iter().map(|d| d["rule"].as_str().unwrap()).collect();
-    assert!(rules.contains(&"hooks"), "{rules:?}");
+    assert!(rules.contains(&"settings"), "{rules:?}");
     Test::new()
         .workflow(ONE_COMMAND)
         .file("fabro.toml", &hook("stage_complete", "true"))

@@ -37,6 +37,7 @@ mod readme;
 mod reliability;
 mod resume;
 mod retro;
+mod run_configuration;
 mod run_engine;
 mod run_setup_api;
 mod run_workflows;
