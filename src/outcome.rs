@@ -309,6 +309,10 @@ pub struct Outcome {
     /// token counts (`llm.usage_estimated`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub usage_estimated: bool,
+    /// The project instruction files (AGENTS.md, ...) an agent stage's system prompt carried,
+    /// relative to the repository root, with what the budget cut.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub project_docs: Vec<String>,
     /// What an LLM stage sent and what came back, for its conversation thread under `full`
     /// fidelity; kept in memory only (the stage's `prompt.md` and `response.md` record it).
     #[serde(skip)]
@@ -350,6 +354,7 @@ impl Outcome {
             usage_by_model: Default::default(),
             truncated: false,
             usage_estimated: false,
+            project_docs: Vec::new(),
             exchange: None,
         }
     }

@@ -92,6 +92,8 @@ pub struct AgentRun {
     pub conversation: Vec<ChatMessage>,
     /// Names of the memory entries the stage wrote.
     pub memory_added: Vec<String>,
+    /// The project instruction files in the system prompt (status.json `project_docs`).
+    pub project_docs: Vec<String>,
     /// The characters-per-token ratio the server's reports set (none: no usable report).
     pub chars_per_token: Option<f64>,
     /// The context window the server stated when it rejected a call for its size.
@@ -102,17 +104,31 @@ pub struct AgentRun {
     pub usage_estimated: bool,
 }
 
+/// What the system prompt of an agent stage is made of, besides its instructions.
+pub struct SystemParts<'a> {
+    pub work_dir: &'a Path,
+    pub model: &'a str,
+    /// The runtime block (`runtime_context`).
+    pub runtime: bool,
+    /// The project's instruction files (`project_docs`).
+    pub project_docs: &'a [crate::agent::context::project_docs::ProjectDoc],
+    pub references: &'a [crate::agent::context::reference_files::ReferenceFile],
+    /// The recalled memory block (may be empty).
+    pub memory: &'a str,
+    pub withheld_above: Option<PermissionLevel>,
+}
+
 /// The system prompt of agent stages: the runtime block when `runtime` is set, the instructions,
-/// the index of the run's reference files, then the recalled memory block (may be empty).
-pub fn system_prompt(
-    work_dir: &Path,
-    runtime: bool,
-    references: &[crate::agent::context::reference_files::ReferenceFile],
-    memory: &str,
-    withheld_above: Option<PermissionLevel>,
-) -> String {
+/// the project's instruction files, the index of the run's reference files, then the recalled
+/// memory block.
+pub fn system_prompt(parts: &SystemParts<'_>) -> String {
+    let SystemParts { work_dir, model, runtime, project_docs, references, memory, withheld_above } = *parts;
     let runtime =
-        if runtime { crate::agent::context::runtime::block(work_dir) + "\n" } else { String::new() };
+        if runtime { crate::agent::context::runtime::block(work_dir, model) + "\n" } else { String::new() };
+    let project_docs = match crate::agent::context::project_docs::block(project_docs) {
+        block if block.is_empty() => block,
+        block => format!("\n\n{}", block.trim_end()),
+    };
     let references = match crate::agent::context::reference_files::index(references) {
         index if index.is_empty() => index,
         index => format!("\n\n{}", index.trim_end()),
@@ -140,7 +156,8 @@ pub fn system_prompt(
          then answer with a short summary of what you did and stop calling tools. If the task asks you to \
          report an outcome as JSON, end your answer with that JSON.",
         work_dir.display()
-    ) + &references
+    ) + &project_docs
+        + &references
         + &match memory.trim_end() {
             "" => String::new(),
             block => format!("\n\n{block}"),
@@ -167,13 +184,23 @@ pub async fn run(
     mut messages: Vec<ChatMessage>,
     transcript: &Transcript<'_>,
 ) -> Result<AgentRun, BackendError> {
-    let system = system_prompt(
-        toolbox.root(),
-        settings.context.runtime_context(),
-        settings.reference_files,
-        &recalled(settings.memory),
-        toolbox.permissions.withheld_above(),
-    );
+    let project_docs = if settings.context.project_docs() {
+        crate::agent::context::project_docs::find(
+            toolbox.root(),
+            crate::agent::context::project_docs::BUDGET_BYTES,
+        )
+    } else {
+        Vec::new()
+    };
+    let system = system_prompt(&SystemParts {
+        work_dir: toolbox.root(),
+        model: settings.model,
+        runtime: settings.context.runtime_context(),
+        project_docs: &project_docs,
+        references: settings.reference_files,
+        memory: &recalled(settings.memory),
+        withheld_above: toolbox.permissions.withheld_above(),
+    });
     let mut definitions = tools::definitions();
     definitions.extend(toolbox.mcp_definitions());
     // With no one to allow them, calls above the stage's permissions would only be denied.
@@ -194,7 +221,13 @@ pub async fn run(
     // Every request sends the system prompt and the tool definitions besides the messages.
     let fixed_chars = system.len() + definitions.iter().map(ToolDefinition::char_count).sum::<usize>();
     let fixed_tokens = crate::usage::estimated_tokens(fixed_chars);
-    let mut run = AgentRun::default();
+    let mut run = AgentRun {
+        project_docs: project_docs
+            .iter()
+            .map(crate::agent::context::project_docs::ProjectDoc::record)
+            .collect(),
+        ..AgentRun::default()
+    };
     let mut watchdog = Watchdog::default();
     // A compaction made because the estimate said the call would not fit, which left it still
     // not fitting: the window cannot hold even what compaction keeps, so later turns stop

@@ -519,6 +519,7 @@ impl LiveBackend {
                     context_window,
                     truncated: run.truncated,
                     usage_estimated: run.usage_estimated,
+                    project_docs: run.project_docs,
                     ..LlmResponse::default()
                 }
             }

@@ -132,6 +132,8 @@ pub struct LlmResponse {
     pub truncated: bool,
     /// Some usage is fabro's estimate (`llm.usage_estimated`).
     pub usage_estimated: bool,
+    /// The project instruction files an agent stage's system prompt carried.
+    pub project_docs: Vec<String>,
 }
 
 /// An agent stage stopped by its turn limit, and how the stage ends for it.

@@ -292,6 +292,7 @@ fn outcome_for(node_id: &str, backend_name: &str, response: &LlmResponse) -> Out
             context_window: response.context_window.clone(),
             truncated: response.truncated,
             usage_estimated: response.usage_estimated,
+            project_docs: response.project_docs.clone(),
             ..outcome
         }
         .with_notes(notes.clone())

@@ -630,6 +630,54 @@ fn agent_stages_are_told_their_runtime_and_the_gitignore_unless_turned_off() {
     );
 }
 
+// Project instructions and the git state (issue 36, items 1 and 2).
+
+#[test]
+fn agent_stages_get_the_project_s_instructions_and_its_git_state() {
+    let server = LlmServer::start(vec![openai_text("Done.", 10, 5)], Vec::new());
+    let test = compatible(&server, &workflow(""))
+        .file("repo/AGENTS.md", "Run `make check` before you finish.\n")
+        .file("repo/services/CLAUDE.md", "Services speak JSON.\n")
+        .file("repo/services/api/GEMINI.md", "The API is versioned.\n")
+        .file("repo/services/api/main.rs", "fn main() {}\n")
+        .file("repo/README.md", "# r\n");
+    let repo = test.path("repo");
+    common::commit_all_in_new_repository(&repo);
+    std::fs::write(repo.join("README.md"), "# changed\n").unwrap();
+    let ran = test
+        .args(["run", "workflow.dot", "--run-dir", "run", "--workdir", "repo/services/api", "-q"])
+        .status(0)
+        .run();
+    let system = message(&server.requests()[0].json(), 0);
+    let at = |text: &str| system.find(text).unwrap_or_else(|| panic!("{text:?} not in:\n{system}"));
+    assert!(
+        at("### AGENTS.md\nRun `make check`") < at("### services/CLAUDE.md\nServices speak JSON.")
+            && at("### services/CLAUDE.md") < at("### services/api/GEMINI.md\nThe API is versioned.")
+    );
+    assert!(at("You are a coding agent") < at("## Project instructions"));
+    assert!(system.contains("Model: local-model\n") && system.contains("Git branch: main\n"), "{system}");
+    assert!(system.contains("Git status: 1 changed, 0 untracked: README.md\n"), "{system}");
+    assert!(system.contains("Recent commits:\n"), "{system}");
+    let status: Value = serde_json::from_str(
+        &std::fs::read_to_string(ran.dir.path().join("run/stages/work/1/status.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(status["project_docs"], json!(["AGENTS.md", "services/CLAUDE.md", "services/api/GEMINI.md"]));
+
+    // Turned off, and outside git.
+    let server = LlmServer::start(vec![openai_text("Done.", 10, 5)], Vec::new());
+    let ran = compatible(&server, &workflow(", project_docs=false"))
+        .file("work/AGENTS.md", "Secret sauce.\n")
+        .args(["run", "workflow.dot", "--run-dir", "run", "--workdir", "work", "-q"])
+        .status(0)
+        .run();
+    let system = message(&server.requests()[0].json(), 0);
+    assert!(!system.contains("Secret sauce") && !system.contains("Project instructions"), "{system}");
+    assert!(system.contains("Git: the working directory is not in a git repository\n"), "{system}");
+    let status = std::fs::read_to_string(ran.dir.path().join("run/stages/work/1/status.json")).unwrap();
+    assert!(!status.contains("project_docs"), "{status}");
+}
+
 #[test]
 fn the_watchdog_warns_stops_the_stage_or_stays_quiet() {
     let same_call = || -> Vec<Reply> {

@@ -15,6 +15,7 @@
 pub mod aging;
 pub mod calibration;
 pub mod compaction;
+pub mod project_docs;
 pub mod reference_files;
 pub mod replay_caps;
 pub mod runtime;

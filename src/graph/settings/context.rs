@@ -237,6 +237,9 @@ pub struct ContextSettings {
     pub tool_result_aging: Option<bool>,
     /// The runtime block at the top of the system prompt (on by default).
     pub runtime_context: Option<bool>,
+    /// The project's instruction files (AGENTS.md, CLAUDE.md, ...) in the system prompt (on by
+    /// default).
+    pub project_docs: Option<bool>,
     /// The `mark_task_done` tool and the task checkpoints it writes (on by default).
     pub task_checkpoints: Option<bool>,
     /// The agentic tool wrappers (on by default).
@@ -383,6 +386,7 @@ impl ContextSettings {
             max_replay_chars: count("max_replay_chars"),
             tool_result_aging: flag("tool_result_aging"),
             runtime_context: flag("runtime_context"),
+            project_docs: flag("project_docs"),
             task_checkpoints: flag("task_checkpoints"),
             agentic_tools: flag("agentic_tools"),
             compaction: word("compaction").and_then(CompactionPreset::from_name),
@@ -420,7 +424,7 @@ impl ContextSettings {
     pub fn or(mut self, lower: &ContextSettings) -> ContextSettings {
         fill!(self, lower;
             max_in_turn_tool_pairs, max_in_turn_context_tokens, max_tool_result_chars, max_replay_chars,
-            tool_result_aging, runtime_context, task_checkpoints, agentic_tools, compaction, compaction_mode, compaction_trigger_turns, compaction_keep_turns,
+            tool_result_aging, runtime_context, project_docs, task_checkpoints, agentic_tools, compaction, compaction_mode, compaction_trigger_turns, compaction_keep_turns,
             compaction_token_budget, compaction_threshold, compaction_model, compaction_prune_chars,
             compaction_block_chars, compaction_anti_thrash_window, compaction_anti_thrash_min_savings, context_budget_warn,
             context_budget_cutover, thread_text_only, thread_max_turn_age, thread_max_tail_messages,
@@ -476,6 +480,10 @@ impl ContextSettings {
 
     pub fn runtime_context(&self) -> bool {
         self.runtime_context.unwrap_or(true)
+    }
+
+    pub fn project_docs(&self) -> bool {
+        self.project_docs.unwrap_or(true)
     }
 
     pub fn task_checkpoints(&self) -> bool {
@@ -564,6 +572,7 @@ const NAMES: &[(&str, &str)] = &[
     ("max_replay_chars", "default_max_replay_chars"),
     ("tool_result_aging", "default_tool_result_aging"),
     ("runtime_context", "default_runtime_context"),
+    ("project_docs", "default_project_docs"),
     ("task_checkpoints", "default_task_checkpoints"),
     ("agentic_tools", "default_agentic_tools"),
     ("compaction", "default_compaction"),
