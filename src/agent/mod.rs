@@ -1,11 +1,12 @@
 //! The agent runtime: an agent stage's loop of model calls and tool calls ([`tool_loop`]), its
 //! tools ([`tools`], the files they touched in [`file_tracker`], MCP servers in [`mcp`], the small
-//! model's wrappers in [`agentic_tools`]), what each call may do ([`permissions`]), its transcript
-//! ([`transcript`]), its answers as they are written ([`answer_log`]) and what each model call
-//! sends ([`context`]). Providers are `llm`'s; composing them into a backend is `backends`'.
+//! model's wrappers in [`agentic_tools`], the patch format of `apply_patch` in [`apply_patch`]),
+//! what each call may do ([`permissions`]), its transcript ([`transcript`]), its answers as they
+//! are written ([`answer_log`]) and what each model call sends ([`context`]). Providers are `llm`'s; composing them into a backend is `backends`'.
 
 pub mod agentic_tools;
 pub mod answer_log;
+pub mod apply_patch;
 pub mod context;
 pub mod file_tracker;
 pub mod mcp;
