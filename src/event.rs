@@ -256,6 +256,10 @@ pub enum Event {
     /// tokens or US dollars) and stops before its next model call; the run pauses.
     #[serde(rename = "llm.cost_ceiling")]
     LlmCostCeiling { bound: String, limit: f64, spent_tokens: u64, spent_usd: f64 },
+    /// A `SKILL.md` in an agent stage's skill directories that is not a skill (the stage goes on
+    /// without it).
+    #[serde(rename = "agent.skill_invalid")]
+    AgentSkillInvalid { file: String, message: String },
     /// An agent stage runs its tool loop on a small-tier model (known only at run time: from
     /// `--model` or the config file); `fix` names a stronger model.
     #[serde(rename = "agent.small_tier_parent")]

@@ -23,9 +23,11 @@ use crate::interview::{Answer, Interviewer, Question};
 /// The level a call of `tool` needs.
 pub fn needed_for(tool: &str) -> Level {
     match tool {
-        "read_file" | "list_dir" | "glob" | "grep" => Level::ReadOnly,
+        "read_file" | "read_many_files" | "list_dir" | "glob" | "grep" | super::skills::TOOL => {
+            Level::ReadOnly
+        }
         _ if super::agentic_tools::is_wrapper(tool) => Level::ReadOnly,
-        "write_file" | "edit_file" => Level::ReadWrite,
+        "write_file" | "edit_file" | "apply_patch" => Level::ReadWrite,
         _ => Level::Full,
     }
 }

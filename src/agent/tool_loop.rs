@@ -73,6 +73,8 @@ pub struct AgentSettings<'a> {
     /// The context window of `compaction_model` when the stage names one (its side calls are
     /// sized to it).
     pub compaction_window: Option<u64>,
+    /// The stage's skills ([`crate::agent::skills`]).
+    pub skills: &'a [crate::agent::skills::Skill],
 }
 
 /// What the loop produced.
@@ -116,13 +118,26 @@ pub struct SystemParts<'a> {
     /// The recalled memory block (may be empty).
     pub memory: &'a str,
     pub withheld_above: Option<PermissionLevel>,
+    /// The built-in tools offered (after the permissions' cut), in order.
+    pub tools: &'a [&'a str],
+    pub skills: &'a [crate::agent::skills::Skill],
 }
 
 /// The system prompt of agent stages: the runtime block when `runtime` is set, the instructions,
 /// the project's instruction files, the index of the run's reference files, then the recalled
 /// memory block.
 pub fn system_prompt(parts: &SystemParts<'_>) -> String {
-    let SystemParts { work_dir, model, runtime, project_docs, references, memory, withheld_above } = *parts;
+    let SystemParts {
+        work_dir,
+        model,
+        runtime,
+        project_docs,
+        references,
+        memory,
+        withheld_above,
+        tools,
+        skills,
+    } = *parts;
     let runtime =
         if runtime { crate::agent::context::runtime::block(work_dir, model) + "\n" } else { String::new() };
     let project_docs = match crate::agent::context::project_docs::block(project_docs) {
@@ -133,23 +148,33 @@ pub fn system_prompt(parts: &SystemParts<'_>) -> String {
         index if index.is_empty() => index,
         index => format!("\n\n{}", index.trim_end()),
     };
-    let work = match withheld_above {
+    let skills = match crate::agent::skills::block(skills) {
+        block if block.is_empty() => block,
+        block => format!("\n\n{}", block.trim_end()),
+    };
+    let listed = match tools {
+        [] => "with no built-in tools".to_string(),
+        [one] => format!("with the tool {one}"),
+        [rest @ .., last] => format!("with the tools {} and {last}", rest.join(", ")),
+    };
+    let rules = match withheld_above {
         None | Some(PermissionLevel::Full) => {
-            "with the tools read_file, write_file, edit_file, list_dir, glob, grep and shell; paths are relative \
-             to it and tools cannot leave it. Read before you edit, make the changes the task asks for, check them \
-             (for example by running the tests with shell)"
+            let check =
+                if tools.contains(&"shell") { " (for example by running the tests with shell)" } else { "" };
+            format!("Read before you edit, make the changes the task asks for, check them{check}")
         }
         Some(PermissionLevel::ReadWrite) => {
-            "with the tools read_file, write_file, edit_file, list_dir, glob and grep; paths are relative to it \
-             and tools cannot leave it. This stage runs with permissions=read-write: it cannot run commands. Read \
+            "This stage runs with permissions=read-write: it cannot run commands. Read \
              before you edit, make the changes the task asks for"
+                .to_string()
         }
         Some(PermissionLevel::ReadOnly) => {
-            "with the tools read_file, list_dir, glob and grep; paths are relative to it and tools cannot leave \
-             it. This stage runs with permissions=read-only: it cannot change files or run commands. Read what the \
-             task needs and do it by reading"
+            "This stage runs with permissions=read-only: it cannot change files or run \
+             commands. Read what the task needs and do it by reading"
+                .to_string()
         }
     };
+    let work = format!("{listed}; paths are relative to it and tools cannot leave it. {rules}");
     runtime
         + &format!(
         "You are a coding agent running one stage of a fabro workflow. You work in the directory {} {work}, \
@@ -157,6 +182,7 @@ pub fn system_prompt(parts: &SystemParts<'_>) -> String {
          report an outcome as JSON, end your answer with that JSON.",
         work_dir.display()
     ) + &project_docs
+        + &skills
         + &references
         + &match memory.trim_end() {
             "" => String::new(),
@@ -192,6 +218,9 @@ pub async fn run(
     } else {
         Vec::new()
     };
+    // With no one to allow them, tools above the stage's permissions are not offered.
+    let offered: Vec<&str> =
+        toolbox.builtin_tools().iter().copied().filter(|tool| toolbox.permissions.offers(tool)).collect();
     let system = system_prompt(&SystemParts {
         work_dir: toolbox.root(),
         model: settings.model,
@@ -200,8 +229,11 @@ pub async fn run(
         references: settings.reference_files,
         memory: &recalled(settings.memory),
         withheld_above: toolbox.permissions.withheld_above(),
+        tools: &offered,
+        skills: settings.skills,
     });
     let mut definitions = tools::definitions();
+    definitions.retain(|tool| toolbox.builtin_tools().contains(&tool.name.as_ref()));
     definitions.extend(toolbox.mcp_definitions());
     // With no one to allow them, calls above the stage's permissions would only be denied.
     definitions.retain(|tool| toolbox.permissions.offers(&tool.name));
@@ -211,6 +243,16 @@ pub async fn run(
     }
     if settings.memory.is_some() {
         definitions.push(crate::memory::tool_definition());
+    }
+    if !settings.skills.is_empty() {
+        definitions.push(crate::agent::skills::tool_definition());
+        // A `/name rest` token in the stage's prompt is the skill's text.
+        if let Some(ChatMessage::User { content, .. }) = messages.last_mut() {
+            if let Some((expanded, skill)) = crate::agent::skills::expand(content, settings.skills) {
+                transcript.record("skill_expanded", json!({"skill": skill.name}));
+                *content = expanded;
+            }
+        }
     }
     if settings.small_model.is_some() {
         definitions.extend(agentic_tools::definitions());
@@ -404,6 +446,11 @@ pub async fn run(
                 run.usage.add(&digest.usage);
                 run.usage.add_small_model(digest.usage.input_tokens, digest.usage.output_tokens);
                 digest.output
+            } else if call.name == crate::agent::skills::TOOL && !settings.skills.is_empty() {
+                match crate::agent::skills::load(settings.skills, &call.arguments) {
+                    Ok(content) => tools::ToolOutput { content, is_error: false },
+                    Err(content) => tools::ToolOutput { content, is_error: true },
+                }
             } else if let (crate::memory::REMEMBER, Some(memory)) = (call.name.as_str(), settings.memory) {
                 remember(memory, call, transcript, &mut run)
             } else {

@@ -46,6 +46,30 @@ pub struct Toolbox {
     mcp: super::mcp::StageTools,
     /// What the tools may do without asking.
     pub permissions: super::permissions::Permissions,
+    /// `read_before_write`: an existing file is written only once this stage has read it as it
+    /// is on disk now.
+    read_before_write: bool,
+    /// What each file was when this stage last read or wrote it.
+    known: std::collections::HashMap<PathBuf, FileStamp>,
+    /// The built-in tools the stage is offered (a call to another is refused).
+    builtin: Vec<&'static str>,
+}
+
+/// What a file is on disk, to tell whether it changed since the stage saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FileStamp {
+    len: u64,
+    modified: Option<std::time::SystemTime>,
+    inode: u64,
+}
+
+impl FileStamp {
+    /// The stamp of the file at `path`; `None` when there is none.
+    fn of(path: &Path) -> Option<FileStamp> {
+        use std::os::unix::fs::MetadataExt as _;
+        let meta = path.symlink_metadata().ok()?;
+        Some(FileStamp { len: meta.len(), modified: meta.modified().ok(), inode: meta.ino() })
+    }
 }
 
 /// When a hook runs.
@@ -100,7 +124,48 @@ impl ToolOutput {
     }
 }
 
-/// The tool definitions sent to the model.
+/// The built-in tools, in the order they are offered.
+pub const BUILTIN_TOOLS: [&str; 9] = [
+    "read_file",
+    "read_many_files",
+    "write_file",
+    "edit_file",
+    "apply_patch",
+    "list_dir",
+    "glob",
+    "grep",
+    "shell",
+];
+
+/// Whose models a stage's tools are shaped for: each family gets the editing tools its models
+/// were trained on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToolFamily {
+    /// OpenAI's models: `apply_patch` instead of `edit_file`.
+    OpenAi,
+    Anthropic,
+    /// Gemini: `edit_file`, and `read_many_files`.
+    Gemini,
+    /// Any other model (a local server): `edit_file`.
+    Other,
+}
+
+impl ToolFamily {
+    /// The built-in tools a stage of this family gets when its `tools` names none.
+    pub fn default_tools(self) -> Vec<&'static str> {
+        BUILTIN_TOOLS
+            .into_iter()
+            .filter(|tool| match *tool {
+                "apply_patch" => self == ToolFamily::OpenAi,
+                "edit_file" => self != ToolFamily::OpenAi,
+                "read_many_files" => self == ToolFamily::Gemini,
+                _ => true,
+            })
+            .collect()
+    }
+}
+
+/// The tool definitions sent to the model: every built-in tool.
 pub fn definitions() -> Vec<ToolDefinition> {
     let object = |properties: Value, required: &[&str]| json!({"type": "object", "properties": properties, "required": required});
     vec![
@@ -111,6 +176,11 @@ pub fn definitions() -> Vec<ToolDefinition> {
                 json!({"path": {"type": "string"}, "offset": {"type": "integer"}, "limit": {"type": "integer"}}),
                 &["path"],
             ),
+        },
+        ToolDefinition {
+            name: "read_many_files".into(),
+            description: "Read several text files at once (numbered lines, each under a ==> path <== header); at most 20 files and 200,000 characters in all. Prefer it to many read_file calls.".into(),
+            parameters: object(json!({"paths": {"type": "array", "items": {"type": "string"}}}), &["paths"]),
         },
         ToolDefinition {
             name: "write_file".into(),
@@ -125,6 +195,11 @@ pub fn definitions() -> Vec<ToolDefinition> {
                        "replace_all": {"type": "boolean"}}),
                 &["path", "old_string", "new_string"],
             ),
+        },
+        ToolDefinition {
+            name: "apply_patch".into(),
+            description: super::apply_patch::DESCRIPTION.into(),
+            parameters: super::apply_patch::parameters(),
         },
         ToolDefinition {
             name: "list_dir".into(),
@@ -167,7 +242,53 @@ impl Toolbox {
             hooks: ToolHooks::default(),
             mcp: super::mcp::StageTools::default(),
             permissions: super::permissions::Permissions::default(),
+            read_before_write: false,
+            known: std::collections::HashMap::new(),
+            builtin: ToolFamily::Other.default_tools(),
         })
+    }
+
+    /// Offers these built-in tools (of [`BUILTIN_TOOLS`]) instead of [`ToolFamily::Other`]'s.
+    pub fn with_builtin_tools(mut self, tools: Vec<&'static str>) -> Toolbox {
+        self.builtin = tools;
+        self
+    }
+
+    /// The built-in tools the stage is offered.
+    pub fn builtin_tools(&self) -> &[&'static str] {
+        &self.builtin
+    }
+
+    /// Refuses to write an existing file this stage has not read, or that changed on disk since
+    /// it did (`read_before_write`).
+    pub fn with_read_before_write(mut self, on: bool) -> Toolbox {
+        self.read_before_write = on;
+        self
+    }
+
+    /// Remembers `path` as the stage now knows it (it read or wrote it).
+    fn saw(&mut self, path: &Path) {
+        if let Some(stamp) = FileStamp::of(path) {
+            self.known.insert(path.to_path_buf(), stamp);
+        }
+    }
+
+    /// Whether the stage may write `path`: a new file always; an existing one only once read as
+    /// it is now (with `read_before_write`).
+    fn check_known(&self, path: &Path) -> Result<(), String> {
+        let Some(now) = FileStamp::of(path).filter(|_| self.read_before_write) else { return Ok(()) };
+        let relative = self.relative(path);
+        match self.known.get(path) {
+            Some(seen) if *seen == now => Ok(()),
+            Some(_) => Err(format!(
+                "`{relative}` changed on disk since this stage last read it (a command or another program wrote \
+                 it); read it again with read_file, then write it"
+            )),
+            None => Err(format!(
+                "`{relative}` exists and this stage has not read it; read it with read_file first, so the change \
+                 keeps what is in it (new files can be written without reading)"
+            )),
+        }
     }
 
     /// The stage may also call these MCP tools.
@@ -257,17 +378,25 @@ impl Toolbox {
         if let Some(output) = self.mcp.call(name, arguments).await {
             return output;
         }
+        if BUILTIN_TOOLS.contains(&name) && !self.builtin.contains(&name) {
+            return ToolOutput::error(format!(
+                "`{name}` is not one of this stage's tools; they are {}",
+                self.builtin.join(", ")
+            ));
+        }
         let result = match name {
             "read_file" => self.read_file(arguments),
+            "read_many_files" => self.read_many_files(arguments),
             "write_file" => self.write_file(arguments),
             "edit_file" => self.edit_file(arguments),
+            "apply_patch" => self.apply_patch(arguments),
             "list_dir" => self.list_dir(arguments),
             "glob" => self.glob(arguments),
             "grep" => self.grep(arguments),
             "shell" => self.shell(arguments).await,
             other => Err(format!(
-                "there is no tool `{other}`; the tools are read_file, write_file, edit_file, list_dir, glob, grep and \
-                 shell{}",
+                "there is no tool `{other}`; the tools are {}{}",
+                self.builtin.join(", "),
                 match self.mcp.is_empty() {
                     true => String::new(),
                     false => ", and the MCP tools listed with them".to_string(),
@@ -337,18 +466,23 @@ impl Toolbox {
 
     fn read_file(&mut self, args: &Value) -> Result<String, String> {
         let path = self.resolve(text_arg(args, "path")?, false)?;
-        let bytes = crate::regular_file::read(&path, crate::regular_file::FileKind::Record)
-            .map_err(|e| format!("cannot read `{}`: {e}", self.relative(&path)))?;
-        let text = String::from_utf8_lossy(&bytes);
         let offset = count_arg(args, "offset").unwrap_or(1).max(1);
-        let limit = count_arg(args, "limit");
+        self.read_numbered(&path, offset, count_arg(args, "limit"))
+    }
+
+    /// `path`'s lines from `offset` (1-based), at most `limit` of them, numbered; the stage has
+    /// read it.
+    fn read_numbered(&mut self, path: &Path, offset: usize, limit: Option<usize>) -> Result<String, String> {
+        let bytes = crate::regular_file::read(path, crate::regular_file::FileKind::Record)
+            .map_err(|e| format!("cannot read `{}`: {e}", self.relative(path)))?;
+        let text = String::from_utf8_lossy(&bytes);
         let lines: Vec<&str> = text.lines().collect();
         if offset > lines.len() && !lines.is_empty() {
             // An empty answer would read as an empty file.
             let (count, plural) = (lines.len(), if lines.len() == 1 { "" } else { "s" });
             return Err(format!(
                 "`{}` has {count} line{plural}; offset={offset} is past its end (offsets 1 to {count} read it)",
-                self.relative(&path)
+                self.relative(path)
             ));
         }
         let start = (offset - 1).min(lines.len());
@@ -363,7 +497,41 @@ impl Toolbox {
         if lines.is_empty() {
             out.push_str("(empty file)\n");
         }
-        self.tracker.note(self.relative(&path), FileOp::Read, false);
+        self.tracker.note(self.relative(path), FileOp::Read, false);
+        self.saw(path);
+        Ok(out)
+    }
+
+    fn read_many_files(&mut self, args: &Value) -> Result<String, String> {
+        const MOST_FILES: usize = 20;
+        const MOST_CHARS: usize = 200_000;
+        let paths: Vec<&str> = args["paths"]
+            .as_array()
+            .map(|paths| paths.iter().filter_map(Value::as_str).collect())
+            .filter(|paths: &Vec<&str>| !paths.is_empty())
+            .ok_or("missing argument `paths`: a list of file paths")?;
+        if paths.len() > MOST_FILES {
+            return Err(format!("{} paths; read_many_files reads at most {MOST_FILES} at once", paths.len()));
+        }
+        let mut out = String::new();
+        for (index, given) in paths.iter().enumerate() {
+            let part = match self.resolve(given, false) {
+                Ok(path) => {
+                    self.read_numbered(&path, 1, None).unwrap_or_else(|error| format!("error: {error}\n"))
+                }
+                Err(error) => format!("error: {error}\n"),
+            };
+            if out.len() + part.len() > MOST_CHARS {
+                out.push_str(&format!(
+                    "[{} more file(s) not read: the answer would pass {MOST_CHARS} characters; read them with \
+                     read_file: {}]\n",
+                    paths.len() - index,
+                    paths[index..].join(", ")
+                ));
+                break;
+            }
+            out.push_str(&format!("==> {given} <==\n{part}\n"));
+        }
         Ok(out)
     }
 
@@ -374,9 +542,11 @@ impl Toolbox {
             std::fs::create_dir_all(parent)
                 .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
         }
+        self.check_known(&path)?;
         let created = path.symlink_metadata().is_err();
         std::fs::write(&path, content)
             .map_err(|e| format!("cannot write `{}`: {e}", self.relative(&path)))?;
+        self.saw(&path);
         let relative = self.relative(&path);
         self.tracker.note(relative.clone(), FileOp::Written, created);
         Ok(format!("wrote {} bytes to {relative}", content.len()))
@@ -391,6 +561,9 @@ impl Toolbox {
         if old.is_empty() {
             return Err("old_string is empty; use write_file to create a file".to_string());
         }
+        if path.symlink_metadata().is_ok() {
+            self.check_known(&path)?;
+        }
         let text = crate::regular_file::read_to_string(&path, crate::regular_file::FileKind::Record)
             .map_err(|e| format!("cannot read `{relative}`: {e}"))?;
         let count = text.matches(old).count();
@@ -404,8 +577,110 @@ impl Toolbox {
             }
         };
         std::fs::write(&path, edited).map_err(|e| format!("cannot write `{relative}`: {e}"))?;
+        self.saw(&path);
         self.tracker.note(relative.clone(), FileOp::Edited, false);
         Ok(format!("replaced {count} occurrence{} in {relative}", if count == 1 { "" } else { "s" }))
+    }
+
+    /// Applies a v4a patch ([`super::apply_patch`]) whole or not at all: every file's new text is
+    /// worked out first (an error names the operation and chunk that did not apply, and nothing
+    /// is written), then written beside its file and renamed into place, then the deleted and
+    /// moved-away files are removed.
+    fn apply_patch(&mut self, args: &Value) -> Result<String, String> {
+        use super::apply_patch::{apply_chunks, parse, Operation};
+        let operations =
+            parse(text_arg(args, "input")?).map_err(|error| format!("the patch was not applied: {error}"))?;
+        let refuse = |message: String| format!("the patch was not applied: {message}");
+        // (path, new text, created) to write; paths to remove; the summary lines.
+        let mut writes: Vec<(PathBuf, String, bool)> = Vec::new();
+        let mut removes: Vec<PathBuf> = Vec::new();
+        let mut summary: Vec<String> = Vec::new();
+        for operation in &operations {
+            let path = self.resolve(operation.path(), true).map_err(refuse)?;
+            let exists = path.symlink_metadata().is_ok();
+            match operation {
+                Operation::Add { path: shown, content } => {
+                    if exists {
+                        return Err(refuse(format!(
+                            "Add File {shown}: the file exists; change it with *** Update File (after reading it)"
+                        )));
+                    }
+                    writes.push((path, content.clone(), true));
+                    summary.push(format!("A {shown}"));
+                }
+                Operation::Delete { path: shown } => {
+                    if !exists {
+                        return Err(refuse(format!("Delete File {shown}: there is no such file")));
+                    }
+                    self.check_known(&path).map_err(refuse)?;
+                    removes.push(path);
+                    summary.push(format!("D {shown}"));
+                }
+                Operation::Update { path: shown, move_to, chunks } => {
+                    if !exists {
+                        return Err(refuse(format!(
+                            "Update File {shown}: there is no such file; create it with *** Add File"
+                        )));
+                    }
+                    self.check_known(&path).map_err(refuse)?;
+                    let original =
+                        crate::regular_file::read_to_string(&path, crate::regular_file::FileKind::Record)
+                            .map_err(|e| refuse(format!("Update File {shown}: cannot read it: {e}")))?;
+                    let updated =
+                        apply_chunks(&original, shown, chunks).map_err(|error| refuse(error.to_string()))?;
+                    match move_to {
+                        Some(target) => {
+                            let destination = self.resolve(target, true).map_err(refuse)?;
+                            if destination.symlink_metadata().is_ok() {
+                                return Err(refuse(format!(
+                                    "Update File {shown}: *** Move to {target}: that file exists"
+                                )));
+                            }
+                            writes.push((destination, updated, true));
+                            removes.push(path);
+                            summary.push(format!("R {shown} -> {target}"));
+                        }
+                        None => {
+                            writes.push((path, updated, false));
+                            summary.push(format!("M {shown}"));
+                        }
+                    }
+                }
+            }
+        }
+        // Every new text goes beside its file first: a failure here leaves the work directory as it was.
+        let mut staged: Vec<(PathBuf, PathBuf, bool)> = Vec::new();
+        for (index, (path, text, created)) in writes.iter().enumerate() {
+            let result = path.parent().map_or(Ok(()), std::fs::create_dir_all).and_then(|()| {
+                let name =
+                    path.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default();
+                let temp = path.with_file_name(format!(".{name}.fabro-patch-{}-{index}", std::process::id()));
+                std::fs::write(&temp, text).map(|()| temp)
+            });
+            match result {
+                Ok(temp) => staged.push((temp, path.clone(), *created)),
+                Err(error) => {
+                    for (temp, _, _) in &staged {
+                        let _ = std::fs::remove_file(temp);
+                    }
+                    return Err(refuse(format!("cannot write `{}`: {error}", self.relative(path))));
+                }
+            }
+        }
+        for (temp, path, created) in &staged {
+            std::fs::rename(temp, path)
+                .map_err(|e| format!("cannot write `{}`: {e}", self.relative(path)))?;
+            self.saw(path);
+            let op = if *created { FileOp::Written } else { FileOp::Edited };
+            self.tracker.note(self.relative(path), op, *created);
+        }
+        for path in &removes {
+            std::fs::remove_file(path)
+                .map_err(|e| format!("cannot delete `{}`: {e}", self.relative(path)))?;
+            self.known.remove(path);
+            self.tracker.note(self.relative(path), FileOp::Edited, false);
+        }
+        Ok(format!("applied the patch:\n{}", summary.join("\n")))
     }
 
     fn list_dir(&mut self, args: &Value) -> Result<String, String> {
@@ -698,6 +973,124 @@ mod tests {
         assert_eq!(tools.tracker.changed(), vec!["docs/new.md".to_string(), "src/lib.rs".to_string()]);
         let files = tools.files(1_000).text;
         assert!(files.contains("- docs/new.md (created)\n- src/lib.rs (edited)"), "{files}");
+    }
+
+    #[tokio::test]
+    async fn an_existing_file_is_written_only_once_read_as_it_is_now() {
+        let (dir, tools) = toolbox();
+        let mut tools = tools.with_read_before_write(true);
+        let edit = json!({"path": "src/lib.rs", "old_string": "fn a", "new_string": "fn z"});
+        let refused = tools.run("edit_file", &edit).await;
+        assert!(refused.is_error);
+        assert!(
+            refused.content.contains("`src/lib.rs` exists and this stage has not read it"),
+            "{}",
+            refused.content
+        );
+        let overwrite = json!({"path": "src/lib.rs", "content": "gone"});
+        assert!(tools.run("write_file", &overwrite).await.is_error);
+        // New files need no reading, and the stage knows what it wrote.
+        assert!(!tools.run("write_file", &json!({"path": "new.txt", "content": "1"})).await.is_error);
+        assert!(!tools.run("write_file", &json!({"path": "new.txt", "content": "2"})).await.is_error);
+        // A partial read counts; then the edit goes through, and so does the next.
+        assert!(!tools.run("read_file", &json!({"path": "src/lib.rs", "limit": 1})).await.is_error);
+        assert!(!tools.run("edit_file", &edit).await.is_error);
+        let again = json!({"path": "src/lib.rs", "old_string": "fn b", "new_string": "fn y"});
+        assert!(!tools.run("edit_file", &again).await.is_error);
+        // Changed behind the stage's back (a command): read it again first.
+        let changed = "fn changed() {}\nfn other() {}\n";
+        std::fs::write(dir.path().join("work/src/lib.rs"), changed).unwrap();
+        let stale = tools.run("write_file", &overwrite).await;
+        assert!(stale.content.contains("changed on disk since this stage last read it"), "{}", stale.content);
+        assert_eq!(std::fs::read_to_string(dir.path().join("work/src/lib.rs")).unwrap(), changed);
+        assert!(!tools.run("read_file", &json!({"path": "src/lib.rs"})).await.is_error);
+        assert!(!tools.run("write_file", &overwrite).await.is_error);
+        // Off: as before.
+        let (_dir, mut off) = toolbox();
+        assert!(!off.run("edit_file", &edit).await.is_error);
+    }
+
+    #[tokio::test]
+    async fn a_patch_applies_whole_or_not_at_all_and_only_offered_tools_run() {
+        let (dir, tools) = toolbox();
+        let mut tools =
+            tools.with_builtin_tools(ToolFamily::OpenAi.default_tools()).with_read_before_write(true);
+        let work = dir.path().join("work");
+        std::fs::write(work.join("old.txt"), "bye\n").unwrap();
+        let patch = |body: &str| json!({"input": format!("*** Begin Patch\n{body}*** End Patch\n")});
+        let update = "*** Update File: src/lib.rs\n@@\n-fn a() {}\n+pub fn a() {}\n fn b() {}\n";
+        // Not read yet: refused, nothing written.
+        let refused =
+            tools.run("apply_patch", &patch(&format!("*** Add File: docs/new.md\n+hi\n{update}"))).await;
+        assert!(refused.is_error && refused.content.contains("has not read it"), "{}", refused.content);
+        assert!(!work.join("docs/new.md").exists());
+        assert!(!tools.run("read_file", &json!({"path": "src/lib.rs"})).await.is_error);
+        assert!(!tools.run("read_file", &json!({"path": "old.txt"})).await.is_error);
+        // A chunk that does not apply: the other operations are not applied either.
+        let bad = "*** Update File: src/lib.rs\n@@\n-fn missing() {}\n+fn x() {}\n";
+        let failed =
+            tools.run("apply_patch", &patch(&format!("*** Add File: docs/new.md\n+hi\n{bad}"))).await;
+        assert!(failed.is_error && failed.content.contains("chunk 1"), "{}", failed.content);
+        assert!(!work.join("docs/new.md").exists());
+        let leftovers: Vec<_> =
+            walk(&work).filter(|entry| entry.file_name().to_string_lossy().contains("fabro-patch")).collect();
+        assert!(leftovers.is_empty());
+        let done = tools
+            .run(
+                "apply_patch",
+                &patch(&format!("*** Add File: docs/new.md\n+hi\n{update}*** Delete File: old.txt\n")),
+            )
+            .await;
+        assert!(!done.is_error, "{}", done.content);
+        assert_eq!(done.content, "applied the patch:\nA docs/new.md\nM src/lib.rs\nD old.txt");
+        assert_eq!(std::fs::read_to_string(work.join("docs/new.md")).unwrap(), "hi\n");
+        assert_eq!(std::fs::read_to_string(work.join("src/lib.rs")).unwrap(), "pub fn a() {}\nfn b() {}\n");
+        assert!(!work.join("old.txt").exists());
+        // The stage knows what it patched: a second patch needs no new read.
+        let again = patch("*** Update File: src/lib.rs\n@@\n-fn b() {}\n+fn c() {}\n");
+        assert!(!tools.run("apply_patch", &again).await.is_error);
+        // edit_file is not an OpenAI model's tool.
+        let edit = tools
+            .run("edit_file", &json!({"path": "src/lib.rs", "old_string": "c", "new_string": "d"}))
+            .await;
+        assert!(
+            edit.is_error && edit.content.contains("`edit_file` is not one of this stage's tools"),
+            "{}",
+            edit.content
+        );
+        assert_eq!(
+            ToolFamily::Gemini.default_tools(),
+            ["read_file", "read_many_files", "write_file", "edit_file", "list_dir", "glob", "grep", "shell"]
+        );
+    }
+
+    #[tokio::test]
+    async fn read_many_files_reads_each_with_numbered_lines() {
+        let (dir, tools) = toolbox();
+        let mut tools =
+            tools.with_builtin_tools(ToolFamily::Gemini.default_tools()).with_read_before_write(true);
+        std::fs::write(dir.path().join("work/b.txt"), "one\ntwo\n").unwrap();
+        let read = tools
+            .run("read_many_files", &json!({"paths": ["src/lib.rs", "b.txt", "nope.txt", "../secret.txt"]}))
+            .await;
+        assert!(!read.is_error);
+        assert!(
+            read.content.starts_with(
+                "==> src/lib.rs <==\n     1\tfn a() {}\n     2\tfn b() {}\n\n==> b.txt <==\n     1\tone\n"
+            ),
+            "{}",
+            read.content
+        );
+        assert!(read.content.contains("==> nope.txt <==\nerror: cannot read `nope.txt`"), "{}", read.content);
+        assert!(
+            read.content
+                .contains("==> ../secret.txt <==\nerror: `../secret.txt` is outside the work directory"),
+            "{}",
+            read.content
+        );
+        // Each file read counts as read.
+        assert!(!tools.run("write_file", &json!({"path": "b.txt", "content": "x"})).await.is_error);
+        assert!(tools.run("read_many_files", &json!({"paths": []})).await.is_error);
     }
 
     #[tokio::test]

@@ -15,11 +15,11 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use super::config::{ConfigError, LlmConfig, ProviderKind};
+use super::config::{ConfigError, LlmConfig, ProviderKind, Resolved};
 use super::{Backend, LlmRequest, LlmResponse, StageEnv, TurnLimit};
 use crate::agent::answer_log::AnswerLog;
 use crate::agent::tool_loop::{self, AgentSettings};
-use crate::agent::tools::Toolbox;
+use crate::agent::tools::{ToolFamily, Toolbox};
 use crate::agent::transcript::{assistant_record, Transcript};
 use crate::chat::ChatMessage;
 use crate::event::Event;
@@ -209,6 +209,26 @@ impl LiveBackend {
         &self.config
     }
 
+    /// The built-in tools of an agent stage: its `tools` (checked by validation: unknown names are
+    /// left out here), else those shaped for the family of its model.
+    fn builtin_tools(&self, stage: &StageEnv<'_>, resolved: &Resolved) -> Vec<&'static str> {
+        if let Some(named) = &stage.tools {
+            return crate::agent::tools::BUILTIN_TOOLS
+                .into_iter()
+                .filter(|tool| named.iter().any(|name| name == tool))
+                .collect();
+        }
+        let kind = self.config.providers.get(&resolved.provider).map(|provider| provider.kind);
+        let family = match (kind, crate::models::infer_provider(&resolved.model)) {
+            (Some(ProviderKind::OpenAi), _) | (_, Some("openai")) => ToolFamily::OpenAi,
+            (Some(ProviderKind::Anthropic), _) | (_, Some("anthropic")) => ToolFamily::Anthropic,
+            _ if resolved.provider == "gemini" => ToolFamily::Gemini,
+            (_, Some("gemini")) => ToolFamily::Gemini,
+            _ => ToolFamily::Other,
+        };
+        family.default_tools()
+    }
+
     /// The stage's small-tier guard, else the config file's, else `warn`.
     fn small_tier_parent(&self, stage: Option<settings::SmallTierParent>) -> settings::SmallTierParent {
         stage.or(self.config.small_tier_parent).unwrap_or_default()
@@ -396,6 +416,7 @@ impl LiveBackend {
                 let small_provider =
                     small.as_ref().and_then(|small| self.retrying(&small.provider, &report).ok());
                 small_model = small.as_ref().map(|small| small.model.clone());
+                let skills = stage_skills(stage.work_dir, &context, &transcript);
                 let settings = AgentSettings {
                     model,
                     reasoning_effort,
@@ -429,12 +450,15 @@ impl LiveBackend {
                         .compaction_model
                         .as_deref()
                         .map(|compaction_model| self.config.context_window(compaction_model)),
+                    skills: &skills,
                 };
                 transcript
                     .event(Event::AgentContextWindow { tokens: window, source: window_source.to_string() });
                 // The stage's own directory too: compaction blocks send the model to its transcript.
                 let mut readable = vec![settings.offload_dir.clone(), stage.stage_dir.to_path_buf()];
                 readable.extend(stage.reference_files.iter().map(|file| file.path.clone()));
+                // A skill's other files are for reading.
+                readable.extend(skills.iter().map(|skill| skill.dir.clone()));
                 let _ = std::fs::create_dir_all(&settings.offload_dir);
                 let mut toolbox = Toolbox::new(stage.work_dir, readable)
                     .map_err(|error| {
@@ -444,6 +468,8 @@ impl LiveBackend {
                         ))
                     })?
                     .confined(stage.confinement.clone())
+                    .with_read_before_write(context.read_before_write())
+                    .with_builtin_tools(self.builtin_tools(stage, &resolved))
                     .with_hooks(stage.tool_hooks.clone())
                     .with_permissions(crate::agent::permissions::Permissions::new(
                         stage
@@ -785,4 +811,29 @@ impl Backend for LiveBackend {
             None => work.await,
         }
     }
+}
+
+/// The skills of an agent stage working in `work_dir`: from its `skill_dirs`, else the user's
+/// and the project's skill directories. Each `SKILL.md` that is not a skill is an
+/// `agent.skill_invalid` event and a warning; the stage goes on without it.
+fn stage_skills(
+    work_dir: &std::path::Path,
+    context: &settings::ContextSettings,
+    transcript: &Transcript<'_>,
+) -> Vec<crate::agent::skills::Skill> {
+    use crate::agent::skills;
+    let home = std::env::var_os("HOME").filter(|home| !home.is_empty()).map(std::path::PathBuf::from);
+    let dirs = match &context.skill_dirs {
+        Some(named) => skills::named_dirs(named, work_dir, home.as_deref()),
+        None => skills::default_dirs(work_dir, home.as_deref()),
+    };
+    let (found, problems) = skills::discover(&dirs);
+    for problem in problems {
+        tracing::warn!(file = %problem.file.display(), "not a skill: {}", problem.message);
+        transcript.event(Event::AgentSkillInvalid {
+            file: problem.file.display().to_string(),
+            message: problem.message,
+        });
+    }
+    found
 }

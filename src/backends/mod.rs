@@ -85,6 +85,9 @@ pub struct StageEnv<'a> {
     pub fallback_models: Vec<String>,
     /// The MCP servers whose tools the stage gets (node `mcp_servers`, else the graph's).
     pub mcp_servers: crate::graph::settings::McpSelection,
+    /// The built-in tools the stage is offered (node `tools`, else the graph's `default_tools`;
+    /// unset: those of its model's family).
+    pub tools: Option<Vec<String>>,
     /// The node's `permissions` (else the graph's); the backend's default applies when unset.
     pub permissions: Option<crate::graph::settings::PermissionLevel>,
     /// The node's `turn_limit_outcome` (else the graph's); the backend's default applies when unset.

@@ -136,6 +136,7 @@ pub(crate) fn request_for<'a>(
             small_model: settings.small_model.as_deref(),
             fallback_models: settings.fallback_models.clone(),
             mcp_servers: settings.mcp_servers.clone(),
+            tools: settings.tools.clone(),
             permissions: settings.permissions,
             memory: settings.memory.then(|| crate::memory::StageMemory {
                 store: memory_store(stage, settings.memory_dir.as_deref()),

@@ -53,7 +53,7 @@ pub fn builtin_rules_with_children(
     custom_types: Vec<String>,
     child_failures: Vec<(String, Arc<ChildWorkflowError>)>,
 ) -> Vec<Box<dyn Rule>> {
-    let table: [(&'static str, Check); 40] = [
+    let table: [(&'static str, Check); 41] = [
         ("start_node", structure::start_node),
         ("terminal_node", structure::terminal_node),
         ("start_no_incoming", structure::start_no_incoming),
@@ -90,6 +90,7 @@ pub fn builtin_rules_with_children(
         ("parallel_join_settings", stages::parallel_join_settings),
         ("manager_settings", children::manager_settings),
         ("context_settings", stages::context_settings),
+        ("agent_tools", stages::agent_tools),
         ("small_tier_parent", stages::small_tier_parent),
         ("context_files", stages::context_files),
         ("sandbox_paths", stages::sandbox_paths),

@@ -322,3 +322,41 @@ pub fn small_tier_parent(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
         out.push(diagnostic.node(&node.id).span(attr.span).fix(fix));
     }
 }
+
+/// `tools` on a node and `default_tools` on the graph name built-in tools, each once.
+pub fn agent_tools(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
+    use crate::agent::tools::BUILTIN_TOOLS;
+    let owners = std::iter::once((None, workflow.attributes(), "default_tools"))
+        .chain(workflow.nodes().map(|node| (Some(node.id.as_str()), &node.attributes, "tools")));
+    for (node, attributes, key) in owners {
+        let Some(attr) = attributes.get(key) else { continue };
+        let mut seen: Vec<&str> = Vec::new();
+        let text = attr.value.to_string();
+        for name in text.split(',').map(str::trim).filter(|name| !name.is_empty()) {
+            let problem = if seen.contains(&name) {
+                Some((format!("`{key}` names `{name}` twice"), format!("name `{name}` once")))
+            } else if !BUILTIN_TOOLS.contains(&name) {
+                let fix = match crate::diagnostic::did_you_mean(name, BUILTIN_TOOLS) {
+                    Some(near) => {
+                        format!("did you mean `{near}`? the built-in tools are {}", BUILTIN_TOOLS.join(", "))
+                    }
+                    None => format!(
+                        "the built-in tools are {} (MCP tools come with mcp_servers)",
+                        BUILTIN_TOOLS.join(", ")
+                    ),
+                };
+                Some((format!("`{key}` names `{name}`, which is not a built-in tool"), fix))
+            } else {
+                None
+            };
+            seen.push(name);
+            if let Some((message, fix)) = problem {
+                let diagnostic = Diagnostic::error("agent_tools", message).span(attr.span).fix(fix);
+                out.push(match node {
+                    Some(id) => diagnostic.node(id),
+                    None => diagnostic,
+                });
+            }
+        }
+    }
+}

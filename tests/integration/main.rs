@@ -9,6 +9,7 @@
 mod common;
 
 mod agent_context;
+mod agent_tools;
 mod artifacts_cli;
 mod authoring_cli;
 mod ci_reports;

@@ -240,6 +240,10 @@ pub struct ContextSettings {
     /// The project's instruction files (AGENTS.md, CLAUDE.md, ...) in the system prompt (on by
     /// default).
     pub project_docs: Option<bool>,
+    /// Writing an existing file the stage has not read (as it is now) is refused (on by default).
+    pub read_before_write: Option<bool>,
+    /// The directories skills are found in, instead of the user's and the project's.
+    pub skill_dirs: Option<Vec<String>>,
     /// The `mark_task_done` tool and the task checkpoints it writes (on by default).
     pub task_checkpoints: Option<bool>,
     /// The agentic tool wrappers (on by default).
@@ -387,6 +391,10 @@ impl ContextSettings {
             tool_result_aging: flag("tool_result_aging"),
             runtime_context: flag("runtime_context"),
             project_docs: flag("project_docs"),
+            read_before_write: flag("read_before_write"),
+            skill_dirs: values.get("skill_dirs").and_then(Value::as_text).map(|list| {
+                list.split(',').map(str::trim).filter(|dir| !dir.is_empty()).map(str::to_string).collect()
+            }),
             task_checkpoints: flag("task_checkpoints"),
             agentic_tools: flag("agentic_tools"),
             compaction: word("compaction").and_then(CompactionPreset::from_name),
@@ -424,7 +432,7 @@ impl ContextSettings {
     pub fn or(mut self, lower: &ContextSettings) -> ContextSettings {
         fill!(self, lower;
             max_in_turn_tool_pairs, max_in_turn_context_tokens, max_tool_result_chars, max_replay_chars,
-            tool_result_aging, runtime_context, project_docs, task_checkpoints, agentic_tools, compaction, compaction_mode, compaction_trigger_turns, compaction_keep_turns,
+            tool_result_aging, runtime_context, project_docs, read_before_write, skill_dirs, task_checkpoints, agentic_tools, compaction, compaction_mode, compaction_trigger_turns, compaction_keep_turns,
             compaction_token_budget, compaction_threshold, compaction_model, compaction_prune_chars,
             compaction_block_chars, compaction_anti_thrash_window, compaction_anti_thrash_min_savings, context_budget_warn,
             context_budget_cutover, thread_text_only, thread_max_turn_age, thread_max_tail_messages,
@@ -484,6 +492,10 @@ impl ContextSettings {
 
     pub fn project_docs(&self) -> bool {
         self.project_docs.unwrap_or(true)
+    }
+
+    pub fn read_before_write(&self) -> bool {
+        self.read_before_write.unwrap_or(true)
     }
 
     pub fn task_checkpoints(&self) -> bool {
@@ -573,6 +585,8 @@ const NAMES: &[(&str, &str)] = &[
     ("tool_result_aging", "default_tool_result_aging"),
     ("runtime_context", "default_runtime_context"),
     ("project_docs", "default_project_docs"),
+    ("read_before_write", "default_read_before_write"),
+    ("skill_dirs", "default_skill_dirs"),
     ("task_checkpoints", "default_task_checkpoints"),
     ("agentic_tools", "default_agentic_tools"),
     ("compaction", "default_compaction"),

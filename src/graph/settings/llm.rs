@@ -33,6 +33,9 @@ pub struct LlmSettings {
     pub fallback_models: Vec<String>,
     /// `mcp_servers` (node, else graph).
     pub mcp_servers: McpSelection,
+    /// `tools`, else the graph's `default_tools`: the built-in tools an agent stage is offered
+    /// (unset: those shaped for its model's family).
+    pub tools: Option<Vec<String>>,
     /// `permissions` (node, else graph; `--permissions` and the config file apply when unset).
     pub permissions: Option<PermissionLevel>,
     /// `memory` (node, else the graph's `default_memory`).
@@ -138,6 +141,9 @@ impl LlmSettings {
             mcp_servers: McpSelection::of(
                 attributes.text("mcp_servers").or_else(|| graph.text("mcp_servers")),
             ),
+            tools: own_or_default("tools").map(|list| {
+                list.split(',').map(str::trim).filter(|tool| !tool.is_empty()).map(str::to_string).collect()
+            }),
             permissions: own_or_graph("permissions").as_deref().and_then(PermissionLevel::parse),
             memory: flag("memory"),
             memory_extract: flag("memory_extract"),

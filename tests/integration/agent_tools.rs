@@ -1,0 +1,256 @@
+//! The agent's built-in tools through the binary (issue 36, items 3 and 4): each model family is
+//! offered the editing tools its models were trained on, `tools=` chooses them, `apply_patch`
+//! edits files, and an existing file is written only after the stage has read it.
+
+use crate::common;
+
+use common::llm_server::{anthropic_text, openai_text, openai_tools, LlmServer};
+use common::Test;
+use serde_json::{json, Value};
+
+const KEY: &str = "sk-test-key-12345";
+
+fn agent(model: &str, attributes: &str) -> String {
+    format!(
+        r#"digraph tools {{
+        start [shape=Mdiamond]
+        exit [shape=Msquare]
+        work [prompt="Fix the greeting", llm_model="{model}", max_turns=10{attributes}]
+        start -> work -> exit
+    }}"#
+    )
+}
+
+/// The names of the tools the first request offered (OpenAI or Anthropic shape).
+fn offered(body: &Value) -> Vec<String> {
+    body["tools"]
+        .as_array()
+        .map(|tools| {
+            tools
+                .iter()
+                .filter_map(|tool| tool["function"]["name"].as_str().or(tool["name"].as_str()))
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The tool results a request carries back (OpenAI shape), oldest first.
+fn tool_results(body: &Value) -> Vec<String> {
+    body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|message| message["role"] == "tool")
+        .map(|message| message["content"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+fn openai(server: &LlmServer, workflow: &str) -> Test {
+    Test::new()
+        .workflow(workflow)
+        .env("OPENAI_API_KEY", KEY)
+        .env("OPENAI_BASE_URL", &server.url("/v1"))
+        .env("FABRO_LLM_MAX_RETRIES", "0")
+}
+
+#[test]
+fn openai_models_edit_with_apply_patch_and_the_others_with_edit_file() {
+    let patch = "*** Begin Patch\n*** Update File: greet.txt\n@@\n-hello wrld\n+hello world\n*** End Patch\n";
+    let server = LlmServer::start(
+        vec![
+            openai_tools(&[("c1", "read_file", json!({"path": "greet.txt"}))]),
+            openai_tools(&[("c2", "apply_patch", json!({"input": patch}))]),
+            openai_text("Fixed.", 10, 5),
+        ],
+        Vec::new(),
+    );
+    let ran = openai(&server, &agent("gpt-5.2", ""))
+        .file("work/greet.txt", "hello wrld\n")
+        .args(["run", "workflow.dot", "--workdir", "work", "-q"])
+        .status(0)
+        .run();
+    assert_eq!(std::fs::read_to_string(ran.dir.path().join("work/greet.txt")).unwrap(), "hello world\n");
+    let requests: Vec<Value> = server.requests().iter().map(|request| request.json()).collect();
+    let tools = offered(&requests[0]);
+    assert!(tools.contains(&"apply_patch".to_string()), "{tools:?}");
+    assert!(
+        !tools.contains(&"edit_file".to_string()) && !tools.contains(&"read_many_files".to_string()),
+        "{tools:?}"
+    );
+    assert_eq!(tool_results(&requests[2])[1], "applied the patch:\nM greet.txt");
+    let system = requests[0]["messages"][0]["content"].as_str().unwrap_or_default();
+    assert!(
+        system.contains("with the tools read_file, write_file, apply_patch, list_dir, glob, grep and shell;"),
+        "{system}"
+    );
+
+    // Anthropic's models get edit_file.
+    let server = LlmServer::start(vec![anthropic_text("Nothing to do.", 10, 5)], Vec::new());
+    Test::new()
+        .workflow(&agent("claude-sonnet-4-5", ""))
+        .env("ANTHROPIC_API_KEY", KEY)
+        .env("ANTHROPIC_BASE_URL", &server.url(""))
+        .args(["run", "workflow.dot", "-q"])
+        .status(0)
+        .run();
+    let tools = offered(&server.requests()[0].json());
+    assert!(
+        tools.contains(&"edit_file".to_string()) && !tools.contains(&"apply_patch".to_string()),
+        "{tools:?}"
+    );
+
+    // Gemini's get edit_file and read_many_files.
+    let server = LlmServer::start(vec![openai_text("Nothing to do.", 10, 5)], Vec::new());
+    Test::new()
+        .workflow(&agent("gemini-2.5-pro", ""))
+        .file(
+            "gemini.toml",
+            &format!("[providers.gemini]\nbase_url = \"{}\"\napi_key = \"{KEY}\"\n", server.url("/v1")),
+        )
+        .env("FABRO_CONFIG", "gemini.toml")
+        .args(["run", "workflow.dot", "-q"])
+        .status(0)
+        .run();
+    let tools = offered(&server.requests()[0].json());
+    assert!(
+        tools.contains(&"read_many_files".to_string()) && tools.contains(&"edit_file".to_string()),
+        "{tools:?}"
+    );
+    assert!(!tools.contains(&"apply_patch".to_string()), "{tools:?}");
+}
+
+#[test]
+fn tools_on_the_node_chooses_the_built_in_tools_and_a_misspelled_one_is_an_error() {
+    let server = LlmServer::start(
+        vec![
+            openai_tools(&[("c1", "write_file", json!({"path": "x.txt", "content": "x"}))]),
+            openai_text("Done.", 10, 5),
+        ],
+        Vec::new(),
+    );
+    let ran = openai(&server, &agent("gpt-5.2", r#", tools="read_file, edit_file, shell""#))
+        .args(["run", "workflow.dot", "-q"])
+        .status(0)
+        .run();
+    let requests: Vec<Value> = server.requests().iter().map(|request| request.json()).collect();
+    let built_in: Vec<String> = offered(&requests[0])
+        .into_iter()
+        .filter(|tool| fabro::agent::tools::BUILTIN_TOOLS.contains(&tool.as_str()))
+        .collect();
+    assert_eq!(built_in, ["read_file", "edit_file", "shell"]);
+    assert!(!ran.dir.path().join("x.txt").exists());
+    assert!(
+        tool_results(&requests[1])[0].starts_with(
+            "`write_file` is not one of this stage's tools; they are read_file, edit_file, shell"
+        ),
+        "{:?}",
+        tool_results(&requests[1])
+    );
+    Test::new()
+        .workflow(&agent("gpt-5.2", r#", tools="read_fil, shell""#))
+        .args(["validate", "workflow.dot"])
+        .status(2)
+        .stdout_contains("error[agent_tools]")
+        .stdout_contains("`tools` names `read_fil`, which is not a built-in tool")
+        .stdout_contains("did you mean `read_file`?")
+        .run();
+}
+
+#[test]
+fn an_agent_writes_an_existing_file_only_after_reading_it() {
+    let replies = || {
+        vec![
+            openai_tools(&[("c1", "write_file", json!({"path": "notes.txt", "content": "replaced"}))]),
+            openai_tools(&[("c2", "read_file", json!({"path": "notes.txt"}))]),
+            openai_tools(&[("c3", "write_file", json!({"path": "notes.txt", "content": "replaced"}))]),
+            openai_text("Done.", 10, 5),
+        ]
+    };
+    let server = LlmServer::start(replies(), Vec::new());
+    let ran = Test::new()
+        .workflow(&agent("local-model", ""))
+        .file("notes.txt", "keep me\n")
+        .env("FABRO_LLM_BASE_URL", &server.url("/v1"))
+        .env("FABRO_LLM_MAX_RETRIES", "0")
+        .args(["run", "workflow.dot", "-q"])
+        .status(0)
+        .run();
+    let requests: Vec<Value> = server.requests().iter().map(|request| request.json()).collect();
+    let refused = &tool_results(&requests[1])[0];
+    assert!(
+        refused.contains("`notes.txt` exists and this stage has not read it; read it with read_file first"),
+        "{refused}"
+    );
+    assert_eq!(tool_results(&requests[3])[2], "wrote 8 bytes to notes.txt");
+    assert_eq!(std::fs::read_to_string(ran.dir.path().join("notes.txt")).unwrap(), "replaced");
+
+    // read_before_write=false: the first write goes through.
+    let server = LlmServer::start(replies(), Vec::new());
+    Test::new()
+        .workflow(&agent("local-model", ", read_before_write=false"))
+        .file("notes.txt", "keep me\n")
+        .env("FABRO_LLM_BASE_URL", &server.url("/v1"))
+        .env("FABRO_LLM_MAX_RETRIES", "0")
+        .args(["run", "workflow.dot", "-q"])
+        .status(0)
+        .run();
+    assert_eq!(tool_results(&server.requests()[1].json())[0], "wrote 8 bytes to notes.txt");
+}
+
+#[test]
+fn skills_are_listed_loaded_with_use_skill_and_expanded_from_a_slash_token() {
+    let skill = |name: &str, description: &str, body: &str| {
+        format!("---\nname: {name}\ndescription: {description}\n---\n{body}\n")
+    };
+    let server = LlmServer::start(
+        vec![
+            openai_tools(&[("c1", "use_skill", json!({"skill_name": "review"}))]),
+            openai_text("Done.", 10, 5),
+        ],
+        Vec::new(),
+    );
+    let test = Test::new()
+        .workflow(
+            r#"digraph skills {
+            start [shape=Mdiamond]
+            exit [shape=Msquare]
+            work [prompt="/commit fix the pager", llm_model="local-model", max_turns=5]
+            start -> work -> exit
+        }"#,
+        )
+        .file("home/.fabro/skills/review/SKILL.md", &skill("review", "Review (the user's)", "User review."))
+        .file(
+            ".fabro/skills/commit/SKILL.md",
+            &skill("commit", "Commit the work", "Commit rules: {{user_input}}."),
+        )
+        .file("skills/review/SKILL.md", &skill("review", "Review a change", "Look for bugs."))
+        .file("skills/review/checklist.md", "1. tests\n")
+        .file("skills/broken/SKILL.md", "no front matter here\n")
+        .env("FABRO_LLM_BASE_URL", &server.url("/v1"))
+        .env("FABRO_LLM_MAX_RETRIES", "0");
+    let home = test.path("home");
+    let ran = test
+        .env("HOME", home.to_str().unwrap())
+        .args(["run", "workflow.dot", "--run-dir", "run", "-q"])
+        .status(0)
+        .run();
+    let requests: Vec<Value> = server.requests().iter().map(|request| request.json()).collect();
+    let system = requests[0]["messages"][0]["content"].as_str().unwrap_or_default();
+    assert!(
+        system.contains("## Available skills\n")
+            && system.contains("- `commit`: Commit the work\n- `review`: Review a change"),
+        "{system}"
+    );
+    assert!(offered(&requests[0]).contains(&"use_skill".to_string()));
+    let prompt = requests[0]["messages"][1]["content"].as_str().unwrap_or_default();
+    assert!(prompt.ends_with("Commit rules: fix the pager."), "{prompt}");
+    let loaded = &tool_results(&requests[1])[0];
+    assert!(loaded.starts_with("# Skill `review`") && loaded.ends_with("Look for bugs."), "{loaded}");
+    let events = std::fs::read_to_string(ran.dir.path().join("run/events.jsonl")).unwrap();
+    let invalid = events
+        .lines()
+        .find(|line| line.contains("agent.skill_invalid"))
+        .expect("the broken skill is reported");
+    assert!(invalid.contains("skills/broken/SKILL.md") && invalid.contains("front matter"), "{invalid}");
+}
