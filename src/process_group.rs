@@ -255,7 +255,7 @@ impl Registry {
         match watcher.send(record) {
             Err(error) if error.kind() == io::ErrorKind::BrokenPipe => {
                 if let Some(gone) = self.watcher.take() {
-                    gone.reap();
+                    gone.end();
                 }
                 self.start_watcher()
             }
@@ -342,8 +342,11 @@ mod watcher {
                 pid => {
                     drop(read);
                     let mut watcher = Watcher { pid, pipe: std::fs::File::from(write) };
-                    for watched in live {
-                        watcher.send(Record::Watch(*watched))?;
+                    if let Err(error) =
+                        live.iter().try_for_each(|watched| watcher.send(Record::Watch(*watched)))
+                    {
+                        watcher.end();
+                        return Err(error);
                     }
                     Ok(watcher)
                 }
@@ -354,10 +357,17 @@ mod watcher {
             self.pipe.write_all(&record.encode())
         }
 
-        /// Collects the exit of a watcher whose pipe broke (it exited), so it leaves no zombie.
-        pub(super) fn reap(self) {
-            // SAFETY: waitpid on our own child; a null status pointer is allowed.
-            unsafe { libc::waitpid(self.pid, std::ptr::null_mut(), 0) };
+        /// Ends the watcher without letting it kill what it holds (SIGKILL before its pipe
+        /// closes), and reaps it, so it leaves no zombie. For a watcher whose pipe broke, which
+        /// has exited already, only the reaping is left to do.
+        pub(super) fn end(self) {
+            let Watcher { pid, pipe } = self;
+            // SAFETY: kill and waitpid on our own child; a null status pointer is allowed.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                drop(pipe);
+                libc::waitpid(pid, std::ptr::null_mut(), 0);
+            }
         }
 
         #[cfg(test)]
