@@ -487,7 +487,6 @@ impl LifecycleHook {
             &firing.readable,
         );
         process.stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
-        crate::process_group::lead_guarded_group(&mut process);
         process.env("FABRO_HOOK_EVENT", json);
         match run_collected(process, Some(json), self.timeout).await {
             Ok(ran) => {

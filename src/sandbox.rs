@@ -134,7 +134,7 @@ impl Sandbox for Bubblewrap {
 
     fn command(&self, program: &OsStr, args: &[&OsStr], setup: &Setup<'_>) -> tokio::process::Command {
         let confinement = setup.confinement;
-        let mut command = tokio::process::Command::new("bwrap");
+        let mut command = tokio::process::Command::new(bwrap_program());
         command.args(BWRAP_ISOLATION);
         if !confinement.network {
             command.arg("--unshare-net");
@@ -189,11 +189,20 @@ impl Sandbox for Bubblewrap {
     }
 }
 
+/// bwrap by its full path where PATH has it: the environment is cleared below, and a program then
+/// left to a PATH search would have std fork fabro to start it ([`crate::process_group`]).
+fn bwrap_program() -> PathBuf {
+    crate::process_group::find_program("bwrap".as_ref()).unwrap_or_else(|| PathBuf::from("bwrap"))
+}
+
 /// What bubblewrap separates from the host besides the file system: the stage sees no other
 /// process (its own PID namespace and `/proc`, so not fabro's environment nor `/proc/<pid>/root`
 /// of a host process), shares no IPC or host name, cannot push input into fabro's terminal (a new
-/// session), holds no capability even when fabro runs as root, and dies with fabro (everything
-/// in its PID namespace ends when the stage's first process does).
+/// session), holds no capability even when fabro runs as root, and dies with fabro: the outer
+/// bwrap leads the stage's process group, which dies with fabro ([`crate::process_group`]), and
+/// `--die-with-parent` kills the sandbox's first process when the outer bwrap dies (everything in
+/// the PID namespace ends with it). The flag also ties the outer bwrap to the thread that spawned
+/// it, a thread of fabro's runtime, which lasts as long as the run.
 const BWRAP_ISOLATION: &[&str] = &[
     "--die-with-parent",
     "--new-session",
@@ -346,6 +355,15 @@ mod tests {
         assert!(!writable_in(&command, &worktree.join(".fabro/memory")));
         assert!(!writable_in(&command, &run.join("journal.jsonl")));
         assert!(writable_in(&command, &stage.join("stdout.log")));
+    }
+
+    #[test]
+    fn bwrap_is_named_by_its_full_path_so_that_fabro_is_not_forked_to_start_it() {
+        let Some(bwrap) = crate::process_group::find_program("bwrap".as_ref()) else { return };
+        let confinement = Confinement { kind: SandboxKind::Bwrap, ..Confinement::default() };
+        let temp = tempfile::tempdir().unwrap();
+        let command = confinement.command("sh".as_ref(), &[], temp.path(), &[], &[]);
+        assert_eq!(command.as_std().get_program(), bwrap.as_os_str());
     }
 
     #[test]

@@ -5,9 +5,10 @@
 //! A stdio server is a program spoken to over its stdin and stdout, run in the work directory and
 //! the sandbox of the stage that wants it (one process for each pair a run's stages use; a
 //! parallel branch's worktree is a work directory of its own) unless its entry says
-//! `sandbox = "none"`; an http server speaks Streamable HTTP at a URL. A server that fails its
-//! handshake fails the stage that wanted it, with the tail of what the server wrote to stderr;
-//! other stages go on, and a later stage tries again.
+//! `sandbox = "none"`, leading its own process group, which ends with the run or with fabro
+//! ([`crate::process_group`]); an http server speaks Streamable HTTP at a URL. A server that fails
+//! its handshake fails the stage that wanted it, with the tail of what the server wrote to
+//! stderr; other stages go on, and a later stage tries again.
 //!
 //! What a server sends is bounded: a stdio server's message (one JSON-RPC line) over
 //! [`MAX_MESSAGE_BYTES`] stops fabro reading it and fails the handshake or the call saying so;
@@ -32,6 +33,7 @@ use serde_json::Value;
 use super::tools::ToolOutput;
 use crate::chat::ToolDefinition;
 use crate::graph::settings::{McpSelection, SandboxKind};
+use crate::process_group::ProcessGroup;
 use crate::sandbox::Confinement;
 
 /// How long a server may take to start and answer the handshake, unless its entry says.
@@ -309,8 +311,9 @@ struct Server {
     stderr: Arc<Mutex<String>>,
     /// A stdio server sent a message over [`MAX_MESSAGE_BYTES`]: its connection is closed.
     overflowed: Arc<AtomicBool>,
-    /// A stdio server's process, killed when the server is dropped.
-    _child: Option<tokio::process::Child>,
+    /// A stdio server's process and its process group: the group is killed when the server is
+    /// dropped, or by the watcher when fabro dies.
+    _process: Option<(tokio::process::Child, ProcessGroup)>,
     /// Kept so the connection lives as long as the run's servers.
     _service: RunningService<RoleClient, ()>,
 }
@@ -434,8 +437,7 @@ async fn start(name: &str, config: &ServerConfig, placement: &Placement) -> Resu
                 // sets is the server's to have.
                 command.envs(&config.env).kill_on_drop(true);
                 command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
-                let mut spawned = command
-                    .spawn()
+                let (mut spawned, group) = ProcessGroup::spawn(&mut command)
                     .map_err(|error| format!("cannot start `{}`: {error}", config.command.join(" ")))?;
                 if let Some(pipe) = spawned.stderr.take() {
                     tokio::spawn(keep_tail(pipe, stderr.clone()));
@@ -443,7 +445,7 @@ async fn start(name: &str, config: &ServerConfig, placement: &Placement) -> Resu
                 let (Some(stdout), Some(stdin)) = (spawned.stdout.take(), spawned.stdin.take()) else {
                     return Err("its stdin and stdout could not be opened".to_string());
                 };
-                *child.lock().map_err(|_| "a lock was poisoned".to_string())? = Some(spawned);
+                *child.lock().map_err(|_| "a lock was poisoned".to_string())? = Some((spawned, group));
                 let reader = LineCap { inner: stdout, since_newline: 0, overflowed: overflowed.clone() };
                 let transport = rmcp::transport::async_rw::AsyncRwTransport::new_client(reader, stdin)
                     .with_max_line_length(MAX_MESSAGE_BYTES + 1);
@@ -499,7 +501,7 @@ async fn start(name: &str, config: &ServerConfig, placement: &Placement) -> Resu
                 tool_timeout: config.tool_timeout(),
                 stderr,
                 overflowed,
-                _child: child.into_inner().ok().flatten(),
+                _process: child.into_inner().ok().flatten(),
                 _service: service,
             })
         }

@@ -15,7 +15,7 @@ use tokio::io::AsyncReadExt;
 use super::file_tracker::{FileList, FileOp, FileTracker};
 use crate::chat::ToolDefinition;
 use crate::graph::settings::ToolHooks;
-use crate::process_group::{lead_guarded_group, ProcessGroup};
+use crate::process_group::ProcessGroup;
 
 /// Most bytes of each shell output stream kept; the rest is read and dropped.
 pub const SHELL_STREAM_CAP: usize = 16 << 20;
@@ -776,9 +776,8 @@ impl Toolbox {
         Ok(out)
     }
 
-    /// `sh -c SCRIPT` in the work directory, in the stage's sandbox, leading a guarded process
-    /// group, stdout and stderr piped, without the variables that hold secrets (the sandbox's
-    /// command leaves them out).
+    /// `sh -c SCRIPT` in the work directory, in the stage's sandbox, stdout and stderr piped,
+    /// without the variables that hold secrets (the sandbox's command leaves them out).
     fn sh(&self, script: &str) -> tokio::process::Command {
         let readable: Vec<&Path> = self.readable.iter().map(PathBuf::as_path).collect();
         let mut process = self.confinement.command(
@@ -789,7 +788,6 @@ impl Toolbox {
             &readable,
         );
         process.stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
-        lead_guarded_group(&mut process);
         process
     }
 
@@ -805,8 +803,14 @@ impl Toolbox {
                 return Err(format!("the command timed out after {}s and was killed", timeout.as_secs_f64()))
             }
         };
-        // What the command left running in the background lives until the stage ends.
-        self.background.push(ran.group);
+        // What the command left running in the background lives until the stage ends; a group
+        // that emptied is let go at once, so a long stage does not hoard thousands of them.
+        let mut group = ran.group;
+        if group.has_members() {
+            self.background.push(group);
+        } else {
+            group.release();
+        }
         let (out, err, dropped) = (ran.out, ran.err, ran.dropped);
         let code = match ran.status {
             Ok(status) => {
@@ -850,8 +854,9 @@ pub(crate) enum Unfinished {
     TimedOut,
 }
 
-/// Starts `process` (stdout and stderr piped, as [`Toolbox::sh`] sets them), writes `input` to
-/// its stdin (or gives it none), and collects both streams and its exit within `timeout`.
+/// Starts `process` (stdout and stderr piped, as [`Toolbox::sh`] sets them) leading its own
+/// process group, writes `input` to its stdin (or gives it none), and collects both streams and
+/// its exit within `timeout`.
 pub(crate) async fn run_collected(
     mut process: tokio::process::Command,
     input: Option<&str>,
@@ -859,8 +864,7 @@ pub(crate) async fn run_collected(
 ) -> Result<Collected, Unfinished> {
     use tokio::io::AsyncWriteExt;
     process.stdin(if input.is_some() { Stdio::piped() } else { Stdio::null() });
-    let mut child = process.spawn().map_err(Unfinished::NotStarted)?;
-    let group = ProcessGroup::of(&child);
+    let (mut child, group) = ProcessGroup::spawn(&mut process).map_err(Unfinished::NotStarted)?;
     let (mut stdin, mut stdout, mut stderr) = (child.stdin.take(), child.stdout.take(), child.stderr.take());
     let work = async {
         let feed = async {

@@ -13,7 +13,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::llm::BackendError;
-use crate::process_group::{lead_guarded_group, ProcessGroup};
+use crate::process_group::ProcessGroup;
 use crate::redaction::Secrets;
 
 /// The argv of a named agent, or `None` for a custom command.
@@ -74,7 +74,6 @@ pub async fn run(
         .stderr(Stdio::piped())
         .env("FABRO_WORK_DIR", work_dir)
         .kill_on_drop(true);
-    lead_guarded_group(&mut command);
     // The sandbox's command left the run's secrets out. A known agent talks to its provider
     // itself: unconfined, it keeps that provider's key (and no other); in the sandbox only what
     // sandbox_env names gets in, as for every program.
@@ -88,13 +87,12 @@ pub async fn run(
     if let Some(file) = prompt_file {
         command.env("FABRO_PROMPT_FILE", file);
     }
-    let mut child = command.spawn().map_err(|error| {
+    let (mut child, mut group) = ProcessGroup::spawn(&mut command).map_err(|error| {
         BackendError::Terminal(format!(
             "cannot start the CLI agent `{shown}` in {}: {error}; install it or set cli_agent to a command",
             work_dir.display()
         ))
     })?;
-    let mut group = ProcessGroup::of(&child);
     let mut stdin = child.stdin.take();
     let mut stdout = child.stdout.take();
     let mut stderr = child.stderr.take();

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use crate::graph::attribute::format_duration;
 use crate::graph::settings::CommandSettings;
 use crate::outcome::{Outcome, Pause, PauseKind, StageStatus};
-use crate::process_group::{lead_guarded_group, ProcessGroup};
+use crate::process_group::ProcessGroup;
 use crate::run_dir::layout;
 use crate::stage::{Handler, HandlerError, StageRun};
 
@@ -114,18 +114,16 @@ impl Handler for CommandHandler {
                 (format!("FABRO_INPUT_{}", key.to_ascii_uppercase()), crate::graph::inputs::text_of(value))
             }))
             .kill_on_drop(true);
-        // The group dies with fabro; if even its guard was killed, the next resume finds the
-        // group in its process record and kills it.
-        lead_guarded_group(&mut command);
 
         let started = Instant::now();
-        let mut child = command.spawn().map_err(|error| {
+        let (mut child, mut group) = ProcessGroup::spawn(&mut command).map_err(|error| {
             HandlerError::Terminal(format!(
                 "command stage `{node_id}` could not start `{program}` in {}: {error}",
                 stage.work_dir.display()
             ))
         })?;
-        let mut group = ProcessGroup::of(&child);
+        // The group dies with fabro; if the watcher that kills it then died too, the next resume
+        // finds the group in its process record and kills it.
         if let Some(pgid) = group.id() {
             crate::run_dir::stage_process::record(&stage_dir, pgid);
         }

@@ -201,9 +201,9 @@ fn comparable_context(checkpoint: &Value) -> BTreeMap<String, Value> {
 }
 
 /// Waits until no command a killed fabro left behind still runs with this run directory in its
-/// environment, and no process still holds the run's lock file open (a stage's process forked
-/// by fabro holds fabro's descriptors until it execs its command or its guard closes them); a
-/// stage's processes die with fabro, within a second.
+/// environment, and no process still holds the run's lock file open (fabro's process-group
+/// watcher, a fork of fabro, holds fabro's descriptors until it closes them); a stage's processes
+/// die with fabro, within a second.
 fn wait_for_orphans(run_dir: &Path) {
     let needle = format!("FABRO_RUN_DIR={}", run_dir.display()).into_bytes();
     let lock = run_dir.join("run.lock");

@@ -57,6 +57,33 @@ fn group_alive(pgid: i32) -> bool {
     })
 }
 
+/// The process group of process `pid`, while it runs.
+fn group_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(2)?.parse().ok()
+}
+
+/// fabro's process-group watcher: its child named `fabro-watcher`.
+fn watcher_of(fabro: i32) -> Option<i32> {
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|entry| {
+        let pid: i32 = entry.file_name().to_str()?.parse().ok()?;
+        let comm = std::fs::read_to_string(entry.path().join("comm")).ok()?;
+        let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
+        let parent: i32 = stat[stat.rfind(')')? + 1..].split_whitespace().nth(1)?.parse().ok()?;
+        (comm.trim() == "fabro-watcher" && parent == fabro).then_some(pid)
+    })
+}
+
+/// Waits up to a second for group `pgid` to be gone.
+fn gone_within_a_second(pgid: i32, what: &str) {
+    let since = std::time::Instant::now();
+    while group_alive(pgid) {
+        assert!(since.elapsed() < std::time::Duration::from_secs(1), "{what} outlived fabro by a second");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
 const SLOW_WORKFLOW: &str = r#"digraph slow {
     allow_lints="failure_path"
     start [shape=Mdiamond]
@@ -87,11 +114,48 @@ fn a_stages_processes_die_with_a_killed_fabro() {
     assert!(group_alive(pgid));
     fabro.kill().unwrap();
     fabro.wait().unwrap();
-    let killed = std::time::Instant::now();
-    while group_alive(pgid) {
-        assert!(killed.elapsed() < std::time::Duration::from_secs(1), "the stage outlived fabro by a second");
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
+    gone_within_a_second(pgid, "the stage");
+}
+
+#[test]
+fn what_an_agents_shell_command_left_running_dies_with_a_killed_fabro() {
+    use common::llm_server::{anthropic_text, anthropic_tools, LlmServer};
+    let server = LlmServer::start(
+        vec![
+            anthropic_tools(
+                "Starting a server.",
+                &[(
+                    "t1",
+                    "shell",
+                    serde_json::json!({"command": "sleep 30 >/dev/null 2>&1 & echo $! > server.pid"}),
+                )],
+            ),
+            anthropic_tools(
+                "Waiting.",
+                &[("t2", "shell", serde_json::json!({"command": "touch waiting; sleep 30"}))],
+            ),
+            anthropic_text("Done.", 100, 10),
+        ],
+        vec![],
+    );
+    let workflow = "digraph agent {\n  start [shape=Mdiamond]\n  exit [shape=Msquare]\n  \
+                    serve [shape=box, prompt=\"Start a server\", llm_model=\"claude-sonnet-4-5\"]\n  \
+                    start -> serve -> exit\n}\n";
+    let test = Test::new().workflow(workflow);
+    let dir = test.path("");
+    let mut fabro = common::fabro_command(&dir, &["run", "workflow.dot", "--run-dir", "run", "-q"])
+        .env("ANTHROPIC_BASE_URL", server.url(""))
+        .env("FABRO_LLM_MAX_RETRIES", "0")
+        .spawn()
+        .unwrap();
+    common::wait_for_file(&dir.join("waiting"), "the second shell command");
+    let server_pid: i32 = std::fs::read_to_string(dir.join("server.pid")).unwrap().trim().parse().unwrap();
+    // The first command's shell has ended; its group lives on in the background `sleep`.
+    let pgid = group_of(server_pid).expect("the background sleep runs");
+    assert_ne!(pgid, server_pid);
+    fabro.kill().unwrap();
+    fabro.wait().unwrap();
+    gone_within_a_second(pgid, "the background sleep");
 }
 
 #[test]
@@ -99,14 +163,18 @@ fn a_resume_kills_what_a_killed_fabro_left_running_before_the_stage_runs_again()
     let test = Test::new().workflow(SLOW_WORKFLOW);
     let dir = test.path("");
     let (mut fabro, pgid) = slow_stage_running(&dir);
-    // fabro and the group's guard die at once, as if the machine's OOM killer took both: the
-    // guard cannot clean up, and the script's `sleep` lives on in the group.
+    // fabro's watcher, fabro and the script's shell die, as if the machine's OOM killer took them
+    // all: nothing cleans up, and the script's `sleep` lives on in the group. (In this order, so
+    // that neither fabro nor the watcher sees the shell end and stops the group.)
+    let watcher = watcher_of(fabro.id() as i32).expect("fabro's watcher runs");
     // SAFETY: signalling processes this test started.
-    unsafe { libc::kill(pgid, libc::SIGKILL) };
+    unsafe { libc::kill(watcher, libc::SIGKILL) };
     fabro.kill().unwrap();
     fabro.wait().unwrap();
+    // SAFETY: as above.
+    unsafe { libc::kill(pgid, libc::SIGKILL) };
     std::thread::sleep(std::time::Duration::from_millis(300));
-    assert!(group_alive(pgid), "the script's sleep outlived fabro and the guard");
+    assert!(group_alive(pgid), "the script's sleep outlived fabro and the watcher");
 
     let resumed = common::fabro_command(&dir, &["resume", "run"]).output().unwrap();
     let stderr = String::from_utf8_lossy(&resumed.stderr);
