@@ -256,6 +256,18 @@ pub enum Event {
     /// tokens or US dollars) and stops before its next model call; the run pauses.
     #[serde(rename = "llm.cost_ceiling")]
     LlmCostCeiling { bound: String, limit: f64, spent_tokens: u64, spent_usd: f64 },
+    /// An agent stage started sub-agent `id` on `model` with `task`.
+    #[serde(rename = "agent.sub.spawned")]
+    AgentSubSpawned { id: String, model: String, task: String },
+    /// Sub-agent `id` answered (its session took `turns` turns and these tokens).
+    #[serde(rename = "agent.sub.completed")]
+    AgentSubCompleted { id: String, turns: u32, input_tokens: u64, output_tokens: u64 },
+    /// Sub-agent `id`'s session failed (its `wait` answers the error).
+    #[serde(rename = "agent.sub.failed")]
+    AgentSubFailed { id: String, error: String },
+    /// Sub-agent `id` was closed (`working`: it was stopped mid-task).
+    #[serde(rename = "agent.sub.closed")]
+    AgentSubClosed { id: String, working: bool },
     /// A `SKILL.md` in an agent stage's skill directories that is not a skill (the stage goes on
     /// without it).
     #[serde(rename = "agent.skill_invalid")]

@@ -82,6 +82,7 @@ pub fn definitions() -> Vec<ToolDefinition> {
 }
 
 /// The small model that answers the wrappers, and what its sub-conversations may use.
+#[derive(Clone, Copy)]
 pub struct SmallModel<'a> {
     pub provider: &'a dyn ChatProvider,
     pub model: &'a str,

@@ -37,7 +37,19 @@ use crate::graph::settings::WatchdogMode;
 /// Turns of an agent stage without `max_turns`.
 pub const DEFAULT_MAX_TURNS: u32 = 50;
 
+/// What an agent session may do with sub-agents ([`crate::agent::subagents`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SubagentLimits {
+    /// `max_subagents`: the most open at once (0: no sub-agent tools).
+    pub max_open: usize,
+    /// Levels of sub-agents still allowed below this session (`max_subagent_depth` at the stage).
+    pub depth_left: usize,
+    /// `subagent_model`.
+    pub model: crate::graph::settings::SubagentModel,
+}
+
 /// How one agent stage runs.
+#[derive(Clone)]
 pub struct AgentSettings<'a> {
     pub model: &'a str,
     pub reasoning_effort: Option<&'a str>,
@@ -75,6 +87,26 @@ pub struct AgentSettings<'a> {
     pub compaction_window: Option<u64>,
     /// The stage's skills ([`crate::agent::skills`]).
     pub skills: &'a [crate::agent::skills::Skill],
+    pub subagents: SubagentLimits,
+}
+
+impl<'a> AgentSettings<'a> {
+    /// The settings of a sub-agent of this session on `model` (this session's or its small
+    /// model): its own turn limit, one level of sub-agents less, no one watching its answers and
+    /// no project memory of its own (the parent remembers).
+    pub fn child(&self, model: &'a str, max_turns: u32) -> AgentSettings<'a> {
+        AgentSettings {
+            model,
+            max_turns,
+            watcher: None,
+            memory: None,
+            subagents: SubagentLimits {
+                depth_left: self.subagents.depth_left.saturating_sub(1),
+                ..self.subagents
+            },
+            ..self.clone()
+        }
+    }
 }
 
 /// What the loop produced.
@@ -235,6 +267,10 @@ pub async fn run(
     let mut definitions = tools::definitions();
     definitions.retain(|tool| toolbox.builtin_tools().contains(&tool.name.as_ref()));
     definitions.extend(toolbox.mcp_definitions());
+    let mut subagents = crate::agent::subagents::Subagents::new(provider, settings, transcript);
+    if subagents.offered() {
+        definitions.extend(crate::agent::subagents::definitions());
+    }
     // With no one to allow them, calls above the stage's permissions would only be denied.
     definitions.retain(|tool| toolbox.permissions.offers(&tool.name));
     let task_checkpoints = settings.context.task_checkpoints();
@@ -362,7 +398,7 @@ pub async fn run(
                 watcher: settings.watcher,
             };
             let sent_chars = fixed_chars + view.iter().map(ChatMessage::char_count).sum::<usize>();
-            let error = match provider.chat(&request).await {
+            let error = match subagents.drive(provider.chat(&request)).await {
                 Ok(response) => {
                     let view_tokens = crate::agent::context::tokens(&view);
                     break (response, sent_chars, view_tokens, request.max_output_tokens);
@@ -453,9 +489,12 @@ pub async fn run(
                 }
             } else if let (crate::memory::REMEMBER, Some(memory)) = (call.name.as_str(), settings.memory) {
                 remember(memory, call, transcript, &mut run)
+            } else if crate::agent::subagents::is_tool(&call.name) && subagents.offered() {
+                subagents.call(call, toolbox).await
             } else {
-                run_with_hooks(toolbox, transcript, run.turns, call).await
+                subagents.drive(run_with_hooks(toolbox, transcript, run.turns, call)).await
             };
+            run.usage.add(&std::mem::take(&mut subagents.usage));
             let mut content = transcript.secrets().redact(&output.content);
             let original_chars = content.chars().count();
             let mut offloaded = None;
@@ -535,6 +574,10 @@ pub async fn run(
             report(done, transcript, &mut run, "compaction");
         }
     }
+    // The session is over: its sub-agents stop with it.
+    subagents.close_all();
+    run.usage.add(&std::mem::take(&mut subagents.usage));
+    drop(subagents);
     if let Some(memory) = settings.memory.filter(|memory| memory.extract && !run.hit_turn_limit) {
         let side_call = SideCall { window: compactor.window(), calibration: compactor.calibration };
         let conversation = &messages[compactor.prompt_at()..];

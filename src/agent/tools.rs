@@ -248,6 +248,18 @@ impl Toolbox {
         })
     }
 
+    /// Tools like these for a sub-agent: the same work directory, readable directories, sandbox,
+    /// hooks, permissions, built-in tools and read-before-write rule; nothing it has read or
+    /// started (and no MCP tools: their servers belong to this toolbox).
+    pub fn sibling(&self) -> std::io::Result<Toolbox> {
+        Ok(Toolbox::new(&self.root, self.readable.clone())?
+            .confined(self.confinement.clone())
+            .with_hooks(self.hooks.clone())
+            .with_permissions(self.permissions.clone())
+            .with_builtin_tools(self.builtin.clone())
+            .with_read_before_write(self.read_before_write))
+    }
+
     /// Offers these built-in tools (of [`BUILTIN_TOOLS`]) instead of [`ToolFamily::Other`]'s.
     pub fn with_builtin_tools(mut self, tools: Vec<&'static str>) -> Toolbox {
         self.builtin = tools;

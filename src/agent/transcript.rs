@@ -122,6 +122,29 @@ impl<'a> Transcript<'a> {
         }
     }
 
+    /// The transcript of sub-agent `id`'s conversation: `<stage_dir>/subagents/<id>.jsonl`, without
+    /// the stage's events (the parent's `agent.sub.*` events tell its life).
+    pub fn subagent(&self, id: &str) -> Transcript<'a> {
+        let path =
+            self.path.as_ref().and_then(|path| path.parent()).map(|dir| dir.join("subagents")).and_then(
+                |dir| match std::fs::create_dir_all(&dir) {
+                    Ok(()) => Some(dir.join(format!("{id}.jsonl"))),
+                    Err(error) => {
+                        tracing::warn!(%error, dir = %dir.display(), "sub-agent transcript not written");
+                        None
+                    }
+                },
+            );
+        Transcript {
+            path,
+            file: std::sync::Mutex::new(None),
+            events: None,
+            node_id: self.node_id,
+            visit: self.visit,
+            secrets: self.secrets.clone(),
+        }
+    }
+
     /// Where the transcript is written (none outside a run).
     pub fn path(&self) -> Option<&Path> {
         self.path.as_deref()

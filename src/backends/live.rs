@@ -451,6 +451,11 @@ impl LiveBackend {
                         .as_deref()
                         .map(|compaction_model| self.config.context_window(compaction_model)),
                     skills: &skills,
+                    subagents: tool_loop::SubagentLimits {
+                        max_open: context.max_subagents(),
+                        depth_left: context.max_subagent_depth(),
+                        model: context.subagent_model(),
+                    },
                 };
                 transcript
                     .event(Event::AgentContextWindow { tokens: window, source: window_source.to_string() });

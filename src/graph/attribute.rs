@@ -89,6 +89,7 @@ pub const LANGUAGES: &[&str] = super::settings::Language::NAMES;
 pub const COMPACTION_PRESETS: &[&str] = super::settings::CompactionPreset::NAMES;
 pub const COMPACTION_MODES: &[&str] = super::settings::CompactionMode::NAMES;
 pub const THREAD_HANDOFFS: &[&str] = super::settings::ThreadHandoff::NAMES;
+pub const SUBAGENT_MODELS: &[&str] = super::settings::SubagentModel::NAMES;
 pub const WATCHDOG_MODES: &[&str] = super::settings::WatchdogMode::NAMES;
 /// The values of `turn_limit_outcome`.
 pub const TURN_LIMIT_OUTCOMES: &[&str] = super::settings::TurnLimitOutcome::NAMES;
@@ -150,6 +151,9 @@ pub static ATTRIBUTES: &[AttributeSpec] = &[
     spec!("default_read_before_write", ValueType::Boolean, GRAPH, "Default read_before_write of agent stages."),
     spec!("default_tools", ValueType::Text, GRAPH, "Default tools of agent stages."),
     spec!("default_skill_dirs", ValueType::Text, GRAPH, "Default skill_dirs of agent stages."),
+    spec!("default_max_subagents", ValueType::Count, GRAPH, "Default max_subagents of agent stages."),
+    spec!("default_max_subagent_depth", ValueType::Count, GRAPH, "Default max_subagent_depth of agent stages."),
+    spec!("default_subagent_model", ValueType::OneOf(SUBAGENT_MODELS), GRAPH, "Default subagent_model of agent stages."),
     spec!("default_agentic_tools", ValueType::Boolean, GRAPH, "Default agentic_tools of agent stages."),
     spec!("default_small_model", ValueType::Text, GRAPH, "Default small_model of agent stages."),
     spec!("default_fallback_models", ValueType::Text, GRAPH, "Default fallback_models of LLM stages."),
@@ -436,6 +440,9 @@ pub static ATTRIBUTES: &[AttributeSpec] = &[
     spec!("memory_extract", ValueType::Boolean, NODE, "With memory=true: at the end of a successful stage the model is asked for up to 5 entries worth keeping."),
     spec!("task_checkpoints", ValueType::Boolean, NODE, "The agent gets the mark_task_done(detail) tool: the finished task's turns are replaced by a six-section completion record (default true)."),
     spec!("runtime_context", ValueType::Boolean, NODE, "The system prompt starts with the OS, architecture, shell, work directory, date and time, model, git branch, status and latest commits, and the .gitignore (default true)."),
+    spec!("max_subagents", ValueType::Count, NODE, "The most sub-agents (spawn_agent, send_input, wait, close_agent) an agent stage has open at once; 0 (the default) offers no sub-agent tools."),
+    spec!("max_subagent_depth", ValueType::Count, NODE, "How many levels of sub-agents may spawn their own (default 1: a sub-agent spawns none)."),
+    spec!("subagent_model", ValueType::OneOf(SUBAGENT_MODELS), NODE, "The model sub-agents run on unless spawn_agent names one: same (the stage's, default) or small (its small model)."),
     spec!("skill_dirs", ValueType::Text, NODE, "The directories whose skills (each a subdirectory with a SKILL.md) an agent stage gets, comma-separated, relative to the work directory (`~/` for the home directory); `\"\"` for none (default: ~/.fabro/skills, then the repository's .fabro/skills and skills)."),
     spec!("tools", ValueType::Text, NODE, "The built-in tools an agent stage is offered, e.g. `read_file, apply_patch, shell` (default: shaped for the model: apply_patch for OpenAI's, edit_file for the others, read_many_files too for Gemini)."),
     spec!("read_before_write", ValueType::Boolean, NODE, "Writing, editing or patching an existing file this stage has not read, or that changed on disk since it read it, is refused with a message to read it first; new files are always allowed (default true)."),

@@ -254,3 +254,95 @@ fn skills_are_listed_loaded_with_use_skill_and_expanded_from_a_slash_token() {
         .expect("the broken skill is reported");
     assert!(invalid.contains("skills/broken/SKILL.md") && invalid.contains("front matter"), "{invalid}");
 }
+
+#[test]
+fn sub_agents_work_answer_take_more_input_fail_alone_and_are_closed() {
+    use common::llm_server::Reply;
+    let server = LlmServer::start(
+        vec![
+            // The parent starts sub-1 and waits for it: sub-1's turns come next.
+            openai_tools(&[
+                ("p1", "spawn_agent", json!({"task": "Write a.txt"})),
+                ("p2", "wait", json!({"id": "sub-1"})),
+            ]),
+            openai_tools(&[("s1", "write_file", json!({"path": "a.txt", "content": "a"}))]),
+            openai_text("wrote a.txt", 100, 10),
+            // More input for the idle sub-1.
+            openai_tools(&[
+                ("p3", "send_input", json!({"id": "sub-1", "text": "Now b.txt"})),
+                ("p4", "wait", json!({"id": "sub-1"})),
+            ]),
+            openai_tools(&[("s2", "write_file", json!({"path": "b.txt", "content": "b"}))]),
+            openai_text("wrote b.txt", 100, 10),
+            // sub-2's session fails: a failed wait result, not a failed stage.
+            openai_tools(&[
+                ("p5", "spawn_agent", json!({"task": "Break", "max_turns": 2})),
+                ("p6", "wait", json!({"id": "sub-2"})),
+            ]),
+            Reply::status(400, r#"{"error": {"message": "bad request from the test"}}"#),
+            openai_tools(&[
+                ("p7", "close_agent", json!({"id": "sub-1"})),
+                ("p8", "wait", json!({"id": "nope"})),
+            ]),
+            openai_text("Done.", 10, 5),
+        ],
+        Vec::new(),
+    );
+    let ran = Test::new()
+        .workflow(&agent("local-model", ", max_subagents=2"))
+        .env("FABRO_LLM_BASE_URL", &server.url("/v1"))
+        .env("FABRO_LLM_MAX_RETRIES", "0")
+        .args(["run", "workflow.dot", "--run-dir", "run", "-q"])
+        .status(0)
+        .run();
+    let dir = ran.dir.path();
+    assert_eq!(std::fs::read_to_string(dir.join("a.txt")).unwrap(), "a");
+    assert_eq!(std::fs::read_to_string(dir.join("b.txt")).unwrap(), "b");
+    let requests: Vec<Value> = server.requests().iter().map(|request| request.json()).collect();
+    assert_eq!(requests.len(), 10);
+    // The parent is offered the sub-agent tools; sub-1 (at the depth limit) is not.
+    assert!(offered(&requests[0]).contains(&"spawn_agent".to_string()));
+    assert!(!offered(&requests[1]).contains(&"spawn_agent".to_string()));
+    assert_eq!(requests[1]["messages"].as_array().unwrap().last().unwrap()["content"], "Write a.txt");
+    let results = tool_results(&requests[3]);
+    assert!(results[0].starts_with("started sub-agent sub-1 on local-model"), "{results:?}");
+    assert_eq!(results[1], "wrote a.txt");
+    // sub-1 continued its own conversation with the new input.
+    let continued = requests[4]["messages"].as_array().unwrap();
+    assert!(
+        continued.iter().any(|m| m["content"] == "wrote a.txt")
+            && continued.last().unwrap()["content"] == "Now b.txt"
+    );
+    let last = |index: usize, n: usize| {
+        let results = tool_results(&requests[index]);
+        results[results.len() - n..].to_vec()
+    };
+    assert_eq!(last(6, 1), ["wrote b.txt"]);
+    let failed = &last(8, 1)[0];
+    assert!(
+        failed.starts_with("sub-agent sub-2 failed:") && failed.contains("bad request from the test"),
+        "{failed}"
+    );
+    let closing = last(9, 2);
+    assert_eq!(closing[0], "closed sub-1");
+    assert!(closing[1].contains("there is no sub-agent `nope`; the open ones are sub-2"), "{closing:?}");
+    // The children's usage counts in the stage's; their conversations are kept.
+    let status: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("run/stages/work/1/status.json")).unwrap())
+            .unwrap();
+    assert!(status["usage"]["input_tokens"].as_u64().unwrap() >= 200, "{status}");
+    assert!(dir.join("run/stages/work/1/subagents/sub-1.jsonl").exists());
+    let events = std::fs::read_to_string(dir.join("run/events.jsonl")).unwrap();
+    let count =
+        |kind: &str| events.lines().filter(|line| line.contains(&format!("\"event\":\"{kind}\""))).count();
+    assert_eq!(
+        (
+            count("agent.sub.spawned"),
+            count("agent.sub.completed"),
+            count("agent.sub.failed"),
+            count("agent.sub.closed")
+        ),
+        (2, 2, 1, 2),
+        "{events}"
+    );
+}

@@ -172,6 +172,29 @@ impl ThreadHandoff {
     }
 }
 
+/// The model of an agent stage's sub-agents (`subagent_model`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SubagentModel {
+    /// The stage's own model (the default).
+    #[default]
+    Same,
+    /// The stage's small model (`small_model`, else the provider's cheap tier).
+    Small,
+}
+
+impl SubagentModel {
+    pub const NAMES: &'static [&'static str] = &["same", "small"];
+
+    pub fn from_name(name: &str) -> Option<SubagentModel> {
+        match name {
+            "same" => Some(SubagentModel::Same),
+            "small" => Some(SubagentModel::Small),
+            _ => None,
+        }
+    }
+}
+
 /// A model's size class, judged by its name; it sets the share of the window a stage may fill
 /// before it compacts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -244,6 +267,12 @@ pub struct ContextSettings {
     pub read_before_write: Option<bool>,
     /// The directories skills are found in, instead of the user's and the project's.
     pub skill_dirs: Option<Vec<String>>,
+    /// The most sub-agents an agent stage has open at once (0, the default: no sub-agent tools).
+    pub max_subagents: Option<usize>,
+    /// How many levels of sub-agents may spawn their own (default 1: sub-agents spawn none).
+    pub max_subagent_depth: Option<usize>,
+    /// Which model sub-agents run on by default.
+    pub subagent_model: Option<SubagentModel>,
     /// The `mark_task_done` tool and the task checkpoints it writes (on by default).
     pub task_checkpoints: Option<bool>,
     /// The agentic tool wrappers (on by default).
@@ -392,6 +421,9 @@ impl ContextSettings {
             runtime_context: flag("runtime_context"),
             project_docs: flag("project_docs"),
             read_before_write: flag("read_before_write"),
+            max_subagents: count("max_subagents"),
+            max_subagent_depth: count("max_subagent_depth"),
+            subagent_model: word("subagent_model").and_then(SubagentModel::from_name),
             skill_dirs: values.get("skill_dirs").and_then(Value::as_text).map(|list| {
                 list.split(',').map(str::trim).filter(|dir| !dir.is_empty()).map(str::to_string).collect()
             }),
@@ -432,7 +464,7 @@ impl ContextSettings {
     pub fn or(mut self, lower: &ContextSettings) -> ContextSettings {
         fill!(self, lower;
             max_in_turn_tool_pairs, max_in_turn_context_tokens, max_tool_result_chars, max_replay_chars,
-            tool_result_aging, runtime_context, project_docs, read_before_write, skill_dirs, task_checkpoints, agentic_tools, compaction, compaction_mode, compaction_trigger_turns, compaction_keep_turns,
+            tool_result_aging, runtime_context, project_docs, read_before_write, skill_dirs, max_subagents, max_subagent_depth, subagent_model, task_checkpoints, agentic_tools, compaction, compaction_mode, compaction_trigger_turns, compaction_keep_turns,
             compaction_token_budget, compaction_threshold, compaction_model, compaction_prune_chars,
             compaction_block_chars, compaction_anti_thrash_window, compaction_anti_thrash_min_savings, context_budget_warn,
             context_budget_cutover, thread_text_only, thread_max_turn_age, thread_max_tail_messages,
@@ -496,6 +528,18 @@ impl ContextSettings {
 
     pub fn read_before_write(&self) -> bool {
         self.read_before_write.unwrap_or(true)
+    }
+
+    pub fn max_subagents(&self) -> usize {
+        self.max_subagents.unwrap_or(0)
+    }
+
+    pub fn max_subagent_depth(&self) -> usize {
+        self.max_subagent_depth.unwrap_or(1)
+    }
+
+    pub fn subagent_model(&self) -> SubagentModel {
+        self.subagent_model.unwrap_or_default()
     }
 
     pub fn task_checkpoints(&self) -> bool {
@@ -587,6 +631,9 @@ const NAMES: &[(&str, &str)] = &[
     ("project_docs", "default_project_docs"),
     ("read_before_write", "default_read_before_write"),
     ("skill_dirs", "default_skill_dirs"),
+    ("max_subagents", "default_max_subagents"),
+    ("max_subagent_depth", "default_max_subagent_depth"),
+    ("subagent_model", "default_subagent_model"),
     ("task_checkpoints", "default_task_checkpoints"),
     ("agentic_tools", "default_agentic_tools"),
     ("compaction", "default_compaction"),

@@ -29,7 +29,7 @@ pub use backend::Backend;
 pub use command::{CommandSettings, Language};
 pub use context::{
     attribute_names as context_attribute_names, CompactionCount, CompactionMode, CompactionPreset,
-    ContextSettings, ContextSettingsError, ModelTier, ThreadHandoff, TierThresholds,
+    ContextSettings, ContextSettingsError, ModelTier, SubagentModel, ThreadHandoff, TierThresholds,
     DEFAULT_MAX_REPLAY_CHARS, TOOL_RESULT_CHARS_PREFIX,
 };
 pub use fidelity::{resolve as resolve_fidelity, FidelityMode, UnknownFidelity};
