@@ -128,6 +128,47 @@ struct Measured {
 /// The stage's context window in the benchmark.
 const WINDOW: u64 = 16_000;
 
+/// The `AGENTS.md` of the benchmark's work directory (1.9 KB, as a small project's might be).
+const PROJECT_INSTRUCTIONS: &str = "# Working in this repository
+
+## Layout
+- `src/` holds the source texts the tools read; never edit them by hand.
+- `out/` holds generated summaries, one per source file, named after it.
+- `scripts/` holds the maintenance scripts; run them from the repository root.
+
+## Build and check
+- Run `make check` before you finish: it formats, lints and runs the unit tests.
+- Run `make test-slow` only when you change the parsers; it takes about ten minutes.
+- A change that adds a dependency needs a line in `docs/dependencies.md` saying why.
+
+## Style
+- Keep functions under 60 lines; split them by what they do, not by size alone.
+- Name things for what they are: `summary_of(file)`, not `process(data)`.
+- Errors say what went wrong, where, and what to do about it. No panics on input.
+- Comments explain why, not what. Delete commented-out code.
+- Prefer the standard library; reach for a crate when it saves real work.
+
+## Summaries
+- A summary is at most ten lines: what the file is, its main points, anything surprising.
+- Quote at most one sentence from the source, and say where it comes from.
+- When a file cannot be summarized (empty, binary, unreadable), write why instead.
+
+## Commits
+- One logical change per commit, with a subject under 72 characters in the imperative mood.
+- Reference the issue number in the body when there is one.
+- Never commit generated files other than those under `out/`.
+
+## Reviews
+- Every change is reviewed by someone who did not write it.
+- Reviewers run `make check` themselves; a green check on a laptop is not enough.
+- Leave the code better than you found it, but keep unrelated clean-ups in their own commit.
+
+## Security
+- Never print or log secrets; the environment holds API keys that must stay there.
+- Treat every input file as untrusted: no shell commands built from file contents.
+- Ask before deleting anything outside `out/`.
+";
+
 async fn measure(attributes: &str) -> Measured {
     let counts = Counts::default();
     let server = counting_server(script(), vec![summary(); 200], &counts);
@@ -139,6 +180,8 @@ async fn measure(attributes: &str) -> Measured {
         let text: String = line.repeat(FILE_BYTES / line.len() + 1).chars().take(FILE_BYTES).collect();
         std::fs::write(work.join(format!("src/f{i}.txt")), text).expect("file");
     }
+    // The project's instructions for agents, of a realistic size: every request carries them.
+    std::fs::write(work.join("AGENTS.md"), PROJECT_INSTRUCTIONS).expect("AGENTS.md");
     std::env::set_var("FABRO_LLM_BASE_URL", server.url("/v1"));
     std::env::set_var("FABRO_LLM_MODEL", "bench-model");
     let dot = format!(

@@ -235,6 +235,54 @@ fn the_servers_count_of_the_first_call_calibrates_the_stages_token_estimates() {
     assert!((kept - ratio).abs() < 0.001, "{status}");
 }
 
+#[test]
+fn a_real_server_gets_the_project_s_instructions_its_skills_and_the_tools_shaped_for_its_model() {
+    let server = ModelServer::shared();
+    let proxy = RecordingProxy::start(server);
+    let workflow = format!(
+        r#"digraph project {{
+            start [shape=Mdiamond]
+            exit [shape=Msquare]
+            work [shape=box, prompt="/greet the reader", llm_model="{MODEL}", max_turns=1,
+                  turn_limit_outcome="partial_success"]
+            start -> work -> exit
+        }}"#
+    );
+    let test = Test::new()
+        .workflow(&workflow)
+        .file("fabro.toml", &proxy.config(&[]))
+        .file("work/AGENTS.md", "Keep every file you write under 20 lines.\n")
+        .file(
+            "work/.fabro/skills/greet/SKILL.md",
+            "---\nname: greet\ndescription: Greet someone in a file\n---\nWrite greeting.txt saying hello to {{user_input}}.\n",
+        )
+        .env("FABRO_CONFIG", "fabro.toml");
+    common::commit_all_in_new_repository(&test.path("work"));
+    let ran = test.args(["run", "workflow.dot", "--run-dir", "run", "--workdir", "work"]).status(0).run();
+    let chats = proxy.chats();
+    let answered = chats.iter().find(|chat| chat.status == 200);
+    let request =
+        &answered.unwrap_or_else(|| panic!("the server answered no call\n{}", proxy.shown())).request;
+    let system = request["messages"][0]["content"].as_str().unwrap_or_default();
+    assert!(system.contains("### AGENTS.md\nKeep every file you write under 20 lines."), "{system}");
+    assert!(system.contains("- `greet`: Greet someone in a file"), "{system}");
+    assert!(system.contains("Git branch: main\nGit status: clean\n"), "{system}");
+    let prompt = request["messages"][1]["content"].as_str().unwrap_or_default();
+    assert!(prompt.ends_with("Write greeting.txt saying hello to the reader."), "{prompt}");
+    let tools: Vec<&str> = request["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|tool| tool["function"]["name"].as_str())
+        .collect();
+    assert!(
+        tools.contains(&"edit_file") && tools.contains(&"use_skill") && !tools.contains(&"apply_patch"),
+        "{tools:?}"
+    );
+    let status = json_file(&ran.dir.path().join("run"), "stages/work/1/status.json");
+    assert_eq!(status["project_docs"], serde_json::json!(["AGENTS.md"]), "{status}");
+}
+
 /// The context size of the small-window test: the system prompt and the tool definitions take
 /// about 950 of its tokens.
 const SMALL_WINDOW: u32 = 2048;
