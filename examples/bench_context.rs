@@ -29,7 +29,8 @@
 //! shell commands' own processes are not counted), the request size at turns 100 / 1,000 /
 //! 10,000, its memory and the token bill.
 //!
-//! Run with `cargo run --release --example bench_context`.
+//! Run with `cargo run --release --example bench_context` (`-- --table`: the 120-call table
+//! alone; `-- --reads`, `-- --long`: one session alone).
 
 #[path = "../tests/integration/common/llm_server.rs"]
 mod llm_server;
@@ -360,6 +361,7 @@ async fn main() {
         reading_session().await;
         return;
     }
+    let table_only = args.iter().any(|arg| arg == "--table");
     if args.iter().any(|arg| arg == "--long") {
         long_sessions();
         return;
@@ -406,6 +408,9 @@ async fn main() {
             measured.over_window,
             if measured.first_file_known { "yes" } else { "no" }
         );
+    }
+    if table_only {
+        return;
     }
     reading_session().await;
     long_sessions();
