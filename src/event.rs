@@ -304,9 +304,17 @@ pub enum Event {
     },
     #[serde(rename = "agent.tool_result.offloaded")]
     AgentToolResultOffloaded { tool: String, chars: usize, path: String },
-    /// The same tool call several times in a row.
+    /// The agent is going round in circles: the same tool call several times in a row, or a
+    /// cycle of 2 or 3 calls (`period`) repeated; `tool` names the cycle's tools, `arguments` are
+    /// its first call's.
     #[serde(rename = "agent.watchdog")]
-    AgentWatchdog { tool: String, arguments: String, repeats: u32 },
+    AgentWatchdog {
+        tool: String,
+        arguments: String,
+        repeats: u32,
+        #[serde(default = "one", skip_serializing_if = "is_one")]
+        period: u32,
+    },
     /// A tool call above the stage's `permissions` did not run: `reason` is what the model was
     /// told (no terminal, or the person denied it).
     #[serde(rename = "agent.permission_denied")]
@@ -498,4 +506,12 @@ mod tests {
         assert_eq!(seen["stack.child.last_outcome"], serde_json::Value::Null);
         assert_eq!(seen["stack.child.current_node"], "work");
     }
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn is_one(value: &u32) -> bool {
+    *value == 1
 }

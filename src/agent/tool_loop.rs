@@ -515,25 +515,41 @@ pub async fn run(
                     }
                 }
             }
-            if settings.watchdog != WatchdogMode::Off
-                && watchdog.observe(&call.name, &call.arguments.to_string())
-            {
-                let arguments = crate::llm::http::excerpt(&call.arguments.to_string(), 500);
+            let cycle = match settings.watchdog {
+                WatchdogMode::Off => None,
+                _ => watchdog.observe(&call.name, &call.arguments.to_string()),
+            };
+            if let Some(cycle) = cycle {
+                let arguments = crate::llm::http::excerpt(&cycle.first_arguments, 500);
+                let tools = cycle.tools.join(" → ");
                 transcript.event(Event::AgentWatchdog {
-                    tool: call.name.clone(),
+                    tool: tools.clone(),
                     arguments: arguments.clone(),
-                    repeats: WATCHDOG_REPEATS,
+                    repeats: cycle.repeats,
+                    period: cycle.tools.len() as u32,
                 });
+                let (stop, steer) = match cycle.tools.len() {
+                    1 => (
+                        format!("the agent made the same `{tools}` call {} times in a row ({arguments})", cycle.repeats),
+                        format!("this is the {}th identical `{tools}` call in a row; try something different", cycle.repeats),
+                    ),
+                    period => (
+                        format!(
+                            "the agent went {} times through the same cycle of {period} calls ({tools}; first {arguments})",
+                            cycle.repeats
+                        ),
+                        format!(
+                            "your last {} calls went {} times through the same cycle ({tools}) with the same arguments: \
+                             it is not getting anywhere; step back, find out why, and try something different",
+                            period * cycle.repeats as usize,
+                            cycle.repeats
+                        ),
+                    ),
+                };
                 if settings.watchdog == WatchdogMode::Stop {
-                    return Err(BackendError::Terminal(format!(
-                        "watchdog=stop: the agent made the same `{}` call {WATCHDOG_REPEATS} times in a row ({arguments})",
-                        call.name
-                    )));
+                    return Err(BackendError::Terminal(format!("watchdog=stop: {stop}")));
                 }
-                content.push_str(&format!(
-                    "\n\n[fabro: this is the {WATCHDOG_REPEATS}th identical `{}` call in a row; try something different]",
-                    call.name
-                ));
+                content.push_str(&format!("\n\n[fabro: {steer}]"));
             }
             compactor.log.push(Operation::of(run.turns, call, &content, output.is_error));
             transcript.record(
@@ -875,25 +891,56 @@ pub fn offload_stub(tool: &str, chars: usize, path: &Path) -> String {
     )
 }
 
-/// Notices the same tool call repeated.
+/// The agent's latest calls, to tell when it goes round in circles: the same call
+/// [`WATCHDOG_REPEATS`] times in a row, or the same cycle of 2 or 3 calls 3 times in a row (all
+/// within the last [`WATCHDOG_WINDOW`] calls).
 #[derive(Default)]
 struct Watchdog {
-    last: Option<(String, String)>,
+    /// The latest calls, oldest first, as `tool` and its arguments.
+    recent: std::collections::VecDeque<(String, String)>,
+    /// Cycles already reported (each once).
+    reported: std::collections::HashSet<Vec<(String, String)>>,
+}
+
+/// Calls the watchdog looks back over.
+const WATCHDOG_WINDOW: usize = 10;
+
+/// A cycle the agent went through: its calls' tools, how many times, its first call's arguments.
+struct Cycle {
+    tools: Vec<String>,
     repeats: u32,
-    reported: std::collections::HashSet<(String, String)>,
+    first_arguments: String,
 }
 
 impl Watchdog {
-    /// Records a call; true the first time a call pattern reaches [`WATCHDOG_REPEATS`] in a row.
-    fn observe(&mut self, tool: &str, arguments: &str) -> bool {
-        let call = (tool.to_string(), arguments.to_string());
-        if self.last.as_ref() == Some(&call) {
-            self.repeats += 1;
-        } else {
-            self.last = Some(call.clone());
-            self.repeats = 1;
+    /// Records a call; the cycle it completes, the first time the agent goes through it often
+    /// enough.
+    fn observe(&mut self, tool: &str, arguments: &str) -> Option<Cycle> {
+        self.recent.push_back((tool.to_string(), arguments.to_string()));
+        if self.recent.len() > WATCHDOG_WINDOW {
+            self.recent.pop_front();
         }
-        self.repeats == WATCHDOG_REPEATS && self.reported.insert(call)
+        let recent = self.recent.make_contiguous();
+        for (period, repeats) in [(1, WATCHDOG_REPEATS as usize), (2, 3), (3, 3)] {
+            let span = period * repeats;
+            if recent.len() < span {
+                continue;
+            }
+            let tail = &recent[recent.len() - span..];
+            let cycle = &tail[..period];
+            // A cycle of one call repeated is the shorter cycle.
+            if period > 1 && cycle.iter().all(|call| *call == cycle[0]) {
+                continue;
+            }
+            if tail.chunks(period).all(|chunk| chunk == cycle) && self.reported.insert(cycle.to_vec()) {
+                return Some(Cycle {
+                    tools: cycle.iter().map(|(tool, _)| tool.clone()).collect(),
+                    repeats: repeats as u32,
+                    first_arguments: cycle[0].1.clone(),
+                });
+            }
+        }
+        None
     }
 }
 
@@ -904,16 +951,41 @@ mod tests {
     #[test]
     fn the_watchdog_fires_once_per_pattern() {
         let mut dog = Watchdog::default();
-        let fired: Vec<bool> = (0..12).map(|_| dog.observe("read_file", "{\"path\":\"a\"}")).collect();
+        let fired: Vec<bool> =
+            (0..12).map(|_| dog.observe("read_file", "{\"path\":\"a\"}").is_some()).collect();
         assert_eq!(fired.iter().filter(|f| **f).count(), 1);
         assert!(fired[4]);
-        assert!(!dog.observe("grep", "x"));
+        assert!(dog.observe("grep", "x").is_none());
         for i in 0..5 {
-            assert_eq!(dog.observe("grep", "y"), i == 4);
+            assert_eq!(dog.observe("grep", "y").is_some(), i == 4);
         }
         // The same pattern again later is not reported twice.
         for _ in 0..5 {
-            assert!(!dog.observe("read_file", "{\"path\":\"a\"}"));
+            assert!(dog.observe("read_file", "{\"path\":\"a\"}").is_none());
+        }
+    }
+
+    #[test]
+    fn cycles_of_two_and_three_calls_are_caught_on_their_third_round() {
+        let mut dog = Watchdog::default();
+        let cycle = [("edit_file", "{\"x\":1}"), ("shell", "{\"command\":\"cargo test\"}")];
+        let fired: Vec<Option<Cycle>> = (0..6).map(|i| dog.observe(cycle[i % 2].0, cycle[i % 2].1)).collect();
+        assert!(fired[..5].iter().all(Option::is_none));
+        let found = fired[5].as_ref().expect("A-B three times");
+        assert_eq!(
+            (found.tools.as_slice(), found.repeats),
+            (&["edit_file".to_string(), "shell".to_string()][..], 3)
+        );
+        assert_eq!(found.first_arguments, "{\"x\":1}");
+        let mut dog = Watchdog::default();
+        let three = ["read_file", "grep", "shell"];
+        let fired: Vec<bool> = (0..9).map(|i| dog.observe(three[i % 3], "{}").is_some()).collect();
+        assert_eq!(fired.iter().position(|f| *f), Some(8));
+        // Progress (different arguments each round) is no cycle.
+        let mut dog = Watchdog::default();
+        for i in 0..10 {
+            assert!(dog.observe("edit_file", &format!("{{\"line\":{i}}}")).is_none());
+            assert!(dog.observe("shell", "{\"command\":\"cargo test\"}").is_none());
         }
     }
 }

@@ -427,7 +427,7 @@ pub static ATTRIBUTES: &[AttributeSpec] = &[
         NODE,
         "Older tool results keep fewer tokens: 2000, 1000, then 500 (default true)."
     ),
-    spec!("watchdog", ValueType::OneOf(WATCHDOG_MODES), NODE, "The same tool call 5 times in a row: warn (event and a note to the model, default), off, or stop (the stage fails)."),
+    spec!("watchdog", ValueType::OneOf(WATCHDOG_MODES), NODE, "The agent going round in circles (the same tool call 5 times in a row, or the same cycle of 2 or 3 calls with the same arguments 3 times in a row, within its last 10 calls): warn (event and a note to the model, default), off, or stop (the stage fails)."),
     spec!("max_stage_tokens", ValueType::Count, NODE, "The stage stops before its next model call once it has used this many tokens (in + out, small-model calls included); the run pauses (exit 3) and resumes only with a higher bound."),
     spec!("max_stage_cost", ValueType::Dollars, NODE, "Like max_stage_tokens, for the stage's estimated cost in US dollars."),
     spec!("small_tier_parent", ValueType::OneOf(SMALL_TIER_PARENT), NODE, "An agent stage on a small-tier model: warn (default), refuse (a validation error) or allow."),

@@ -711,6 +711,52 @@ fn the_watchdog_warns_stops_the_stage_or_stays_quiet() {
 }
 
 #[test]
+fn a_cycle_of_two_calls_is_steered_on_its_third_round_and_stops_the_stage_under_watchdog_stop() {
+    let cycle = || -> Vec<Reply> {
+        let calls = [("list_dir", json!({})), ("glob", json!({"pattern": "*.txt"}))];
+        let mut replies: Vec<Reply> = (0..6)
+            .map(|i| openai_tools(&[(format!("c{i}").as_str(), calls[i % 2].0, calls[i % 2].1.clone())]))
+            .collect();
+        replies.push(openai_text("Done.", 10, 5));
+        replies
+    };
+    let server = LlmServer::start(cycle(), Vec::new());
+    let ran = compatible(&server, &workflow(""))
+        .file("work/a.txt", "a")
+        .args(["run", "workflow.dot", "--run-dir", "run", "--workdir", "work", "-q"])
+        .status(0)
+        .run();
+    let results = tool_results(&server.requests()[6].json());
+    assert!(results[..5].iter().all(|result| !result.contains("[fabro:")), "{results:?}");
+    assert!(
+        results[5]
+            .contains("[fabro: your last 6 calls went 3 times through the same cycle (list_dir → glob)"),
+        "{results:?}"
+    );
+    let events = events_named(&ran, "agent.watchdog");
+    assert_eq!(events.len(), 1);
+    assert_eq!(
+        (events[0]["tool"].as_str(), events[0]["period"].as_u64()),
+        (Some("list_dir → glob"), Some(2))
+    );
+
+    let server = LlmServer::start(cycle(), Vec::new());
+    let ran = compatible(&server, &workflow(", watchdog=stop"))
+        .file("work/a.txt", "a")
+        .args(["run", "workflow.dot", "--run-dir", "run", "--workdir", "work", "-q"])
+        .status(1)
+        .run();
+    assert!(
+        ran.stderr().contains(
+            "watchdog=stop: the agent went 3 times through the same cycle of 2 calls (list_dir → glob"
+        ),
+        "{}",
+        ran.stderr()
+    );
+    assert_eq!(server.requests().len(), 6, "no call after the third round");
+}
+
+#[test]
 fn an_agent_on_a_small_tier_model_is_warned_about_refused_or_allowed() {
     let dot = |extra: &str| {
         format!(
