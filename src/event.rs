@@ -470,6 +470,15 @@ pub struct Compaction {
     pub after_tokens: u64,
 }
 
+/// The default `period` of `agent.watchdog` (one call repeated).
+fn one() -> u32 {
+    1
+}
+
+fn is_one(value: &u32) -> bool {
+    *value == 1
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -506,12 +515,4 @@ mod tests {
         assert_eq!(seen["stack.child.last_outcome"], serde_json::Value::Null);
         assert_eq!(seen["stack.child.current_node"], "work");
     }
-}
-
-fn one() -> u32 {
-    1
-}
-
-fn is_one(value: &u32) -> bool {
-    *value == 1
 }
