@@ -403,6 +403,9 @@ pub struct StageEnd {
     pub attempts: u32,
     pub notes: Option<String>,
     pub failure_reason: Option<String>,
+    /// Why a failed stage failed (`transient_infra`, `deterministic`, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_class: Option<crate::outcome::FailureClass>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub branch_id: Option<String>,
 }
@@ -493,6 +496,7 @@ mod tests {
             attempts: 2,
             notes: Some("exit 0 in 0.0s".into()),
             failure_reason: None,
+            failure_class: None,
             branch_id: None,
         };
         assert_eq!(Event::deserialize(&value).unwrap(), Event::StageCompleted(end));

@@ -19,6 +19,8 @@ pub enum PauseKind {
     /// A model provider could not be reached for its retry window: start it (or wait), then
     /// resume.
     Provider,
+    /// A stage showed no sign of life for `stall_timeout` and was stopped.
+    Stall,
 }
 
 impl PauseKind {
@@ -31,6 +33,7 @@ impl PauseKind {
             PauseKind::Step => "step",
             PauseKind::Storage => "storage",
             PauseKind::Provider => "provider",
+            PauseKind::Stall => "stall",
         }
     }
 }
@@ -309,6 +312,9 @@ pub struct Outcome {
     /// token counts (`llm.usage_estimated`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub usage_estimated: bool,
+    /// Why a failed stage failed; a failure no handler classifies is `deterministic`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_class: Option<FailureClass>,
     /// The project instruction files (AGENTS.md, ...) an agent stage's system prompt carried,
     /// relative to the repository root, with what the budget cut.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -327,6 +333,38 @@ pub struct Exchange {
     /// The whole conversation from the prompt to the answer when the stage had tool turns (its
     /// thread carries them); empty otherwise.
     pub conversation: Vec<crate::chat::ChatMessage>,
+}
+
+/// Why a stage failed, as far as what to do about it goes (context key `failure_class`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureClass {
+    /// Rate limits, timeouts, the network, 5xx, a provider outage: worth trying again.
+    TransientInfra,
+    /// Authentication, bad configuration, invalid requests, a command that exits non-zero: the
+    /// same attempt fails the same way.
+    Deterministic,
+    /// The context length, a token, turn, output or cost limit, a quota.
+    BudgetExhausted,
+    /// The run was cancelled.
+    Canceled,
+    /// A permission, a scope or a team rule refused it (a blocking hook).
+    Structural,
+}
+
+impl FailureClass {
+    pub const NAMES: &'static [&'static str] =
+        &["transient_infra", "deterministic", "budget_exhausted", "canceled", "structural"];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureClass::TransientInfra => "transient_infra",
+            FailureClass::Deterministic => "deterministic",
+            FailureClass::BudgetExhausted => "budget_exhausted",
+            FailureClass::Canceled => "canceled",
+            FailureClass::Structural => "structural",
+        }
+    }
 }
 
 /// Reads a status in any accepted spelling (`failed`, `succeeded`, ...).
@@ -355,6 +393,7 @@ impl Outcome {
             truncated: false,
             usage_estimated: false,
             project_docs: Vec::new(),
+            failure_class: None,
             exchange: None,
         }
     }
@@ -369,6 +408,12 @@ impl Outcome {
 
     pub fn with_notes(mut self, notes: impl Into<String>) -> Self {
         self.notes = Some(notes.into());
+        self
+    }
+
+    /// This outcome, failed for `class`'s kind of reason.
+    pub fn with_class(mut self, class: FailureClass) -> Self {
+        self.failure_class = Some(class);
         self
     }
 

@@ -677,6 +677,10 @@ pub fn conclude(
                 eprintln!("resume with: fabro resume {dir} --answers FILE (or --auto-approve)")
             }
             PauseKind::Storage => eprintln!("free some space, then resume with: fabro resume {dir}"),
+            PauseKind::Stall => eprintln!(
+                "look at the stage's logs (fabro logs {dir} --output) for why it hung; resume with: fabro resume {dir} \
+                 (it runs the stage again), or raise stall_timeout on the graph"
+            ),
             PauseKind::Provider => {
                 eprintln!(
                     "start the provider (or wait until it is back), then resume with: fabro resume {dir}"

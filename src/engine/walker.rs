@@ -27,7 +27,7 @@ use crate::context::Context;
 use crate::event::{Event, SelectedEdge};
 use crate::event_log::now_rfc3339;
 use crate::graph::{EdgeRef, HandlerType, Node, Workflow};
-use crate::outcome::{Outcome, Pause, PauseKind, StageStatus};
+use crate::outcome::{FailureClass, Outcome, Pause, PauseKind, StageStatus};
 use crate::run_dir::layout;
 use crate::run_dir::stage_summary::StageSummary;
 use crate::run_dir::{StageRecord, StageStatusFile};
@@ -260,7 +260,10 @@ impl<'e> Walker<'e> {
         let clock = Instant::now();
         let end = match (veto, node.handler_type()) {
             // A blocking hook's veto fails the stage: its failure routing applies.
-            (Some(veto), _) => StageEnd::Done { outcome: Outcome::fail(veto.to_string()), attempts: 1 },
+            (Some(veto), _) => StageEnd::Done {
+                outcome: Outcome::fail(veto.to_string()).with_class(FailureClass::Structural),
+                attempts: 1,
+            },
             (None, HandlerType::Parallel) => super::parallel::run(self, index, visit).await,
             (None, _) => self.run_stage(node, visit, &stage_dir).await,
         };
@@ -509,11 +512,20 @@ impl<'e> Walker<'e> {
             let result = self.attempt(handler.as_ref(), node, visit, attempt, stage_dir).await;
             let mut outcome = match result.and_then(check_context_keys).map(redact_secrets) {
                 Ok(outcome) => outcome,
-                Err(HandlerError::Retryable(reason)) => {
-                    Outcome { failure_reason: Some(reason), ..Outcome::new(StageStatus::Retry) }
-                }
+                Err(HandlerError::Retryable(reason)) => Outcome {
+                    failure_reason: Some(reason),
+                    failure_class: Some(FailureClass::TransientInfra),
+                    ..Outcome::new(StageStatus::Retry)
+                },
                 Err(HandlerError::Terminal(reason)) => {
-                    return StageEnd::Done { outcome: Outcome::fail(reason), attempts: attempt }
+                    let outcome = Outcome::fail(reason).with_class(FailureClass::Deterministic);
+                    return StageEnd::Done { outcome, attempts: attempt };
+                }
+                Err(HandlerError::Failed(class, reason)) => {
+                    return StageEnd::Done {
+                        outcome: Outcome::fail(reason).with_class(class),
+                        attempts: attempt,
+                    }
                 }
                 Err(HandlerError::Paused(reason)) => return StageEnd::Paused(reason),
                 Err(HandlerError::Cancelled) => return StageEnd::Cancelled,
@@ -521,7 +533,8 @@ impl<'e> Walker<'e> {
             if !matches!(outcome.status, StageStatus::Fail | StageStatus::Retry) {
                 return StageEnd::Done { outcome, attempts: attempt };
             }
-            if attempt <= retry.max_retries {
+            let class = *outcome.failure_class.get_or_insert(FailureClass::Deterministic);
+            if attempt <= retry.max_retries && retry.on.retries(class) {
                 let retries = self.state.retries.entry(node.id.clone()).or_insert(0);
                 *retries += 1;
                 let retries = *retries;
@@ -602,7 +615,34 @@ impl<'e> Walker<'e> {
                 max_output: scope.options.max_output,
             },
         };
-        match AssertUnwindSafe(handler.run(&stage)).catch_unwind().await {
+        let watched = match node.handler_type() {
+            // Waiting is their work (a person, a timer), or their stages are watched themselves.
+            HandlerType::Human | HandlerType::Wait | HandlerType::Parallel | HandlerType::Manager => None,
+            _ if scope.options.dry_run => None,
+            _ => scope.workflow.settings().stall_timeout(),
+        };
+        let running = AssertUnwindSafe(handler.run(&stage)).catch_unwind();
+        let result = match watched {
+            None => running.await,
+            Some(timeout) => tokio::select! {
+                result = running => result,
+                quiet = stalled(&scope.events, stage_dir, timeout) => {
+                    // Dropping the handler's future stops it (its processes, its model call).
+                    let reason = format!(
+                        "stage `{}` showed no sign of life for {} (no event, no output: stall_timeout={}) and was \
+                         stopped",
+                        node.id,
+                        humantime::format_duration(quiet),
+                        humantime::format_duration(timeout)
+                    );
+                    return Err(HandlerError::Paused(crate::outcome::Pause::new(
+                        crate::outcome::PauseKind::Stall,
+                        reason,
+                    )));
+                }
+            },
+        };
+        match result {
             Ok(result) => result,
             Err(panic) => {
                 let message = panic
@@ -702,7 +742,9 @@ impl<'e> Walker<'e> {
         }
         if outcome.status == StageStatus::Fail {
             let reason = outcome.failure_reason.clone().unwrap_or_default();
-            context.set("failure_class", if attempts > 1 { "retries_exhausted" } else { "stage_failed" });
+            let class = outcome.failure_class.unwrap_or(FailureClass::Deterministic);
+            context.set("failure_class", class.as_str());
+            context.set("failure_detail", if attempts > 1 { "retries_exhausted" } else { "stage_failed" });
             context.set("failure_signature", format!("{}:{}", node.id, reason.lines().next().unwrap_or("")));
         }
         self.state.completed.push(node.id.clone());
@@ -730,6 +772,7 @@ impl<'e> Walker<'e> {
             attempts,
             notes: outcome.notes.clone(),
             failure_reason: outcome.failure_reason.clone(),
+            failure_class: outcome.failure_class,
             branch_id: branch,
         };
         let event = if outcome.status == StageStatus::Fail {
@@ -963,4 +1006,40 @@ fn ordinal(n: i64) -> String {
         _ => "th",
     };
     format!("{n}{suffix}")
+}
+
+/// Resolves once the stage shows no sign of life for `timeout`: no event in the run's log and no
+/// growth of the files in its directory (command output, a streamed answer, its transcript).
+/// Returns how long it was quiet.
+async fn stalled(
+    events: &crate::event_log::EventLog,
+    stage_dir: &Path,
+    timeout: std::time::Duration,
+) -> std::time::Duration {
+    let poll = (timeout / 4).clamp(std::time::Duration::from_millis(50), std::time::Duration::from_secs(5));
+    let sign = || {
+        let written: u64 = std::fs::read_dir(stage_dir)
+            .map(|entries| {
+                entries
+                    .filter_map(Result::ok)
+                    .filter_map(|entry| entry.metadata().ok())
+                    .filter(std::fs::Metadata::is_file)
+                    .map(|meta| meta.len())
+                    .sum()
+            })
+            .unwrap_or(0);
+        (events.last_seq(), written)
+    };
+    let mut last = sign();
+    let mut since = tokio::time::Instant::now();
+    loop {
+        tokio::time::sleep(poll).await;
+        let now = sign();
+        if now != last {
+            last = now;
+            since = tokio::time::Instant::now();
+        } else if since.elapsed() >= timeout {
+            return since.elapsed();
+        }
+    }
 }

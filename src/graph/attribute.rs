@@ -78,6 +78,7 @@ const ANY: &[Scope] = &[G, N, E];
 
 pub const REASONING_EFFORTS: &[&str] = &["low", "medium", "high"];
 pub const RETRY_POLICIES: &[&str] = super::settings::RetryPreset::NAMES;
+pub const RETRY_ON: &[&str] = super::settings::RetryOn::NAMES;
 pub const JOIN_POLICIES: &[&str] = super::settings::JoinPolicy::NAMES;
 pub const ERROR_POLICIES: &[&str] = super::settings::ErrorPolicy::NAMES;
 pub const SANDBOXES: &[&str] = &["none", "bwrap"];
@@ -186,6 +187,8 @@ pub static ATTRIBUTES: &[AttributeSpec] = &[
     spec!("default_compaction_anti_thrash_min_savings", ValueType::Float, GRAPH, "Default compaction_anti_thrash_min_savings of agent stages."),
     spec!("default_context_budget_warn", ValueType::Count, GRAPH, "Default context_budget_warn of agent stages."),
     spec!("default_context_budget_cutover", ValueType::Count, GRAPH, "Default context_budget_cutover of agent stages."),
+    spec!("stall_timeout", ValueType::Duration, GRAPH, "A stage that shows no sign of life (no event, no output, no growing answer) for this long is stopped and the run pauses (exit 3, kind stall) to be resumed; default 30m, 0 turns it off."),
+    spec!("default_retry_on", ValueType::OneOf(RETRY_ON), GRAPH, "Default retry_on of nodes."),
     spec!(
         "max_node_visits",
         ValueType::Count,
@@ -260,6 +263,7 @@ pub static ATTRIBUTES: &[AttributeSpec] = &[
     spec!("language", ValueType::OneOf(LANGUAGES), NODE, "Language of a command stage's script, which names the program that runs it: shell (sh -c, the default; also sh), bash (bash -c), python (python3 -c) or node (node -e)."),
     spec!("max_retries", ValueType::Count, NODE, "Additional attempts after a fail or retry outcome."),
     spec!("retry_policy", ValueType::OneOf(RETRY_POLICIES), NODE, "Backoff preset between attempts."),
+    spec!("retry_on", ValueType::OneOf(RETRY_ON), NODE, "Which failures max_retries retries: any (default) or transient (only failure_class=transient_infra: rate limits, timeouts, the network, 5xx)."),
     spec!("goal_gate", ValueType::Boolean, NODE, "Once this node has run, the run may only exit when its last visit succeeded (a gate never visited is not checked)."),
     spec!("class", ValueType::Text, NODE, "Classes for stylesheet `.class` selectors, separated by spaces or commas."),
     spec!("timeout", ValueType::Duration, NODE, "Longest a stage may run."),
@@ -528,7 +532,6 @@ pub const WORD_ALIASES: &[(&str, &str, &str)] = &[
 /// implement: name, whose it is, and what it means there. Setting one is a warning that says so
 /// (`unsupported_attribute`), never silently nothing.
 pub const UNSUPPORTED_ATTRIBUTES: &[(&str, &str, &str)] = &[
-    ("stall_timeout", "Fabro", "fails a run that makes no progress for that long"),
     (
         "loop_restart_signature_limit",
         "Fabro",

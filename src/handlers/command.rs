@@ -181,6 +181,7 @@ impl Handler for CommandHandler {
                     format_size(max_output),
                     if running { "; it was stopped" } else { "" }
                 ))
+                .with_class(crate::outcome::FailureClass::BudgetExhausted)
                 .with_notes(format!("stopped after {}", seconds(started.elapsed())));
                 record_output(&mut outcome, status, &stdout_log, &stderr_log);
                 return Ok(outcome);
@@ -190,6 +191,7 @@ impl Handler for CommandHandler {
                 let elapsed = started.elapsed();
                 let mut outcome =
                     Outcome::fail(format!("command timed out after {}", format_duration(limit)))
+                        .with_class(crate::outcome::FailureClass::TransientInfra)
                         .with_notes(format!("timed out after {}", seconds(elapsed)));
                 record_output(&mut outcome, status, &stdout_log, &stderr_log);
                 return Ok(outcome);

@@ -21,7 +21,7 @@ use crate::graph::settings::TurnLimitOutcome;
 use crate::graph::HandlerType;
 use crate::llm::BackendError;
 use crate::memory::MemoryStore;
-use crate::outcome::{Exchange, Outcome, Pause, PauseKind, StageStatus};
+use crate::outcome::{Exchange, FailureClass, Outcome, Pause, PauseKind, StageStatus};
 use crate::run_dir::layout;
 use crate::stage::{Handler, HandlerError, StageRun};
 
@@ -249,7 +249,8 @@ pub(crate) async fn complete(
                 stage.run.run_dir.display()
             ),
         )),
-        BackendError::Terminal(message) | BackendError::TooLarge(message) => HandlerError::Terminal(message),
+        BackendError::Terminal(message) => HandlerError::Failed(FailureClass::Deterministic, message),
+        BackendError::TooLarge(message) => HandlerError::Failed(FailureClass::BudgetExhausted, message),
         BackendError::Paused(message) => HandlerError::Paused(Pause::new(PauseKind::Ceiling, message)),
         BackendError::StageCeiling { node, ceiling } => HandlerError::Paused(Pause {
             stage_ceiling: Some(ceiling),
@@ -303,11 +304,14 @@ fn outcome_for(node_id: &str, backend_name: &str, response: &LlmResponse) -> Out
     };
     if let Some(limit) = response.turn_limit {
         return match limit.outcome {
-            TurnLimitOutcome::Fail => base(Outcome::fail(format!(
-                "the agent was still calling tools when max_turns={} stopped it; raise max_turns, or \
-                 set turn_limit_outcome=partial_success or success to accept unfinished work",
-                limit.max_turns
-            ))),
+            TurnLimitOutcome::Fail => base(
+                Outcome::fail(format!(
+                    "the agent was still calling tools when max_turns={} stopped it; raise max_turns, or \
+                     set turn_limit_outcome=partial_success or success to accept unfinished work",
+                    limit.max_turns
+                ))
+                .with_class(FailureClass::BudgetExhausted),
+            ),
             accepted => {
                 let status = match accepted {
                     TurnLimitOutcome::PartialSuccess => StageStatus::PartialSuccess,
@@ -805,7 +809,12 @@ Done."#;
         fixture.services.backend = recording(Err(BackendError::Terminal("bad key".into())));
         assert_eq!(
             LlmHandler.run(&fixture.stage("plan")).await,
-            Err(HandlerError::Terminal("bad key".into()))
+            Err(HandlerError::Failed(FailureClass::Deterministic, "bad key".into()))
+        );
+        fixture.services.backend = recording(Err(BackendError::TooLarge("context length exceeded".into())));
+        assert_eq!(
+            LlmHandler.run(&fixture.stage("plan")).await,
+            Err(HandlerError::Failed(FailureClass::BudgetExhausted, "context length exceeded".into()))
         );
         assert!(!fixture.dir.path().join("stages/plan/1/response.md").exists());
     }

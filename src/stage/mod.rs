@@ -102,6 +102,9 @@ pub enum HandlerError {
     /// Trying again will not help: the stage fails at once.
     #[error("{0}")]
     Terminal(String),
+    /// Like [`HandlerError::Terminal`], with why it failed.
+    #[error("{1}")]
+    Failed(crate::outcome::FailureClass, String),
     /// The stage needs input that is not available now (a human gate without an answer): the
     /// run pauses and can be resumed.
     #[error("{0}")]

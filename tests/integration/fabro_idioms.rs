@@ -182,7 +182,7 @@ fn every_attribute_of_the_schema_is_read_by_something() {
 #[test]
 fn attributes_of_other_engines_that_fabro_lacks_are_named_as_unsupported() {
     let workflow = r#"digraph G {
-        stall_timeout = "300"
+        loop_restart_signature_limit = 3
         start [shape=Mdiamond]
         exit [shape=Msquare]
         work [shape=tab, prompt="Go", project_memory=true]
@@ -193,7 +193,7 @@ fn attributes_of_other_engines_that_fabro_lacks_are_named_as_unsupported() {
         .args(["validate", "workflow.dot"])
         .status(0)
         .stdout_contains("warning[unsupported_attribute]")
-        .stdout_contains("`stall_timeout` is Fabro's (fails a run that makes no progress for that long); fabro does not support it")
+        .stdout_contains("`loop_restart_signature_limit` is Fabro's (aborts a loop_restart loop once the same failure repeats that many times); fabro does not support it")
         .stdout_contains("node work: `project_memory` is Fabro's")
         .run();
     Test::new().workflow(workflow).args(["validate", "workflow.dot", "--deny-warnings"]).status(2).run();

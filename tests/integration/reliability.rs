@@ -932,3 +932,112 @@ fn a_checkpoint_that_cannot_be_saved_pauses_the_run_until_space_is_freed() {
     assert_json_intact(&run, "after the full disk");
     assert_eq!(read_json(&run.join("result.json"))["status"], "succeeded");
 }
+
+#[test]
+fn a_stage_that_shows_no_sign_of_life_for_stall_timeout_is_stopped_and_the_run_pauses() {
+    let workflow = |script: &str| {
+        format!(
+            r#"digraph stall {{
+            stall_timeout = "1s"
+            start [shape=Mdiamond]
+            exit [shape=Msquare]
+            hang [shape=parallelogram, script="{script}"]
+            start -> hang -> exit
+        }}"#
+        )
+    };
+    let started = std::time::Instant::now();
+    let ran = common::Test::new()
+        .workflow(&workflow("echo started; sleep 30 & echo $! > sleeper.pid; wait"))
+        .args(["run", "workflow.dot", "--run-dir", "run"])
+        .status(3)
+        .run();
+    assert!(started.elapsed() < std::time::Duration::from_secs(15), "{:?}", started.elapsed());
+    let stderr = ran.stderr();
+    assert!(
+        stderr.contains("paused: stage `hang` showed no sign of life for")
+            && stderr.contains("stall_timeout=1s"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("resume with: fabro resume"), "{stderr}");
+    let manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(ran.dir.path().join("run/manifest.json")).unwrap())
+            .unwrap();
+    assert_eq!(manifest["pause"]["kind"], "stall", "{manifest}");
+    // The stopped stage's processes are gone.
+    let pid = std::fs::read_to_string(ran.dir.path().join("sleeper.pid")).unwrap();
+    // Gone, or a zombie this container's init has not reaped yet.
+    let alive = || {
+        std::fs::read_to_string(format!("/proc/{}/stat", pid.trim()))
+            .is_ok_and(|stat| stat.rsplit(')').next().is_some_and(|rest| !rest.trim_start().starts_with('Z')))
+    };
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while alive() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(!alive(), "the sleep outlived its stage");
+
+    // Output is a sign of life: a stage that prints now and then runs to its end.
+    common::Test::new()
+        .workflow(&workflow("for i in 1 2 3 4 5 6; do echo $i; sleep 0.4; done"))
+        .args(["run", "workflow.dot", "-q"])
+        .status(0)
+        .run();
+}
+
+#[test]
+fn failed_stages_carry_a_failure_class_that_routes_and_limits_retries() {
+    let workflow = r#"digraph classes {
+        start [shape=Mdiamond]
+        exit [shape=Msquare]
+        slow [shape=parallelogram, script="sleep 5", timeout="500ms", max_retries=1, retry_on=transient]
+        broken [shape=parallelogram, script="exit 3", max_retries=2, retry_on=transient]
+        flaky [shape=parallelogram, script="n=$(cat n 2>/dev/null || echo 0); echo $((n+1)) > n; [ $n -ge 1 ]", max_retries=1]
+        retried [shape=parallelogram, script="echo transient handled"]
+        fixed [shape=parallelogram, script="echo deterministic handled"]
+        start -> slow
+        slow -> retried [condition="failure_class=transient_infra"]
+        slow -> broken [condition="outcome=success"]
+        retried -> broken
+        broken -> fixed [condition="failure_class=deterministic"]
+        broken -> flaky [condition="outcome=success"]
+        fixed -> flaky
+        flaky -> exit
+    }"#;
+    let ran = common::Test::new()
+        .workflow(workflow)
+        .args(["run", "workflow.dot", "--run-dir", "run", "-q"])
+        .status(0)
+        .run();
+    let run = ran.dir.path().join("run");
+    let status = |node: &str| -> Value {
+        let dir = fabro::run_dir::layout::finished_visit_dir(&run, node, 1).unwrap();
+        serde_json::from_str(&std::fs::read_to_string(dir.join("status.json")).unwrap()).unwrap()
+    };
+    // A timeout is transient: retried under retry_on=transient, then routed on its class.
+    assert_eq!(
+        (status("slow")["attempts"].as_u64(), status("slow")["failure_class"].as_str()),
+        (Some(2), Some("transient_infra"))
+    );
+    // A non-zero exit is deterministic: retry_on=transient does not retry it.
+    assert_eq!(
+        (status("broken")["attempts"].as_u64(), status("broken")["failure_class"].as_str()),
+        (Some(1), Some("deterministic"))
+    );
+    // Without retry_on, every failure is retried as before.
+    assert_eq!(status("flaky")["attempts"].as_u64(), Some(2));
+    let events = std::fs::read_to_string(run.join("events.jsonl")).unwrap();
+    let failed: Vec<Value> = events
+        .lines()
+        .map(|line| serde_json::from_str::<Value>(line).unwrap())
+        .filter(|event| event["event"] == "stage.failed")
+        .collect();
+    let classes: Vec<(&str, &str)> = failed
+        .iter()
+        .map(|e| (e["node_id"].as_str().unwrap(), e["failure_class"].as_str().unwrap()))
+        .collect();
+    assert_eq!(classes, [("slow", "transient_infra"), ("broken", "deterministic")]);
+    let checkpoint: Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("checkpoint.json")).unwrap()).unwrap();
+    assert_eq!(checkpoint["context"]["failure_detail"], "stage_failed", "{}", checkpoint["context"]);
+}

@@ -520,7 +520,9 @@ fn exhausted_retries_fail_the_stage_or_end_in_partial_success() {
     assert_eq!(ran.events_named("stage.retrying").len(), 2);
     assert_eq!(ran.events_named("stage.failed").len(), 1);
     let context = ran.context();
-    assert_eq!(context["failure_class"], "retries_exhausted");
+    assert_eq!(context["failure_class"], "deterministic");
+    assert_eq!(context["failure_detail"], "retries_exhausted");
+    assert_eq!(status["failure_class"], "deterministic");
     assert_eq!(context["failure_signature"], "flaky:command exited with code 4");
     assert_eq!(ran.checkpoint()["status"], "failed");
     assert!(

@@ -41,7 +41,7 @@ pub use manager::{
 };
 pub use parallel::{ErrorPolicy, JoinPolicy, ParallelSettings, ParallelSettingsError, DEFAULT_MAX_PARALLEL};
 pub use permissions::{Level as PermissionLevel, LEVELS as PERMISSION_LEVELS};
-pub use retry::{RetryPreset, RetrySettings};
+pub use retry::{RetryOn, RetryPreset, RetrySettings};
 pub use sandbox::{parse_paths, Bind, SandboxKind, SandboxSettings};
 pub use small_tier::{complaint as small_tier_complaint, is_small_tier, SmallTierParent};
 pub use stage::{EdgeSettings, StageSettings, WorkflowSettings};

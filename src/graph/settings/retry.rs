@@ -41,6 +41,33 @@ impl RetryPreset {
     }
 }
 
+/// Which failures a stage retries (`retry_on`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RetryOn {
+    /// Every failure (the default: a flaky test command with `max_retries` retries).
+    #[default]
+    Any,
+    /// Only `transient_infra` failures (rate limits, timeouts, the network, 5xx).
+    Transient,
+}
+
+impl RetryOn {
+    pub const NAMES: &'static [&'static str] = &["any", "transient"];
+
+    pub fn from_name(name: &str) -> Option<RetryOn> {
+        match name {
+            "any" => Some(RetryOn::Any),
+            "transient" => Some(RetryOn::Transient),
+            _ => None,
+        }
+    }
+
+    /// Whether a failure of `class` is retried.
+    pub fn retries(self, class: crate::outcome::FailureClass) -> bool {
+        self == RetryOn::Any || class == crate::outcome::FailureClass::TransientInfra
+    }
+}
+
 /// A stage's retry settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct RetrySettings {
@@ -49,6 +76,8 @@ pub struct RetrySettings {
     pub preset: RetryPreset,
     /// `allow_partial`: exhausted retries end in partial_success instead of fail.
     pub allow_partial: bool,
+    /// `retry_on` (node, else the graph's `default_retry_on`).
+    pub on: RetryOn,
 }
 
 impl RetrySettings {
@@ -64,6 +93,10 @@ impl RetrySettings {
             preset: read(attributes, "retry_policy", |v| word(v, RetryPreset::from_name))?
                 .unwrap_or_default(),
             allow_partial: read(attributes, "allow_partial", boolean)?.unwrap_or(false),
+            on: match read(attributes, "retry_on", |v| word(v, RetryOn::from_name))? {
+                Some(on) => on,
+                None => read(graph, "default_retry_on", |v| word(v, RetryOn::from_name))?.unwrap_or_default(),
+            },
         })
     }
 }
@@ -86,7 +119,12 @@ mod tests {
         );
         assert_eq!(
             own,
-            Ok(RetrySettings { max_retries: 0, preset: RetryPreset::Linear, allow_partial: true })
+            Ok(RetrySettings {
+                max_retries: 0,
+                preset: RetryPreset::Linear,
+                allow_partial: true,
+                on: RetryOn::Any
+            })
         );
     }
 

@@ -94,6 +94,8 @@ pub struct WorkflowSettings {
     pub max_cost: Option<f64>,
     /// `max_node_visits`: the most times any stage may run.
     pub max_node_visits: Option<i64>,
+    /// `stall_timeout`: how long a stage may show no sign of life (`Some(0)`: never stopped).
+    pub stall_timeout: Option<std::time::Duration>,
     /// `artifact_threshold`: context values larger than this many bytes go to the artifact store.
     pub artifact_threshold: Option<usize>,
     /// `context_files`: the run's reference files, as written.
@@ -107,12 +109,21 @@ pub struct WorkflowSettings {
     pub sandbox: SandboxSettings,
 }
 
+/// How long a stage may show no sign of life unless `stall_timeout` says.
+pub const DEFAULT_STALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30 * 60);
+
 impl WorkflowSettings {
+    /// The stall timeout in force; `None` when `stall_timeout=0` turns it off.
+    pub fn stall_timeout(&self) -> Option<std::time::Duration> {
+        Some(self.stall_timeout.unwrap_or(DEFAULT_STALL_TIMEOUT)).filter(|timeout| !timeout.is_zero())
+    }
+
     pub fn parse(graph: &Attributes) -> WorkflowSettings {
         WorkflowSettings {
             max_tokens: graph.integer("max_tokens").and_then(|n| u64::try_from(n).ok()),
             max_cost: graph.float("max_cost"),
             max_node_visits: graph.integer("max_node_visits"),
+            stall_timeout: graph.duration("stall_timeout"),
             artifact_threshold: graph.integer("artifact_threshold").and_then(|n| usize::try_from(n).ok()),
             context_files: text(graph, "context_files"),
             default_fidelity: fidelity::read(graph, "default_fidelity"),
