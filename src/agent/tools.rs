@@ -1096,8 +1096,22 @@ mod tests {
         );
         assert_eq!(
             ToolFamily::Gemini.default_tools(),
-            ["read_file", "read_many_files", "write_file", "edit_file", "list_dir", "glob", "grep", "shell"]
+            [
+                "read_file",
+                "read_many_files",
+                "write_file",
+                "edit_file",
+                "list_dir",
+                "glob",
+                "grep",
+                "shell",
+                "web_fetch",
+                "web_search"
+            ]
         );
+        // A toolbox given no web access offers no web tool.
+        let (_dir, bare) = toolbox();
+        assert!(!bare.builtin_tools().contains(&"web_fetch"), "{:?}", bare.builtin_tools());
     }
 
     #[tokio::test]
