@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::common;
 
-use common::llm_server::{files_containing, openai_text, openai_tools, read_request, LlmServer};
+use common::llm_server::{files_containing, openai_text, openai_tools, read_request, LlmServer, Request};
 use common::Test;
 use serde_json::{json, Value};
 
@@ -37,7 +37,7 @@ fn redirect(to: &str) -> Page {
 /// 404. It records what it was asked: the path with its query, and the lower-cased headers.
 struct WebServer {
     port: u16,
-    asked: Arc<Mutex<Vec<(String, Vec<(String, String)>)>>>,
+    asked: Arc<Mutex<Vec<Request>>>,
 }
 
 impl WebServer {
@@ -52,7 +52,11 @@ impl WebServer {
             for mut stream in listener.incoming().flatten() {
                 let Some(request) = read_request(&stream) else { continue };
                 let path = request.path.split('?').next().unwrap_or("").to_string();
-                log.lock().unwrap().push((request.path, request.headers));
+                log.lock().unwrap().push(Request {
+                    path: request.path,
+                    headers: request.headers,
+                    body: request.body,
+                });
                 let page = pages
                     .iter()
                     .find(|(at, _)| *at == path)
@@ -75,13 +79,12 @@ impl WebServer {
 
     /// The paths (with their queries) asked for, in order.
     fn paths(&self) -> Vec<String> {
-        self.asked.lock().unwrap().iter().map(|(path, _)| path.clone()).collect()
+        self.asked.lock().unwrap().iter().map(|request| request.path.clone()).collect()
     }
 
     /// The value of header `name` of request `index`.
     fn header(&self, index: usize, name: &str) -> Option<String> {
-        let asked = self.asked.lock().unwrap();
-        asked[index].1.iter().find(|(n, _)| n == name).map(|(_, value)| value.clone())
+        self.asked.lock().unwrap()[index].header(name).map(str::to_string)
     }
 }
 
