@@ -201,30 +201,7 @@ async fn fetch_within(
 
 async fn fetch_unbounded(client: &reqwest::Client, url: &str, secrets: &Secrets) -> Result<Page, FetchError> {
     let asked = url.trim().to_string();
-    let mut current = checked_url(&asked, secrets, false)?;
-    let mut redirects = Vec::new();
-    let mut response = loop {
-        let response = client
-            .get(current.clone())
-            .header(ACCEPT, "text/html,application/xhtml+xml,text/plain;q=0.9,*/*;q=0.5")
-            .send()
-            .await
-            .map_err(|error| FetchError::Transport { url: current.to_string(), message: describe(&error) })?;
-        let location =
-            response.headers().get(LOCATION).map(|value| String::from_utf8_lossy(value.as_bytes()));
-        let Some(location) = location.filter(|_| response.status().is_redirection()) else { break response };
-        let next = current.join(&location).map_err(|error| FetchError::BadRedirect {
-            url: current.to_string(),
-            location: location.to_string(),
-            reason: error.to_string(),
-        })?;
-        if redirects.len() == MAX_REDIRECTS {
-            return Err(FetchError::TooManyRedirects { url: asked, last: next.to_string() });
-        }
-        let next = checked_url(next.as_str(), secrets, true)?;
-        redirects.push(std::mem::replace(&mut current, next).to_string());
-    };
-    let final_url = current.to_string();
+    let (response, final_url, redirects) = follow(client, &asked, secrets).await?;
     let header = response
         .headers()
         .get(CONTENT_TYPE)
@@ -239,21 +216,7 @@ async fn fetch_unbounded(client: &reqwest::Client, url: &str, secrets: &Secrets)
         });
     }
     let status = response.status();
-    let mut body = Vec::new();
-    let mut body_cut = false;
-    while let Some(chunk) = response
-        .chunk()
-        .await
-        .map_err(|error| FetchError::Transport { url: final_url.clone(), message: describe(&error) })?
-    {
-        let room = MAX_BODY_BYTES - body.len();
-        if chunk.len() > room {
-            body.extend_from_slice(&chunk[..room]);
-            body_cut = true;
-            break;
-        }
-        body.extend_from_slice(&chunk);
-    }
+    let (body, body_cut) = read_capped(response, &final_url).await?;
     let kind = match declared {
         Kind::Unknown => Kind::sniffed(&body),
         kind => kind,
@@ -278,6 +241,59 @@ async fn fetch_unbounded(client: &reqwest::Client, url: &str, secrets: &Secrets)
         text: text.replace("\r\n", "\n"),
         body_cut,
     })
+}
+
+/// GETs `asked` and follows its redirects (at most [`MAX_REDIRECTS`], each target checked as
+/// `asked` was): the answer that is not a redirect, its URL, and the URLs redirected from.
+async fn follow(
+    client: &reqwest::Client,
+    asked: &str,
+    secrets: &Secrets,
+) -> Result<(reqwest::Response, String, Vec<String>), FetchError> {
+    let mut current = checked_url(asked, secrets, false)?;
+    let mut redirects = Vec::new();
+    loop {
+        let response = client
+            .get(current.clone())
+            .header(ACCEPT, "text/html,application/xhtml+xml,text/plain;q=0.9,*/*;q=0.5")
+            .send()
+            .await
+            .map_err(|error| FetchError::Transport { url: current.to_string(), message: describe(&error) })?;
+        let location =
+            response.headers().get(LOCATION).map(|value| String::from_utf8_lossy(value.as_bytes()));
+        let Some(location) = location.filter(|_| response.status().is_redirection()) else {
+            return Ok((response, current.to_string(), redirects));
+        };
+        let next = current.join(&location).map_err(|error| FetchError::BadRedirect {
+            url: current.to_string(),
+            location: location.to_string(),
+            reason: error.to_string(),
+        })?;
+        if redirects.len() == MAX_REDIRECTS {
+            return Err(FetchError::TooManyRedirects { url: asked.to_string(), last: next.to_string() });
+        }
+        let next = checked_url(next.as_str(), secrets, true)?;
+        redirects.push(std::mem::replace(&mut current, next).to_string());
+    }
+}
+
+/// The body of `response` (from `url`), at most [`MAX_BODY_BYTES`] of it, and whether there was
+/// more (which is not downloaded).
+async fn read_capped(mut response: reqwest::Response, url: &str) -> Result<(Vec<u8>, bool), FetchError> {
+    let mut body = Vec::new();
+    loop {
+        let chunk = response
+            .chunk()
+            .await
+            .map_err(|error| FetchError::Transport { url: url.to_string(), message: describe(&error) })?;
+        let Some(chunk) = chunk else { return Ok((body, false)) };
+        let room = MAX_BODY_BYTES - body.len();
+        if chunk.len() > room {
+            body.extend_from_slice(&chunk[..room]);
+            return Ok((body, true));
+        }
+        body.extend_from_slice(&chunk);
+    }
 }
 
 /// What a transport error was, in words (reqwest's own message names only the outermost layer).
