@@ -369,9 +369,8 @@ fn web_tools_withheld(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
     use crate::graph::settings::SandboxKind;
     for node in nodes_of_type(workflow, HandlerType::Agent) {
         let Some(llm) = node.settings.llm() else { continue };
-        let named = llm.tools.iter().flatten();
-        let Some(tool) = named.into_iter().find(|name| crate::agent::web::WEB_TOOLS.contains(&name.as_str()))
-        else {
+        let mut named = llm.tools.iter().flatten();
+        let Some(tool) = named.find(|name| crate::agent::web::WEB_TOOLS.contains(&name.as_str())) else {
             continue;
         };
         let sandbox = &node.settings.stage.sandbox;
