@@ -19,9 +19,16 @@ use std::sync::{Arc, LazyLock, RwLock};
 
 use crate::redaction::Secrets;
 
-/// The variables that hold the keys of the providers fabro knows.
-pub const PROVIDER_KEYS: &[&str] =
-    &["ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY", "FABRO_LLM_API_KEY"];
+/// The variables that hold the keys of the providers fabro knows (model providers, and the
+/// search provider of agent stages' `web_search`).
+pub const PROVIDER_KEYS: &[&str] = &[
+    "ANTHROPIC_API_KEY",
+    "OPENAI_API_KEY",
+    "GEMINI_API_KEY",
+    "GOOGLE_API_KEY",
+    "FABRO_LLM_API_KEY",
+    "BRAVE_API_KEY",
+];
 
 #[derive(Default)]
 struct Registry {

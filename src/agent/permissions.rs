@@ -1,10 +1,11 @@
 //! Tool permissions: what an agent stage's tools may do without asking (`permissions=` on the
 //! node, the graph's default, `--permissions`, the config file; `full` when none says).
 //!
-//! - `read-only`: reading and searching (read_file, list_dir, glob, grep, the agentic wrappers,
-//!   which only read).
+//! - `read-only`: reading and searching (read_file, list_dir, glob, grep, the agentic wrappers
+//!   that only read the work directory).
 //! - `read-write`: also write_file and edit_file.
-//! - `full`: also the shell, MCP tools and any other tool.
+//! - `full`: also the shell, the web (web_fetch, web_search, agentic_fetch_url), MCP tools and
+//!   any other tool.
 //!
 //! A call above the stage's level is put to the person at the terminal (allow once, allow for the
 //! rest of the stage, deny); without one it is denied, so such tools are not offered to the model
@@ -26,6 +27,7 @@ pub fn needed_for(tool: &str) -> Level {
         "read_file" | "read_many_files" | "list_dir" | "glob" | "grep" | super::skills::TOOL => {
             Level::ReadOnly
         }
+        super::web::WEB_FETCH | super::web::WEB_SEARCH | super::agentic_tools::FETCH_URL => Level::Full,
         _ if super::agentic_tools::is_wrapper(tool) => Level::ReadOnly,
         "write_file" | "edit_file" | "apply_patch" => Level::ReadWrite,
         _ => Level::Full,
@@ -144,6 +146,10 @@ mod tests {
         assert_eq!(needed_for("grep"), Level::ReadOnly);
         assert_eq!(needed_for("edit_file"), Level::ReadWrite);
         assert_eq!(needed_for("shell"), Level::Full);
+        assert_eq!(needed_for("agentic_grep"), Level::ReadOnly);
+        for web in ["web_fetch", "web_search", "agentic_fetch_url"] {
+            assert_eq!(needed_for(web), Level::Full, "{web}");
+        }
         assert_eq!(needed_for("mcp__files__read_text_file"), Level::Full);
         assert_eq!(needed_for("something_new"), Level::Full);
         assert!(crate::graph::settings::PERMISSION_LEVELS

@@ -1,6 +1,7 @@
 //! The tools of an agent stage: read_file, write_file, edit_file, list_dir, glob, grep and shell,
 //! all confined to the stage's work directory (paths that leave it, also through symbolic links,
-//! are refused; the run's artifact directory is readable so offloaded output can be paged).
+//! are refused; the run's artifact directory is readable so offloaded output can be paged); and
+//! web_fetch and web_search ([`super::web`]) when the stage may reach the web.
 //!
 //! A tool never fails the stage: whatever goes wrong is the tool's result, marked as an error,
 //! for the model to read and react to.
@@ -53,6 +54,8 @@ pub struct Toolbox {
     known: std::collections::HashMap<PathBuf, FileStamp>,
     /// The built-in tools the stage is offered (a call to another is refused).
     builtin: Vec<&'static str>,
+    /// The run's web access, for web_fetch and web_search.
+    web: Option<super::web::Web>,
 }
 
 /// What a file is on disk, to tell whether it changed since the stage saw it.
@@ -125,7 +128,7 @@ impl ToolOutput {
 }
 
 /// The built-in tools, in the order they are offered.
-pub const BUILTIN_TOOLS: [&str; 9] = [
+pub const BUILTIN_TOOLS: [&str; 11] = [
     "read_file",
     "read_many_files",
     "write_file",
@@ -135,6 +138,8 @@ pub const BUILTIN_TOOLS: [&str; 9] = [
     "glob",
     "grep",
     "shell",
+    super::web::WEB_FETCH,
+    super::web::WEB_SEARCH,
 ];
 
 /// Whose models a stage's tools are shaped for: each family gets the editing tools its models
@@ -151,7 +156,8 @@ pub enum ToolFamily {
 }
 
 impl ToolFamily {
-    /// The built-in tools a stage of this family gets when its `tools` names none.
+    /// The built-in tools a stage of this family gets when its `tools` names none (the web tools
+    /// among them only when the stage may use them: see [`super::web::Web::allows`]).
     pub fn default_tools(self) -> Vec<&'static str> {
         BUILTIN_TOOLS
             .into_iter()
@@ -225,6 +231,16 @@ pub fn definitions() -> Vec<ToolDefinition> {
             description: "Run a shell command (sh -c) in the work directory. Output is capped; default timeout 120 s (timeout_ms up to 600000).".into(),
             parameters: object(json!({"command": {"type": "string"}, "timeout_ms": {"type": "integer"}}), &["command"]),
         },
+        ToolDefinition {
+            name: super::web::WEB_FETCH.into(),
+            description: super::web_fetch::DESCRIPTION.into(),
+            parameters: object(json!({"url": {"type": "string"}}), &["url"]),
+        },
+        ToolDefinition {
+            name: super::web::WEB_SEARCH.into(),
+            description: super::web_search::DESCRIPTION.into(),
+            parameters: object(json!({"query": {"type": "string"}, "count": {"type": "integer"}}), &["query"]),
+        },
     ]
 }
 
@@ -244,20 +260,33 @@ impl Toolbox {
             permissions: super::permissions::Permissions::default(),
             read_before_write: false,
             known: std::collections::HashMap::new(),
-            builtin: ToolFamily::Other.default_tools(),
+            builtin: ToolFamily::Other
+                .default_tools()
+                .into_iter()
+                .filter(|tool| !super::web::WEB_TOOLS.contains(tool))
+                .collect(),
+            web: None,
         })
     }
 
     /// Tools like these for a sub-agent: the same work directory, readable directories, sandbox,
-    /// hooks, permissions, built-in tools and read-before-write rule; nothing it has read or
-    /// started (and no MCP tools: their servers belong to this toolbox).
+    /// hooks, permissions, built-in tools, web access and read-before-write rule; nothing it has
+    /// read or started (and no MCP tools: their servers belong to this toolbox).
     pub fn sibling(&self) -> std::io::Result<Toolbox> {
-        Ok(Toolbox::new(&self.root, self.readable.clone())?
+        let mut sibling = Toolbox::new(&self.root, self.readable.clone())?
             .confined(self.confinement.clone())
             .with_hooks(self.hooks.clone())
             .with_permissions(self.permissions.clone())
             .with_builtin_tools(self.builtin.clone())
-            .with_read_before_write(self.read_before_write))
+            .with_read_before_write(self.read_before_write);
+        sibling.web = self.web.clone();
+        Ok(sibling)
+    }
+
+    /// web_fetch and web_search, when they are among the stage's built-in tools, go through `web`.
+    pub fn with_web(mut self, web: super::web::Web) -> Toolbox {
+        self.web = Some(web);
+        self
     }
 
     /// Offers these built-in tools (of [`BUILTIN_TOOLS`]) instead of [`ToolFamily::Other`]'s.
@@ -406,6 +435,11 @@ impl Toolbox {
             "glob" => self.glob(arguments),
             "grep" => self.grep(arguments),
             "shell" => self.shell(arguments).await,
+            super::web::WEB_FETCH | super::web::WEB_SEARCH => match &self.web {
+                Some(web) if name == super::web::WEB_FETCH => web.fetch(arguments).await,
+                Some(web) => web.search(arguments).await,
+                None => Err(format!("`{name}` has no web access in this stage")),
+            },
             other => Err(format!(
                 "there is no tool `{other}`; the tools are {}{}",
                 self.builtin.join(", "),
@@ -1076,8 +1110,22 @@ mod tests {
         );
         assert_eq!(
             ToolFamily::Gemini.default_tools(),
-            ["read_file", "read_many_files", "write_file", "edit_file", "list_dir", "glob", "grep", "shell"]
+            [
+                "read_file",
+                "read_many_files",
+                "write_file",
+                "edit_file",
+                "list_dir",
+                "glob",
+                "grep",
+                "shell",
+                "web_fetch",
+                "web_search"
+            ]
         );
+        // A toolbox given no web access offers no web tool.
+        let (_dir, bare) = toolbox();
+        assert!(!bare.builtin_tools().contains(&"web_fetch"), "{:?}", bare.builtin_tools());
     }
 
     #[tokio::test]

@@ -10,6 +10,8 @@
 //! - `FABRO_LLM_MODEL`, `FABRO_LLM_PROVIDER`: defaults for stages that name none.
 //! - `FABRO_LLM_REQUEST_TIMEOUT` (e.g. `90s`), `FABRO_LLM_MAX_RETRIES`, `FABRO_LLM_RETRY_WINDOW`
 //!   (e.g. `2m`).
+//! - `BRAVE_API_KEY`: web search for agent stages through the Brave Search API (the config
+//!   file's `[web_search]` says more).
 //! - `FABRO_CONFIG`: the config file (default `$XDG_CONFIG_HOME/fabro/config.toml`, else
 //!   `~/.config/fabro/config.toml`).
 
@@ -109,6 +111,9 @@ pub struct LlmConfig {
     pub permissions_flag: Option<crate::graph::settings::PermissionLevel>,
     /// The config file's `api_key_env` names: secrets (see [`crate::secrets`]).
     pub key_env_names: Vec<String>,
+    /// The search provider of agent stages' `web_search`: the config file's `[web_search]`, else
+    /// `BRAVE_API_KEY`'s; none: no `web_search`.
+    pub web_search: Option<crate::agent::web_search::SearchProvider>,
 }
 
 /// The default per-call request timeout.
@@ -137,6 +142,9 @@ pub enum ConfigError {
     /// An `[mcp_servers.NAME]` entry (config file or `--mcp-config`) cannot be used.
     #[error("{0}")]
     Mcp(String),
+    /// The config file's `[web_search]` cannot be used.
+    #[error("the [web_search] section of the fabro config file: {0}")]
+    WebSearch(#[from] crate::agent::web_search::SearchConfigError),
 }
 
 /// The config file as written.
@@ -170,6 +178,8 @@ struct FileConfig {
     permissions: Option<crate::graph::settings::PermissionLevel>,
     /// How agent stages stopped by `max_turns` end when neither the node nor the graph says.
     turn_limit_outcome: Option<crate::graph::settings::TurnLimitOutcome>,
+    /// The search provider of `web_search`.
+    web_search: Option<crate::agent::web_search::SearchSection>,
     /// Run lifecycle hooks: an array here, its entries skipped unread; [`crate::lifecycle_hooks`]
     /// is their one parser.
     #[serde(default, rename = "hooks")]
@@ -289,6 +299,8 @@ impl LlmConfig {
         crate::agent::mcp::check_all(&file.mcp_servers)
             .map_err(|problem| ConfigError::Mcp(format!("the fabro config file's {problem}")))?;
         config.mcp_servers = file.mcp_servers;
+        config.web_search = crate::agent::web_search::SearchSection::provider(file.web_search.as_ref(), env)?;
+        config.key_env_names.extend(file.web_search.as_ref().map(|section| section.key_env().to_string()));
         let conflicts = config.context.conflicts(|_| crate::source::Span::default());
         if let Some(conflict) = conflicts.first() {
             return Err(ConfigError::Context(conflict.to_string()));
@@ -396,7 +408,11 @@ impl LlmConfig {
             .iter()
             .cloned()
             .chain(self.mcp_servers.values().flat_map(|server| server.allowed_env_vars.iter().cloned()));
-        let keys = self.providers.values().filter_map(|p| p.api_key.clone());
+        let keys = self
+            .providers
+            .values()
+            .filter_map(|p| p.api_key.clone())
+            .chain(self.web_search.as_ref().and_then(|search| search.api_key.clone()));
         crate::secrets::register(
             names,
             keys.chain(self.mcp_servers.values().flat_map(crate::agent::mcp::ServerConfig::secrets)),
@@ -861,6 +877,43 @@ mod tests {
         let anthropic =
             config(&[], "[providers.anthropic]\nseed = 1\ntool_choice = \"auto\"").unwrap_err().to_string();
         assert!(anthropic.ends_with("to OpenAI-API providers only; remove tool_choice, seed"), "{anthropic}");
+    }
+
+    #[test]
+    fn web_search_comes_from_its_section_or_brave_api_key_and_its_key_is_a_secret() {
+        assert_eq!(config(&[], "").unwrap().web_search, None);
+        let alone = config(&[("BRAVE_API_KEY", "brave-env-key-1")], "").unwrap();
+        let provider = alone.web_search.unwrap();
+        assert_eq!(
+            (provider.endpoint.as_str(), provider.api_key.as_deref()),
+            (crate::agent::web_search::BRAVE_ENDPOINT, Some("brave-env-key-1"))
+        );
+        let file = r#"
+            [context]
+            web_tools = false
+            [web_search]
+            provider = "brave"
+            endpoint = "http://127.0.0.1:8000/res/v1/web/search"
+            api_key_env = "MY_SEARCH_KEY"
+            count = 5
+        "#;
+        let configured = config(&[("MY_SEARCH_KEY", "my-search-key-1")], file).unwrap();
+        assert_eq!(configured.context.web_tools, Some(false));
+        let provider = configured.web_search.clone().unwrap();
+        assert_eq!((provider.api_key.as_deref(), provider.count), (Some("my-search-key-1"), 5));
+        assert!(configured.key_env_names.contains(&"MY_SEARCH_KEY".to_string()));
+        let written = config(&[], "[web_search]\napi_key = \"written-search-key-1\"\n").unwrap();
+        written.register_secrets();
+        assert_eq!(crate::secrets::redact("k=written-search-key-1"), "k=[REDACTED]");
+        let keyless = config(&[], "[web_search]\nprovider = \"brave\"\n").unwrap_err();
+        assert!(
+            keyless
+                .to_string()
+                .contains("[web_search] section of the fabro config file: Brave Search needs a key"),
+            "{keyless}"
+        );
+        assert!(toml::from_str::<FileConfig>("[web_search]\nprovider = \"google\"").is_err());
+        assert!(toml::from_str::<FileConfig>("[web_search]\nkey = \"x\"").is_err());
     }
 
     #[test]

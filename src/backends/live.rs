@@ -66,6 +66,8 @@ pub struct LiveBackend {
     /// What servers said of their models during the run (by provider and model): the window a
     /// rejection stated, the characters-per-token ratio their reports set.
     learned: std::sync::Mutex<BTreeMap<(String, String), Learned>>,
+    /// The web tools' client and search provider.
+    web: crate::agent::web::Web,
 }
 
 /// What the run learned of one model on one provider.
@@ -111,7 +113,10 @@ impl LiveBackend {
             providers.insert(name.clone(), provider);
         }
         let mcp = crate::agent::mcp::McpServers::new(config.mcp_servers.clone());
-        Ok(LiveBackend { config, providers, secrets, mcp, person: None, learned: Default::default() })
+        let web = crate::agent::web::Web::new(config.web_search.clone()).map_err(|error| {
+            BackendError::Terminal(format!("cannot set up the HTTP client of the web tools: {error}"))
+        })?;
+        Ok(LiveBackend { config, providers, secrets, mcp, person: None, learned: Default::default(), web })
     }
 
     /// Keeps the context windows an OpenAI-compatible server states for its models: in its model
@@ -210,8 +215,33 @@ impl LiveBackend {
     }
 
     /// The built-in tools of an agent stage: its `tools` (checked by validation: unknown names are
-    /// left out here), else those shaped for the family of its model.
-    fn builtin_tools(&self, stage: &StageEnv<'_>, resolved: &Resolved) -> Vec<&'static str> {
+    /// left out here), else those shaped for the family of its model; the web tools only where
+    /// the stage may use them (a web tool its `tools` names and it may not use is a
+    /// `web_tool_withheld` transcript record).
+    fn builtin_tools(
+        &self,
+        stage: &StageEnv<'_>,
+        resolved: &Resolved,
+        web_tools: bool,
+        transcript: &Transcript<'_>,
+    ) -> Vec<&'static str> {
+        let mut tools = self.shaped_tools(stage, resolved);
+        tools.retain(|tool| match self.web.allows(tool, web_tools, &stage.confinement) {
+            Ok(()) => true,
+            Err(withheld) => {
+                if stage.tools.is_some() {
+                    transcript
+                        .record("web_tool_withheld", json!({"tool": tool, "reason": withheld.reason()}));
+                }
+                false
+            }
+        });
+        tools
+    }
+
+    /// The built-in tools an agent stage's `tools` names, else those shaped for the family of its
+    /// model.
+    fn shaped_tools(&self, stage: &StageEnv<'_>, resolved: &Resolved) -> Vec<&'static str> {
         if let Some(named) = &stage.tools {
             return crate::agent::tools::BUILTIN_TOOLS
                 .into_iter()
@@ -474,7 +504,13 @@ impl LiveBackend {
                     })?
                     .confined(stage.confinement.clone())
                     .with_read_before_write(context.read_before_write())
-                    .with_builtin_tools(self.builtin_tools(stage, &resolved))
+                    .with_builtin_tools(self.builtin_tools(
+                        stage,
+                        &resolved,
+                        context.web_tools(),
+                        &transcript,
+                    ))
+                    .with_web(self.web.clone())
                     .with_hooks(stage.tool_hooks.clone())
                     .with_permissions(crate::agent::permissions::Permissions::new(
                         stage

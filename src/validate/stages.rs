@@ -323,7 +323,9 @@ pub fn small_tier_parent(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
     }
 }
 
-/// `tools` on a node and `default_tools` on the graph name built-in tools, each once.
+/// `tools` on a node and `default_tools` on the graph name built-in tools, each once; a web tool
+/// they name for a stage that cannot use it (`web_tools=false`, or a bwrap sandbox without
+/// `sandbox_network=true`) is a warning, as the stage will not be offered it.
 pub fn agent_tools(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
     use crate::agent::tools::BUILTIN_TOOLS;
     let owners = std::iter::once((None, workflow.attributes(), "default_tools"))
@@ -358,5 +360,42 @@ pub fn agent_tools(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
                 });
             }
         }
+    }
+    web_tools_withheld(workflow, out);
+}
+
+/// The warnings of [`agent_tools`] for web tools a stage names and will not be offered.
+fn web_tools_withheld(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
+    use crate::graph::settings::SandboxKind;
+    for node in nodes_of_type(workflow, HandlerType::Agent) {
+        let Some(llm) = node.settings.llm() else { continue };
+        let mut named = llm.tools.iter().flatten();
+        let Some(tool) = named.find(|name| crate::agent::web::WEB_TOOLS.contains(&name.as_str())) else {
+            continue;
+        };
+        let sandbox = &node.settings.stage.sandbox;
+        let (why, fix) = if llm.context.as_ref().ok().and_then(|context| context.web_tools) == Some(false) {
+            ("it has web_tools=false", format!("leave `{tool}` out of its tools, or drop web_tools=false"))
+        } else if sandbox.kind.or(workflow.settings().sandbox.kind) == Some(SandboxKind::Bwrap)
+            && !sandbox.network
+        {
+            (
+                "its bwrap sandbox has no network",
+                format!("set sandbox_network=true on `{}`, or leave `{tool}` out of its tools", node.id),
+            )
+        } else {
+            continue;
+        };
+        let (key, attr) = match node.attributes.get("tools") {
+            Some(attr) => ("tools", Some(attr)),
+            None => ("default_tools", workflow.attributes().get("default_tools")),
+        };
+        let message =
+            format!("`{key}` names `{tool}` for stage `{}`, which will not be offered it: {why}", node.id);
+        let diagnostic = Diagnostic::warning("agent_tools", message).node(&node.id).fix(fix);
+        out.push(match attr {
+            Some(attr) => diagnostic.span(attr.span),
+            None => diagnostic,
+        });
     }
 }

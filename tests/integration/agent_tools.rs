@@ -81,7 +81,9 @@ fn openai_models_edit_with_apply_patch_and_the_others_with_edit_file() {
     assert_eq!(tool_results(&requests[2])[1], "applied the patch:\nM greet.txt");
     let system = requests[0]["messages"][0]["content"].as_str().unwrap_or_default();
     assert!(
-        system.contains("with the tools read_file, write_file, apply_patch, list_dir, glob, grep and shell;"),
+        system.contains(
+            "with the tools read_file, write_file, apply_patch, list_dir, glob, grep, shell and web_fetch;"
+        ),
         "{system}"
     );
 

@@ -104,10 +104,12 @@ fn an_agent_stage_edits_a_file_over_several_turns_and_later_stages_see_it() {
             "glob",
             "grep",
             "shell",
+            "web_fetch",
             "mark_task_done",
             "agentic_read_file",
             "agentic_grep",
-            "agentic_research"
+            "agentic_research",
+            "agentic_fetch_url"
         ]
     );
     let second = requests[1].json();

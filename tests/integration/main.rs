@@ -56,5 +56,6 @@ mod sub_workflows;
 mod terminal_text;
 mod validate_cli;
 mod watching_runs;
+mod web_tools;
 mod workflows;
 mod worktree_cli;

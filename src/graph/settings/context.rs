@@ -277,6 +277,9 @@ pub struct ContextSettings {
     pub task_checkpoints: Option<bool>,
     /// The agentic tool wrappers (on by default).
     pub agentic_tools: Option<bool>,
+    /// web_fetch, web_search and agentic_fetch_url, where the stage may reach the web (on by
+    /// default; see [`crate::agent::web`]).
+    pub web_tools: Option<bool>,
     // Compaction.
     pub compaction: Option<CompactionPreset>,
     pub compaction_mode: Option<CompactionMode>,
@@ -429,6 +432,7 @@ impl ContextSettings {
             }),
             task_checkpoints: flag("task_checkpoints"),
             agentic_tools: flag("agentic_tools"),
+            web_tools: flag("web_tools"),
             compaction: word("compaction").and_then(CompactionPreset::from_name),
             compaction_mode: word("compaction_mode").and_then(CompactionMode::from_name),
             compaction_trigger_turns: count("compaction_trigger_turns"),
@@ -464,7 +468,7 @@ impl ContextSettings {
     pub fn or(mut self, lower: &ContextSettings) -> ContextSettings {
         fill!(self, lower;
             max_in_turn_tool_pairs, max_in_turn_context_tokens, max_tool_result_chars, max_replay_chars,
-            tool_result_aging, runtime_context, project_docs, read_before_write, skill_dirs, max_subagents, max_subagent_depth, subagent_model, task_checkpoints, agentic_tools, compaction, compaction_mode, compaction_trigger_turns, compaction_keep_turns,
+            tool_result_aging, runtime_context, project_docs, read_before_write, skill_dirs, max_subagents, max_subagent_depth, subagent_model, task_checkpoints, agentic_tools, web_tools, compaction, compaction_mode, compaction_trigger_turns, compaction_keep_turns,
             compaction_token_budget, compaction_threshold, compaction_model, compaction_prune_chars,
             compaction_block_chars, compaction_anti_thrash_window, compaction_anti_thrash_min_savings, context_budget_warn,
             context_budget_cutover, thread_text_only, thread_max_turn_age, thread_max_tail_messages,
@@ -548,6 +552,10 @@ impl ContextSettings {
 
     pub fn agentic_tools(&self) -> bool {
         self.agentic_tools.unwrap_or(true)
+    }
+
+    pub fn web_tools(&self) -> bool {
+        self.web_tools.unwrap_or(true)
     }
 
     /// Whether the stage ever compacts (not with `compaction=none`).
@@ -636,6 +644,7 @@ const NAMES: &[(&str, &str)] = &[
     ("subagent_model", "default_subagent_model"),
     ("task_checkpoints", "default_task_checkpoints"),
     ("agentic_tools", "default_agentic_tools"),
+    ("web_tools", "default_web_tools"),
     ("compaction", "default_compaction"),
     ("compaction_mode", "default_compaction_mode"),
     ("compaction_trigger_turns", "default_compaction_trigger_turns"),
@@ -674,7 +683,7 @@ mod tests {
     #[test]
     fn settings_come_from_the_node_else_the_graph_default() {
         let read = settings(
-            r#"digraph G { default_max_tool_result_chars=1000; "tool_result_chars.grep"="20000"; default_compaction=strong
+            r#"digraph G { default_max_tool_result_chars=1000; "tool_result_chars.grep"="20000"; default_compaction=strong; default_web_tools=false
                a [max_in_turn_tool_pairs=3, tool_result_aging=false, compaction_mode=intent, thread_exclude_nodes="x, y"] }"#,
         )
         .unwrap();
@@ -689,6 +698,8 @@ mod tests {
             Some((CompactionCount::Messages(12), CompactionCount::Messages(10)))
         );
         assert_eq!(read.thread_exclude_nodes, Some(vec!["x".to_string(), "y".to_string()]));
+        assert!(!read.web_tools());
+        assert!(ContextSettings::default().web_tools());
     }
 
     #[test]

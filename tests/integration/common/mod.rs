@@ -31,6 +31,7 @@ pub const PROVIDER_ENV: &[&str] = &[
     "FABRO_LLM_MAX_RETRIES",
     "FABRO_LLM_RETRY_WINDOW",
     "FABRO_CONFIG",
+    "BRAVE_API_KEY",
 ];
 
 /// `fabro ARGS` in `dir`, isolated from the environment of whoever runs the tests: no `CI`,
