@@ -186,15 +186,8 @@ pub async fn run(
         let response = match small.provider.chat(&request).await {
             Ok(response) => response,
             Err(failure) => {
-                transcript.record("subtask_failed", json!({"turn": turn, "error": failure.to_string()}));
                 let bare = call.name.trim_start_matches("agentic_");
-                return Digest {
-                    output: error(format!(
-                        "the `{}` helper failed ({failure}); use the bare `{bare}` tool instead",
-                        call.name
-                    )),
-                    usage,
-                };
+                return helper_failed(call, bare, &failure, turn, &transcript, usage);
             }
         };
         usage.add(&response.usage);
@@ -284,16 +277,7 @@ async fn ask_about_page(
     };
     let response = match small.provider.chat(&request).await {
         Ok(response) => response,
-        Err(failure) => {
-            transcript.record("subtask_failed", json!({"turn": 1, "error": failure.to_string()}));
-            return Digest {
-                output: error(format!(
-                    "the `{}` helper failed ({failure}); use the bare `web_fetch` tool instead",
-                    call.name
-                )),
-                usage,
-            };
-        }
+        Err(failure) => return helper_failed(call, "web_fetch", &failure, 1, transcript, usage),
     };
     usage.add(&response.usage);
     transcript.record("assistant", assistant_record(1, &response));
@@ -304,6 +288,26 @@ async fn ask_about_page(
         false => ToolOutput { content: digest, is_error: false },
     };
     Digest { output, usage }
+}
+
+/// A wrapper whose small-model call failed at `turn`: recorded, and the parent told to use the
+/// bare tool `bare` instead.
+fn helper_failed(
+    call: &ToolCall,
+    bare: &str,
+    failure: &dyn std::fmt::Display,
+    turn: u32,
+    transcript: &Transcript<'_>,
+    usage: Usage,
+) -> Digest {
+    transcript.record("subtask_failed", json!({"turn": turn, "error": failure.to_string()}));
+    Digest {
+        output: error(format!(
+            "the `{}` helper failed ({failure}); use the bare `{bare}` tool instead",
+            call.name
+        )),
+        usage,
+    }
 }
 
 fn error(content: String) -> ToolOutput {

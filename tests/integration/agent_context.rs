@@ -3,7 +3,9 @@
 
 use crate::common;
 
-use common::llm_server::{counted_chars, openai_text, openai_tools, LlmServer, Reply};
+use common::llm_server::{
+    counted_chars, offered_tools, openai_text, openai_tools, tool_results, LlmServer, Reply,
+};
 use common::Test;
 use serde_json::{json, Value};
 
@@ -13,17 +15,6 @@ fn compatible(server: &LlmServer, workflow: &str) -> Test {
         .env("FABRO_LLM_BASE_URL", &server.url("/v1"))
         .env("FABRO_LLM_MAX_RETRIES", "0")
         .env("FABRO_LLM_MODEL", "local-model")
-}
-
-/// The contents of the tool results in one request body, oldest first.
-fn tool_results(body: &Value) -> Vec<String> {
-    body["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["role"] == "tool")
-        .map(|m| m["content"].as_str().unwrap_or("").to_string())
-        .collect()
 }
 
 /// An agent that reads `n` files, one call per turn, then answers.
@@ -1308,16 +1299,6 @@ fn memory_written_by_one_workflow_is_recalled_by_another_and_managed_with_fabro_
 }
 
 // Agentic tool wrappers (issue 14).
-
-/// The tool names a request offered.
-fn offered_tools(body: &Value) -> Vec<String> {
-    body["tools"]
-        .as_array()
-        .map(|tools| {
-            tools.iter().map(|t| t["function"]["name"].as_str().unwrap_or_default().to_string()).collect()
-        })
-        .unwrap_or_default()
-}
 
 #[test]
 fn agentic_read_file_digests_a_file_on_the_small_model_in_a_fresh_context() {

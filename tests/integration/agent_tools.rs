@@ -4,7 +4,9 @@
 
 use crate::common;
 
-use common::llm_server::{anthropic_text, openai_text, openai_tools, LlmServer};
+use common::llm_server::{
+    anthropic_text, offered_tools as offered, openai_text, openai_tools, tool_results, LlmServer,
+};
 use common::Test;
 use serde_json::{json, Value};
 
@@ -19,31 +21,6 @@ fn agent(model: &str, attributes: &str) -> String {
         start -> work -> exit
     }}"#
     )
-}
-
-/// The names of the tools the first request offered (OpenAI or Anthropic shape).
-fn offered(body: &Value) -> Vec<String> {
-    body["tools"]
-        .as_array()
-        .map(|tools| {
-            tools
-                .iter()
-                .filter_map(|tool| tool["function"]["name"].as_str().or(tool["name"].as_str()))
-                .map(str::to_string)
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// The tool results a request carries back (OpenAI shape), oldest first.
-fn tool_results(body: &Value) -> Vec<String> {
-    body["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|message| message["role"] == "tool")
-        .map(|message| message["content"].as_str().unwrap_or_default().to_string())
-        .collect()
 }
 
 fn openai(server: &LlmServer, workflow: &str) -> Test {

@@ -10,7 +10,10 @@ use std::sync::{Arc, Mutex};
 
 use crate::common;
 
-use common::llm_server::{files_containing, openai_text, openai_tools, read_request, LlmServer, Request};
+use common::llm_server::{
+    files_containing, offered_tools as offered, openai_text, openai_tools, read_request, tool_results,
+    LlmServer, Request,
+};
 use common::Test;
 use serde_json::{json, Value};
 
@@ -106,27 +109,6 @@ fn local(server: &LlmServer, workflow: &str) -> Test {
         .env("FABRO_LLM_BASE_URL", &server.url("/v1"))
         .env("FABRO_LLM_API_KEY", KEY)
         .env("FABRO_LLM_MAX_RETRIES", "0")
-}
-
-/// The names of the tools a request offered.
-fn offered(body: &Value) -> Vec<String> {
-    body["tools"]
-        .as_array()
-        .map(|tools| {
-            tools.iter().filter_map(|tool| tool["function"]["name"].as_str()).map(str::to_string).collect()
-        })
-        .unwrap_or_default()
-}
-
-/// The tool results a request carries back, oldest first.
-fn tool_results(body: &Value) -> Vec<String> {
-    body["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|message| message["role"] == "tool")
-        .map(|message| message["content"].as_str().unwrap_or_default().to_string())
-        .collect()
 }
 
 fn requests(server: &LlmServer) -> Vec<Value> {

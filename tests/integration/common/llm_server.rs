@@ -560,3 +560,31 @@ pub fn files_containing(dir: &std::path::Path, needle: &str) -> Vec<std::path::P
     }
     found
 }
+
+/// The names of the tools a request body offered (OpenAI's shape or Anthropic's), in order.
+pub fn offered_tools(body: &Value) -> Vec<String> {
+    body["tools"]
+        .as_array()
+        .map(|tools| {
+            tools
+                .iter()
+                .filter_map(|tool| tool["function"]["name"].as_str().or(tool["name"].as_str()))
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The contents of the tool results a request body (OpenAI's shape) carries back, oldest first.
+pub fn tool_results(body: &Value) -> Vec<String> {
+    body["messages"]
+        .as_array()
+        .map(|messages| {
+            messages
+                .iter()
+                .filter(|message| message["role"] == "tool")
+                .map(|message| message["content"].as_str().unwrap_or_default().to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
