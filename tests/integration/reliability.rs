@@ -84,14 +84,19 @@ fn is_temp(path: &Path) -> bool {
 // ---------------------------------------------------------------------------------------------
 // 1. Crash harness
 
-/// Appends `<node> <visit>` to executions.log and sets a context value through status.json.
+/// Appends `<node> <visit>` to executions.log and sets a context value through status.json,
+/// written whole (a temporary file renamed into place), as a script killed with its stage must
+/// write a file it wants read: fabro's own files are checked intact after every kill, and a
+/// script's torn `>` redirection would be the script's, not fabro's.
 const STEP_SH: &str = r#"echo "$FABRO_NODE_ID $FABRO_VISIT" >> executions.log
-printf '{"outcome":"success","context_updates":{"cmd.%s":"%s-%s"}}' "$FABRO_NODE_ID" "$FABRO_NODE_ID" "$FABRO_VISIT" > "$FABRO_STAGE_DIR/status.json"
+printf '{"outcome":"success","context_updates":{"cmd.%s":"%s-%s"}}' "$FABRO_NODE_ID" "$FABRO_NODE_ID" "$FABRO_VISIT" > "$FABRO_STAGE_DIR/status.tmp"
+mv "$FABRO_STAGE_DIR/status.tmp" "$FABRO_STAGE_DIR/status.json"
 "#;
 
 /// The loop stage: its visit number becomes `counter`, which routes the loop.
 const LOOP_SH: &str = r#"echo "$FABRO_NODE_ID $FABRO_VISIT" >> executions.log
-printf '{"outcome":"success","context_updates":{"counter":%s}}' "$FABRO_VISIT" > "$FABRO_STAGE_DIR/status.json"
+printf '{"outcome":"success","context_updates":{"counter":%s}}' "$FABRO_VISIT" > "$FABRO_STAGE_DIR/status.tmp"
+mv "$FABRO_STAGE_DIR/status.tmp" "$FABRO_STAGE_DIR/status.json"
 "#;
 
 enum Item {
