@@ -3,7 +3,7 @@
 //!
 //! The script never sees context text pasted into it; it reads the run through environment
 //! variables instead: `FABRO_RUN_ID`, `FABRO_RUN_DIR`, `FABRO_STAGE_DIR`, `FABRO_NODE_ID`,
-//! `FABRO_VISIT` and `FABRO_CONTEXT` (a JSON snapshot of the context in `context.json`).
+//! `FABRO_VISIT` and `FABRO_CONTEXT` (the path of `context.json`, a JSON snapshot of the context).
 //!
 //! Output goes straight to `stdout.log` and `stderr.log` in the stage directory as it is written;
 //! afterwards each becomes `command.output` and `command.stderr` (the last 16 MiB of a longer
