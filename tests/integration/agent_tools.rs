@@ -23,6 +23,15 @@ fn agent(model: &str, attributes: &str) -> String {
     )
 }
 
+/// A run of `workflow` against `server` as an OpenAI-compatible local server (model family
+/// "other").
+fn local(server: &LlmServer, workflow: &str) -> Test {
+    Test::new()
+        .workflow(workflow)
+        .env("FABRO_LLM_BASE_URL", &server.url("/v1"))
+        .env("FABRO_LLM_MAX_RETRIES", "0")
+}
+
 fn openai(server: &LlmServer, workflow: &str) -> Test {
     Test::new()
         .workflow(workflow)
@@ -147,11 +156,8 @@ fn an_agent_writes_an_existing_file_only_after_reading_it() {
         ]
     };
     let server = LlmServer::start(replies(), Vec::new());
-    let ran = Test::new()
-        .workflow(&agent("local-model", ""))
+    let ran = local(&server, &agent("local-model", ""))
         .file("notes.txt", "keep me\n")
-        .env("FABRO_LLM_BASE_URL", &server.url("/v1"))
-        .env("FABRO_LLM_MAX_RETRIES", "0")
         .args(["run", "workflow.dot", "-q"])
         .status(0)
         .run();
@@ -166,11 +172,8 @@ fn an_agent_writes_an_existing_file_only_after_reading_it() {
 
     // read_before_write=false: the first write goes through.
     let server = LlmServer::start(replies(), Vec::new());
-    Test::new()
-        .workflow(&agent("local-model", ", read_before_write=false"))
+    local(&server, &agent("local-model", ", read_before_write=false"))
         .file("notes.txt", "keep me\n")
-        .env("FABRO_LLM_BASE_URL", &server.url("/v1"))
-        .env("FABRO_LLM_MAX_RETRIES", "0")
         .args(["run", "workflow.dot", "-q"])
         .status(0)
         .run();
@@ -189,15 +192,13 @@ fn skills_are_listed_loaded_with_use_skill_and_expanded_from_a_slash_token() {
         ],
         Vec::new(),
     );
-    let test = Test::new()
-        .workflow(
-            r#"digraph skills {
+    let workflow = r#"digraph skills {
             start [shape=Mdiamond]
             exit [shape=Msquare]
             work [prompt="/commit fix the pager", llm_model="local-model", max_turns=5]
             start -> work -> exit
-        }"#,
-        )
+        }"#;
+    let test = local(&server, workflow)
         .file("home/.fabro/skills/review/SKILL.md", &skill("review", "Review (the user's)", "User review."))
         .file(
             ".fabro/skills/commit/SKILL.md",
@@ -205,9 +206,7 @@ fn skills_are_listed_loaded_with_use_skill_and_expanded_from_a_slash_token() {
         )
         .file("skills/review/SKILL.md", &skill("review", "Review a change", "Look for bugs."))
         .file("skills/review/checklist.md", "1. tests\n")
-        .file("skills/broken/SKILL.md", "no front matter here\n")
-        .env("FABRO_LLM_BASE_URL", &server.url("/v1"))
-        .env("FABRO_LLM_MAX_RETRIES", "0");
+        .file("skills/broken/SKILL.md", "no front matter here\n");
     let home = test.path("home");
     let ran = test
         .env("HOME", home.to_str().unwrap())
@@ -267,10 +266,7 @@ fn sub_agents_work_answer_take_more_input_fail_alone_and_are_closed() {
         ],
         Vec::new(),
     );
-    let ran = Test::new()
-        .workflow(&agent("local-model", ", max_subagents=2"))
-        .env("FABRO_LLM_BASE_URL", &server.url("/v1"))
-        .env("FABRO_LLM_MAX_RETRIES", "0")
+    let ran = local(&server, &agent("local-model", ", max_subagents=2"))
         .args(["run", "workflow.dot", "--run-dir", "run", "-q"])
         .status(0)
         .run();
