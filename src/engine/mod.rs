@@ -2,6 +2,7 @@
 //! of child runs for manager stages.
 
 mod checkpoint;
+pub mod circuit_breaker;
 mod child_launcher;
 mod conversation;
 pub mod edge_selection;

@@ -308,7 +308,10 @@ impl<'e> Walker<'e> {
                 _ => Step::Finish(RunStatus::Succeeded, None),
             };
         }
-        let step = self.next_step(index, &outcome);
+        let step = match self.circuit_breaker(node, visit, &outcome) {
+            Some(reason) => Step::Finish(RunStatus::Failed, Some(reason)),
+            None => self.next_step(index, &outcome),
+        };
         let next_id = match &step {
             Step::Next(next) | Step::Restart(next) => Some(workflow.node_at(*next).id.as_str()),
             Step::Finish(..) | Step::Pause(_) => None,
@@ -745,7 +748,8 @@ impl<'e> Walker<'e> {
             let class = outcome.failure_class.unwrap_or(FailureClass::Deterministic);
             context.set("failure_class", class.as_str());
             context.set("failure_detail", if attempts > 1 { "retries_exhausted" } else { "stage_failed" });
-            context.set("failure_signature", format!("{}:{}", node.id, reason.lines().next().unwrap_or("")));
+            context.set("failure_signature", super::circuit_breaker::signature(&node.id, class, &reason));
+            context.set("failure_reason", reason);
         }
         self.state.completed.push(node.id.clone());
         self.state.outcomes.insert(node.id.clone(), outcome.status);
@@ -784,6 +788,24 @@ impl<'e> Walker<'e> {
         written.map_err(|error| error.to_string())
     }
 
+    /// Counts a failed stage's signature ([`super::circuit_breaker`]); why the run must stop
+    /// when the same deterministic or structural failure reached `failure_signature_limit`.
+    fn circuit_breaker(&mut self, node: &Node, visit: u32, outcome: &Outcome) -> Option<String> {
+        if outcome.status != StageStatus::Fail {
+            return None;
+        }
+        let signature = self.state.context.get_text("failure_signature")?;
+        let class = outcome.failure_class.unwrap_or(FailureClass::Deterministic);
+        let limit = self
+            .scope
+            .workflow
+            .settings()
+            .failure_signature_limit
+            .unwrap_or(super::circuit_breaker::DEFAULT_LIMIT);
+        super::circuit_breaker::count(&mut self.state.context, &signature, class, visit, limit)
+            .map(|tripped| tripped.reason(&node.id))
+    }
+
     /// The edge to follow, the failure route, or the end of the line.
     fn next_step(&mut self, index: NodeIndex, outcome: &Outcome) -> Step {
         let scope = Arc::clone(&self.scope);
@@ -813,6 +835,23 @@ impl<'e> Walker<'e> {
                 // A dry run follows a loop_restart edge as a plain one: a fresh run directory would
                 // forget the visits that cap its loops.
                 let restart = !scope.options.dry_run && edge.edge.settings.loop_restart;
+                // Starting over helps with what may pass the next time; any other failure would
+                // only come back (as Fabro has it).
+                let class = outcome.failure_class.unwrap_or(FailureClass::Deterministic);
+                if restart && outcome.status == StageStatus::Fail && class != FailureClass::TransientInfra {
+                    return Step::Finish(
+                        RunStatus::Failed,
+                        Some(format!(
+                            "loop_restart edge `{}` -> `{}` not followed: stage `{}` failed with failure_class={} \
+                             (a run restarts only after a transient_infra failure): {}",
+                            node.id,
+                            edge.to.id,
+                            node.id,
+                            class.as_str(),
+                            outcome.failure_reason.as_deref().unwrap_or("no reason given")
+                        )),
+                    );
+                }
                 let chosen = SelectedEdge {
                     loop_restart: Some(restart),
                     ..SelectedEdge::new(&node.id, &edge.to.id, reason.as_str())

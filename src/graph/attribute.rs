@@ -190,6 +190,7 @@ pub static ATTRIBUTES: &[AttributeSpec] = &[
     spec!("default_context_budget_cutover", ValueType::Count, GRAPH, "Default context_budget_cutover of agent stages."),
     spec!("stall_timeout", ValueType::Duration, GRAPH, "A stage that shows no sign of life (no event, no output, no growing answer) for this long is stopped and the run pauses (exit 3, kind stall) to be resumed; default 30m, 0 turns it off."),
     spec!("default_retry_on", ValueType::OneOf(RETRY_ON), GRAPH, "Default retry_on of nodes."),
+    spec!("failure_signature_limit", ValueType::Count, GRAPH, "The same deterministic or structural failure (same stage, class and reason, numbers masked) this many times ends the run, even with successes between; default 3, 0 turns it off (Fabro's loop_restart_signature_limit)."),
     spec!(
         "max_node_visits",
         ValueType::Count,
@@ -500,11 +501,13 @@ pub const ALIASES: &[(&str, &str)] = &[
     ("default_max_retry", "default_max_retries"),
     ("model", "llm_model"),
     ("provider", "llm_provider"),
+    ("loop_restart_signature_limit", "failure_signature_limit"),
 ];
 
 /// Aliases that are another tool's dialect, with the tool: accepted with a `dialect_alias` warning.
 /// forge also reads every dotted attribute spelled with `_` (`human_default_choice`).
-pub const DIALECT_ALIASES: &[(&str, &str)] = &[("model", "Fabro"), ("provider", "Fabro")];
+pub const DIALECT_ALIASES: &[(&str, &str)] =
+    &[("model", "Fabro"), ("provider", "Fabro"), ("loop_restart_signature_limit", "Fabro")];
 
 /// The tool whose dialect spells an attribute `written` (fabro reading it as `canonical`), if
 /// `written` is such a spelling.
@@ -534,11 +537,6 @@ pub const WORD_ALIASES: &[(&str, &str, &str)] = &[
 /// implement: name, whose it is, and what it means there. Setting one is a warning that says so
 /// (`unsupported_attribute`), never silently nothing.
 pub const UNSUPPORTED_ATTRIBUTES: &[(&str, &str, &str)] = &[
-    (
-        "loop_restart_signature_limit",
-        "Fabro",
-        "aborts a loop_restart loop once the same failure repeats that many times",
-    ),
     (
         "project_memory",
         "Fabro",

@@ -68,8 +68,9 @@ impl Transform for PromptFiles {
     }
 }
 
-/// Fabro's spellings: node attributes `model=` and `provider=` (already read as `llm_model` and
-/// `llm_provider` when the graph was built) and `{{ goal }}` in prompts (read as `$goal`), each
+/// Fabro's spellings: node attributes `model=` and `provider=` and the graph's
+/// `loop_restart_signature_limit` (already read as `llm_model`, `llm_provider` and
+/// `failure_signature_limit` when the graph was built) and `{{ goal }}` in prompts (read as `$goal`), each
 /// with a `dialect_alias` warning so the file can be moved to fabro's names.
 pub struct DialectAliases;
 
@@ -80,22 +81,23 @@ impl Transform for DialectAliases {
 
     fn apply(&self, workflow: &mut Workflow) -> Vec<Diagnostic> {
         let source = workflow.source().clone();
-        let mut found = Vec::new();
+        let alias = |key: &str, attr: &Attr| {
+            let written = source.text().get(attr.key_span.start..attr.key_span.end).unwrap_or("");
+            let tool = super::attribute::dialect_of_alias(written, key).filter(|_| !attr.inherited)?;
+            Some(
+                Diagnostic::warning(
+                    "dialect_alias",
+                    format!("`{written}` is {tool}'s name for `{key}`; fabro reads it as `{key}`"),
+                )
+                .span(attr.key_span)
+                .fix(format!("rename it to `{key}`")),
+            )
+        };
+        let mut found: Vec<Diagnostic> =
+            workflow.attributes().iter().filter_map(|(key, attr)| alias(key, attr)).collect();
         for node in workflow.nodes_mut() {
             for (key, attr) in node.attributes.iter() {
-                let written = source.text().get(attr.key_span.start..attr.key_span.end).unwrap_or("");
-                let dialect = super::attribute::dialect_of_alias(written, key);
-                if let Some(tool) = dialect.filter(|_| !attr.inherited) {
-                    found.push(
-                        Diagnostic::warning(
-                            "dialect_alias",
-                            format!("`{written}` is {tool}'s name for `{key}`; fabro reads it as `{key}`"),
-                        )
-                        .node(&node.id)
-                        .span(attr.key_span)
-                        .fix(format!("rename it to `{key}`")),
-                    );
-                }
+                found.extend(alias(key, attr).map(|diagnostic| diagnostic.node(&node.id)));
             }
             let Some(attr) = node.attributes.get("prompt") else { continue };
             let Some(prompt) = attr.value.as_text() else { continue };

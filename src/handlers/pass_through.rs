@@ -52,7 +52,7 @@ impl Handler for Conditional {
             failure_reason: (status == StageStatus::Fail).then(|| {
                 stage
                     .context
-                    .get_text("failure_signature")
+                    .get_text("failure_reason")
                     .unwrap_or_else(|| "the previous stage failed".to_string())
             }),
             ..Outcome::new(status)

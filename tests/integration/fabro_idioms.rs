@@ -193,7 +193,7 @@ fn attributes_of_other_engines_that_fabro_lacks_are_named_as_unsupported() {
         .args(["validate", "workflow.dot"])
         .status(0)
         .stdout_contains("warning[unsupported_attribute]")
-        .stdout_contains("`loop_restart_signature_limit` is Fabro's (aborts a loop_restart loop once the same failure repeats that many times); fabro does not support it")
+        .stdout_contains("warning[dialect_alias]")
         .stdout_contains("node work: `project_memory` is Fabro's")
         .run();
     Test::new().workflow(workflow).args(["validate", "workflow.dot", "--deny-warnings"]).status(2).run();

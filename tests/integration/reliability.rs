@@ -1046,3 +1046,132 @@ fn failed_stages_carry_a_failure_class_that_routes_and_limits_retries() {
         serde_json::from_str(&std::fs::read_to_string(run.join("checkpoint.json")).unwrap()).unwrap();
     assert_eq!(checkpoint["context"]["failure_detail"], "stage_failed", "{}", checkpoint["context"]);
 }
+
+/// An implement -> verify -> fix loop whose verify keeps failing the same way (only its exit code
+/// changes).
+const SAME_FAILURE_LOOP: &str = r#"digraph fixloop {
+        start [shape=Mdiamond]
+        exit [shape=Msquare]
+        implement [shape=parallelogram, script="echo implement >> log"]
+        verify [shape=parallelogram, script="n=$(grep -c verify log); echo verify >> log; exit $((n+1))"]
+        fix [shape=parallelogram, script="FIX"]
+        start -> implement -> verify
+        verify -> exit [condition="outcome=success"]
+        verify -> fix [condition="outcome=fail"]
+        fix -> implement
+    }"#;
+
+fn events_of(run: &Path) -> Vec<Value> {
+    std::fs::read_to_string(run.join("events.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str::<Value>(line).unwrap())
+        .collect()
+}
+
+#[test]
+fn a_fix_loop_that_fails_the_same_way_three_times_stops_on_the_third() {
+    let ran = common::Test::new()
+        .workflow(&SAME_FAILURE_LOOP.replace("FIX", "echo fix >> log"))
+        .args(["run", "workflow.dot", "--run-dir", "run", "-q"])
+        .status(1)
+        .run();
+    let run = ran.dir.path().join("run");
+    let log = std::fs::read_to_string(ran.dir.path().join("log")).unwrap();
+    // Successes of implement and fix between the failures do not reset the count.
+    assert_eq!(log.matches("verify").count(), 3, "{log}");
+    assert_eq!(log.matches("implement").count(), 3, "{log}");
+    let result = read_json(&run.join("result.json"));
+    let reason = result["failure_reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("circuit breaker: stage `verify` failed the same way 3 times (failure_signature_limit=3), at visits 1, 2, 3: ")
+            && reason.contains("`verify|deterministic|"),
+        "{reason}"
+    );
+    let context = &read_json(&run.join("checkpoint.json"))["context"];
+    let signature = context["failure_signature"].as_str().unwrap();
+    assert!(reason.contains(&format!("`{signature}`")), "{reason}");
+    assert_eq!(signature, "verify|deterministic|command exited with code <n>");
+    assert_eq!(context["internal.failure_signatures"][signature]["count"], 3);
+    assert!(ran.stderr().contains("circuit breaker"), "{}", ran.stderr());
+    // The third failure ended the run: no edge was taken to fix.
+    let to_fix = events_of(&run)
+        .iter()
+        .filter(|event| event["event"] == "edge.selected" && event["to"] == "fix")
+        .count();
+    assert_eq!(to_fix, 2);
+
+    // A higher limit lets the loop go on; 0 turns the breaker off (max_visits stops it here).
+    let lenient = SAME_FAILURE_LOOP
+        .replace("FIX", "echo fix >> log")
+        .replace("start [shape=Mdiamond]", "failure_signature_limit=0\n verify [max_visits=5]\n start [shape=Mdiamond]");
+    let ran = common::Test::new().workflow(&lenient).args(["run", "workflow.dot", "-q"]).status(1).run();
+    let log = std::fs::read_to_string(ran.dir.path().join("log")).unwrap();
+    assert_eq!(log.matches("verify").count(), 5, "{log}");
+    assert!(ran.stderr().contains("max_visits=5"), "{}", ran.stderr());
+}
+
+#[test]
+fn the_failure_counts_survive_a_resume() {
+    // The fix after the second failure hangs once: the stall watchdog pauses the run there.
+    let fix = "n=$(grep -c fix log); echo fix >> log; if [ $n = 1 ] && [ ! -f hung ]; then touch hung; sleep 30; fi";
+    let workflow = SAME_FAILURE_LOOP
+        .replace("FIX", fix)
+        .replace("start [shape=Mdiamond]", "stall_timeout=\"1s\"\n start [shape=Mdiamond]");
+    let ran = common::Test::new()
+        .workflow(&workflow)
+        .args(["run", "workflow.dot", "--run-dir", "run", "-q"])
+        .status(3)
+        .run();
+    let run = ran.dir.path().join("run");
+    let resumed = Command::new(common::fabro_bin())
+        .args(["resume", "run", "-q"])
+        .current_dir(ran.dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(resumed.status.code(), Some(1), "{}", stderr(&resumed));
+    let log = std::fs::read_to_string(ran.dir.path().join("log")).unwrap();
+    assert_eq!(log.matches("verify").count(), 3, "{log}");
+    let reason = read_json(&run.join("result.json"))["failure_reason"].as_str().unwrap().to_string();
+    assert!(reason.contains("failed the same way 3 times"), "{reason}");
+}
+
+#[test]
+fn a_loop_restart_edge_is_crossed_only_after_a_transient_failure() {
+    let workflow = |script: &str| {
+        format!(
+            r#"digraph restarts {{
+            start [shape=Mdiamond]
+            exit [shape=Msquare]
+            work [shape=parallelogram, script="{script}", timeout="300ms"]
+            start -> work
+            work -> exit [condition="outcome=success"]
+            work -> work [condition="outcome=fail", loop_restart=true]
+        }}"#
+        )
+    };
+    // A deterministic failure would only come back: the run ends instead of restarting.
+    let ran = common::Test::new()
+        .workflow(&workflow("exit 2"))
+        .args(["run", "workflow.dot", "--run-dir", "run", "-q"])
+        .status(1)
+        .run();
+    let run = ran.dir.path().join("run");
+    let reason = read_json(&run.join("result.json"))["failure_reason"].as_str().unwrap().to_string();
+    assert_eq!(
+        reason,
+        "loop_restart edge `work` -> `work` not followed: stage `work` failed with failure_class=deterministic \
+         (a run restarts only after a transient_infra failure): command exited with code 2"
+    );
+    assert!(read_json(&run.join("manifest.json"))["restarted_as"].is_null());
+
+    // A timeout is transient: the run restarts in a new directory and passes there.
+    let ran = common::Test::new()
+        .workflow(&workflow("if [ -f once ]; then exit 0; fi; touch once; sleep 5"))
+        .args(["run", "workflow.dot", "--run-dir", "run", "-q"])
+        .status(0)
+        .run();
+    let manifest = read_json(&ran.dir.path().join("run/manifest.json"));
+    assert_eq!(manifest["status"], "restarted", "{manifest}");
+    assert!(manifest["restarted_as"].is_string(), "{manifest}");
+}

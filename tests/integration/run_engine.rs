@@ -523,7 +523,8 @@ fn exhausted_retries_fail_the_stage_or_end_in_partial_success() {
     assert_eq!(context["failure_class"], "deterministic");
     assert_eq!(context["failure_detail"], "retries_exhausted");
     assert_eq!(status["failure_class"], "deterministic");
-    assert_eq!(context["failure_signature"], "flaky:command exited with code 4");
+    assert_eq!(context["failure_signature"], "flaky|deterministic|command exited with code <n>");
+    assert_eq!(context["failure_reason"], "command exited with code 4");
     assert_eq!(ran.checkpoint()["status"], "failed");
     assert!(
         ran.stderr().contains("reason: stage `flaky` failed: command exited with code 4 (no `outcome=fail` edge, `retry_target` or `fallback_retry_target` from `flaky`, so the run ends)"),
@@ -1430,9 +1431,11 @@ fn max_visits_fails_the_run_on_the_visit_after_the_limit() {
     assert_eq!(checkpoint["node_visits"]["work"], 2, "the refused visit is not counted: {checkpoint}");
     assert!(ran.stderr().contains("reason: node `work` would run a 3rd time, but max_visits=2"));
 
-    // The graph's max_node_visits caps every node.
-    let workflow =
-        LOOP.replace("max_visits=2, ", "").replace("start [shape", "max_node_visits = 3\n    start [shape");
+    // The graph's max_node_visits caps every node (the circuit breaker, off here, would stop
+    // this loop at its third same failure).
+    let workflow = LOOP
+        .replace("max_visits=2, ", "")
+        .replace("start [shape", "max_node_visits = 3\n    failure_signature_limit = 0\n    start [shape");
     let ran = run(&workflow, &[], &["-q"], 1);
     assert_eq!(ran.result()["failure_reason"], "node `work` would run a 4th time, but max_node_visits is 3");
     assert_eq!(read_text(&ran.dir.path().join("visits")), "visit\nvisit\nvisit\n");

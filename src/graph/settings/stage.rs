@@ -96,6 +96,9 @@ pub struct WorkflowSettings {
     pub max_node_visits: Option<i64>,
     /// `stall_timeout`: how long a stage may show no sign of life (`Some(0)`: never stopped).
     pub stall_timeout: Option<std::time::Duration>,
+    /// `failure_signature_limit`: how often the same deterministic or structural failure may
+    /// happen before the run stops (`Some(0)`: never).
+    pub failure_signature_limit: Option<u64>,
     /// `artifact_threshold`: context values larger than this many bytes go to the artifact store.
     pub artifact_threshold: Option<usize>,
     /// `context_files`: the run's reference files, as written.
@@ -124,6 +127,7 @@ impl WorkflowSettings {
             max_cost: graph.float("max_cost"),
             max_node_visits: graph.integer("max_node_visits"),
             stall_timeout: graph.duration("stall_timeout"),
+            failure_signature_limit: graph.integer("failure_signature_limit").and_then(|n| u64::try_from(n).ok()),
             artifact_threshold: graph.integer("artifact_threshold").and_then(|n| usize::try_from(n).ok()),
             context_files: text(graph, "context_files"),
             default_fidelity: fidelity::read(graph, "default_fidelity"),
