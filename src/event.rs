@@ -175,6 +175,9 @@ pub enum Event {
         duration_ms: u64,
         exit_code: Option<i32>,
         http_status: Option<u16>,
+        /// What a deciding hook answered: `allow`, `block`, `modify` (pre_tool_use), `note`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        decision: Option<String>,
     },
     /// A hook failed: a non-zero exit, a non-2xx answer, a timeout, or it could not start. A
     /// blocking hook's failure also fails the stage or run it was told about.

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use crate::agent::tool_hooks::{self, ToolEvent, ToolHook, ToolHookAction};
 use crate::condition::{Condition, Scope};
 use crate::context::artifacts::ArtifactStore;
 use crate::context::Context;
@@ -28,7 +29,9 @@ pub const WORKFLOW_HOOKS_FILE: &str = "fabro.toml";
 /// The most of a failed command hook's stderr a failure message keeps.
 const MESSAGE_CAP: usize = 500;
 
-/// A moment of a run a hook is told about.
+/// A moment of a run a hook is told about. The moments of an agent's tool calls
+/// (`pre_tool_use`, `post_tool_use`, `post_tool_use_failure`) are
+/// [`crate::agent::tool_hooks::ToolEvent`]s: their hooks run inside the stage.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum HookEvent {
@@ -39,12 +42,22 @@ pub enum HookEvent {
     StageStart,
     StageComplete,
     StageFailed,
+    /// A failed stage is about to run again (`max_retries`).
+    StageRetrying,
     /// A human gate asks for its answer.
     GateWaiting,
+    /// The run chose the edge it takes next.
+    EdgeSelected,
+    /// A parallel stage starts its branches.
+    ParallelStart,
+    /// A parallel stage's branches have all ended.
+    ParallelComplete,
+    /// A stage's checkpoint is on disk.
+    CheckpointSaved,
 }
 
 impl HookEvent {
-    pub const ALL: [HookEvent; 8] = [
+    pub const ALL: [HookEvent; 13] = [
         HookEvent::RunStart,
         HookEvent::RunComplete,
         HookEvent::RunFailed,
@@ -52,7 +65,12 @@ impl HookEvent {
         HookEvent::StageStart,
         HookEvent::StageComplete,
         HookEvent::StageFailed,
+        HookEvent::StageRetrying,
         HookEvent::GateWaiting,
+        HookEvent::EdgeSelected,
+        HookEvent::ParallelStart,
+        HookEvent::ParallelComplete,
+        HookEvent::CheckpointSaved,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -64,7 +82,12 @@ impl HookEvent {
             HookEvent::StageStart => "stage_start",
             HookEvent::StageComplete => "stage_complete",
             HookEvent::StageFailed => "stage_failed",
+            HookEvent::StageRetrying => "stage_retrying",
             HookEvent::GateWaiting => "gate_waiting",
+            HookEvent::EdgeSelected => "edge_selected",
+            HookEvent::ParallelStart => "parallel_start",
+            HookEvent::ParallelComplete => "parallel_complete",
+            HookEvent::CheckpointSaved => "checkpoint_saved",
         }
     }
 
@@ -72,13 +95,24 @@ impl HookEvent {
         HookEvent::ALL.into_iter().find(|event| event.as_str() == text)
     }
 
-    /// Only a start can be stopped: the other moments have already happened.
+    /// Only what has not happened yet can be stopped: a run's start, a stage's start, the
+    /// crossing of a chosen edge.
     pub fn can_block(self) -> bool {
-        matches!(self, HookEvent::RunStart | HookEvent::StageStart)
+        matches!(self, HookEvent::RunStart | HookEvent::StageStart | HookEvent::EdgeSelected)
+    }
+
+    /// Whether a `matcher` has something to match: a stage's node id and handler, an edge's
+    /// ends, a parallel stage's or a checkpoint's node; a run's moments have none.
+    fn can_match(self) -> bool {
+        !matches!(
+            self,
+            HookEvent::RunStart | HookEvent::RunComplete | HookEvent::RunFailed | HookEvent::RunPaused
+        )
     }
 
     fn names() -> String {
-        HookEvent::ALL.iter().map(|event| event.as_str()).collect::<Vec<_>>().join(", ")
+        let tool = ToolEvent::ALL.iter().map(|event| event.as_str());
+        HookEvent::ALL.iter().map(|event| event.as_str()).chain(tool).collect::<Vec<_>>().join(", ")
     }
 }
 
@@ -103,6 +137,8 @@ pub struct LifecycleHook {
     pub blocking: bool,
     /// The hook fires only when this holds.
     pub when: Option<Condition>,
+    /// The hook fires only when this matches the node id, the handler or an edge's end.
+    pub matcher: Option<regex::Regex>,
     /// The settings file that defines it.
     pub file: PathBuf,
 }
@@ -111,6 +147,23 @@ pub struct LifecycleHook {
 #[derive(Debug, Clone, Default)]
 pub struct LifecycleHooks {
     hooks: Arc<[LifecycleHook]>,
+    /// The hooks of tool events, which agent stages run around their tool calls.
+    tool: Arc<[ToolHook]>,
+}
+
+/// One `[[hooks]]` entry: told about a moment of the run, or about an agent's tool calls.
+enum Entry {
+    Run(LifecycleHook),
+    Tool(ToolHook),
+}
+
+impl Entry {
+    fn name(&self) -> &str {
+        match self {
+            Entry::Run(hook) => &hook.name,
+            Entry::Tool(hook) => &hook.name,
+        }
+    }
 }
 
 /// Why the hooks of a config file or a `fabro.toml` cannot be used.
@@ -133,8 +186,19 @@ pub enum HookEntryError {
     Shape(String),
     #[error("unknown event `{name}`{}; the events are {}", suggestion_text(.suggestion), HookEvent::names())]
     UnknownEvent { name: String, suggestion: Option<String> },
-    #[error("unknown type `{0}`; a hook is `type = \"command\"` (with `command`) or `type = \"http\"` (with `url`)")]
+    #[error("unknown type `{0}`; a hook is `type = \"command\"` (with `command`), `type = \"http\"` (with `url`) or, for tool events, `type = \"prompt\"` (with `prompt`)")]
     UnknownType(String),
+    #[error("a hook needs `command`, `url` or `prompt` (or `type`) to say what it does")]
+    NoAction,
+    #[error(
+        "a `prompt` hook asks the stage's model about a tool call: it is for pre_tool_use, post_tool_use and \
+         post_tool_use_failure, not `{0}`; use a command or http hook"
+    )]
+    PromptNotForEvent(HookEvent),
+    #[error("`{field}` is not a regular expression: {message}")]
+    BadMatcher { field: &'static str, message: String },
+    #[error("`{field}` has nothing to match on a `{event}` hook (it fires at every {event}); remove it")]
+    NothingToMatch { field: &'static str, event: String },
     #[error("a `{kind}` hook needs `{field}`")]
     Missing { kind: &'static str, field: &'static str },
     #[error("`{field}` does not belong to a `{kind}` hook")]
@@ -148,8 +212,8 @@ pub enum HookEntryError {
     #[error("timeout `{0}` is not a duration such as 30 (seconds), 30s or 2m")]
     BadTimeout(String),
     #[error(
-        "`blocking = true` on a `{0}` hook: only run_start and stage_start hooks can block (the other \
-         moments have already happened); remove `blocking`"
+        "`blocking = true` on a `{0}` hook: only run_start, stage_start, edge_selected and tool-call hooks can \
+         block (the other moments have already happened); remove `blocking`"
     )]
     CannotBlock(HookEvent),
     #[error("`when` does not parse at character {}: {message}\n    {text}\n    {}^", .offset + 1, " ".repeat(*.offset))]
@@ -172,34 +236,51 @@ impl std::fmt::Display for HookEvent {
 struct HookEntry {
     event: String,
     #[serde(rename = "type")]
-    kind: String,
+    kind: Option<String>,
     name: Option<String>,
     command: Option<String>,
     url: Option<String>,
+    prompt: Option<String>,
+    model: Option<String>,
     timeout: Option<toml::Value>,
-    #[serde(default)]
-    blocking: bool,
+    /// Fabro's spelling of `timeout`, in milliseconds.
+    timeout_ms: Option<u64>,
+    blocking: Option<bool>,
     when: Option<String>,
+    matcher: Option<String>,
+    arguments_matcher: Option<String>,
 }
 
 impl LifecycleHooks {
     /// The hooks of `layers`, lowest first (see [`crate::run_settings`]): each file's entries in
     /// order, except that an entry with the `name` of an earlier layer's entry takes its place.
     pub fn from_layers(layers: Vec<(PathBuf, Vec<toml::Value>)>) -> Result<LifecycleHooks, HookConfigError> {
-        let mut hooks: Vec<LifecycleHook> = Vec::new();
-        for (path, entries) in layers {
-            for (hook, named) in parse_entries(&path, entries)? {
-                match hooks.iter_mut().find(|earlier| named && earlier.name == hook.name) {
-                    Some(earlier) => *earlier = hook,
-                    None => hooks.push(hook),
+        let mut entries: Vec<Entry> = Vec::new();
+        for (path, written) in layers {
+            for (entry, named) in parse_entries(&path, written)? {
+                match entries.iter_mut().find(|earlier| named && earlier.name() == entry.name()) {
+                    Some(earlier) => *earlier = entry,
+                    None => entries.push(entry),
                 }
             }
         }
-        Ok(LifecycleHooks { hooks: hooks.into() })
+        let (mut hooks, mut tool) = (Vec::new(), Vec::new());
+        for entry in entries {
+            match entry {
+                Entry::Run(hook) => hooks.push(hook),
+                Entry::Tool(hook) => tool.push(hook),
+            }
+        }
+        Ok(LifecycleHooks { hooks: hooks.into(), tool: tool.into() })
+    }
+
+    /// The hooks of tool events (`pre_tool_use`, `post_tool_use`, `post_tool_use_failure`).
+    pub fn tool_hooks(&self) -> &[ToolHook] {
+        &self.tool
     }
 
     pub fn is_empty(&self) -> bool {
-        self.hooks.is_empty()
+        self.hooks.is_empty() && self.tool.is_empty()
     }
 
     pub fn hooks(&self) -> &[LifecycleHook] {
@@ -219,7 +300,9 @@ impl LifecycleHooks {
         report: &mut (dyn FnMut(HookReport) + Send),
     ) -> Result<(), Veto> {
         for hook in self.hooks.iter().filter(|hook| hook.event == firing.payload.event) {
-            if hook.when.as_ref().is_some_and(|when| !firing.holds(when)) {
+            if hook.when.as_ref().is_some_and(|when| !firing.holds(when))
+                || hook.matcher.as_ref().is_some_and(|matcher| !firing.payload.matched_by(matcher))
+            {
                 continue;
             }
             let clock = Instant::now();
@@ -266,57 +349,146 @@ pub fn entries_of(path: &Path, text: &str) -> Result<Vec<toml::Value>, HookConfi
 }
 
 /// The entries of the file at `path`, each with whether its `name` was given.
-fn parse_entries(
-    path: &Path,
-    entries: Vec<toml::Value>,
-) -> Result<Vec<(LifecycleHook, bool)>, HookConfigError> {
+fn parse_entries(path: &Path, entries: Vec<toml::Value>) -> Result<Vec<(Entry, bool)>, HookConfigError> {
     let file_name = path.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default();
     entries
         .into_iter()
         .enumerate()
         .map(|(index, entry)| {
             let default_name = format!("{file_name} hooks[{index}]");
-            let hook = parse_entry(entry, &default_name, path).map_err(|kind| HookConfigError::Entry {
+            let entry = parse_entry(entry, &default_name, path).map_err(|kind| HookConfigError::Entry {
                 path: path.to_path_buf(),
                 index,
                 kind,
             })?;
-            let named = hook.name != default_name;
-            Ok((hook, named))
+            let named = entry.name() != default_name;
+            Ok((entry, named))
         })
         .collect()
 }
 
-fn parse_entry(value: toml::Value, default_name: &str, file: &Path) -> Result<LifecycleHook, HookEntryError> {
+/// What a hook does, from `type` (else the one of `command`, `url`, `prompt` it has).
+enum Action {
+    Command(String),
+    Http(reqwest::Url),
+    Prompt { prompt: String, model: Option<String> },
+}
+
+fn parse_action(entry: &HookEntry) -> Result<Action, HookEntryError> {
+    let kind = match entry.kind.as_deref() {
+        Some(kind) => kind,
+        None if entry.command.is_some() => "command",
+        None if entry.url.is_some() => "http",
+        None if entry.prompt.is_some() => "prompt",
+        None => return Err(HookEntryError::NoAction),
+    };
+    let fields = [
+        ("command", entry.command.is_some()),
+        ("url", entry.url.is_some()),
+        ("prompt", entry.prompt.is_some()),
+    ];
+    let own: &[&str] = match kind {
+        "command" => &["command"],
+        "http" => &["url"],
+        "prompt" => &["prompt", "model"],
+        other => return Err(HookEntryError::UnknownType(other.to_string())),
+    };
+    let kind: &'static str = match kind {
+        "command" => "command",
+        "http" => "http",
+        _ => "prompt",
+    };
+    let mut given = fields.into_iter().chain([("model", entry.model.is_some())]);
+    if let Some((field, _)) = given.find(|(field, set)| *set && !own.contains(field)) {
+        return Err(HookEntryError::Misplaced { kind, field });
+    }
+    let non_blank = |text: &Option<String>| text.clone().filter(|text| !text.trim().is_empty());
+    Ok(match kind {
+        "command" => Action::Command(
+            non_blank(&entry.command).ok_or(HookEntryError::Missing { kind, field: "command" })?,
+        ),
+        "http" => {
+            let url = entry.url.as_deref().ok_or(HookEntryError::Missing { kind, field: "url" })?;
+            Action::Http(check_url(url)?)
+        }
+        _ => Action::Prompt {
+            prompt: non_blank(&entry.prompt).ok_or(HookEntryError::Missing { kind, field: "prompt" })?,
+            model: non_blank(&entry.model),
+        },
+    })
+}
+
+fn parse_matcher(field: &'static str, text: Option<&str>) -> Result<Option<regex::Regex>, HookEntryError> {
+    text.map(|text| {
+        regex::Regex::new(text)
+            .map_err(|error| HookEntryError::BadMatcher { field, message: error.to_string() })
+    })
+    .transpose()
+}
+
+fn parse_entry(value: toml::Value, default_name: &str, file: &Path) -> Result<Entry, HookEntryError> {
     let entry: HookEntry = value
         .try_into()
         .map_err(|error: toml::de::Error| HookEntryError::Shape(error.message().to_string()))?;
-    let event = HookEvent::parse(&entry.event).ok_or_else(|| HookEntryError::UnknownEvent {
-        suggestion: crate::diagnostic::did_you_mean(&entry.event, HookEvent::ALL.iter().map(|e| e.as_str()))
-            .map(str::to_string),
-        name: entry.event.clone(),
-    })?;
-    let action = match entry.kind.as_str() {
-        "command" => {
-            if entry.url.is_some() {
-                return Err(HookEntryError::Misplaced { kind: "command", field: "url" });
-            }
-            let command = entry.command.filter(|command| !command.trim().is_empty());
-            HookAction::Command(command.ok_or(HookEntryError::Missing { kind: "command", field: "command" })?)
-        }
-        "http" => {
-            if entry.command.is_some() {
-                return Err(HookEntryError::Misplaced { kind: "http", field: "command" });
-            }
-            let url = entry.url.ok_or(HookEntryError::Missing { kind: "http", field: "url" })?;
-            HookAction::Http(check_url(&url)?)
-        }
-        other => return Err(HookEntryError::UnknownType(other.to_string())),
+    let tool_event = ToolEvent::parse(&entry.event);
+    let event = HookEvent::parse(&entry.event);
+    if tool_event.is_none() && event.is_none() {
+        let names =
+            HookEvent::ALL.iter().map(|e| e.as_str()).chain(ToolEvent::ALL.iter().map(|e| e.as_str()));
+        return Err(HookEntryError::UnknownEvent {
+            suggestion: crate::diagnostic::did_you_mean(&entry.event, names).map(str::to_string),
+            name: entry.event.clone(),
+        });
+    }
+    let action = parse_action(&entry)?;
+    let timeout = match (&entry.timeout, entry.timeout_ms) {
+        (Some(value), _) => Some(parse_timeout(value)?),
+        (None, Some(ms)) if ms > 0 => Some(Duration::from_millis(ms)),
+        (None, Some(ms)) => return Err(HookEntryError::BadTimeout(format!("timeout_ms = {ms}"))),
+        (None, None) => None,
     };
-    if entry.blocking && !event.can_block() {
+    let name =
+        entry.name.clone().filter(|name| !name.trim().is_empty()).unwrap_or_else(|| default_name.to_string());
+    let matcher = parse_matcher("matcher", entry.matcher.as_deref())?;
+    if let Some(event) = tool_event {
+        if entry.when.is_some() {
+            return Err(HookEntryError::Misplaced { kind: event.as_str(), field: "when" });
+        }
+        let action = match action {
+            Action::Command(command) => ToolHookAction::Command(command),
+            Action::Http(url) => ToolHookAction::Http(url),
+            Action::Prompt { prompt, model } => ToolHookAction::Prompt { prompt, model },
+        };
+        let default_timeout = match action {
+            ToolHookAction::Prompt { .. } => tool_hooks::DEFAULT_PROMPT_TIMEOUT,
+            _ => tool_hooks::DEFAULT_TIMEOUT,
+        };
+        return Ok(Entry::Tool(ToolHook {
+            name,
+            event,
+            matcher,
+            arguments_matcher: parse_matcher("arguments_matcher", entry.arguments_matcher.as_deref())?,
+            action,
+            timeout: timeout.unwrap_or(default_timeout),
+            blocking: entry.blocking.unwrap_or(event == ToolEvent::PreToolUse),
+        }));
+    }
+    let Some(event) = event else { return Err(HookEntryError::NoAction) };
+    let action = match action {
+        Action::Command(command) => HookAction::Command(command),
+        Action::Http(url) => HookAction::Http(url),
+        Action::Prompt { .. } => return Err(HookEntryError::PromptNotForEvent(event)),
+    };
+    if entry.arguments_matcher.is_some() {
+        return Err(HookEntryError::Misplaced { kind: event.as_str(), field: "arguments_matcher" });
+    }
+    if matcher.is_some() && !event.can_match() {
+        return Err(HookEntryError::NothingToMatch { field: "matcher", event: event.to_string() });
+    }
+    let blocking = entry.blocking.unwrap_or(false);
+    if blocking && !event.can_block() {
         return Err(HookEntryError::CannotBlock(event));
     }
-    let timeout = entry.timeout.map(|value| parse_timeout(&value)).transpose()?.unwrap_or(DEFAULT_TIMEOUT);
     let when = entry
         .when
         .map(|text| {
@@ -327,16 +499,16 @@ fn parse_entry(value: toml::Value, default_name: &str, file: &Path) -> Result<Li
             })
         })
         .transpose()?;
-    let name = entry.name.filter(|name| !name.trim().is_empty()).unwrap_or_else(|| default_name.to_string());
-    Ok(LifecycleHook {
+    Ok(Entry::Run(LifecycleHook {
         name,
         event,
         action,
-        timeout,
-        blocking: entry.blocking,
+        timeout: timeout.unwrap_or(DEFAULT_TIMEOUT),
+        blocking,
         when,
+        matcher,
         file: file.to_path_buf(),
-    })
+    }))
 }
 
 /// https anywhere; http only to this machine (a local relay, a test server).
@@ -378,6 +550,24 @@ pub struct HookPayload {
     pub node_id: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub visit: Option<u32>,
+    /// Stage moments: the stage's handler (`command`, `agent`, ...).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub handler: Option<String>,
+    /// edge_selected: the edge's ends and label (or why it was chosen).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub edge_from: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub edge_to: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub edge_label: Option<String>,
+    /// stage_retrying: the attempt about to start and how many there may be.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_attempts: Option<u32>,
+    /// parallel_start, parallel_complete: how many branches.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub branch_count: Option<usize>,
     /// Stage and run ends: `success`, `fail`, ... for a stage; `succeeded`, `failed` for a run.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub outcome: Option<String>,
@@ -402,12 +592,29 @@ impl HookPayload {
             run_dir: run_dir.to_path_buf(),
             node_id: None,
             visit: None,
+            handler: None,
+            edge_from: None,
+            edge_to: None,
+            edge_label: None,
+            attempt: None,
+            max_attempts: None,
+            branch_count: None,
             outcome: None,
             failure_reason: None,
             reason: None,
             question: None,
             choices: None,
         }
+    }
+}
+
+impl HookPayload {
+    /// Whether `matcher` matches any of the moment's node id, handler and edge ends.
+    fn matched_by(&self, matcher: &regex::Regex) -> bool {
+        [&self.node_id, &self.handler, &self.edge_from, &self.edge_to]
+            .into_iter()
+            .flatten()
+            .any(|field| matcher.is_match(field))
     }
 }
 
@@ -525,37 +732,13 @@ impl LifecycleHook {
     }
 
     async fn post(&self, url: &reqwest::Url, json: String) -> HookResult {
-        let client = match reqwest::Client::builder().timeout(self.timeout).build() {
-            Ok(client) => client,
-            Err(error) => {
-                return HookResult {
-                    failure: Some(format!("cannot make an HTTP client: {error}")),
-                    ..HookResult::default()
-                }
-            }
-        };
-        let sent = client
-            .post(url.clone())
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .body(json)
-            .send()
-            .await;
-        match sent {
+        match tool_hooks::post_json(url, json, self.timeout).await {
             Ok(response) => {
                 let status = response.status();
                 let failure = (!status.is_success()).then(|| format!("POST {url} answered {status}"));
                 HookResult { exit_code: None, http_status: Some(status.as_u16()), failure }
             }
-            Err(error) if error.is_timeout() => HookResult {
-                failure: Some(format!(
-                    "POST {url} timed out after {}",
-                    humantime::format_duration(self.timeout)
-                )),
-                ..HookResult::default()
-            },
-            Err(error) => {
-                HookResult { failure: Some(format!("POST {url} failed: {error}")), ..HookResult::default() }
-            }
+            Err(failure) => HookResult { failure: Some(failure), ..HookResult::default() },
         }
     }
 }
@@ -571,9 +754,57 @@ fn cap(text: &str) -> String {
 mod tests {
     use super::*;
 
-    fn entry(text: &str) -> Result<LifecycleHook, HookEntryError> {
+    fn parsed(text: &str) -> Result<Entry, HookEntryError> {
         let value: toml::Table = toml::from_str(text).expect("toml");
         parse_entry(toml::Value::Table(value), "test hooks[0]", Path::new("test"))
+    }
+
+    fn entry(text: &str) -> Result<LifecycleHook, HookEntryError> {
+        match parsed(text)? {
+            Entry::Run(hook) => Ok(hook),
+            Entry::Tool(hook) => panic!("a tool hook: {hook:?}"),
+        }
+    }
+
+    fn tool_entry(text: &str) -> Result<ToolHook, HookEntryError> {
+        match parsed(text)? {
+            Entry::Tool(hook) => Ok(hook),
+            Entry::Run(hook) => panic!("a run hook: {hook:?}"),
+        }
+    }
+
+    #[test]
+    fn tool_hooks_read_matchers_decide_by_default_and_take_prompts() {
+        let hook = tool_entry(
+            "event = \"pre_tool_use\"\ncommand = \"guard\"\nmatcher = \"^shell$\"\narguments_matcher = 'rm\\s+-rf'",
+        )
+        .expect("valid");
+        assert_eq!(hook.event, ToolEvent::PreToolUse);
+        assert!(hook.blocking, "pre_tool_use hooks decide unless told not to");
+        assert!(hook.matcher.as_ref().is_some_and(|m| m.is_match("shell")));
+        assert!(hook.arguments_matcher.as_ref().is_some_and(|m| m.is_match("{\"command\":\"rm -rf /\"}")));
+        assert_eq!(hook.timeout, tool_hooks::DEFAULT_TIMEOUT);
+        let hook =
+            tool_entry("event = \"post_tool_use\"\ntype = \"prompt\"\nprompt = \"ok?\"\ntimeout_ms = 1500")
+                .expect("valid");
+        assert!(!hook.blocking);
+        assert_eq!(hook.timeout, Duration::from_millis(1500));
+        assert!(matches!(hook.action, ToolHookAction::Prompt { .. }));
+    }
+
+    #[test]
+    fn hook_entries_that_cannot_work_are_refused() {
+        let error = |text: &str| parsed(text).err().map(|error| error.to_string()).unwrap_or_default();
+        assert!(error("event = \"stage_start\"\nprompt = \"x\"").contains("is for pre_tool_use"));
+        assert!(error("event = \"pre_tool_use\"\ncommand = \"x\"\nmatcher = \"(\"")
+            .contains("not a regular expression"));
+        assert!(error("event = \"run_start\"\ncommand = \"x\"\nmatcher = \"a\"").contains("nothing to match"));
+        assert!(error("event = \"stage_start\"\nurl = \"https://x.example\"\ncommand = \"x\"")
+            .contains("does not belong"));
+        assert!(error("event = \"stage_start\"").contains("needs `command`, `url` or `prompt`"));
+        assert!(error("event = \"pre_tool_us\"\ncommand = \"x\"").contains("did you mean `pre_tool_use`"));
+        assert!(error("event = \"edge_selected\"\ncommand = \"x\"\nblocking = true").is_empty());
+        assert!(error("event = \"checkpoint_saved\"\ncommand = \"x\"\nblocking = true").contains("can block"));
     }
 
     #[test]
@@ -687,10 +918,12 @@ mod tests {
             timeout: DEFAULT_TIMEOUT,
             blocking: true,
             when: when.map(|text| Condition::parse(text).expect("condition")),
+            matcher: None,
             file: PathBuf::from("test"),
         };
         let hooks = LifecycleHooks {
             hooks: vec![hook("exit 3", Some("context.go=yes")), hook("echo no >&2; exit 4", None)].into(),
+            tool: Vec::new().into(),
         };
         let context = Context::new();
         let firing = Firing {

@@ -15,6 +15,7 @@ pub mod mcp;
 pub mod permissions;
 pub mod skills;
 pub mod subagents;
+pub mod tool_hooks;
 pub mod tool_loop;
 pub mod tools;
 pub mod transcript;

@@ -13,6 +13,7 @@ use serde_json::json;
 
 use super::agentic_tools;
 use super::permissions::Verdict;
+use super::tool_hooks::{HookModel, PreDecision, ToolHookReport};
 use super::tools::{self, Toolbox};
 use super::transcript::{assistant_record, Transcript};
 use crate::agent::context::calibration::Calibration;
@@ -507,7 +508,11 @@ pub async fn run(
             } else if crate::agent::subagents::is_tool(&call.name) && subagents.offered() {
                 subagents.call(call, toolbox).await
             } else {
-                subagents.drive(run_with_hooks(toolbox, transcript, run.turns, call)).await
+                let model = HookModel {
+                    stage: (provider, settings.model),
+                    small: settings.small_model.as_ref().map(|small| (small.provider, small.model)),
+                };
+                subagents.drive(run_with_hooks(toolbox, transcript, run.turns, call, model)).await
             };
             run.usage.add(&std::mem::take(&mut subagents.usage));
             let mut content = transcript.secrets().redact(&output.content);
@@ -835,47 +840,65 @@ fn offload(
     Ok(path)
 }
 
-/// Runs one tool call between the stage's hooks: a pre hook that fails skips the call, and the
-/// model is told why; both hooks go to the transcript.
+/// Runs one tool call between the stage's tool-call hooks ([`crate::agent::tool_hooks`]): a
+/// `pre_tool_use` hook may block it (the model is told why) or change its arguments, and the
+/// `post_tool_use` hooks' notes go back with its result. Each hook is an event and a transcript
+/// line.
 async fn run_with_hooks(
     toolbox: &mut Toolbox,
     transcript: &Transcript<'_>,
     turn: u32,
     call: &crate::chat::ToolCall,
+    model: HookModel<'_>,
 ) -> tools::ToolOutput {
-    let record = |hook: &tools::HookRun| {
-        transcript.record(
-            "tool_hook",
-            json!({"turn": turn, "id": call.id, "name": call.name, "phase": hook.phase.as_str(),
-                   "exit_code": hook.exit_code, "stdout": hook.stdout, "stderr": hook.stderr}),
-        );
-    };
     if let Err(denied) = permitted(toolbox, transcript, call).await {
         return denied;
     }
-    if let Some(hook) = toolbox.run_hook(tools::HookPhase::Pre, &call.name, &call.arguments, None).await {
-        record(&hook);
-        if !hook.succeeded() {
-            let code =
-                hook.exit_code.map_or_else(|| "did not finish".to_string(), |code| format!("exited {code}"));
-            let said = [hook.stderr.trim(), hook.stdout.trim()].into_iter().find(|text| !text.is_empty());
-            return tools::ToolOutput {
-                content: format!(
-                    "The workflow's tool_hooks.pre hook refused this `{}` call ({code}){}; the call did not run.",
-                    call.name,
-                    said.map(|text| format!(": {text}")).unwrap_or_default()
-                ),
-                is_error: true,
-            };
+    let hooks = toolbox.hooks.clone();
+    if hooks.is_empty() {
+        return toolbox.run(&call.name, &call.arguments).await;
+    }
+    let mut report = |report: ToolHookReport| {
+        transcript.record(
+            "tool_hook",
+            json!({"turn": turn, "id": call.id, "name": call.name, "hook": report.hook,
+                   "event": report.event.as_str(), "decision": report.decision, "exit_code": report.exit_code,
+                   "failure": report.failure}),
+        );
+        transcript.event(hook_event(report));
+    };
+    let arguments = match hooks.before(toolbox, Some(model), call, &mut report).await {
+        PreDecision::Run(arguments) => arguments,
+        PreDecision::Block(reason) => return tools::ToolOutput { content: reason, is_error: true },
+    };
+    let ran = crate::chat::ToolCall { arguments, ..call.clone() };
+    if ran.arguments != call.arguments {
+        transcript
+            .record("tool_call_modified", json!({"turn": turn, "id": call.id, "arguments": ran.arguments}));
+    }
+    let mut output = toolbox.run(&ran.name, &ran.arguments).await;
+    hooks.after(toolbox, Some(model), &ran, &mut output, &mut report).await;
+    output
+}
+
+/// The event of one tool-call hook: `hook.ran` when it answered, `hook.failed` when it could not.
+fn hook_event(report: ToolHookReport) -> Event {
+    let ToolHookReport { hook, event, blocking, duration_ms, exit_code, http_status, decision, failure } =
+        report;
+    let hook_event = event.as_str().to_string();
+    match failure {
+        None => Event::HookRan {
+            hook,
+            hook_event,
+            duration_ms,
+            exit_code,
+            http_status,
+            decision: decision.map(str::to_string),
+        },
+        Some(message) => {
+            Event::HookFailed { hook, hook_event, blocking, duration_ms, exit_code, http_status, message }
         }
     }
-    let output = toolbox.run(&call.name, &call.arguments).await;
-    if let Some(hook) =
-        toolbox.run_hook(tools::HookPhase::Post, &call.name, &call.arguments, Some(&output)).await
-    {
-        record(&hook);
-    }
-    output
 }
 
 /// Whether the stage's permissions let `call` run (asking the person when it is above them); the

@@ -14,8 +14,8 @@ use serde_json::{json, Value};
 use tokio::io::AsyncReadExt;
 
 use super::file_tracker::{FileList, FileOp, FileTracker};
+use super::tool_hooks::ToolHooks;
 use crate::chat::ToolDefinition;
-use crate::graph::settings::ToolHooks;
 use crate::process_group::ProcessGroup;
 
 /// Most bytes of each shell output stream kept; the rest is read and dropped.
@@ -41,8 +41,8 @@ pub struct Toolbox {
     background: Vec<ProcessGroup>,
     /// Where shell commands run.
     confinement: crate::sandbox::Confinement,
-    /// `tool_hooks.pre` / `tool_hooks.post`: commands run around every tool call.
-    hooks: ToolHooks,
+    /// The hooks around every tool call (`[[hooks]]` tool events, `tool_hooks.pre/post`).
+    pub hooks: ToolHooks,
     /// The stage's MCP tools.
     mcp: super::mcp::StageTools,
     /// What the tools may do without asking.
@@ -72,38 +72,6 @@ impl FileStamp {
         use std::os::unix::fs::MetadataExt as _;
         let meta = path.symlink_metadata().ok()?;
         Some(FileStamp { len: meta.len(), modified: meta.modified().ok(), inode: meta.ino() })
-    }
-}
-
-/// When a hook runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HookPhase {
-    Pre,
-    Post,
-}
-
-impl HookPhase {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            HookPhase::Pre => "pre",
-            HookPhase::Post => "post",
-        }
-    }
-}
-
-/// What a hook did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HookRun {
-    pub phase: HookPhase,
-    /// `None` when it timed out, was killed or could not start.
-    pub exit_code: Option<i32>,
-    pub stdout: String,
-    pub stderr: String,
-}
-
-impl HookRun {
-    pub fn succeeded(&self) -> bool {
-        self.exit_code == Some(0)
     }
 }
 
@@ -353,49 +321,6 @@ impl Toolbox {
     pub fn with_hooks(mut self, hooks: ToolHooks) -> Toolbox {
         self.hooks = hooks;
         self
-    }
-
-    /// Runs the `phase` hook, if the stage has one, for the call `name(arguments)`: `sh -c HOOK` in
-    /// the work directory (in the stage's sandbox), the call as JSON on stdin and in
-    /// `FABRO_TOOL_CALL` (with `result` after the call), `FABRO_TOOL_NAME` and `FABRO_HOOK_PHASE`
-    /// set. At most [`HOOK_TIMEOUT`].
-    pub async fn run_hook(
-        &self,
-        phase: HookPhase,
-        name: &str,
-        arguments: &Value,
-        result: Option<&ToolOutput>,
-    ) -> Option<HookRun> {
-        let hook = match phase {
-            HookPhase::Pre => self.hooks.pre.as_deref(),
-            HookPhase::Post => self.hooks.post.as_deref(),
-        }?;
-        let mut call = json!({"tool": name, "arguments": arguments, "phase": phase.as_str()});
-        if let Some(result) = result {
-            call["result"] = json!(result.content);
-            call["is_error"] = json!(result.is_error);
-        }
-        let call_text = call.to_string();
-        let mut process = self.sh(hook);
-        process
-            .env("FABRO_TOOL_NAME", name)
-            .env("FABRO_HOOK_PHASE", phase.as_str())
-            .env("FABRO_TOOL_CALL", &call_text);
-        let failed =
-            |message: String| HookRun { phase, exit_code: None, stdout: String::new(), stderr: message };
-        // What the hook leaves running ends with it (the group is dropped here).
-        Some(match run_collected(process, Some(&call_text), HOOK_TIMEOUT).await {
-            Ok(ran) => HookRun {
-                phase,
-                exit_code: ran.status.ok().and_then(|status| status.code()),
-                stdout: cap_middle(&String::from_utf8_lossy(&ran.out), 4_000),
-                stderr: cap_middle(&String::from_utf8_lossy(&ran.err), 4_000),
-            },
-            Err(Unfinished::NotStarted(error)) => failed(format!("cannot start the hook: {error}")),
-            Err(Unfinished::TimedOut) => {
-                failed(format!("the hook timed out after {}s and was killed", HOOK_TIMEOUT.as_secs()))
-            }
-        })
     }
 
     /// Shell commands run under `confinement`.
@@ -824,7 +749,7 @@ impl Toolbox {
 
     /// `sh -c SCRIPT` in the work directory, in the stage's sandbox, stdout and stderr piped,
     /// without the variables that hold secrets (the sandbox's command leaves them out).
-    fn sh(&self, script: &str) -> tokio::process::Command {
+    pub(super) fn sh(&self, script: &str) -> tokio::process::Command {
         let readable: Vec<&Path> = self.readable.iter().map(PathBuf::as_path).collect();
         let mut process = self.confinement.command(
             "sh".as_ref(),

@@ -69,8 +69,9 @@ pub struct StageEnv<'a> {
     pub run_record: Option<crate::agent::context::compaction::lossless::RunRecord>,
     /// Where the shell tool's commands and CLI agents run.
     pub confinement: crate::sandbox::Confinement,
-    /// Commands run around every agent tool call.
-    pub tool_hooks: crate::graph::settings::ToolHooks,
+    /// The hooks around every agent tool call: the run's `[[hooks]]` of tool events, then the
+    /// node's `tool_hooks.pre`/`tool_hooks.post`.
+    pub tool_hooks: crate::agent::tool_hooks::ToolHooks,
     /// What the agent loop does when the same tool call repeats.
     pub watchdog: crate::graph::settings::WatchdogMode,
     /// The node's `small_model` (else the graph's `default_small_model`).

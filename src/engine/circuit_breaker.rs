@@ -183,7 +183,10 @@ mod tests {
         let tripped = count(&mut context, &sig, FailureClass::Deterministic, 5, 3).expect("trips");
         assert_eq!((tripped.count, tripped.visits.as_slice()), (3, &[1, 3, 5][..]));
         assert!(tripped.reason("fix").contains("`fix|deterministic|boom`"), "{}", tripped.reason("fix"));
-        assert_eq!(count(&mut Context::new(), &sig, FailureClass::Structural, 1, 1).map(|t| t.count), Some(1));
+        assert_eq!(
+            count(&mut Context::new(), &sig, FailureClass::Structural, 1, 1).map(|t| t.count),
+            Some(1)
+        );
         assert_eq!(count(&mut Context::new(), &sig, FailureClass::Deterministic, 1, 0), None);
     }
 

@@ -1,5 +1,6 @@
-//! Where the run tells its lifecycle hooks ([`crate::lifecycle_hooks`]) what happens: the
-//! payload of each moment, where commands run (the stage's sandbox, else the work directory),
+//! Where the run tells its lifecycle hooks ([`crate::lifecycle_hooks`]) what happens (a run's
+//! start and end, a stage's start, retry and end, a gate, an edge chosen, a parallel stage's
+//! start and end, a checkpoint saved): the payload of each moment, where commands run (the stage's sandbox, else the work directory),
 //! and the `hook.ran`/`hook.failed` events. A dry run fires nothing.
 
 use std::path::Path;
@@ -60,9 +61,7 @@ impl Walker<'_> {
             Some(_) => HookEvent::StageComplete,
         };
         if self.hooks_fire(event) {
-            let mut payload = self.payload(event);
-            payload.node_id = Some(node.id.clone());
-            payload.visit = Some(visit);
+            let mut payload = self.stage_payload(event, node, visit);
             if let Some(outcome) = outcome {
                 payload.outcome = Some(outcome.status.as_str().to_string());
                 payload.failure_reason = outcome.failure_reason.clone();
@@ -74,9 +73,7 @@ impl Walker<'_> {
             && self.hooks_fire(HookEvent::GateWaiting)
         {
             let gate = crate::interview::Gate::of(self.scope.workflow, node);
-            let mut payload = self.payload(HookEvent::GateWaiting);
-            payload.node_id = Some(node.id.clone());
-            payload.visit = Some(visit);
+            let mut payload = self.stage_payload(HookEvent::GateWaiting, node, visit);
             payload.question = Some(node.prompt().unwrap_or_else(|| node.label()).to_string());
             payload.choices = Some(
                 gate.choices.iter().map(|choice| format!("[{}] {}", choice.key, choice.label)).collect(),
@@ -84,6 +81,78 @@ impl Walker<'_> {
             self.fire(payload, Some(node), Some(stage_dir), None).await?;
         }
         Ok(())
+    }
+
+    /// Fires stage_retrying: a failed attempt of `node` is about to run again.
+    pub async fn fire_stage_retrying(
+        &self,
+        node: &Node,
+        visit: u32,
+        attempt: u32,
+        max_attempts: u32,
+        reason: Option<&str>,
+    ) {
+        if !self.hooks_fire(HookEvent::StageRetrying) {
+            return;
+        }
+        let mut payload = self.stage_payload(HookEvent::StageRetrying, node, visit);
+        payload.attempt = Some(attempt);
+        payload.max_attempts = Some(max_attempts);
+        payload.failure_reason = reason.map(str::to_string);
+        let _ = self.fire(payload, Some(node), None, None).await;
+    }
+
+    /// Fires edge_selected for the edge from `node` to `to` the run is about to cross; a
+    /// blocking hook's veto says why it must not.
+    pub async fn fire_edge_selected(
+        &self,
+        node: &Node,
+        visit: u32,
+        to: &str,
+        label: Option<&str>,
+    ) -> Result<(), Veto> {
+        if !self.hooks_fire(HookEvent::EdgeSelected) {
+            return Ok(());
+        }
+        let mut payload = self.stage_payload(HookEvent::EdgeSelected, node, visit);
+        payload.edge_from = Some(node.id.clone());
+        payload.edge_to = Some(to.to_string());
+        payload.edge_label = label.map(str::to_string);
+        self.fire(payload, None, None, None).await
+    }
+
+    /// Fires parallel_start (no `outcome`) or parallel_complete for the parallel stage `node`.
+    pub async fn fire_parallel_hooks(
+        &self,
+        node: &Node,
+        visit: u32,
+        branch_count: usize,
+        outcome: Option<&Outcome>,
+    ) {
+        let event = if outcome.is_some() { HookEvent::ParallelComplete } else { HookEvent::ParallelStart };
+        if !self.hooks_fire(event) {
+            return;
+        }
+        let mut payload = self.stage_payload(event, node, visit);
+        payload.branch_count = Some(branch_count);
+        payload.outcome = outcome.map(|outcome| outcome.status.as_str().to_string());
+        let _ = self.fire(payload, None, None, outcome).await;
+    }
+
+    /// Fires checkpoint_saved after the checkpoint that recorded `node`'s visit.
+    pub async fn fire_checkpoint_saved(&self, node: &Node, visit: u32) {
+        if self.hooks_fire(HookEvent::CheckpointSaved) {
+            let payload = self.stage_payload(HookEvent::CheckpointSaved, node, visit);
+            let _ = self.fire(payload, None, None, None).await;
+        }
+    }
+
+    fn stage_payload(&self, event: HookEvent, node: &Node, visit: u32) -> HookPayload {
+        let mut payload = self.payload(event);
+        payload.node_id = Some(node.id.clone());
+        payload.visit = Some(visit);
+        payload.handler = Some(node.handler_type().name().to_string());
+        payload
     }
 
     async fn fire(
@@ -136,6 +205,7 @@ fn hook_event(report: HookReport) -> Event {
             duration_ms,
             exit_code: result.exit_code,
             http_status: result.http_status,
+            decision: None,
         },
         Some(message) => Event::HookFailed {
             hook,

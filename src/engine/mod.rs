@@ -2,8 +2,8 @@
 //! of child runs for manager stages.
 
 mod checkpoint;
-pub mod circuit_breaker;
 mod child_launcher;
+pub mod circuit_breaker;
 mod conversation;
 pub mod edge_selection;
 mod hook_points;

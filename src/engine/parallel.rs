@@ -130,6 +130,7 @@ async fn run_branches(parent: &mut Walker<'_>, index: NodeIndex, visit: u32) -> 
         already_finished: journaled.len(),
     };
     scope.events.stage_event(&node.id, visit, started);
+    parent.fire_parallel_hooks(node, visit, plans.len(), None).await;
     let git_base = match branch_base(parent, node, visit) {
         Ok(base) => base,
         Err(reason) => return StageEnd::Done { outcome: Outcome::fail(reason), attempts: 1 },
@@ -270,6 +271,7 @@ async fn run_branches(parent: &mut Walker<'_>, index: NodeIndex, visit: u32) -> 
         status: outcome.status,
     };
     scope.events.stage_event(&node.id, visit, completed);
+    parent.fire_parallel_hooks(node, visit, results.len(), Some(&outcome)).await;
     StageEnd::Done { outcome: with_results(outcome, &results), attempts: 1 }
 }
 

@@ -319,9 +319,22 @@ impl<'e> Walker<'e> {
         // A stage whose files could not be written (or whose journal entry could not be) pauses
         // the run: going on would run stages whose records are lost.
         let saved = self.save_checkpoint(RunStatus::Running, &node.id, next_id);
+        let checkpointed = saved.is_ok() && self.is_main();
         if let Err(error) = saved.and(recorded) {
             if matches!(step, Step::Next(_) | Step::Restart(_)) && self.is_main() {
                 return self.pause_undurable(node, visit, &error);
+            }
+        }
+        if checkpointed {
+            self.fire_checkpoint_saved(node, visit).await;
+        }
+        if let Step::Next(next) | Step::Restart(next) = &step {
+            let label = self.entered_by.and_then(|edge| workflow.graph()[edge].label());
+            let to = &workflow.node_at(*next).id;
+            if let Err(veto) = self.fire_edge_selected(node, visit, to, label).await {
+                let reason = format!("edge `{}` -> `{to}` not crossed: {veto}", node.id);
+                self.last_outcome = Some(outcome);
+                return Step::Finish(RunStatus::Failed, Some(reason));
             }
         }
         if let Step::Next(next) = &step {
@@ -553,6 +566,8 @@ impl<'e> Walker<'e> {
                     reason: outcome.failure_reason.clone(),
                 };
                 scope.events.stage_event(&node.id, visit, retrying);
+                let reason = outcome.failure_reason.as_deref();
+                self.fire_stage_retrying(node, visit, attempt + 1, retry.max_retries + 1, reason).await;
                 archive_attempt(stage_dir, attempt);
                 tokio::select! {
                     _ = tokio::time::sleep(delay) => continue,
@@ -616,6 +631,11 @@ impl<'e> Walker<'e> {
                 children: &children,
                 reference_files: &scope.options.launch.context_files,
                 max_output: scope.options.max_output,
+                // A dry run fires no hook.
+                tool_hooks: match scope.options.dry_run {
+                    true => &[],
+                    false => scope.options.hooks.tool_hooks(),
+                },
             },
         };
         let watched = match node.handler_type() {

@@ -243,8 +243,8 @@ pub static ATTRIBUTES: &[AttributeSpec] = &[
     spec!("thread_id", ValueType::Text, NODE_EDGE, "Conversation thread to continue under full fidelity."),
     spec!("stack.child_dotfile", ValueType::Text, GRAPH_NODE, "Child workflow file run by a manager node."),
     spec!("stack.child_workdir", ValueType::Text, GRAPH_NODE, "Working directory of the child run."),
-    spec!("tool_hooks.pre", ValueType::Text, GRAPH_NODE, "Command run before each agent tool call (the call as JSON on stdin); a non-zero exit skips the call."),
-    spec!("tool_hooks.post", ValueType::Text, GRAPH_NODE, "Command run after each agent tool call, with the call and its result as JSON on stdin."),
+    spec!("tool_hooks.pre", ValueType::Text, GRAPH_NODE, "Command run before each agent tool call, the same as a blocking pre_tool_use hook (the call as JSON on stdin; exit 2 or another non-zero exit blocks it, printed JSON may allow, block or modify it)."),
+    spec!("tool_hooks.post", ValueType::Text, GRAPH_NODE, "Command run after each agent tool call, the same as a post_tool_use and post_tool_use_failure hook (the call and its result as JSON on stdin; what it prints is a note the model reads with the result)."),
     spec!("mcp_servers", ValueType::Text, GRAPH_NODE, "The configured MCP servers whose tools agent stages get: `a,b`; `\"\"` for none (default: all)."),
     spec!("permissions", ValueType::OneOf(super::settings::PERMISSION_LEVELS), GRAPH_NODE, "What agent tools may do without asking: read-only (read and search), read-write (also write and edit files) or full (also shell, MCP and other tools; default)."),
     // Node
@@ -536,13 +536,11 @@ pub const WORD_ALIASES: &[(&str, &str, &str)] = &[
 /// Attributes other engines define (Fabro, the Attractor implementations) that fabro does not
 /// implement: name, whose it is, and what it means there. Setting one is a warning that says so
 /// (`unsupported_attribute`), never silently nothing.
-pub const UNSUPPORTED_ATTRIBUTES: &[(&str, &str, &str)] = &[
-    (
-        "project_memory",
-        "Fabro",
-        "puts the project's AGENTS.md and CLAUDE.md into prompt stages' system prompt",
-    ),
-];
+pub const UNSUPPORTED_ATTRIBUTES: &[(&str, &str, &str)] = &[(
+    "project_memory",
+    "Fabro",
+    "puts the project's AGENTS.md and CLAUDE.md into prompt stages' system prompt",
+)];
 
 /// Graphviz display attributes: accepted anywhere, meaningless to fabro, never warned about.
 pub const DISPLAY_ATTRIBUTES: &[&str] = &[

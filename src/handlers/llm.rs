@@ -7,6 +7,7 @@
 //! a ```` ```json ```` fence) carrying any of `outcome`, `preferred_label` (or
 //! `preferred_next_label`), `suggested_next_ids` and `context_updates`; the last such object wins.
 
+use crate::agent::tool_hooks::{HookedStage, ToolEvent, ToolHook, ToolHooks};
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -144,7 +145,7 @@ pub(crate) fn request_for<'a>(
                 run_id: stage.run.run_id.to_string(),
             }),
             confinement: stage.confinement.clone(),
-            tool_hooks: settings.tool_hooks.clone(),
+            tool_hooks: tool_hooks(stage, &settings.tool_hooks),
             context: context.clone(),
             run_record: Some(run_record(stage)),
             watchdog: settings.watchdog,
@@ -152,6 +153,30 @@ pub(crate) fn request_for<'a>(
             turn_limit_outcome: settings.turn_limit_outcome,
         }),
     })
+}
+
+/// The hooks around the stage's tool calls: the run's, then the node's `tool_hooks.pre`/`.post`
+/// (the same hooks written on the node).
+fn tool_hooks(stage: &StageRun<'_>, node: &crate::graph::settings::ToolHooks) -> ToolHooks {
+    let mut hooks = stage.run.tool_hooks.to_vec();
+    let own = [
+        ("tool_hooks.pre", ToolEvent::PreToolUse, &node.pre),
+        ("tool_hooks.post", ToolEvent::PostToolUse, &node.post),
+    ];
+    hooks.extend(own.into_iter().filter_map(|(attribute, event, command)| {
+        command.as_deref().map(|command| ToolHook::of_node(attribute, event, command))
+    }));
+    // The node's post hook hears of failed calls too, as it always did.
+    if let Some(command) = node.post.as_deref() {
+        hooks.push(ToolHook::of_node("tool_hooks.post", ToolEvent::PostToolUseFailure, command));
+    }
+    let hooked = HookedStage {
+        run_id: stage.run.run_id.to_string(),
+        workflow: stage.run.workflow.name().to_string(),
+        node_id: stage.node.id.clone(),
+        visit: stage.visit,
+    };
+    ToolHooks::new(hooks, hooked)
 }
 
 /// The project memory of a `memory=true` stage: `memory_dir`, else the work directory's project's.

@@ -145,6 +145,7 @@ pub(crate) mod test_support {
                     children: &self.children,
                     reference_files: &[],
                     max_output: None,
+                    tool_hooks: &[],
                 },
             }
         }

@@ -85,6 +85,8 @@ pub struct RunEnv<'a> {
     pub reference_files: &'a [crate::agent::context::reference_files::ReferenceFile],
     /// `--max-output`: the most bytes a command stage may write (node `max_output` wins).
     pub max_output: Option<u64>,
+    /// The run's `[[hooks]]` of tool events (`pre_tool_use`, ...), for agent stages.
+    pub tool_hooks: &'a [crate::agent::tool_hooks::ToolHook],
 }
 
 /// Shared services handlers call out to.

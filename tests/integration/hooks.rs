@@ -396,7 +396,7 @@ fn an_unknown_event_is_refused_with_the_valid_names() {
         .file("fabro.toml", &hook("stage_compelte", "true"))
         .args(["run", "workflow.dot"])
         .status(2)
-        .stderr_contains("fabro.toml: hooks[0]: unknown event `stage_compelte` (did you mean `stage_complete`?); the events are run_start, run_complete, run_failed, run_paused, stage_start, stage_complete, stage_failed, gate_waiting; the run did not start")
+        .stderr_contains("fabro.toml: hooks[0]: unknown event `stage_compelte` (did you mean `stage_complete`?); the events are run_start, run_complete, run_failed, run_paused, stage_start, stage_complete, stage_failed, stage_retrying, gate_waiting, edge_selected, parallel_start, parallel_complete, checkpoint_saved, pre_tool_use, post_tool_use, post_tool_use_failure; the run did not start")
         .run();
 }
 
@@ -474,7 +474,7 @@ fn blocking_an_end_is_refused_with_a_fix() {
         .file("fabro.toml", toml)
         .args(["run", "workflow.dot"])
         .status(2)
-        .stderr_contains("only run_start and stage_start hooks can block")
+        .stderr_contains("only run_start, stage_start, edge_selected and tool-call hooks can block")
         .run();
 }
 
@@ -502,4 +502,77 @@ fn a_stage_s_hooks_run_in_its_sandbox_and_run_hooks_do_not() {
     let failed = logged(&ran, "hook.failed");
     assert_eq!(failed.len(), 1);
     assert_eq!(failed[0]["hook_event"], "stage_complete");
+}
+
+#[test]
+fn retries_edges_parallel_stages_and_checkpoints_tell_their_hooks_and_matchers_choose() {
+    let workflow = r#"digraph moments {
+    start [shape=Mdiamond]
+    exit  [shape=Msquare]
+    flaky [shape=parallelogram, max_retries=1, script="test -f tried || { touch tried; exit 1; }"]
+    fan [shape=component]
+    a [shape=parallelogram, script="true"]
+    b [shape=parallelogram, script="true"]
+    join [shape=tripleoctagon]
+    start -> flaky -> fan
+    fan -> a -> join
+    fan -> b -> join
+    join -> exit
+}"#;
+    let events = ["stage_retrying", "edge_selected", "parallel_start", "parallel_complete"];
+    let mut hooks = hooks_for(&events);
+    hooks.push_str(&hook("checkpoint_saved", RECORD));
+    hooks.push_str("matcher = \"^flaky$\"\n");
+    let ran = Test::new()
+        .workflow(workflow)
+        .file("fabro.toml", &hooks)
+        .args(["run", "workflow.dot", "--run-dir", "run", "-q"])
+        .status(0)
+        .run();
+    let told = told(ran.dir.path());
+    let retrying: Vec<&Value> = told.iter().filter(|e| e["event"] == "stage_retrying").collect();
+    assert_eq!(retrying.len(), 1);
+    assert_eq!((retrying[0]["attempt"].as_u64(), retrying[0]["max_attempts"].as_u64()), (Some(2), Some(2)));
+    assert_eq!(retrying[0]["handler"], "command");
+    let edges: Vec<(String, String)> = told
+        .iter()
+        .filter(|e| e["event"] == "edge_selected")
+        .map(|e| (e["edge_from"].as_str().unwrap().to_string(), e["edge_to"].as_str().unwrap().to_string()))
+        .collect();
+    assert!(
+        edges.contains(&("start".into(), "flaky".into())) && edges.contains(&("join".into(), "exit".into())),
+        "{edges:?}"
+    );
+    let parallel: Vec<&Value> =
+        told.iter().filter(|e| e["event"].as_str().unwrap().starts_with("parallel_")).collect();
+    assert_eq!(parallel.len(), 2);
+    assert_eq!(
+        (parallel[0]["node_id"].as_str(), parallel[0]["branch_count"].as_u64()),
+        (Some("fan"), Some(2))
+    );
+    assert_eq!(parallel[1]["outcome"], "success");
+    // The matcher kept the checkpoint hook to flaky's checkpoint.
+    let checkpoints: Vec<&Value> = told.iter().filter(|e| e["event"] == "checkpoint_saved").collect();
+    assert_eq!(checkpoints.len(), 1, "{checkpoints:?}");
+    assert_eq!(checkpoints[0]["node_id"], "flaky");
+}
+
+#[test]
+fn a_blocking_edge_selected_hook_stops_the_run_before_it_crosses_the_edge() {
+    let mut hooks = hook("edge_selected", "echo 'deploys need a ticket' >&2; exit 1");
+    hooks.push_str("blocking = true\nmatcher = \"^exit$\"\n");
+    let ran = Test::new()
+        .workflow(ONE_COMMAND)
+        .file("fabro.toml", &hooks)
+        .args(["run", "workflow.dot", "--run-dir", "run", "-q"])
+        .status(1)
+        .run();
+    assert!(ran.dir.path().join("worked").exists(), "the stage before the edge ran");
+    let result: Value =
+        serde_json::from_str(&std::fs::read_to_string(run_dir(&ran).join("result.json")).unwrap()).unwrap();
+    let reason = result["failure_reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("edge `work` -> `exit` not crossed: blocking hook `fabro.toml hooks[0]` stopped it: the command exited with code 1: deploys need a ticket"),
+        "{reason}"
+    );
 }

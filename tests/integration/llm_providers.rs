@@ -747,16 +747,17 @@ fn tool_hooks_run_around_every_agent_tool_call_and_a_failing_pre_hook_skips_it()
     assert_eq!(refused["is_error"], true, "{refused}");
     let text = refused["content"].as_str().unwrap();
     assert!(
-        text.contains("tool_hooks.pre hook refused this `shell` call (exited 3): no deleting files"),
+        text.contains("The hook `tool_hooks.pre` blocked this `shell` call; it did not run. Reason: the hook exited with code 3: no deleting files"),
         "{text}"
     );
     // The post hook saw the two calls that ran, with their results, on stdin.
     let post: Vec<Value> =
         read(&root.join("post.log")).lines().map(|line| serde_json::from_str(line).unwrap()).collect();
     assert_eq!(post.len(), 2, "{post:?}");
-    assert_eq!(post[0]["tool"], "read_file");
-    assert!(post[0]["result"].as_str().unwrap().contains("keep me"));
-    assert_eq!(post[1]["arguments"]["command"], "echo listed");
+    assert_eq!(post[0]["tool_name"], "read_file");
+    assert_eq!(post[0]["event"], "post_tool_use");
+    assert!(post[0]["tool_output"].as_str().unwrap().contains("keep me"));
+    assert_eq!(post[1]["tool_input"]["command"], "echo listed");
     // Both hooks are in the transcript.
     let transcript = stage_file(&ran, "tidy", "transcript.jsonl");
     let hooks = transcript.lines().filter(|line| line.contains("\"tool_hook\"")).count();

@@ -1102,9 +1102,10 @@ fn a_fix_loop_that_fails_the_same_way_three_times_stops_on_the_third() {
     assert_eq!(to_fix, 2);
 
     // A higher limit lets the loop go on; 0 turns the breaker off (max_visits stops it here).
-    let lenient = SAME_FAILURE_LOOP
-        .replace("FIX", "echo fix >> log")
-        .replace("start [shape=Mdiamond]", "failure_signature_limit=0\n verify [max_visits=5]\n start [shape=Mdiamond]");
+    let lenient = SAME_FAILURE_LOOP.replace("FIX", "echo fix >> log").replace(
+        "start [shape=Mdiamond]",
+        "failure_signature_limit=0\n verify [max_visits=5]\n start [shape=Mdiamond]",
+    );
     let ran = common::Test::new().workflow(&lenient).args(["run", "workflow.dot", "-q"]).status(1).run();
     let log = std::fs::read_to_string(ran.dir.path().join("log")).unwrap();
     assert_eq!(log.matches("verify").count(), 5, "{log}");

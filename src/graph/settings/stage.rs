@@ -127,7 +127,9 @@ impl WorkflowSettings {
             max_cost: graph.float("max_cost"),
             max_node_visits: graph.integer("max_node_visits"),
             stall_timeout: graph.duration("stall_timeout"),
-            failure_signature_limit: graph.integer("failure_signature_limit").and_then(|n| u64::try_from(n).ok()),
+            failure_signature_limit: graph
+                .integer("failure_signature_limit")
+                .and_then(|n| u64::try_from(n).ok()),
             artifact_threshold: graph.integer("artifact_threshold").and_then(|n| usize::try_from(n).ok()),
             context_files: text(graph, "context_files"),
             default_fidelity: fidelity::read(graph, "default_fidelity"),
