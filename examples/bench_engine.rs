@@ -91,6 +91,7 @@ fn engine() -> Engine {
 fn options(dir: &Path) -> RunOptions {
     RunOptions {
         run_dir: Some(dir.join("run")),
+        run_id: None,
         work_dir: dir.to_path_buf(),
         dry_run: false,
         context: Vec::new(),

@@ -61,6 +61,7 @@ async fn run(dot: &str, context: Vec<(String, Value)>) -> (RunReport, Duration) 
     let dir = tempfile::tempdir().expect("temp dir");
     let options = RunOptions {
         run_dir: Some(dir.path().join("run")),
+        run_id: None,
         work_dir: dir.path().to_path_buf(),
         context,
         ..RunOptions::default()

@@ -36,6 +36,7 @@ pub mod regular_file;
 pub mod render;
 pub mod report;
 pub mod run_dir;
+pub mod run_launcher;
 pub mod run_settings;
 pub mod run_setup;
 pub mod run_status;

@@ -19,12 +19,9 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> u8 {
-    let target = match args.target.resolve() {
+    let target = match args.target.dir() {
         Ok(dir) => dir,
-        Err(error) => {
-            eprintln!("error: {error}");
-            return exit::INVALID;
-        }
+        Err(code) => return code,
     };
     let forked = fabro::run_dir::parse_target(&args.at)
         .and_then(|(node, visit)| fabro::run_dir::fork(&target, &node, visit, args.run_dir.as_deref()));

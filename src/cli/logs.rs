@@ -44,12 +44,9 @@ const FINAL_EVENTS: [&str; 5] =
 const COLUMNS: [&str; 6] = ["seq", "ts", "run_id", "event", "node_id", "visit"];
 
 pub fn run(args: LogsArgs) -> u8 {
-    let run_dir = match args.run.resolve() {
+    let run_dir = match args.run.dir() {
         Ok(dir) => dir,
-        Err(error) => {
-            eprintln!("error: {error}");
-            return exit::INVALID;
-        }
+        Err(code) => return code,
     };
     let path = run_dir.join(layout::EVENTS);
     let mut file = match open_log(&run_dir, &path, args.follow) {

@@ -38,6 +38,7 @@ macro_rules! print {
     }};
 }
 
+mod cancel;
 mod completions;
 mod fork;
 mod graph;
@@ -57,6 +58,7 @@ mod serve;
 mod settings;
 mod step;
 mod validate;
+mod wait;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -86,6 +88,14 @@ pub struct RunRef {
 }
 
 impl RunRef {
+    /// The run directory named; else the error is shown and the exit code returned.
+    pub fn dir(&self) -> Result<PathBuf, u8> {
+        self.resolve().map_err(|error| {
+            eprintln!("error: {error}");
+            exit::INVALID
+        })
+    }
+
     /// The run directory named, or why none is.
     pub fn resolve(&self) -> Result<PathBuf, fabro::run_dir::lookup::LookupError> {
         let runs_dir = std::path::Path::new(fabro::run_dir::lookup::DEFAULT_RUNS_DIR);
@@ -112,6 +122,11 @@ enum Command {
     Run(run::RunArgs),
     /// Continue a paused, interrupted or crashed run from its last checkpoint (same exit codes).
     Resume(resume::ResumeArgs),
+    /// Wait until a run (say one started with `fabro run --detach`) settles; exit as `fabro run`
+    /// would have.
+    Wait(wait::Args),
+    /// Stop a running run as Ctrl-C would (it can be resumed), or take a queued one off the queue.
+    Cancel(cancel::Args),
     /// Copy a run's state right after one of its stages into a new run directory, to resume.
     Fork(fork::Args),
     /// Move a stopped run back to the state right after one of its stages (nothing is deleted).
@@ -180,6 +195,8 @@ pub fn main() -> ExitCode {
             args.launch.verbose = cli.verbose;
             resume::resume(args)
         }
+        Command::Wait(args) => wait::run(args),
+        Command::Cancel(args) => cancel::run(args),
         Command::Fork(args) => fork::run(args),
         Command::Report(args) => report::run(args),
         Command::Retro(args) => retro::run(args),

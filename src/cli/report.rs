@@ -37,12 +37,9 @@ impl ReportFormat {
 }
 
 pub fn run(args: ReportArgs) -> u8 {
-    let run_dir = match args.run.resolve() {
+    let run_dir = match args.run.dir() {
         Ok(dir) => dir,
-        Err(error) => {
-            eprintln!("error: {error}");
-            return exit::INVALID;
-        }
+        Err(code) => return code,
     };
     let format =
         args.format.or_else(|| args.output.as_deref().map(ReportFormat::of)).unwrap_or(ReportFormat::Md);

@@ -84,6 +84,7 @@ async fn continue_run(args: &mut ResumeArgs) -> Result<u8, Refusal> {
     }
     let options = RunOptions {
         run_dir: Some(run_dir),
+        run_id: None,
         work_dir,
         dry_run: args.launch.dry_run,
         context: Vec::new(),

@@ -20,12 +20,9 @@ pub struct RetroArgs {
 }
 
 pub fn run(args: RetroArgs) -> u8 {
-    let root = match args.run.resolve() {
+    let root = match args.run.dir() {
         Ok(dir) => dir,
-        Err(error) => {
-            eprintln!("error: {error}");
-            return exit::INVALID;
-        }
+        Err(code) => return code,
     };
     super::block_on(async move {
         match write(&root, !args.no_narrative).await {

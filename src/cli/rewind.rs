@@ -14,12 +14,9 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> u8 {
-    let target = match args.target.resolve() {
+    let target = match args.target.dir() {
         Ok(dir) => dir,
-        Err(error) => {
-            eprintln!("error: {error}");
-            return exit::INVALID;
-        }
+        Err(code) => return code,
     };
     let rewound = fabro::run_dir::parse_target(&args.to)
         .and_then(|(node, visit)| fabro::run_dir::rewind(&target, &node, visit));

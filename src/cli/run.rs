@@ -56,8 +56,23 @@ pub struct RunArgs {
     /// Seed a context value (JSON if it parses as JSON, else text). Repeatable.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     set: Vec<String>,
+    /// Check the workflow, then run it in the background and return at once: prints the run id
+    /// on stdout (follow it with `fabro logs -f ID`, wait for its exit code with `fabro wait
+    /// ID`, stop it with `fabro cancel ID`); what it prints goes to output.log in its directory.
+    #[arg(long)]
+    detach: bool,
+    /// The run's id, chosen by `--detach` or the run service for the process they start.
+    #[arg(long, hide = true, value_parser = parse_run_id)]
+    run_id: Option<String>,
     #[command(flatten)]
     pub launch: LaunchArgs,
+}
+
+fn parse_run_id(text: &str) -> Result<String, String> {
+    match fabro::run_launcher::is_run_id(text) {
+        true => Ok(text.to_string()),
+        false => Err(format!("`{text}` is not a run id (a UUID)")),
+    }
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -406,8 +421,12 @@ async fn start(args: &mut RunArgs) -> Result<u8, Refusal> {
     check_sandbox(&args.launch, &valid.workflow, settings.sandbox.as_ref().map(|set| set.value))?;
     let engine = engine_for(&args.launch, &valid, &config_files, settings)?;
     check_providers(&engine, &valid.workflow, &args.launch, "the run did not start").await?;
+    if args.detach {
+        return detach(args.run_dir.as_deref());
+    }
     let options = RunOptions {
         run_dir: args.run_dir.clone(),
+        run_id: args.run_id.clone(),
         work_dir: target.work_dir.clone(),
         dry_run: args.launch.dry_run,
         context,
@@ -433,6 +452,57 @@ async fn start(args: &mut RunArgs) -> Result<u8, Refusal> {
     let view = ProgressView::new(args.launch.view_options());
     let report = engine.run(&valid, &options, move |event| view.show(event), cancel).await;
     conclude(report, &args.launch, valid.workflow.name())
+}
+
+/// `--detach`, once the workflow and its setup were checked: submits the run in `run_dir` (else
+/// `.fabro/runs/<id>`) and starts this same command for it in a process of its own. Prints the
+/// run id on stdout, what to do next on stderr.
+fn detach(run_dir: Option<&std::path::Path>) -> Result<u8, Refusal> {
+    let not_started = |error: &dyn std::fmt::Display| refusal(error, "the run did not start");
+    let run_id = fabro::run_launcher::new_run_id();
+    let root = match run_dir {
+        Some(dir) => dir.to_path_buf(),
+        None => {
+            fabro::fabro_dir::keep_out_of_git(std::path::Path::new(".fabro"));
+            std::path::Path::new(fabro::run_dir::lookup::DEFAULT_RUNS_DIR).join(&run_id)
+        }
+    };
+    let root = std::path::absolute(&root).map_err(|error| not_started(&error))?;
+    let mut arguments = Vec::new();
+    for argument in std::env::args_os().skip(1) {
+        let argument = argument.into_string().map_err(|bad| {
+            Refusal::Message(format!("--detach: the argument {bad:?} is not UTF-8; the run did not start"))
+        })?;
+        if argument != "--detach" {
+            arguments.push(argument);
+        }
+    }
+    if run_dir.is_none() {
+        arguments.extend(["--run-dir".to_string(), root.display().to_string()]);
+    }
+    arguments.extend(["--run-id".to_string(), run_id.clone()]);
+    let cwd = std::env::current_dir().map_err(|error| not_started(&error))?;
+    let exe = std::env::current_exe().map_err(|error| not_started(&error))?;
+    let state = fabro::run_dir::submission::SubmissionState::Queued;
+    fabro::run_launcher::submit(&root, &run_id, arguments, &cwd, "cli", state)
+        .map_err(|error| not_started(&error))?;
+    // The run outlives this process, which leaves reaping it to init.
+    let _child = fabro::run_launcher::launch(&root, &exe).map_err(|error| not_started(&error))?;
+    println!("{run_id}");
+    let shown = relative_to_cwd(&root);
+    eprintln!(
+        "started in the background in {shown} (its output: {shown}/{}); follow it with `fabro logs -f {run_id}`, \
+         wait for it with `fabro wait {run_id}`, stop it with `fabro cancel {run_id}`",
+        fabro::run_dir::layout::OUTPUT_LOG
+    );
+    Ok(exit::SUCCESS)
+}
+
+fn relative_to_cwd(path: &std::path::Path) -> String {
+    match std::env::current_dir() {
+        Ok(cwd) => fabro::report::relative_display(path, &cwd),
+        Err(_) => path.display().to_string(),
+    }
 }
 
 /// What `fabro run`, `fabro validate` and `fabro settings` are pointed at: a workflow, or a run
@@ -769,28 +839,35 @@ fn parse_sets(sets: &[String]) -> Result<Vec<(String, serde_json::Value)>, Strin
 /// First SIGINT/SIGTERM: cancel the run (the current stage stops, the checkpoint is saved).
 /// Second SIGINT: exit at once.
 pub fn watch_signals(cancel: CancellationToken) {
+    use tokio::signal::unix::{signal, SignalKind};
+    // Listening starts here, not when the task first runs: a SIGTERM right after the run's
+    // manifest is written (`fabro cancel` of a run that just started) is an interruption too.
+    let mut terminate = signal(SignalKind::terminate()).ok();
+    let mut interrupt = signal(SignalKind::interrupt()).ok();
     tokio::spawn(async move {
-        let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-        let term = async {
-            match terminate.as_mut() {
-                Some(signal) => {
-                    signal.recv().await;
-                }
-                None => std::future::pending::<()>().await,
-            }
-        };
         tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term => {}
+            _ = received(interrupt.as_mut()) => {}
+            _ = received(terminate.as_mut()) => {}
         }
         eprintln!("\nstopping: finishing the checkpoint (press Ctrl-C again to exit at once)");
         cancel.cancel();
-        if tokio::signal::ctrl_c().await.is_ok() {
+        if interrupt.is_some() {
+            received(interrupt.as_mut()).await;
             // Exiting skips destructors: stop the stages' processes first.
             fabro::process_group::kill_all();
             std::process::exit(i32::from(exit::INTERRUPTED));
         }
     });
+}
+
+/// Resolves when `stream` delivers its signal; never when there is none.
+async fn received(stream: Option<&mut tokio::signal::unix::Signal>) {
+    match stream {
+        Some(stream) => {
+            stream.recv().await;
+        }
+        None => std::future::pending::<()>().await,
+    }
 }
 
 fn summary(result: &RunResult) -> String {

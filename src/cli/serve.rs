@@ -1,4 +1,5 @@
-//! `fabro serve [--dir DIR] [--bind ADDR|NAME] [--port N] [--token TOKEN]`: the web view of the runs.
+//! `fabro serve [--dir DIR] [--bind ADDR|NAME] [--port N] [--token TOKEN] [--workflows DIR]
+//! [--max-concurrent-runs N]`: the web view of the runs and the run service's API.
 
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -19,9 +20,17 @@ pub struct ServeArgs {
     /// The port (0: any free port; the URL printed says which).
     #[arg(long, default_value_t = 0)]
     pub port: u16,
-    /// Required on every request (the printed URL carries it).
+    /// Required on every request (the printed URL carries it; API clients send
+    /// `Authorization: Bearer TOKEN`).
     #[arg(long)]
     pub token: Option<String>,
+    /// The directory of workflows the API may start by name (`{"workflow": "path/under/it.dot"}`).
+    #[arg(long, value_name = "DIR")]
+    pub workflows: Option<PathBuf>,
+    /// The most runs started through the API that run at once (default: the number of cores);
+    /// the others wait, queued, in the order they came.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_concurrent_runs: Option<u32>,
 }
 
 pub fn run(args: ServeArgs) -> u8 {
@@ -90,7 +99,23 @@ async fn run_async(args: ServeArgs) -> u8 {
     };
     println!("fabro serve: http://{host}:{}/{query}", address.port());
     println!("serving the runs in {} (Ctrl-C stops)", args.dir.display());
-    let options = ServeOptions { runs_dir: args.dir.clone(), token, fabro_exe, host_name };
+    let service_dir = match std::env::current_dir() {
+        Ok(dir) => dir,
+        Err(error) => {
+            eprintln!("error: cannot read the current directory: {error}");
+            return exit::FAILED;
+        }
+    };
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    let options = ServeOptions {
+        runs_dir: args.dir.clone(),
+        token,
+        fabro_exe,
+        host_name,
+        workflows_dir: args.workflows.map(|dir| std::path::absolute(&dir).unwrap_or(dir)),
+        max_concurrent_runs: args.max_concurrent_runs.map_or(cores, |n| n as usize),
+        service_dir,
+    };
     tokio::select! {
         served = serve(listener, options) => match served {
             Ok(()) => exit::SUCCESS,

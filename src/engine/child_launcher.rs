@@ -37,6 +37,7 @@ impl ChildRunner for ChildLauncher<'_> {
         let ChildRunRequest { workflow, slot, work_dir, context, link, observe, cancel } = request;
         let mut options = RunOptions {
             run_dir: None,
+            run_id: None,
             work_dir,
             dry_run: self.options.dry_run,
             context,

@@ -33,6 +33,9 @@ use crate::ValidWorkflow;
 pub struct RunOptions {
     /// Where the run's files go; `None` for `.fabro/runs/<run_id>` under the current directory.
     pub run_dir: Option<PathBuf>,
+    /// The run's id when its launcher chose it (`fabro run --detach`, the run service); a new
+    /// one otherwise.
+    pub run_id: Option<String>,
     pub work_dir: PathBuf,
     /// Simulate every side effect; visits are capped low so loops end quickly.
     pub dry_run: bool,
@@ -153,7 +156,7 @@ impl Engine {
             .node_indices()
             .find(|&i| workflow.node_at(i).handler_type() == HandlerType::Start)
             .ok_or(StartError::NoStart)?;
-        let run_id = uuid::Uuid::now_v7().to_string();
+        let run_id = options.run_id.clone().unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
         let root = match &options.run_dir {
             Some(root) => root.clone(),
             None => {

@@ -60,7 +60,7 @@ pub fn prune_candidates(
     runs_in(runs_dir)
         .into_iter()
         .filter_map(|entry| {
-            let manifest: Manifest = read_manifest(&entry.dir)?;
+            let manifest: Manifest = super::read_manifest(&entry.dir)?;
             let reason = match older_than {
                 None => (!Path::new(&manifest.source_path).exists())
                     .then(|| PruneReason::WorkflowGone(manifest.source_path.clone()))?,
@@ -96,15 +96,6 @@ pub fn delete_run(dir: &Path) -> Result<(), DeleteError> {
     // The lock file went with the directory; the lock ends here.
     drop(lock);
     removed
-}
-
-fn read_manifest(dir: &Path) -> Option<Manifest> {
-    let path = dir.join(layout::MANIFEST);
-    let meta = std::fs::symlink_metadata(&path).ok()?;
-    if !meta.is_file() || meta.len() > 1 << 20 {
-        return None;
-    }
-    serde_json::from_slice(&crate::regular_file::read(path, crate::regular_file::FileKind::Record).ok()?).ok()
 }
 
 #[cfg(test)]

@@ -47,6 +47,23 @@ pub const RUN_LOCK: &str = "run.lock";
 pub const RETRO_JSON: &str = "retro.json";
 /// `retro.md`: the run's retrospective, to read.
 pub const RETRO_MD: &str = "retro.md";
+/// `submission.json`: a run asked for before its process started (`--detach`, the run service).
+pub const SUBMISSION: &str = "submission.json";
+/// `output.log`: what the process of a submitted run printed.
+pub const OUTPUT_LOG: &str = "output.log";
+/// The files a run directory may hold before its process creates the run.
+pub const SUBMISSION_FILES: [&str; 2] = [SUBMISSION, OUTPUT_LOG];
+
+/// Whether `name` is one of [`SUBMISSION_FILES`], or the temporary file of a write of one
+/// (`.<file>.<pid>.tmp`: the launcher records the process while the process starts).
+pub fn is_submission_file(name: &str) -> bool {
+    SUBMISSION_FILES.contains(&name)
+        || name.strip_prefix('.').and_then(|rest| rest.strip_suffix(".tmp")).is_some_and(|rest| {
+            SUBMISSION_FILES
+                .iter()
+                .any(|file| rest.strip_prefix(file).is_some_and(|pid| pid.starts_with('.')))
+        })
+}
 /// `serve-resume.log`: what a resume started from `fabro serve` printed.
 pub const SERVE_RESUME_LOG: &str = "serve-resume.log";
 /// `status.json`: a stage visit's status: outcome, failure, usage, what it wrote.

@@ -65,6 +65,15 @@ pub(super) fn take(root: &Path) -> Result<RunLock, RunDirError> {
 }
 
 /// True when a process holds the lock of the run in `root`.
+/// The pid of the process holding the run's lock, when one holds it.
+pub fn holder(root: &Path) -> Option<i32> {
+    if !is_held(root) {
+        return None;
+    }
+    let text = std::fs::read_to_string(root.join(layout::RUN_LOCK)).ok()?;
+    text.split_whitespace().next()?.parse().ok()
+}
+
 pub fn is_held(root: &Path) -> bool {
     let Ok(file) = std::fs::OpenOptions::new()
         .read(true)

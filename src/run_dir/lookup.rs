@@ -64,7 +64,7 @@ pub fn find_run(reference: &str, runs_dir: &Path) -> Result<PathBuf, LookupError
         return Ok(as_path.to_path_buf());
     }
     let wanted = reference.trim();
-    let runs = runs_in(runs_dir);
+    let runs = all_runs(runs_dir);
     let named = |run: &&RunEntry| {
         let dir_name = run.dir.file_name().map(|name| name.to_string_lossy()).unwrap_or_default();
         run.run_id == wanted || dir_name == wanted
@@ -87,6 +87,38 @@ pub fn find_run(reference: &str, runs_dir: &Path) -> Result<PathBuf, LookupError
             matches: many.iter().map(|run| run.run_id.clone()).collect(),
         }),
     }
+}
+
+/// The runs of `runs_dir`: those with a manifest ([`runs_in`]) and those submitted (`--detach`,
+/// the run service) that have not created it yet, oldest first.
+pub fn all_runs(runs_dir: &Path) -> Vec<RunEntry> {
+    let mut runs = runs_in(runs_dir);
+    // A run may create its manifest between the two looks: a directory is named once.
+    let submitted: Vec<RunEntry> = submitted_in(runs_dir)
+        .into_iter()
+        .filter(|entry| runs.iter().all(|run| run.dir != entry.dir))
+        .collect();
+    runs.extend(submitted);
+    runs.sort_by(|a, b| (&a.started_at, &a.run_id).cmp(&(&b.started_at, &b.run_id)));
+    runs
+}
+
+/// The runs of `runs_dir` that were submitted (`--detach`, the run service), whether or not they
+/// created their manifest yet, as entries named by their submission.
+fn submitted_in(runs_dir: &Path) -> Vec<RunEntry> {
+    let Ok(entries) = std::fs::read_dir(runs_dir) else { return Vec::new() };
+    entries
+        .flatten()
+        .filter(|entry| entry.file_type().is_ok_and(|kind| kind.is_dir()))
+        .filter_map(|entry| {
+            let submission = super::submission::Submission::read(&entry.path()).ok()??;
+            Some(RunEntry {
+                dir: entry.path(),
+                run_id: submission.run_id,
+                started_at: submission.submitted_at,
+            })
+        })
+        .collect()
 }
 
 /// The newest run in `runs_dir` (by start time).

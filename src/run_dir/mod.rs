@@ -27,6 +27,7 @@ mod saved;
 pub mod stage_output;
 pub mod stage_process;
 pub mod stage_summary;
+pub mod submission;
 mod view;
 
 use std::path::{Path, PathBuf};
@@ -34,6 +35,7 @@ use std::path::{Path, PathBuf};
 use crate::atomic_file::{write_atomic, write_atomic_with, Durability};
 pub use history::{fork, parse_target, rewind, ForkOrigin, Forked, HistoryError, Rewound};
 pub use journal::JournalEnd;
+pub use lock::holder as lock_holder;
 pub use lock::is_held as lock_is_held;
 pub use lock::RunLock;
 pub(crate) use records::recorded_handler;
@@ -62,8 +64,13 @@ pub struct RunDir {
 
 impl RunDir {
     /// Creates a new run directory; refuses one that exists with anything in it.
+    /// (A submitted run's directory holds its submission and output log already: those stay.)
     pub fn create(root: &Path) -> Result<RunDir, RunDirError> {
-        if root.read_dir().is_ok_and(|mut entries| entries.next().is_some()) {
+        let submitted = |entry: &std::fs::DirEntry| {
+            entry.file_name().to_str().is_some_and(layout::is_submission_file)
+                && entry.file_type().is_ok_and(|kind| kind.is_file())
+        };
+        if root.read_dir().is_ok_and(|entries| entries.flatten().any(|entry| !submitted(&entry))) {
             return Err(RunDirError::NotEmpty { path: root.to_path_buf() });
         }
         std::fs::create_dir_all(layout::stages_dir(root)).map_err(|source| io(root, source))?;
@@ -215,7 +222,13 @@ pub fn never_started(root: &Path) -> Option<Vec<String>> {
         let temp = name.strip_prefix('.').and_then(|rest| rest.strip_suffix(".tmp")).is_some_and(|rest| {
             START_FILES.iter().any(|file| rest.strip_prefix(file).is_some_and(|pid| pid.starts_with('.')))
         });
-        if entry.file_type().ok()?.is_symlink() || !(START_FILES.contains(&name.as_str()) || temp) {
+        if entry.file_type().ok()?.is_symlink() {
+            return None;
+        }
+        if layout::is_submission_file(&name) {
+            continue;
+        }
+        if !(START_FILES.contains(&name.as_str()) || temp) {
             return None;
         }
         names.push(name);
@@ -245,6 +258,16 @@ pub(crate) fn read_record<T: serde::de::DeserializeOwned>(path: &Path) -> Result
         Err(error) => return Err(RecordError::Io(error)),
     };
     serde_json::from_str(&text).map(Some).map_err(|error| RecordError::Corrupt(error.to_string()))
+}
+
+/// The result of the run in `root`, when it has ended and its record parses.
+pub fn read_result(root: &Path) -> Option<RunResult> {
+    read_record(&root.join(layout::RESULT)).ok().flatten()
+}
+
+/// The manifest of the run in `root`, when it is a regular file of sane size that parses.
+pub fn read_manifest(root: &Path) -> Option<Manifest> {
+    read_record(&root.join(layout::MANIFEST)).ok().flatten()
 }
 
 fn io(path: &Path, source: std::io::Error) -> RunDirError {

@@ -47,13 +47,29 @@ pub async fn same_origin(State(state): State<Arc<AppState>>, request: Request, n
             "refused: `{host}` is not a host name this server serves; open the URL `fabro serve` printed"
         ));
     }
-    if !matches!(*request.method(), Method::GET | Method::HEAD) && !from_own_page(request.headers(), host) {
+    let api_call = request.uri().path().starts_with("/api/") && is_api_client(request.headers());
+    if !matches!(*request.method(), Method::GET | Method::HEAD)
+        && !api_call
+        && !from_own_page(request.headers(), host)
+    {
         return forbidden(
             "refused: a request that changes anything must come from a page of this server (its Origin or \
-             Referer header names another site, or neither is sent)",
+             Referer header names another site, or neither is sent); a program calling /api/v1 sends \
+             `Content-Type: application/json` and no Origin",
         );
     }
     next.run(request).await
+}
+
+/// A program calling the API (a script, CI, `curl`): no `Origin` (browsers send one with every
+/// cross-site request that changes anything) and a JSON body, which a page of another site cannot
+/// send without a preflight this server never answers.
+fn is_api_client(headers: &HeaderMap) -> bool {
+    let json = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|value| value.trim().to_ascii_lowercase().starts_with("application/json"));
+    json && !headers.contains_key(header::ORIGIN)
 }
 
 /// Whether `host` (a `Host` header: name and port) names the server reached at `local`: its
@@ -123,7 +139,14 @@ pub async fn require_token(State(state): State<Arc<AppState>>, request: Request,
         .flat_map(|cookies| cookies.split(';'))
         .filter_map(|cookie| cookie.trim().strip_prefix(&format!("{TOKEN_COOKIE}=")))
         .any(|value| percent_decode(value).as_deref() == Some(token.as_str()));
-    if !in_query && !in_cookie {
+    // Programs calling the API: `Authorization: Bearer TOKEN`.
+    let in_header = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.strip_prefix("Bearer "))
+        .is_some_and(|value| value.trim() == token);
+    if !in_query && !in_cookie && !in_header {
         return (StatusCode::UNAUTHORIZED, "a valid token is required: open the URL `fabro serve` printed\n")
             .into_response();
     }

@@ -13,8 +13,10 @@
 //! rebinding), state-changing ones must come from its own pages (`Origin` or `Referer`), and a
 //! token, when set, is required on every request.
 
+mod api;
 mod guard;
 mod pages;
+mod queue;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -55,6 +57,13 @@ pub struct ServeOptions {
     /// A host name the server is reached by besides its address, `localhost`, `127.0.0.1` and
     /// `[::1]` (the name given to `--bind`).
     pub host_name: Option<String>,
+    /// The workflows the API may start by name (`--workflows`); none: only as `source`.
+    pub workflows_dir: Option<PathBuf>,
+    /// The most runs started through the API that run at once; the others wait, queued.
+    pub max_concurrent_runs: usize,
+    /// Where the service was started: the runs' processes start here and work here unless the
+    /// request names a `workdir`.
+    pub service_dir: PathBuf,
 }
 
 struct AppState {
@@ -62,6 +71,8 @@ struct AppState {
     /// Per run id: whether the `fabro resume` this server started for it still runs. Held while
     /// a gate is answered, so concurrent answers start one resume.
     resumes: Mutex<HashMap<String, Arc<AtomicBool>>>,
+    /// Woken when a run is submitted, so that it starts without waiting for the queue's tick.
+    queue: tokio::sync::Notify,
 }
 
 /// The address a connection came in on, which names the server as the client reached it.
@@ -71,8 +82,23 @@ struct LocalAddr(SocketAddr);
 /// Serves until the future is dropped. A connection that does not send its request headers
 /// within [`HEADER_READ_TIMEOUT`] is closed.
 pub async fn serve(listener: tokio::net::TcpListener, options: ServeOptions) -> std::io::Result<()> {
-    let state = Arc::new(AppState { options, resumes: Mutex::new(HashMap::new()) });
+    let state = Arc::new(AppState {
+        options,
+        resumes: Mutex::new(HashMap::new()),
+        queue: tokio::sync::Notify::new(),
+    });
+    tokio::spawn(queue::run(state.clone()));
+    let (api, document) = api::router();
+    let document = Arc::new(document);
     let app = Router::new()
+        .merge(api)
+        .route(
+            "/api/v1/openapi.json",
+            get(move || {
+                let document = document.clone();
+                async move { axum::Json(document.as_ref().clone()) }
+            }),
+        )
         .route("/", get(index))
         .route("/fabro.js", get(script))
         .route("/fabro.css", get(style))
@@ -132,6 +158,13 @@ fn not_found(what: &str) -> Response {
 /// symbolic link (to a directory elsewhere) or not a directory is not served.
 fn served_runs(runs_dir: &Path) -> Vec<RunEntry> {
     let mut runs = runs_in(runs_dir);
+    runs.retain(|run| std::fs::symlink_metadata(&run.dir).is_ok_and(|meta| meta.is_dir()));
+    runs
+}
+
+/// [`served_runs`] and the runs submitted to start (queued, starting), oldest first.
+fn all_runs(runs_dir: &Path) -> Vec<RunEntry> {
+    let mut runs = crate::run_dir::lookup::all_runs(runs_dir);
     runs.retain(|run| std::fs::symlink_metadata(&run.dir).is_ok_and(|meta| meta.is_dir()));
     runs
 }
@@ -299,64 +332,99 @@ fn read_from(path: &Path, offset: u64) -> Vec<u8> {
 
 /// A gate's answer from the run page: the choice clicked, or (at a gate that takes free text)
 /// the text written.
-#[derive(serde::Deserialize)]
+#[derive(serde::Deserialize, utoipa::ToSchema)]
 struct AnswerForm {
     answer: Option<String>,
     text: Option<String>,
 }
 
-/// Answers the gate a paused run waits at, then resumes the run in the background. Answers to
-/// one run are taken one at a time: while the resume this server started still runs, another
-/// answer is refused (409), so the run is resumed once.
+/// Answers the gate a paused run waits at from its page, then resumes the run in the background.
 async fn answer(
     State(state): State<Arc<AppState>>,
     UrlPath(id): UrlPath<String>,
     Form(form): Form<AnswerForm>,
 ) -> Response {
     let Some(dir) = run_dir(&state, &id) else { return not_found("no such run") };
-    let mut resumes = state.resumes.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    if resumes.get(&id).is_some_and(|running| running.load(Ordering::SeqCst)) {
-        return (StatusCode::CONFLICT, "the gate is already answered: the run is resuming\n").into_response();
+    match answer_gate(&state, &id, &dir, form) {
+        Ok(()) => Redirect::to(&format!("/runs/{id}")).into_response(),
+        Err(refused) => (refused.status(), format!("{}\n", refused.message())).into_response(),
     }
-    let Some(gate) = pages::waiting_gate(&dir) else {
-        return (StatusCode::CONFLICT, "the run is not waiting at a human gate\n").into_response();
-    };
+}
+
+/// Why a gate's answer was not taken.
+enum GateRefusal {
+    /// The resume a first answer started still runs.
+    AlreadyAnswered,
+    NotWaiting,
+    /// Not an answer this gate takes: why.
+    BadAnswer(&'static str),
+    Failed(String),
+}
+
+impl GateRefusal {
+    fn status(&self) -> StatusCode {
+        match self {
+            GateRefusal::AlreadyAnswered | GateRefusal::NotWaiting => StatusCode::CONFLICT,
+            GateRefusal::BadAnswer(_) => StatusCode::BAD_REQUEST,
+            GateRefusal::Failed(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The API's stable code for it.
+    fn code(&self) -> &'static str {
+        match self {
+            GateRefusal::AlreadyAnswered => "already_answered",
+            GateRefusal::NotWaiting => "not_waiting",
+            GateRefusal::BadAnswer(_) => "bad_request",
+            GateRefusal::Failed(_) => "internal",
+        }
+    }
+
+    fn message(&self) -> String {
+        match self {
+            GateRefusal::AlreadyAnswered => "the gate is already answered: the run is resuming".into(),
+            GateRefusal::NotWaiting => "the run is not waiting at a human gate".into(),
+            GateRefusal::BadAnswer(why) => why.to_string(),
+            GateRefusal::Failed(why) => why.clone(),
+        }
+    }
+}
+
+/// Takes `form` as the answer of the gate run `id` (in `dir`) waits at and resumes the run in
+/// the background. Answers to one run are taken one at a time: while the resume this server
+/// started still runs, another answer is refused, so the run is resumed once.
+fn answer_gate(state: &AppState, id: &str, dir: &Path, form: AnswerForm) -> Result<(), GateRefusal> {
+    let mut resumes = state.resumes.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    if resumes.get(id).is_some_and(|running| running.load(Ordering::SeqCst)) {
+        return Err(GateRefusal::AlreadyAnswered);
+    }
+    let gate = pages::waiting_gate(dir).ok_or(GateRefusal::NotWaiting)?;
     let chosen = form.answer.filter(|answer| !answer.is_empty());
     let written = form.text.map(|text| text.trim().to_string()).filter(|text| !text.is_empty());
     let answer = match (chosen, written) {
         (Some(answer), _) if gate.choices.iter().any(|choice| choice.target == answer) => answer,
-        (Some(_), _) => {
-            return (StatusCode::BAD_REQUEST, "that is not one of the gate's choices\n").into_response()
-        }
+        (Some(_), _) => return Err(GateRefusal::BadAnswer("that is not one of the gate's choices")),
         (None, Some(text)) if gate.freeform => text,
         (None, Some(_)) => {
-            return (StatusCode::BAD_REQUEST, "this gate takes one of its choices, not text\n")
-                .into_response()
+            return Err(GateRefusal::BadAnswer("this gate takes one of its choices, not text"))
         }
         (None, None) => {
-            return (StatusCode::BAD_REQUEST, "choose one of the gate's choices, or write an answer\n")
-                .into_response()
+            return Err(GateRefusal::BadAnswer("choose one of the gate's choices, or write an answer"))
         }
     };
     let answers = dir.join(format!("answers-{}.json", chrono_stamp()));
     let text = serde_json::json!({ gate.id.clone(): [answer] }).to_string();
-    if let Err(error) = crate::atomic_file::write_atomic(&answers, text.as_bytes()) {
-        return (StatusCode::INTERNAL_SERVER_ERROR, format!("cannot write the answer: {error}\n"))
-            .into_response();
-    }
-    match resume(&state.options.fabro_exe, &dir, &answers) {
-        Ok(running) => {
-            resumes.insert(id.clone(), running);
-            Redirect::to(&format!("/runs/{id}")).into_response()
-        }
-        Err(error) => (StatusCode::INTERNAL_SERVER_ERROR, format!("cannot start fabro resume: {error}\n"))
-            .into_response(),
-    }
+    crate::atomic_file::write_atomic(&answers, text.as_bytes())
+        .map_err(|error| GateRefusal::Failed(format!("cannot write the answer: {error}")))?;
+    let running = resume(&state.options.fabro_exe, dir, Some(&answers))
+        .map_err(|error| GateRefusal::Failed(format!("cannot start fabro resume: {error}")))?;
+    resumes.insert(id.to_string(), running);
+    Ok(())
 }
 
-/// Starts `fabro resume DIR --answers ANSWERS` (output in `serve-resume.log`); the flag it
+/// Starts `fabro resume DIR [--answers ANSWERS]` (output in `serve-resume.log`); the flag it
 /// returns turns false when the process ends.
-fn resume(fabro_exe: &Path, dir: &Path, answers: &Path) -> std::io::Result<Arc<AtomicBool>> {
+fn resume(fabro_exe: &Path, dir: &Path, answers: Option<&Path>) -> std::io::Result<Arc<AtomicBool>> {
     // Never through a link a stage may have put there.
     let log = std::fs::OpenOptions::new()
         .write(true)
@@ -365,7 +433,10 @@ fn resume(fabro_exe: &Path, dir: &Path, answers: &Path) -> std::io::Result<Arc<A
         .custom_flags(libc::O_NOFOLLOW)
         .open(dir.join(layout::SERVE_RESUME_LOG));
     let mut command = std::process::Command::new(fabro_exe);
-    command.arg("resume").arg(dir).arg("--answers").arg(answers).arg("-q").stdin(std::process::Stdio::null());
+    command.arg("resume").arg(dir).arg("-q").stdin(std::process::Stdio::null());
+    if let Some(answers) = answers {
+        command.arg("--answers").arg(answers);
+    }
     if let Ok(log) = log {
         if let Ok(copy) = log.try_clone() {
             command.stdout(copy);

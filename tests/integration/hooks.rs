@@ -519,9 +519,11 @@ fn retries_edges_parallel_stages_and_checkpoints_tell_their_hooks_and_matchers_c
     fan -> b -> join
     join -> exit
 }"#;
-    let events = ["stage_retrying", "edge_selected", "parallel_start", "parallel_complete"];
-    let mut hooks = hooks_for(&events);
-    hooks.push_str(&hook("checkpoint_saved", RECORD));
+    // Branches fire their hooks at the same time: each event is appended in one write.
+    let record = "event=$(cat); printf '%s\\n' \"$event\" >> hooks.log";
+    let events =
+        ["stage_retrying", "edge_selected", "parallel_start", "parallel_complete", "checkpoint_saved"];
+    let mut hooks: String = events.iter().map(|event| hook(event, record)).collect();
     hooks.push_str("matcher = \"^flaky$\"\n");
     let ran = Test::new()
         .workflow(workflow)

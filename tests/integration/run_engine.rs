@@ -1096,6 +1096,7 @@ mod library {
         let engine = Engine::new(handlers, Services { backend, interviewer: Arc::new(NoAnswers) });
         let options = RunOptions {
             run_dir: Some(dir.join(RUN_DIR)),
+            run_id: None,
             work_dir: dir.to_path_buf(),
             dry_run: false,
             context,

@@ -1,0 +1,304 @@
+//! The run service: `fabro serve --workflows DIR` takes runs over its HTTP API (`/api/v1`),
+//! queues them (`--max-concurrent-runs`), runs each in a process of its own, cancels them, and
+//! streams their events; a service killed with runs queued and running picks them up again.
+
+use crate::common;
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+/// A stage that records its start, waits for the test's go-ahead for its run (`go-N`), and
+/// records its end; `N` is the run's input `n`.
+const GATED: &str = r#"digraph gated {
+    start [shape=Mdiamond]
+    exit [shape=Msquare]
+    work [shape=parallelogram, timeout="120s",
+          script="echo start $FABRO_INPUT_N >> log; while [ ! -f go-$FABRO_INPUT_N ]; do sleep 0.05; done; echo end $FABRO_INPUT_N >> log"]
+    start -> work -> exit
+}"#;
+
+struct Service {
+    child: Child,
+    base: String,
+}
+
+impl Service {
+    fn start(dir: &Path, max: &str) -> Service {
+        let args = ["serve", "--dir", ".fabro/runs", "--workflows", "wf", "--max-concurrent-runs", max];
+        let mut child =
+            common::fabro_command(dir, &args).stdout(Stdio::piped()).spawn().expect("fabro serve");
+        let mut first = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut first).unwrap();
+        let url = first.trim().strip_prefix("fabro serve: ").expect(&first).trim_end_matches('/').to_string();
+        Service { child, base: url }
+    }
+
+    /// `METHOD /api/v1PATH` with a JSON body: the status and the answer (JSON, or the text).
+    fn call(&self, method: &str, path: &str, body: Option<Value>, headers: &[(&str, &str)]) -> (u16, Value) {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        runtime.block_on(async {
+            let client = reqwest::Client::new();
+            let mut request = client.request(method.parse().unwrap(), format!("{}/api/v1{path}", self.base));
+            for (name, value) in headers {
+                request = request.header(*name, *value);
+            }
+            if let Some(body) = body {
+                request = request.header("content-type", "application/json").body(body.to_string());
+            }
+            let response = request.send().await.expect("request");
+            let status = response.status().as_u16();
+            let text = response.text().await.unwrap_or_default();
+            (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+        })
+    }
+
+    fn submit(&self, n: u32) -> String {
+        let (status, answer) = self.call(
+            "POST",
+            "/runs",
+            Some(json!({"workflow": "gated.dot", "inputs": {"n": n}, "labels": {"n": n.to_string()}})),
+            &[],
+        );
+        assert_eq!(status, 202, "{answer}");
+        assert_eq!(answer["status"], "queued");
+        answer["id"].as_str().unwrap().to_string()
+    }
+
+    fn status(&self, id: &str) -> String {
+        let (code, run) = self.call("GET", &format!("/runs/{id}"), None, &[]);
+        assert_eq!(code, 200, "{run}");
+        run["status"].as_str().unwrap().to_string()
+    }
+}
+
+impl Drop for Service {
+    /// Killed as `kill -9` would: the runs it started go on in their own processes.
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn workspace() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("wf")).unwrap();
+    std::fs::write(dir.path().join("wf/gated.dot"), GATED).unwrap();
+    dir
+}
+
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let started = Instant::now();
+    while !done() {
+        assert!(started.elapsed() < Duration::from_secs(90), "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn log(dir: &Path) -> String {
+    std::fs::read_to_string(dir.join("log")).unwrap_or_default()
+}
+
+fn go(dir: &Path, n: u32) {
+    std::fs::write(dir.join(format!("go-{n}")), "").unwrap();
+}
+
+#[test]
+fn runs_submitted_over_the_api_queue_in_order_run_alone_and_can_be_cancelled_and_followed() {
+    let dir = workspace();
+    let service = Service::start(dir.path(), "1");
+    let ids: Vec<String> = (1..=3).map(|n| service.submit(n)).collect();
+    wait_until("run 1 starts", || log(dir.path()).contains("start 1"));
+    // One place: the others wait, in the order they came.
+    std::thread::sleep(Duration::from_millis(600));
+    assert_eq!(log(dir.path()), "start 1\n");
+    assert_eq!((service.status(&ids[1]).as_str(), service.status(&ids[2]).as_str()), ("queued", "queued"));
+    let (code, listed) = service.call("GET", "/runs?status=queued", None, &[]);
+    assert_eq!(code, 200);
+    let queued: Vec<&str> =
+        listed.as_array().unwrap().iter().map(|run| run["id"].as_str().unwrap()).collect();
+    assert_eq!(queued, [ids[2].as_str(), ids[1].as_str()], "newest first");
+    // A queued run cancelled never starts.
+    let (code, answer) = service.call("POST", &format!("/runs/{}/cancel", ids[2]), Some(json!({})), &[]);
+    assert_eq!((code, answer["status"].as_str()), (202, Some("canceled")), "{answer}");
+    go(dir.path(), 1);
+    wait_until("run 2 starts", || log(dir.path()).contains("start 2"));
+    go(dir.path(), 2);
+    wait_until("run 2 ends", || service.status(&ids[1]) == "succeeded");
+    assert_eq!(log(dir.path()), "start 1\nend 1\nstart 2\nend 2\n");
+    assert_eq!(service.status(&ids[0]), "succeeded");
+    assert_eq!(service.status(&ids[2]), "canceled");
+    let (_, run) = service.call("GET", &format!("/runs/{}", ids[0]), None, &[]);
+    assert_eq!(run["workflow"], "gated");
+    assert_eq!(run["labels"]["n"], "1");
+    assert_eq!(
+        run["stages"].as_array().unwrap().iter().find(|s| s["node_id"] == "work").unwrap()["status"],
+        "success",
+        "{run}"
+    );
+    let (_, labelled) = service.call("GET", "/runs?label=n=2", None, &[]);
+    assert_eq!(labelled.as_array().unwrap().len(), 1);
+    assert_eq!(labelled[0]["id"], ids[1].as_str());
+    // A run that has ended cannot be cancelled.
+    let (code, answer) = service.call("POST", &format!("/runs/{}/cancel", ids[0]), Some(json!({})), &[]);
+    assert_eq!((code, answer["error"]["code"].as_str()), (409, Some("not_cancelable")), "{answer}");
+
+    // The events, as server-sent events with their seq as id; from Last-Event-ID on.
+    let events = |from: Option<&str>| -> Vec<u64> {
+        let headers: Vec<(&str, &str)> = from.map(|id| vec![("last-event-id", id)]).unwrap_or_default();
+        let (_, text) = service.call("GET", &format!("/runs/{}/events", ids[0]), None, &headers);
+        let text = text.as_str().unwrap().to_string();
+        text.lines().filter_map(|line| line.strip_prefix("id: ")).map(|id| id.parse().unwrap()).collect()
+    };
+    let all = events(None);
+    assert!(all.len() > 5 && all.windows(2).all(|pair| pair[1] == pair[0] + 1), "{all:?}");
+    assert_eq!(events(Some("4")), all[4..].to_vec());
+}
+
+#[test]
+fn the_api_refuses_what_it_cannot_run_with_a_stable_code_and_documents_every_route() {
+    let dir = workspace();
+    let service = Service::start(dir.path(), "2");
+    let refused = |body: Value| {
+        let (code, answer) = service.call("POST", "/runs", Some(body), &[]);
+        (code, answer["error"]["code"].as_str().unwrap_or_default().to_string(), answer)
+    };
+    let (code, kind, answer) = refused(json!({"source": "digraph G { start [shape=Mdiamond] start -> }"}));
+    assert_eq!((code, kind.as_str()), (422, "invalid_workflow"), "{answer}");
+    assert!(answer["error"]["diagnostics"][0].as_str().unwrap().contains("1:"), "{answer}");
+    assert_eq!(refused(json!({"workflow": "../wf/gated.dot"})).0, 400);
+    assert_eq!(refused(json!({"workflow": "missing.dot"})).1, "not_found");
+    assert_eq!(refused(json!({"workflow": "gated.dot", "colour": "red"})).1, "bad_request");
+    assert_eq!(refused(json!({})).1, "bad_request");
+    let (code, answer) = service.call("GET", "/runs/01a21c5a-4567-751a-bec0-a381e719c5f5", None, &[]);
+    assert_eq!((code, answer["error"]["code"].as_str()), (404, Some("not_found")));
+    // A page of another site cannot start a run.
+    let (code, _) = service.call(
+        "POST",
+        "/runs",
+        Some(json!({"workflow": "gated.dot"})),
+        &[("origin", "http://evil.example")],
+    );
+    assert_eq!(code, 403);
+    assert!(
+        !dir.path().join(".fabro/runs").exists()
+            || common::fabro_in(dir.path(), &["runs", "--json"]).stdout.len() < 5
+    );
+
+    // A source that validates runs; every route the document names answers.
+    let source = GATED.replace("$FABRO_INPUT_N", "9");
+    let (code, created) =
+        service.call("POST", "/runs", Some(json!({"source": source, "goal": "check"})), &[]);
+    assert_eq!(code, 202, "{created}");
+    let id = created["id"].as_str().unwrap().to_string();
+    go(dir.path(), 9);
+    wait_until("the source run ends", || service.status(&id) == "succeeded");
+    let (code, document) = service.call("GET", "/openapi.json", None, &[]);
+    assert_eq!(code, 200);
+    assert!(document["openapi"].as_str().unwrap().starts_with("3."), "{document}");
+    let paths = document["paths"].as_object().unwrap();
+    let mut seen = Vec::new();
+    for (path, item) in paths {
+        for method in item.as_object().unwrap().keys() {
+            let concrete = path.replace("{id}", &id);
+            let route = concrete.strip_prefix("/api/v1").unwrap();
+            let body = (method == "post").then(|| json!({}));
+            let (code, answer) = service.call(&method.to_uppercase(), route, body, &[]);
+            assert!(code != 404 || answer["error"]["code"].is_string(), "{method} {path}: {code} {answer}");
+            assert_ne!(code, 405, "{method} {path}");
+            seen.push(format!("{method} {path}"));
+        }
+    }
+    seen.sort();
+    assert_eq!(
+        seen,
+        [
+            "delete /api/v1/runs/{id}",
+            "get /api/v1/runs",
+            "get /api/v1/runs/{id}",
+            "get /api/v1/runs/{id}/events",
+            "post /api/v1/runs",
+            "post /api/v1/runs/{id}/answer",
+            "post /api/v1/runs/{id}/cancel",
+            "post /api/v1/runs/{id}/resume"
+        ]
+    );
+}
+
+#[test]
+fn a_service_killed_with_runs_queued_and_running_finishes_each_run_exactly_once_after_a_restart() {
+    let dir = workspace();
+    let service = Service::start(dir.path(), "1");
+    let ids: Vec<String> = (1..=3).map(|n| service.submit(n)).collect();
+    wait_until("run 1 starts", || log(dir.path()).contains("start 1"));
+    // kill -9 the service, and the process of the run it was running.
+    drop(service);
+    let run_1 = dir.path().join(".fabro/runs").join(&ids[0]);
+    let submission: Value =
+        serde_json::from_str(&std::fs::read_to_string(run_1.join("submission.json")).unwrap()).unwrap();
+    let pid = submission["process"]["pid"].as_i64().unwrap();
+    std::process::Command::new("kill").args(["-9", &pid.to_string()]).status().unwrap();
+    wait_until("run 1's process is gone", || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |stat| {
+            stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z'))
+        })
+    });
+    let service = Service::start(dir.path(), "1");
+    for n in 1..=3 {
+        go(dir.path(), n);
+    }
+    wait_until("every run ends", || ids.iter().all(|id| service.status(id) == "succeeded"));
+    let log = log(dir.path());
+    for n in 1..=3 {
+        assert_eq!(log.matches(&format!("end {n}\n")).count(), 1, "{log}");
+    }
+    // Run 1 was resumed: its stage ran again from the start, in the same run.
+    assert_eq!(log.matches("start 1\n").count(), 2, "{log}");
+    let result: Value =
+        serde_json::from_str(&std::fs::read_to_string(run_1.join("result.json")).unwrap()).unwrap();
+    assert_eq!(result["status"], "succeeded");
+    // Runs 2 and 3 started only after run 1 (one place), in order.
+    assert!(log.find("end 1").unwrap() < log.find("start 2").unwrap(), "{log}");
+    assert!(log.find("end 2").unwrap() < log.find("start 3").unwrap(), "{log}");
+}
+
+#[test]
+fn a_gate_of_a_run_started_over_the_api_is_answered_over_it_and_an_ended_run_is_deleted() {
+    let dir = workspace();
+    let service = Service::start(dir.path(), "2");
+    let gate = r#"digraph approve {
+        start [shape=Mdiamond]
+        exit [shape=Msquare]
+        approve [shape=hexagon, label="Ship it?"]
+        ship [shape=parallelogram, script="touch shipped"]
+        start -> approve
+        approve -> ship [label="[S] Ship"]
+        approve -> exit [label="[N] Not now"]
+        ship -> exit
+    }"#;
+    let (code, created) = service.call("POST", "/runs", Some(json!({"source": gate})), &[]);
+    assert_eq!(code, 202, "{created}");
+    let id = created["id"].as_str().unwrap().to_string();
+    // No one at a terminal: the run pauses at its gate.
+    wait_until("the run waits at its gate", || service.status(&id) == "paused");
+    let answer = |body: Value| service.call("POST", &format!("/runs/{id}/answer"), Some(body), &[]);
+    let (code, refused) = answer(json!({"answer": "deploy"}));
+    assert_eq!((code, refused["error"]["code"].as_str()), (400, Some("bad_request")), "{refused}");
+    let (code, taken) = answer(json!({"answer": "ship"}));
+    assert_eq!((code, taken["status"].as_str()), (202, Some("resuming")), "{taken}");
+    let (code, again) = answer(json!({"answer": "exit"}));
+    assert_eq!(code, 409, "{again}");
+    assert!(matches!(again["error"]["code"].as_str(), Some("already_answered" | "not_waiting")), "{again}");
+    wait_until("the run ends", || service.status(&id) == "succeeded");
+    assert!(dir.path().join("shipped").exists());
+    let (code, refused) = service.call("POST", &format!("/runs/{id}/resume"), Some(json!({})), &[]);
+    assert_eq!((code, refused["error"]["code"].as_str()), (409, Some("not_resumable")), "{refused}");
+    let (code, _) =
+        service.call("DELETE", &format!("/runs/{id}"), None, &[("content-type", "application/json")]);
+    assert_eq!(code, 204);
+    let (code, _) = service.call("GET", &format!("/runs/{id}"), None, &[]);
+    assert_eq!(code, 404);
+}
