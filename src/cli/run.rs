@@ -119,6 +119,10 @@ pub struct LaunchArgs {
     /// once their parallel stage ends; the branches fabro/<run id>/<branch> are always kept).
     #[arg(long)]
     pub keep_worktrees: bool,
+    /// Keep the run's containers (sandbox=podman or docker) when it ends, for inspection; fabro
+    /// prints their ids. By default they are removed as the run ends.
+    #[arg(long)]
+    pub preserve_sandbox: bool,
     /// Use this model for every LLM stage (the provider follows from its name unless --provider).
     #[arg(long, value_name = "MODEL")]
     pub model: Option<String>,
@@ -633,6 +637,7 @@ pub fn conclude(
     launch: &LaunchArgs,
     workflow_name: &str,
 ) -> Result<u8, Refusal> {
+    end_containers(launch.preserve_sandbox);
     let report = report.map_err(Refusal::error)?;
     let result = &report.result;
     if launch.json {
@@ -788,9 +793,43 @@ pub fn watch_signals(cancel: CancellationToken) {
         if tokio::signal::ctrl_c().await.is_ok() {
             // Exiting skips destructors: stop the stages' processes first.
             fabro::process_group::kill_all();
+            tokio::task::block_in_place(|| end_containers(false));
             std::process::exit(i32::from(exit::INTERRUPTED));
         }
     });
+}
+
+/// Removes the containers the run's stages ran in (sandbox=podman or docker), or with
+/// `--preserve-sandbox` names them.
+fn end_containers(preserve: bool) {
+    use fabro::sandbox::container;
+    if preserve {
+        for kept in container::session_containers() {
+            eprintln!(
+                "sandbox kept: container {} (image {}); remove it with `podman rm -f {0}` (or docker)",
+                kept.id, kept.image
+            );
+        }
+    } else {
+        container::remove_session_containers();
+    }
+}
+
+/// Removes the containers a killed fabro left for the run in `run_dir`, before the run goes on.
+pub fn remove_left_containers(
+    launch: &LaunchArgs,
+    workflow: &Workflow,
+    user: Option<fabro::graph::settings::SandboxKind>,
+    run_dir: &std::path::Path,
+) {
+    for kind in fabro::sandbox::container_kinds(workflow, launch.sandbox, user) {
+        for removed in fabro::sandbox::container::remove_run_containers(kind, run_dir) {
+            eprintln!(
+                "removed container {} (image {}) that the interrupted run left running",
+                removed.id, removed.image
+            );
+        }
+    }
 }
 
 fn summary(result: &RunResult) -> String {

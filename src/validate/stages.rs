@@ -376,11 +376,16 @@ fn web_tools_withheld(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
         let sandbox = &node.settings.stage.sandbox;
         let (why, fix) = if llm.context.as_ref().ok().and_then(|context| context.web_tools) == Some(false) {
             ("it has web_tools=false", format!("leave `{tool}` out of its tools, or drop web_tools=false"))
-        } else if sandbox.kind.or(workflow.settings().sandbox.kind) == Some(SandboxKind::Bwrap)
-            && !sandbox.network
+        } else if let Some(kind) = sandbox
+            .kind
+            .or(workflow.settings().sandbox.kind)
+            .filter(|kind| *kind != SandboxKind::None && !sandbox.network)
         {
             (
-                "its bwrap sandbox has no network",
+                match kind {
+                    SandboxKind::Bwrap => "its bwrap sandbox has no network",
+                    _ => "its container has no network",
+                },
                 format!("set sandbox_network=true on `{}`, or leave `{tool}` out of its tools", node.id),
             )
         } else {
