@@ -114,6 +114,10 @@ impl Handler for CommandHandler {
                 (format!("FABRO_INPUT_{}", key.to_ascii_uppercase()), crate::graph::inputs::text_of(value))
             }))
             .kill_on_drop(true);
+        if settings.keep_background {
+            // In a container, what the script leaves running is stopped unless this is set.
+            command.env("FABRO_KEEP_BACKGROUND", "1");
+        }
 
         let started = Instant::now();
         let (mut child, mut group) = ProcessGroup::spawn(&mut command).map_err(|error| {

@@ -177,6 +177,15 @@ pub fn check(kind: SandboxKind, stages: &str, images: &BTreeSet<String>) -> Resu
     let Some(host) = host_address(kind) else {
         return Err(missing("no CONTAINER_HOST or DOCKER_HOST, and no socket at the usual places".into()));
     };
+    if let Some(path) = host.strip_prefix("unix://").filter(|path| !Path::new(path).exists()) {
+        return Err(ContainerError::Unreachable {
+            kind: kind.as_str(),
+            stages,
+            detail: format!("there is no socket at {path}"),
+            host,
+            fix: fix_for(kind),
+        });
+    }
     let docker = connect(&host)?;
     let outcome = block_on({
         let host = host.clone();
@@ -239,6 +248,8 @@ struct ExecRequest {
     mounts: Vec<(PathBuf, bool)>,
     /// `uid:gid` of the work directory's owner.
     user: Option<String>,
+    /// The directories the program writes besides the work directory (its stage directory).
+    writable: Vec<PathBuf>,
 }
 
 impl ExecRequest {
@@ -295,6 +306,7 @@ pub fn command(program: &OsStr, args: &[&OsStr], setup: &ExecSetup<'_>) -> tokio
         work_dir: work_dir.clone(),
         mounts: mounts(&work_dir, setup),
         user: owner_of(&work_dir),
+        writable: setup.writable.iter().map(|path| path.to_path_buf()).collect(),
     };
     let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("fabro"));
     let mut command = tokio::process::Command::new(exe);
@@ -468,11 +480,26 @@ fn create_body(request: &ExecRequest) -> bollard::models::ContainerCreateBody {
     }
 }
 
+/// What runs the program in the container: it, then SIGTERM to what it left running (every other
+/// process carrying its exec marker), unless `FABRO_KEEP_BACKGROUND` is set (`keep_background`).
+/// The image needs a POSIX `sh`.
+const WRAPPER: &str = r#""$@"
+status=$?
+if [ -z "$FABRO_KEEP_BACKGROUND" ]; then
+  for p in /proc/[0-9]*; do
+    pid=${p#/proc/}
+    [ "$pid" = "$$" ] && continue
+    case "$(cat "$p/environ" 2>/dev/null)" in *"FABRO_EXEC=$FABRO_EXEC"*) kill -TERM "$pid" 2>/dev/null;; esac
+  done
+fi
+exit $status"#;
+
 /// Runs the program of `argv` in the request's container and returns its exit code.
 async fn exec(request: &ExecRequest, argv: &[OsString]) -> Result<u8, ContainerError> {
     use tokio::io::AsyncWriteExt;
     let docker = connect(&request.host)?;
     let container = ensure_container(&docker, request).await?;
+    give_writable_dirs(request);
     let marker = uuid::Uuid::now_v7().simple().to_string();
     let mut env: Vec<String> = std::env::vars_os()
         .filter_map(|(name, value)| {
@@ -486,7 +513,13 @@ async fn exec(request: &ExecRequest, argv: &[OsString]) -> Result<u8, ContainerE
         attach_stdout: Some(true),
         attach_stderr: Some(true),
         env: Some(env),
-        cmd: Some(argv.iter().map(|arg| arg.to_string_lossy().into_owned()).collect()),
+        cmd: Some(
+            ["sh", "-c", WRAPPER, "sh"]
+                .into_iter()
+                .map(str::to_string)
+                .chain(argv.iter().map(|arg| arg.to_string_lossy().into_owned()))
+                .collect(),
+        ),
         user: request.user.clone(),
         working_dir: Some(request.work_dir.display().to_string()),
         ..Default::default()
@@ -549,6 +582,29 @@ async fn exec(request: &ExecRequest, argv: &[OsString]) -> Result<u8, ContainerE
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     Err(api_error(host, "the program's output ended but it did not"))
+}
+
+/// Gives the stage directory to the container's user when fabro runs as root and the work
+/// directory is another user's, so that the stage can write its directory (`status.json`).
+fn give_writable_dirs(request: &ExecRequest) {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return;
+    }
+    let Some((uid, gid)) = request.user.as_deref().and_then(|user| {
+        let (uid, gid) = user.split_once(':')?;
+        Some((uid.parse::<u32>().ok()?, gid.parse::<u32>().ok()?))
+    }) else {
+        return;
+    };
+    if uid == 0 {
+        return;
+    }
+    for dir in request.writable.iter().filter(|dir| **dir != request.work_dir) {
+        if crate::regular_file::is_real_dir(dir) {
+            let _ = std::os::unix::fs::lchown(dir, Some(uid), Some(gid));
+        }
+    }
 }
 
 /// Stops the program after the client got `signal`: SIGTERM to everything it started, SIGKILL
@@ -661,11 +717,7 @@ fn remove_labelled(host: &str, key: &'static str, value: &str, below: Option<&Pa
     block_on(async move {
         let Ok(docker) = connect(&host) else { return Vec::new() };
         let filter = if below.is_some() { key.to_string() } else { format!("{key}={value}") };
-        let options = bollard::query_parameters::ListContainersOptionsBuilder::default()
-            .all(true)
-            .filters(&HashMap::from([("label".to_string(), vec![filter])]))
-            .build();
-        let Ok(found) = docker.list_containers(Some(options)).await else { return Vec::new() };
+        let found = list(&docker, &filter, true).await;
         let mut removed = Vec::new();
         for container in found {
             let labels = container.labels.unwrap_or_default();
@@ -699,11 +751,8 @@ fn remove_labelled(host: &str, key: &'static str, value: &str, below: Option<&Pa
 
 async fn list_labelled(host: String, key: &'static str, value: String) -> Vec<Removed> {
     let Ok(docker) = connect(&host) else { return Vec::new() };
-    let options = bollard::query_parameters::ListContainersOptionsBuilder::default()
-        .filters(&HashMap::from([("label".to_string(), vec![format!("{key}={value}")])]))
-        .build();
-    let Ok(found) = docker.list_containers(Some(options)).await else { return Vec::new() };
-    found
+    list(&docker, &format!("{key}={value}"), false)
+        .await
         .into_iter()
         .filter_map(|container| {
             let image = container
@@ -714,6 +763,32 @@ async fn list_labelled(host: String, key: &'static str, value: String) -> Vec<Re
             Some(Removed { id: container.id?, image })
         })
         .collect()
+}
+
+/// The containers labelled `filter` (`key` or `key=value`), stopped ones too when `all`. A
+/// container in a state the client does not know (Podman's `stopped`, while another is being
+/// removed) fails the whole listing: it is asked again, and at last for the running ones only,
+/// the ones that matter.
+async fn list(docker: &Docker, filter: &str, all: bool) -> Vec<bollard::models::ContainerSummary> {
+    let filters = HashMap::from([("label".to_string(), vec![filter.to_string()])]);
+    let attempts = if all { 5 } else { 0 };
+    for _ in 0..attempts {
+        let options = bollard::query_parameters::ListContainersOptionsBuilder::default()
+            .all(true)
+            .filters(&filters)
+            .build();
+        match docker.list_containers(Some(options)).await {
+            Ok(found) => return found,
+            Err(error) => tracing::debug!(%error, "listing containers"),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let options =
+        bollard::query_parameters::ListContainersOptionsBuilder::default().filters(&filters).build();
+    docker.list_containers(Some(options)).await.unwrap_or_else(|error| {
+        tracing::warn!(%error, "containers not listed");
+        Vec::new()
+    })
 }
 
 #[cfg(test)]
@@ -759,6 +834,7 @@ mod tests {
             work_dir: "/w".into(),
             mounts: vec![("/w".into(), true)],
             user: Some("1000:1000".into()),
+            writable: Vec::new(),
         };
         let networked = ExecRequest { network: true, ..request.clone() };
         assert_ne!(request.container_name(), networked.container_name());

@@ -14,6 +14,7 @@ mod artifacts_cli;
 mod authoring_cli;
 mod ci_reports;
 mod cli_agent;
+mod containers;
 mod dialects;
 mod event_log;
 mod fabro_idioms;
