@@ -45,6 +45,14 @@ enum Ending {
 #[async_trait::async_trait]
 impl Handler for CommandHandler {
     async fn run(&self, stage: &StageRun<'_>) -> Result<Outcome, HandlerError> {
+        let outcome = self.run_command(stage).await?;
+        Ok(super::with_container(stage, outcome).await)
+    }
+}
+
+impl CommandHandler {
+    /// Runs the stage's script to its end.
+    async fn run_command(&self, stage: &StageRun<'_>) -> Result<Outcome, HandlerError> {
         let node_id = &stage.node.id;
         let settings = stage
             .node

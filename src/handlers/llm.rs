@@ -39,6 +39,14 @@ pub struct LlmHandler;
 #[async_trait::async_trait]
 impl Handler for LlmHandler {
     async fn run(&self, stage: &StageRun<'_>) -> Result<Outcome, HandlerError> {
+        let outcome = self.run_llm(stage).await?;
+        Ok(super::with_container(stage, outcome).await)
+    }
+}
+
+impl LlmHandler {
+    /// Runs the stage's prompt through its backend.
+    async fn run_llm(&self, stage: &StageRun<'_>) -> Result<Outcome, HandlerError> {
         let node = stage.node;
         let template = node.prompt().unwrap_or_else(|| node.label());
         let mut prompt = expand_prompt(template, stage.context);

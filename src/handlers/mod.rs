@@ -12,7 +12,21 @@ pub mod wait;
 
 use std::sync::Arc;
 
-use crate::stage::{Handler, HandlerRegistry};
+use crate::outcome::Outcome;
+use crate::stage::{Handler, HandlerRegistry, StageRun};
+
+/// `outcome` with the container the stage's programs ran in (sandbox=podman or docker), which
+/// the run's `containers.json` then also records.
+pub(crate) async fn with_container(stage: &StageRun<'_>, mut outcome: Outcome) -> Outcome {
+    if !stage.confinement.kind.is_container() {
+        return outcome;
+    }
+    if let Some(container) = crate::sandbox::container::of_stage(&stage.confinement).await {
+        crate::run_dir::containers::record(stage.run.run_dir, &container);
+        outcome.container = Some(container);
+    }
+    outcome
+}
 
 /// The built-in handlers. (Parallel fan-out needs none: the engine runs the branches itself.)
 pub fn builtin_handlers() -> HandlerRegistry {

@@ -326,15 +326,19 @@ pub fn command(program: &OsStr, args: &[&OsStr], setup: &ExecSetup<'_>) -> tokio
 }
 
 /// The host paths the container shows, outermost first (a later mount covers what an earlier one
-/// showed below it): the work directory writable; the protected directories (the run directory,
-/// the work directory's `.fabro/`) read-only; a writable directory inside a protected one is
-/// shown writable by the protected directory's child that holds it (the run directory's
-/// `stages/`, so that every later stage directory is writable in the same container); the
-/// `sandbox_paths`.
+/// showed below it): the work directory writable; the protected directories (the run directory
+/// first, the work directory's `.fabro/`) read-only; the run directory's `stages/` writable; a
+/// writable directory inside a protected one is shown writable by the protected directory's child
+/// that holds it; the `sandbox_paths`.
 fn mounts(work_dir: &Path, setup: &ExecSetup<'_>) -> Vec<(PathBuf, bool)> {
     let mut mounts: Vec<(PathBuf, bool)> = vec![(work_dir.to_path_buf(), true)];
     for dir in &setup.protected {
         mounts.push((dir.clone(), false));
+    }
+    // Every stage directory of the run, so that each program of the run (a command stage, an
+    // agent's shell command, an MCP server) has the same mounts, and one container serves them.
+    if let Some(run_dir) = setup.protected.first() {
+        mounts.push((run_dir.join("stages"), true));
     }
     for path in setup.writable {
         let path = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
@@ -671,6 +675,32 @@ fn stdin_is_null() -> bool {
     let Ok(null) = std::fs::metadata("/dev/null") else { return false };
     let Ok(stdin) = std::fs::metadata("/proc/self/fd/0") else { return true };
     stdin.rdev() == null.rdev() && stdin.dev() == null.dev()
+}
+
+/// The container this fabro process runs the programs of a stage confined by `confinement` in,
+/// if it has started one: found by its labels (this process, the run directory, the image).
+pub async fn of_stage(confinement: &super::Confinement) -> Option<crate::outcome::ContainerRecord> {
+    let spec = confinement.container.as_ref()?;
+    let run_dir = confinement.read_only.first()?;
+    let host = host_address(confinement.kind)?;
+    let docker = connect(&host).ok()?;
+    let filters = HashMap::from([(
+        "label".to_string(),
+        vec![
+            format!("{LABEL_SESSION}={}", *SESSION),
+            format!("{LABEL_RUN_DIR}={}", run_dir.display()),
+            format!("{LABEL_IMAGE}={}", spec.image),
+        ],
+    )]);
+    let options =
+        bollard::query_parameters::ListContainersOptionsBuilder::default().filters(&filters).build();
+    let found = docker.list_containers(Some(options)).await.ok()?;
+    let container = found.into_iter().next()?;
+    Some(crate::outcome::ContainerRecord {
+        id: container.id?,
+        image: spec.image.clone(),
+        image_digest: container.image_id.unwrap_or_default(),
+    })
 }
 
 /// A container fabro removed, and what it held.

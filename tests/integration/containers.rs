@@ -249,6 +249,19 @@ fn one_container_serves_the_run_and_preserve_sandbox_keeps_it() {
     assert_eq!(second.lines().nth(1), Some("one"));
     let kept = setup.containers();
     assert_eq!(kept.len(), 1, "{kept:?}");
+    // Each stage's status.json and the run's containers.json name it and its image's digest.
+    let read = |name: &str| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(setup.path(name)).unwrap()).unwrap()
+    };
+    for stage in ["first", "second"] {
+        let container = &read(&format!("run/stages/{stage}/1/status.json"))["container"];
+        assert_eq!(container["id"], kept[0].as_str(), "{container}");
+        assert_eq!(container["image"], IMAGE);
+        assert!(container["image_digest"].as_str().unwrap().starts_with("sha256:"), "{container}");
+    }
+    let recorded = read("run/containers.json");
+    assert_eq!(recorded.as_array().map(Vec::len), Some(1), "{recorded}");
+    assert_eq!(recorded[0]["id"], kept[0].as_str());
     let stderr = text(&ran.stderr);
     assert!(stderr.contains(&format!("sandbox kept: container {}", kept[0])), "{stderr}");
     let dir = SERVICE.lock().unwrap().clone().unwrap();
