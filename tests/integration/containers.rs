@@ -432,3 +432,73 @@ fn no_service_no_image_or_a_bad_limit_stops_the_run_before_it_starts() {
     assert!(err.contains("container_memory: `lots` is not a memory size"), "{err}");
     assert!(!setup.path("work/ran").exists());
 }
+
+#[test]
+fn a_cli_agent_runs_in_the_container_without_api_keys_unless_let_through() {
+    let agent = "readlink /bin/sh; cat $HOME/.ssh/id_ed25519 2>/dev/null || echo no-secret; env | grep -c ANTHROPIC_API_KEY || true";
+    for (extra, keys_seen) in [("", "0"), (", sandbox_env=\"ANTHROPIC_API_KEY\"", "1")] {
+        let setup = Setup::new(&format!(
+            "digraph cli {{\n  image=\"{IMAGE}\"\n  start [shape=Mdiamond]\n  exit [shape=Msquare]\n  \
+             code [shape=box, backend=\"cli\", sandbox=\"podman\", prompt=\"Look around\", cli_agent=\"{}\"{extra}]\n  \
+             start -> code -> exit\n}}\n",
+            agent.replace('"', "\\\"")
+        ));
+        let ran = setup.run(&[]);
+        assert_eq!(ran.status.code(), Some(0), "{}", text(&ran.stderr));
+        let response = std::fs::read_to_string(setup.path("run/stages/code/1/response.md")).unwrap();
+        assert!(response.starts_with("busybox\nno-secret\n"), "{response}");
+        assert_eq!(response.lines().last(), Some(keys_seen), "{extra}: {response}");
+        let status: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(setup.path("run/stages/code/1/status.json")).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(status["container"]["image"], IMAGE, "{status}");
+        assert!(setup.containers().is_empty());
+    }
+}
+
+/// A stdio MCP server in busybox's `sh`: one tool, `where`, that says where it runs.
+const SH_MCP_SERVER: &str = r#"while IFS= read -r line; do
+  id=$(echo "$line" | sed -n 's/.*"id":\([0-9]*\).*/\1/p')
+  version=$(echo "$line" | sed -n 's/.*"protocolVersion":"\([^"]*\)".*/\1/p')
+  case "$line" in
+    *'"method":"initialize"'*) echo '{"jsonrpc":"2.0","id":'$id',"result":{"protocolVersion":"'$version'","capabilities":{"tools":{}},"serverInfo":{"name":"box","version":"1"}}}';;
+    *'"method":"tools/list"'*) echo '{"jsonrpc":"2.0","id":'$id',"result":{"tools":[{"name":"where","description":"Where the server runs","inputSchema":{"type":"object","properties":{}}}]}}';;
+    *'"method":"tools/call"'*) echo '{"jsonrpc":"2.0","id":'$id',"result":{"content":[{"type":"text","text":"sh='$(readlink /bin/sh)' uid='$(id -u)'"}]}}';;
+  esac
+done
+"#;
+
+#[test]
+fn a_stdio_mcp_server_runs_in_the_container_of_the_stage_that_wants_it() {
+    use common::llm_server::{openai_text, openai_tools, tool_results, LlmServer};
+    let server = LlmServer::start(
+        vec![openai_tools(&[("c1", "mcp__box__where", serde_json::json!({}))]), openai_text("done", 10, 2)],
+        vec![],
+    );
+    let setup = Setup::new(&format!(
+        "digraph mcp {{\n  image=\"{IMAGE}\"\n  start [shape=Mdiamond]\n  exit [shape=Msquare]\n  \
+         work [shape=box, prompt=\"Where does the server run?\", sandbox=\"podman\"]\n  start -> work -> exit\n}}\n"
+    ));
+    std::fs::write(setup.path("work/server.sh"), SH_MCP_SERVER).unwrap();
+    std::fs::write(
+        setup.path("config.toml"),
+        format!(
+            "[mcp_servers.box]\ntype = \"stdio\"\ncommand = [\"sh\", {:?}]\n",
+            setup.path("work/server.sh")
+        ),
+    )
+    .unwrap();
+    let ran = setup
+        .fabro(&["run", "w.dot", "--workdir", "work", "--run-dir", "run", "-q"])
+        .env("FABRO_CONFIG", setup.path("config.toml"))
+        .env("FABRO_LLM_BASE_URL", server.url("/v1"))
+        .env("FABRO_LLM_MAX_RETRIES", "0")
+        .env("FABRO_LLM_MODEL", "local-model")
+        .output()
+        .unwrap();
+    assert_eq!(ran.status.code(), Some(0), "{}", text(&ran.stderr));
+    let results = tool_results(&server.main_requests()[1].json());
+    assert_eq!(results, ["sh=busybox uid=0"], "{results:?}");
+    assert!(setup.containers().is_empty(), "the server's container outlived the run");
+}
