@@ -115,7 +115,7 @@ pub static ATTRIBUTES: &[AttributeSpec] = &[
         "model_stylesheet",
         ValueType::Text,
         GRAPH,
-        "CSS-like rules giving nodes llm_model, llm_provider, reasoning_effort and backend (Fabro's `speed` is refused: fabro has no fast mode)."
+        "CSS-like rules giving nodes llm_model, llm_provider, reasoning_effort, backend and image (Fabro's `speed` is refused: fabro has no fast mode)."
     ),
     spec!(
         "default_max_retries",

@@ -275,10 +275,20 @@ fn one_container_serves_the_run_and_preserve_sandbox_keeps_it() {
 
 #[test]
 fn the_network_is_off_unless_the_stage_asks_for_it() {
+    // The image may also come from the stylesheet, and wins over the graph's.
     let setup = Setup::new(&workflow(
-        "",
-        &[("off", "", "ls /sys/class/net"), ("on", "sandbox_network=true,", "ls /sys/class/net")],
+        &format!("model_stylesheet=\".net {{ image: {IMAGE} }}\""),
+        &[
+            ("off", "class=\"net\",", "ls /sys/class/net"),
+            ("on", "class=\"net\", sandbox_network=true,", "ls /sys/class/net"),
+        ],
     ));
+    let source = std::fs::read_to_string(setup.path("w.dot")).unwrap();
+    std::fs::write(
+        setup.path("w.dot"),
+        source.replace(&format!("image=\"{IMAGE}\""), "image=\"localhost/absent:1\""),
+    )
+    .unwrap();
     let ran = setup.run(&[]);
     assert_eq!(ran.status.code(), Some(0), "{}", text(&ran.stderr));
     assert_eq!(setup.log("off", "stdout.log"), "lo\n");
