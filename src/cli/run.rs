@@ -314,8 +314,9 @@ pub fn check_sandbox(
     launch: &LaunchArgs,
     workflow: &Workflow,
     user: Option<fabro::graph::settings::SandboxKind>,
+    work_dir: &std::path::Path,
 ) -> Result<(), Refusal> {
-    fabro::sandbox::check_workflow(workflow, launch.sandbox, user)
+    fabro::sandbox::check_workflow(workflow, launch.sandbox, user, work_dir)
         .map_err(|error| format!("{error}; the run did not start"))?;
     Ok(())
 }
@@ -407,7 +408,12 @@ async fn start(args: &mut RunArgs) -> Result<u8, Refusal> {
         )));
     }
     let context = parse_sets(&args.set)?;
-    check_sandbox(&args.launch, &valid.workflow, settings.sandbox.as_ref().map(|set| set.value))?;
+    check_sandbox(
+        &args.launch,
+        &valid.workflow,
+        settings.sandbox.as_ref().map(|set| set.value),
+        &target.work_dir,
+    )?;
     let engine = engine_for(&args.launch, &valid, &config_files, settings)?;
     check_providers(&engine, &valid.workflow, &args.launch, "the run did not start").await?;
     let options = RunOptions {

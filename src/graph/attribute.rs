@@ -390,6 +390,12 @@ pub static ATTRIBUTES: &[AttributeSpec] = &[
         "The container image of stages with sandbox=podman or docker, e.g. debian:12 (the node's, else the graph's)."
     ),
     spec!(
+        "devcontainer",
+        ValueType::Text,
+        GRAPH_NODE,
+        "The stage's container is the project's devcontainer (sandbox=podman or docker): true for .devcontainer/devcontainer.json, or the path of one, relative to the work directory."
+    ),
+    spec!(
         "container_cpus",
         ValueType::Text,
         GRAPH_NODE,

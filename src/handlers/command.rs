@@ -25,6 +25,8 @@ use crate::process_group::ProcessGroup;
 use crate::run_dir::layout;
 use crate::stage::{Handler, HandlerError, StageRun};
 
+use super::prepare_container;
+
 /// Runs command stages.
 pub struct CommandHandler;
 
@@ -45,6 +47,7 @@ enum Ending {
 #[async_trait::async_trait]
 impl Handler for CommandHandler {
     async fn run(&self, stage: &StageRun<'_>) -> Result<Outcome, HandlerError> {
+        prepare_container(stage).await?;
         let outcome = self.run_command(stage).await?;
         Ok(super::with_container(stage, outcome).await)
     }

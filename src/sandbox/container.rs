@@ -64,7 +64,10 @@ const EXEC_POLL: Duration = Duration::from_millis(200);
 /// What a container sandbox needs of a stage, fixed when its container is created.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
 pub struct ContainerSpec {
+    /// `image`; empty when `devcontainer` names the image.
     pub image: String,
+    /// `devcontainer`: `true` or a path, relative to the work directory.
+    pub devcontainer: Option<String>,
     /// `container_cpus` in billionths of a CPU.
     pub nano_cpus: Option<i64>,
     /// `container_memory` in bytes.
@@ -95,6 +98,8 @@ pub enum ContainerError {
     Start { image: String, host: String, detail: String },
     #[error("{host}: {detail}")]
     Api { host: String, detail: String },
+    #[error("the devcontainer image `{image}` could not be built: {detail}")]
+    Build { image: String, detail: String },
 }
 
 /// The address of the daemon a `kind` sandbox talks to: `CONTAINER_HOST`, else `DOCKER_HOST`,
@@ -250,6 +255,10 @@ struct ExecRequest {
     user: Option<String>,
     /// The directories the program writes besides the work directory (its stage directory).
     writable: Vec<PathBuf>,
+    /// `NAME=value` the container and its programs get (a devcontainer's `containerEnv`).
+    env: Vec<String>,
+    /// What runs once in a new container before any program (`postCreateCommand`).
+    post_create: Option<Vec<String>>,
 }
 
 impl ExecRequest {
@@ -263,6 +272,8 @@ impl ExecRequest {
             &self.work_dir,
             &self.mounts,
             &self.user,
+            &self.env,
+            &self.post_create,
         ))
         .unwrap_or_default();
         let digest = sha2::Sha256::digest(&key);
@@ -297,6 +308,7 @@ pub fn command(program: &OsStr, args: &[&OsStr], setup: &ExecSetup<'_>) -> tokio
         session: SESSION.clone(),
         spec: setup.spec.cloned().unwrap_or_else(|| ContainerSpec {
             image: String::new(),
+            devcontainer: None,
             nano_cpus: None,
             memory: None,
             pids: None,
@@ -307,7 +319,10 @@ pub fn command(program: &OsStr, args: &[&OsStr], setup: &ExecSetup<'_>) -> tokio
         mounts: mounts(&work_dir, setup),
         user: owner_of(&work_dir),
         writable: setup.writable.iter().map(|path| path.to_path_buf()).collect(),
+        env: Vec::new(),
+        post_create: None,
     };
+    let request = with_devcontainer(request);
     let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("fabro"));
     let mut command = tokio::process::Command::new(exe);
     command
@@ -323,6 +338,25 @@ pub fn command(program: &OsStr, args: &[&OsStr], setup: &ExecSetup<'_>) -> tokio
         }
     }
     command
+}
+
+/// `request` with its devcontainer's image, environment, user and `postCreateCommand` (read by
+/// the check before the run, so from memory); unchanged without one. A devcontainer that cannot
+/// be read leaves the image empty, which the client reports.
+fn with_devcontainer(mut request: ExecRequest) -> ExecRequest {
+    let Some(written) = request.spec.devcontainer.clone() else { return request };
+    match super::devcontainer::load(&request.work_dir, &written) {
+        Ok(dev) => {
+            request.spec.image = dev.image_name().to_string();
+            request.env = dev.env.iter().map(|(name, value)| format!("{name}={value}")).collect();
+            if let Some(user) = dev.user {
+                request.user = Some(user);
+            }
+            request.post_create = dev.post_create;
+        }
+        Err(error) => tracing::warn!(%error, "devcontainer not read"),
+    }
+    request
 }
 
 /// The host paths the container shows, outermost first (a later mount covers what an earlier one
@@ -436,13 +470,69 @@ async fn ensure_container(docker: &Docker, request: &ExecRequest) -> Result<Stri
         if let Err(error) = docker.start_container(&name, None).await {
             return Err(start_error(error.to_string()));
         }
+        if let Some(argv) = &request.post_create {
+            if let Err(detail) = post_create(docker, &name, request, argv).await {
+                let _ = docker
+                    .remove_container(
+                        &name,
+                        Some(
+                            bollard::query_parameters::RemoveContainerOptionsBuilder::default()
+                                .force(true)
+                                .build(),
+                        ),
+                    )
+                    .await;
+                return Err(start_error(detail));
+            }
+        }
     }
     let found =
         docker.inspect_container(&name, None).await.map_err(|error| start_error(error.to_string()))?;
     Ok(found.id.unwrap_or(name))
 }
 
+/// Runs a devcontainer's `postCreateCommand` in the new container, its output going to
+/// `devcontainer-post-create.log` in the run directory.
+async fn post_create(
+    docker: &Docker,
+    container: &str,
+    request: &ExecRequest,
+    argv: &[String],
+) -> Result<(), String> {
+    use std::io::Write;
+    let options = bollard::exec::CreateExecOptions {
+        attach_stdout: Some(true),
+        attach_stderr: Some(true),
+        env: Some(request.env.clone()),
+        cmd: Some(argv.to_vec()),
+        user: request.user.clone(),
+        working_dir: Some(request.work_dir.display().to_string()),
+        ..Default::default()
+    };
+    let created = docker.create_exec(container, options).await.map_err(|error| error.to_string())?;
+    let started = docker.start_exec(&created.id, None).await.map_err(|error| error.to_string())?;
+    let log_path = request.run_dir.as_ref().map(|dir| dir.join("devcontainer-post-create.log"));
+    let mut log = log_path.as_ref().and_then(|path| std::fs::File::create(path).ok());
+    if let bollard::exec::StartExecResults::Attached { mut output, .. } = started {
+        while let Some(Ok(chunk)) = output.next().await {
+            if let Some(log) = log.as_mut() {
+                let _ = log.write_all(&chunk.into_bytes());
+            }
+        }
+    }
+    let code = exit_code(docker, &created.id).await;
+    match code {
+        Some(0) => Ok(()),
+        code => Err(format!(
+            "postCreateCommand {argv:?} exited with {}{}",
+            code.map_or("no code".to_string(), |code| code.to_string()),
+            log_path.map_or(String::new(), |path| format!("; see {}", path.display()))
+        )),
+    }
+}
+
 /// The container of `request`: a shell that waits, as long as the run, for programs to exec.
+/// Starting it (and whatever `postCreateCommand` it has) happens before the first program.
 fn create_body(request: &ExecRequest) -> bollard::models::ContainerCreateBody {
     let mut labels = HashMap::new();
     labels.insert(LABEL_SESSION.to_string(), request.session.clone());
@@ -457,7 +547,16 @@ fn create_body(request: &ExecRequest) -> bollard::models::ContainerCreateBody {
         .collect();
     let host_config = bollard::models::HostConfig {
         binds: Some(binds),
-        tmpfs: Some(HashMap::from([("/tmp".to_string(), "rw,nosuid,nodev,mode=1777".to_string())])),
+        // Writable for every user (a devcontainer's remoteUser too), whatever the image's /tmp is.
+        mounts: Some(vec![bollard::models::Mount {
+            target: Some("/tmp".to_string()),
+            typ: Some(bollard::models::MountType::TMPFS),
+            tmpfs_options: Some(bollard::models::MountTmpfsOptions {
+                mode: Some(0o1777),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }]),
         network_mode: Some(if request.network { "bridge" } else { "none" }.to_string()),
         nano_cpus: request.spec.nano_cpus,
         memory: request.spec.memory,
@@ -471,10 +570,14 @@ fn create_body(request: &ExecRequest) -> bollard::models::ContainerCreateBody {
         entrypoint: Some(vec![
             "sh".to_string(),
             "-c".to_string(),
-            "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done".to_string(),
+            "chmod 1777 /tmp 2>/dev/null; trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done"
+                .to_string(),
         ]),
         cmd: Some(Vec::new()),
-        user: request.user.clone(),
+        env: Some(request.env.clone()),
+        // Only this idle shell is root (without capabilities): it makes /tmp everyone's, which
+        // a tmpfs mode does not do on every service. Every program runs as `request.user`.
+        user: Some("0:0".to_string()),
         working_dir: Some(request.work_dir.display().to_string()),
         labels: Some(labels),
         stop_timeout: Some(1),
@@ -510,6 +613,7 @@ async fn exec(request: &ExecRequest, argv: &[OsString]) -> Result<u8, ContainerE
             Some(format!("{}={}", name.into_string().ok()?, value.into_string().ok()?))
         })
         .collect();
+    env.extend(request.env.iter().cloned());
     env.push(format!("FABRO_EXEC={marker}"));
     let stdin_attached = !stdin_is_null();
     let options = bollard::exec::CreateExecOptions {
@@ -577,15 +681,23 @@ async fn exec(request: &ExecRequest, argv: &[OsString]) -> Result<u8, ContainerE
             _ = recv(&mut hangup) => return Ok(stop(&docker, &container, request, &marker, &mut output, 1).await),
         }
     }
-    // The output ends a moment before the daemon has the exit code.
+    match exit_code(&docker, &created.id).await {
+        Some(code) => Ok(u8::try_from(code & 0xff).unwrap_or(125)),
+        None => Err(api_error(host, "the program's output ended but the service has no exit code for it")),
+    }
+}
+
+/// The exit code of an exec whose output ended: the output ends a moment before the service has
+/// the code, so it is asked for up to a second.
+async fn exit_code(docker: &Docker, exec_id: &str) -> Option<i64> {
     for _ in 0..100 {
-        let inspected = docker.inspect_exec(&created.id).await.map_err(|error| api_error(host, error))?;
+        let inspected = docker.inspect_exec(exec_id).await.ok()?;
         if inspected.running != Some(true) {
-            return Ok(inspected.exit_code.map_or(125, |code| u8::try_from(code & 0xff).unwrap_or(125)));
+            return inspected.exit_code;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    Err(api_error(host, "the program's output ended but it did not"))
+    None
 }
 
 /// Gives the stage directory to the container's user when fabro runs as root and the work
@@ -701,6 +813,94 @@ pub async fn of_stage(confinement: &super::Confinement) -> Option<crate::outcome
         image: spec.image.clone(),
         image_digest: container.image_id.unwrap_or_default(),
     })
+}
+
+/// An image fabro built for a devcontainer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Built {
+    pub image: String,
+    pub duration: Duration,
+}
+
+/// One build at a time in this process: parallel stages wanting the same image wait for the first.
+static BUILDING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Builds the image of `dev` (a `build.dockerfile` devcontainer) on the service of `kind`, its
+/// output going to `log`, unless the service has it already (the tag is the Dockerfile's digest):
+/// then `None`.
+pub async fn build_devcontainer_image(
+    kind: SandboxKind,
+    dev: &super::devcontainer::Devcontainer,
+    log: &Path,
+) -> Result<Option<Built>, ContainerError> {
+    use std::io::Write;
+    let super::devcontainer::DevImage::Built { dockerfile, context, tag } = &dev.image else {
+        return Ok(None);
+    };
+    let host = host_address(kind).unwrap_or_default();
+    let docker = connect(&host)?;
+    let _one = BUILDING.lock().await;
+    if docker.inspect_image(tag).await.is_ok() {
+        return Ok(None);
+    }
+    let failed = |detail: String| ContainerError::Build { image: tag.clone(), detail };
+    let started = std::time::Instant::now();
+    let (context, dockerfile) = match (std::fs::canonicalize(context), std::fs::canonicalize(dockerfile)) {
+        (Ok(context), Ok(dockerfile)) => (context, dockerfile),
+        _ => return Err(failed(format!("{} or {} does not exist", context.display(), dockerfile.display()))),
+    };
+    let Ok(relative) = dockerfile.strip_prefix(&context) else {
+        return Err(failed(format!(
+            "the Dockerfile {} lies outside the build context {}",
+            dockerfile.display(),
+            context.display()
+        )));
+    };
+    let tar = tokio::process::Command::new("tar")
+        .arg("-C")
+        .arg(&context)
+        .args(["-cf", "-", "."])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .map_err(|error| failed(format!("cannot run tar on the build context: {error}")))?;
+    if !tar.status.success() {
+        return Err(failed(format!(
+            "tar of the build context failed: {}",
+            String::from_utf8_lossy(&tar.stderr).trim()
+        )));
+    }
+    let mut file = std::fs::File::create(log)
+        .map_err(|error| failed(format!("cannot write {}: {error}", log.display())))?;
+    let options = bollard::query_parameters::BuildImageOptionsBuilder::default()
+        .dockerfile(&relative.display().to_string())
+        .t(tag)
+        .rm(true)
+        .build();
+    let mut build = docker.build_image(options, None, Some(bollard::body_full(tar.stdout.into())));
+    let mut last_error = None;
+    while let Some(step) = build.next().await {
+        match step {
+            Ok(info) => {
+                if let Some(line) = info.stream.as_deref().or(info.status.as_deref()) {
+                    let _ = file.write_all(line.as_bytes());
+                }
+                if let Some(detail) = info.error_detail.and_then(|detail| detail.message) {
+                    let _ = writeln!(file, "{detail}");
+                    last_error = Some(detail);
+                }
+            }
+            Err(error) => {
+                let _ = writeln!(file, "{error}");
+                last_error = Some(error.to_string());
+            }
+        }
+    }
+    if docker.inspect_image(tag).await.is_err() {
+        let detail = last_error.unwrap_or_else(|| "the service made no image".into());
+        return Err(failed(format!("{detail}; see {}", log.display())));
+    }
+    Ok(Some(Built { image: tag.clone(), duration: started.elapsed() }))
 }
 
 /// A container fabro removed, and what it held.
@@ -858,13 +1058,21 @@ mod tests {
         let request = ExecRequest {
             host: "unix:///run/podman/podman.sock".into(),
             session: "s".into(),
-            spec: ContainerSpec { image: "debian:12".into(), nano_cpus: None, memory: None, pids: None },
+            spec: ContainerSpec {
+                image: "debian:12".into(),
+                devcontainer: None,
+                nano_cpus: None,
+                memory: None,
+                pids: None,
+            },
             network: false,
             run_dir: None,
             work_dir: "/w".into(),
             mounts: vec![("/w".into(), true)],
             user: Some("1000:1000".into()),
             writable: Vec::new(),
+            env: Vec::new(),
+            post_create: None,
         };
         let networked = ExecRequest { network: true, ..request.clone() };
         assert_ne!(request.container_name(), networked.container_name());

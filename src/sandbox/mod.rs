@@ -24,6 +24,7 @@ use crate::graph::settings::{Bind, SandboxKind, SandboxSettings};
 use crate::graph::{Node, Workflow};
 
 pub mod container;
+pub mod devcontainer;
 
 pub use container::{ContainerError, ContainerSpec};
 
@@ -113,8 +114,17 @@ fn container_spec(own: &SandboxSettings, graph: &SandboxSettings) -> Option<Cont
     let pick = |own: &Option<Result<u64, String>>, graph: &Option<Result<u64, String>>| {
         own.clone().or_else(|| graph.clone()).and_then(Result::ok).and_then(|value| i64::try_from(value).ok())
     };
+    // The node's own image or devcontainer, else the graph's.
+    let (image, devcontainer) = match (&own.image, &own.devcontainer, &graph.image, &graph.devcontainer) {
+        (Some(image), ..) => (image.clone(), None),
+        (None, Some(dev), ..) => (String::new(), Some(dev.clone())),
+        (None, None, Some(image), _) => (image.clone(), None),
+        (None, None, None, Some(dev)) => (String::new(), Some(dev.clone())),
+        (None, None, None, None) => return None,
+    };
     Some(ContainerSpec {
-        image: own.image.clone().or_else(|| graph.image.clone())?,
+        image,
+        devcontainer,
         nano_cpus: own
             .cpus
             .clone()
@@ -308,15 +318,21 @@ pub enum SandboxError {
     Attribute { node: String, attribute: &'static str, message: String },
     #[error(transparent)]
     Container(#[from] ContainerError),
+    #[error(transparent)]
+    Devcontainer(#[from] devcontainer::DevcontainerError),
 }
 
 /// Checks, before a run starts, the sandbox settings of every stage that runs a program, that
 /// bwrap works here when any of them uses it, and that the container service answers and has
 /// the images when any runs in a container.
+///
+/// `work_dir` is where the run works: a `devcontainer` is read from there (once; see
+/// [`devcontainer`]). An image it builds is built when the first stage needs it.
 pub fn check_workflow(
     workflow: &Workflow,
     flag: Option<SandboxKind>,
     user_default: Option<SandboxKind>,
+    work_dir: &Path,
 ) -> Result<(), SandboxError> {
     let mut confined = Vec::new();
     let mut containers: std::collections::BTreeMap<
@@ -356,7 +372,17 @@ pub fn check_workflow(
                 };
                 let (stages, images) = containers.entry(kind).or_default();
                 stages.push(format!("`{}`", node.id));
-                images.insert(spec.image);
+                match &spec.devcontainer {
+                    None => {
+                        images.insert(spec.image);
+                    }
+                    Some(written) => match devcontainer::load(work_dir, written)?.image {
+                        devcontainer::DevImage::Named(image) => {
+                            images.insert(image);
+                        }
+                        devcontainer::DevImage::Built { .. } => {}
+                    },
+                }
             }
             _ => {}
         }

@@ -512,3 +512,60 @@ fn a_stdio_mcp_server_runs_in_the_container_of_the_stage_that_wants_it() {
     assert_eq!(results, ["sh=busybox uid=0"], "{results:?}");
     assert!(setup.containers().is_empty(), "the server's container outlived the run");
 }
+
+#[test]
+fn a_devcontainer_is_built_once_and_gives_its_environment_user_and_post_create_command() {
+    let setup = Setup::new(&workflow(
+        "devcontainer=true",
+        &[(
+            "probe",
+            "",
+            "cat /built.txt /tmp/post.txt; echo greeting=$GREETING user=$(id -u); touch made.txt",
+        )],
+    ));
+    // A Dockerfile unique to this test, so that its image is built here (then cached by digest).
+    let nonce = format!("{:?}", std::time::SystemTime::now());
+    let source = std::fs::read_to_string(setup.path("w.dot")).unwrap();
+    std::fs::write(setup.path("w.dot"), source.replace(&format!("  image=\"{IMAGE}\"\n"), "")).unwrap();
+    std::fs::create_dir_all(setup.path("work/.devcontainer")).unwrap();
+    std::fs::write(
+        setup.path("work/.devcontainer/Dockerfile"),
+        format!("FROM {IMAGE}\nRUN echo built > /built.txt\n# {nonce}\n"),
+    )
+    .unwrap();
+    std::fs::write(
+        setup.path("work/.devcontainer/devcontainer.json"),
+        r#"{
+  // as editors write it: comments and trailing commas
+  "build": { "dockerfile": "Dockerfile", "context": "." },
+  "containerEnv": { "GREETING": "hello" },
+  "remoteUser": "nobody",
+  "postCreateCommand": "echo post > /tmp/post.txt",
+}"#,
+    )
+    .unwrap();
+    let status = Command::new("chmod").args(["777"]).arg(setup.path("work")).status().unwrap();
+    assert!(status.success());
+    let ran = setup.run(&[]);
+    assert_eq!(ran.status.code(), Some(0), "{}", text(&ran.stderr));
+    assert_eq!(setup.log("probe", "stdout.log"), "built\npost\ngreeting=hello user=65534\n");
+    let events = std::fs::read_to_string(setup.path("run/events.jsonl")).unwrap();
+    let built: Vec<serde_json::Value> = events
+        .lines()
+        .map(|line| serde_json::from_str::<serde_json::Value>(line).unwrap())
+        .filter(|event| event["event"] == "container.image_built")
+        .collect();
+    assert_eq!(built.len(), 1, "{events}");
+    assert!(built[0]["image"].as_str().unwrap().starts_with("localhost/fabro-devcontainer:"), "{}", built[0]);
+    let log = std::fs::read_to_string(setup.path("run").join(built[0]["log"].as_str().unwrap())).unwrap();
+    assert!(log.contains("echo built"), "{log}");
+    assert!(setup.containers().is_empty());
+
+    // The same Dockerfile again: the image is the service's already.
+    std::fs::remove_dir_all(setup.path("run")).unwrap();
+    let ran = setup.run(&[]);
+    assert_eq!(ran.status.code(), Some(0), "{}", text(&ran.stderr));
+    let events = std::fs::read_to_string(setup.path("run/events.jsonl")).unwrap();
+    assert!(!events.contains("container.image_built"), "{events}");
+    assert_eq!(setup.log("probe", "stdout.log"), "built\npost\ngreeting=hello user=65534\n");
+}

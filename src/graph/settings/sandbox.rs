@@ -62,6 +62,9 @@ pub struct ContainerSettings {
     pub memory: Option<Result<u64, String>>,
     /// `container_pids`: at most this many processes at once.
     pub pids: Option<Result<u64, String>>,
+    /// `devcontainer`: `true`, or the path of a `devcontainer.json` (or of its directory),
+    /// relative to the work directory; `false` and unset are `None`.
+    pub devcontainer: Option<String>,
 }
 
 impl ContainerSettings {
@@ -78,6 +81,11 @@ impl ContainerSettings {
                 Ok(pids) if pids > 0 => Ok(pids),
                 _ => Err(format!("`{pids}` is not a number of processes; use 1 or more")),
             }),
+            devcontainer: attributes
+                .text("devcontainer")
+                .map(str::trim)
+                .filter(|text| !text.is_empty() && *text != "false")
+                .map(str::to_string),
         }
     }
 
