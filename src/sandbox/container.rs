@@ -317,7 +317,7 @@ pub fn command(program: &OsStr, args: &[&OsStr], setup: &ExecSetup<'_>) -> tokio
         run_dir: setup.protected.first().cloned(),
         work_dir: work_dir.clone(),
         mounts: mounts(&work_dir, setup),
-        user: owner_of(&work_dir),
+        user: user_for(&host_address(setup.kind).unwrap_or_default(), &work_dir),
         writable: setup.writable.iter().map(|path| path.to_path_buf()).collect(),
         env: Vec::new(),
         post_create: None,
@@ -396,10 +396,22 @@ fn mounts(work_dir: &Path, setup: &ExecSetup<'_>) -> Vec<(PathBuf, bool)> {
     mounts
 }
 
-/// `uid:gid` of `path`'s owner.
-fn owner_of(path: &Path) -> Option<String> {
+/// Who programs run as in a container on `host` working in `work_dir`: the work directory's
+/// owner, so what they write is that user's on the host. A rootless service (its socket is not
+/// root's) maps the container's root to the user running it: there the owner, when that is this
+/// user, is `0:0` inside.
+fn user_for(host: &str, work_dir: &Path) -> Option<String> {
     use std::os::unix::fs::MetadataExt;
-    std::fs::metadata(path).ok().map(|meta| format!("{}:{}", meta.uid(), meta.gid()))
+    let owner = std::fs::metadata(work_dir).ok()?;
+    let rootless = host
+        .strip_prefix("unix://")
+        .and_then(|socket| std::fs::metadata(socket).ok())
+        .is_some_and(|socket| socket.uid() != 0);
+    // SAFETY: geteuid has no preconditions.
+    if rootless && owner.uid() == unsafe { libc::geteuid() } {
+        return Some("0:0".to_string());
+    }
+    Some(format!("{}:{}", owner.uid(), owner.gid()))
 }
 
 /// The exec client's entry point: when the process was started as one (its first argument is
@@ -590,7 +602,13 @@ fn create_body(request: &ExecRequest) -> bollard::models::ContainerCreateBody {
 /// What runs the program in the container: it, then SIGTERM to what it left running (every other
 /// process carrying its exec marker), unless `FABRO_KEEP_BACKGROUND` is set (`keep_background`).
 /// The image needs a POSIX `sh`.
-const WRAPPER: &str = r#""$@"
+///
+/// With stdin attached, it first reads one line the client sends (`FABRO_EXEC_SYNC`): Podman 4
+/// loses the output of an exec with stdin whose program ends before its attach is connected
+/// ("read unixpacket ... connection reset by peer"); a line that made it through proves it is.
+const WRAPPER: &str = r#"if [ -n "$FABRO_EXEC_SYNC" ]; then IFS= read -r _ || exit 125; fi
+unset FABRO_EXEC_SYNC
+"$@"
 status=$?
 if [ -z "$FABRO_KEEP_BACKGROUND" ]; then
   for p in /proc/[0-9]*; do
@@ -616,6 +634,9 @@ async fn exec(request: &ExecRequest, argv: &[OsString]) -> Result<u8, ContainerE
     env.extend(request.env.iter().cloned());
     env.push(format!("FABRO_EXEC={marker}"));
     let stdin_attached = !stdin_is_null();
+    if stdin_attached {
+        env.push("FABRO_EXEC_SYNC=1".to_string());
+    }
     let options = bollard::exec::CreateExecOptions {
         attach_stdin: Some(stdin_attached),
         attach_stdout: Some(true),
@@ -640,6 +661,9 @@ async fn exec(request: &ExecRequest, argv: &[OsString]) -> Result<u8, ContainerE
     };
     if stdin_attached {
         tokio::spawn(async move {
+            if input.write_all(b"\n").await.is_err() {
+                return;
+            }
             let _ = tokio::io::copy(&mut tokio::io::stdin(), &mut input).await;
             let _ = input.shutdown().await;
         });
