@@ -171,49 +171,43 @@ fn block_on<T: Send + 'static>(future: impl std::future::Future<Output = T> + Se
 /// The preflight of the container sandboxes: that the daemon of `kind` answers and has every
 /// image of `images` (pulling the ones it lacks). `stages` names the stages, for the error.
 pub fn check(kind: SandboxKind, stages: &str, images: &BTreeSet<String>) -> Result<(), ContainerError> {
-    let stages = stages.to_string();
-    let images = images.clone();
-    let missing = |detail: String| ContainerError::Missing {
+    let Some(host) = host_address(kind) else {
+        return Err(ContainerError::Missing {
+            kind: kind.as_str(),
+            stages: stages.to_string(),
+            detail: "no CONTAINER_HOST or DOCKER_HOST, and no socket at the usual places".into(),
+            fix: fix_for(kind),
+        });
+    };
+    let unreachable = |detail: String| ContainerError::Unreachable {
         kind: kind.as_str(),
-        stages: stages.clone(),
+        stages: stages.to_string(),
+        host: host.clone(),
         detail,
         fix: fix_for(kind),
     };
-    let Some(host) = host_address(kind) else {
-        return Err(missing("no CONTAINER_HOST or DOCKER_HOST, and no socket at the usual places".into()));
-    };
     if let Some(path) = host.strip_prefix("unix://").filter(|path| !Path::new(path).exists()) {
-        return Err(ContainerError::Unreachable {
-            kind: kind.as_str(),
-            stages,
-            detail: format!("there is no socket at {path}"),
-            host,
-            fix: fix_for(kind),
-        });
+        return Err(unreachable(format!("there is no socket at {path}")));
     }
     let docker = connect(&host)?;
-    let outcome = block_on({
-        let host = host.clone();
-        async move {
-            match tokio::time::timeout(PING_TIMEOUT, docker.ping()).await {
-                Err(_) => return Err(format!("no answer within {}s", PING_TIMEOUT.as_secs())),
-                Ok(Err(error)) => return Err(error.to_string()),
-                Ok(Ok(_)) => {}
-            }
-            for image in &images {
-                ensure_image(&docker, &host, image).await.map_err(|error| error.to_string())?;
-            }
-            Ok(())
-        }
+    let answered = block_on({
+        let docker = docker.clone();
+        async move { tokio::time::timeout(PING_TIMEOUT, docker.ping()).await }
     });
-    match outcome {
-        None => Err(missing("the check could not run".into())),
-        Some(Err(detail)) if detail.starts_with("image ") => Err(ContainerError::Api { host, detail }),
-        Some(Err(detail)) => {
-            Err(ContainerError::Unreachable { kind: kind.as_str(), stages, host, detail, fix: fix_for(kind) })
-        }
-        Some(Ok(())) => Ok(()),
+    match answered {
+        None => return Err(unreachable("the check could not run".into())),
+        Some(Err(_)) => return Err(unreachable(format!("no answer within {}s", PING_TIMEOUT.as_secs()))),
+        Some(Ok(Err(error))) => return Err(unreachable(error.to_string())),
+        Some(Ok(Ok(_))) => {}
     }
+    let images = images.clone();
+    block_on(async move {
+        for image in &images {
+            ensure_image(&docker, &host, image).await?;
+        }
+        Ok(())
+    })
+    .unwrap_or(Ok(()))
 }
 
 /// That `image` is on the daemon, pulling it when it is not.
@@ -303,6 +297,7 @@ pub fn command(program: &OsStr, args: &[&OsStr], setup: &ExecSetup<'_>) -> tokio
     let host = host_address(setup.kind).unwrap_or_default();
     HOSTS_USED.lock().unwrap_or_else(PoisonError::into_inner).insert(host.clone());
     let work_dir = std::path::absolute(setup.work_dir).unwrap_or_else(|_| setup.work_dir.to_path_buf());
+    let user = user_for(&host, &work_dir);
     let request = ExecRequest {
         host,
         session: SESSION.clone(),
@@ -317,7 +312,7 @@ pub fn command(program: &OsStr, args: &[&OsStr], setup: &ExecSetup<'_>) -> tokio
         run_dir: setup.protected.first().cloned(),
         work_dir: work_dir.clone(),
         mounts: mounts(&work_dir, setup),
-        user: user_for(&host_address(setup.kind).unwrap_or_default(), &work_dir),
+        user,
         writable: setup.writable.iter().map(|path| path.to_path_buf()).collect(),
         env: Vec::new(),
         post_create: None,
@@ -390,10 +385,16 @@ fn mounts(work_dir: &Path, setup: &ExecSetup<'_>) -> Vec<(PathBuf, bool)> {
     for bind in setup.binds {
         mounts.push((bind.path.clone(), bind.writable));
     }
-    mounts.retain(|(path, _)| path.exists());
-    mounts.sort_by_key(|(path, _)| path.components().count());
-    mounts.dedup_by(|later, earlier| later.0 == earlier.0);
-    mounts
+    // One mount per path (a service refuses two at one place): the one given last says how.
+    let mut unique: Vec<(PathBuf, bool)> = Vec::with_capacity(mounts.len());
+    for (path, writable) in mounts.into_iter().filter(|(path, _)| path.exists()) {
+        match unique.iter_mut().find(|(known, _)| *known == path) {
+            Some(known) => known.1 = writable,
+            None => unique.push((path, writable)),
+        }
+    }
+    unique.sort_by_key(|(path, _)| path.components().count());
+    unique
 }
 
 /// Who programs run as in a container on `host` working in `work_dir`: the work directory's
