@@ -102,12 +102,16 @@ pub enum ContainerError {
     Build { image: String, detail: String },
 }
 
-/// The address of the daemon a `kind` sandbox talks to: `CONTAINER_HOST`, else `DOCKER_HOST`,
-/// else the first of the usual sockets that exists (Podman: rootful `/run/podman/podman.sock`,
-/// then the user's `$XDG_RUNTIME_DIR/podman/podman.sock`; Docker: `/var/run/docker.sock`; each
-/// also tries the other's). `None` when there is none.
+/// The address of the daemon a `kind` sandbox talks to: `CONTAINER_HOST`, else `DOCKER_HOST`
+/// (for Docker the other way round), else the first of the usual sockets that exists (Podman:
+/// rootful `/run/podman/podman.sock`, then the user's `$XDG_RUNTIME_DIR/podman/podman.sock`;
+/// Docker: `/var/run/docker.sock`; each also tries the other's). `None` when there is none.
 pub fn host_address(kind: SandboxKind) -> Option<String> {
-    for name in ["CONTAINER_HOST", "DOCKER_HOST"] {
+    let variables = match kind {
+        SandboxKind::Docker => ["DOCKER_HOST", "CONTAINER_HOST"],
+        _ => ["CONTAINER_HOST", "DOCKER_HOST"],
+    };
+    for name in variables {
         if let Some(value) = std::env::var(name).ok().filter(|value| !value.trim().is_empty()) {
             return Some(value.trim().to_string());
         }
