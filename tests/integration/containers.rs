@@ -104,6 +104,43 @@ fn ensure_image(dir: &Path) {
     assert!(imported.status.success(), "podman import: {}", String::from_utf8_lossy(&imported.stderr));
 }
 
+/// An image with python3 and git: Debian's minbase, from the root file system `scripts/test`
+/// makes with mmdebstrap (`FABRO_TEST_DEBIAN_ROOTFS`, else its place in the cache).
+const DEBIAN_IMAGE: &str = "localhost/fabro-test-debian:bookworm-python3-git";
+
+/// Imports [`DEBIAN_IMAGE`] unless it is there, and returns its name.
+fn debian_image() -> &'static str {
+    static IMPORTED: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    IMPORTED.get_or_init(|| {
+        service();
+        let dir = SERVICE.lock().unwrap().clone().unwrap();
+        if podman(&dir, &["image", "exists", DEBIAN_IMAGE]).status.success() {
+            return;
+        }
+        let rootfs = std::env::var_os("FABRO_TEST_DEBIAN_ROOTFS").map(PathBuf::from).unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").expect("HOME is set"))
+                .join(".cache/fabro/test-images/debian-bookworm-minbase-python3-git.tar")
+        });
+        assert!(
+            rootfs.exists(),
+            "{} is missing: ./scripts/test makes it with `mmdebstrap --variant=minbase --include=python3,git bookworm`",
+            rootfs.display()
+        );
+        let imported = podman(
+            &dir,
+            &[
+                "import",
+                "--change",
+                "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                &rootfs.display().to_string(),
+                DEBIAN_IMAGE,
+            ],
+        );
+        assert!(imported.status.success(), "podman import: {}", String::from_utf8_lossy(&imported.stderr));
+    });
+    DEBIAN_IMAGE
+}
+
 /// The containers on the test service labelled `label` (`key` or `key=value`).
 fn containers_labelled(label: &str) -> Vec<String> {
     service();
@@ -568,4 +605,28 @@ fn a_devcontainer_is_built_once_and_gives_its_environment_user_and_post_create_c
     let events = std::fs::read_to_string(setup.path("run/events.jsonl")).unwrap();
     assert!(!events.contains("container.image_built"), "{events}");
     assert_eq!(setup.log("probe", "stdout.log"), "built\npost\ngreeting=hello user=65534\n");
+}
+
+#[test]
+fn a_toolchain_image_runs_python_stages_and_git_as_the_work_directorys_owner() {
+    let image = debian_image();
+    let setup = Setup::new(&format!(
+        "digraph toolchain {{\n  allow_lints=\"failure_path\"\n  default_sandbox=podman\n  image=\"{image}\"\n  \
+         start [shape=Mdiamond]\n  exit [shape=Msquare]\n  \
+         py [shape=parallelogram, language=python, script=\"import sys, os; print(sys.version_info[0], os.getuid()); open('py.txt', 'w').write('from python')\"]\n  \
+         commit [shape=parallelogram, script=\"git init -q && git add py.txt && git -c user.name=fabro -c user.email=fabro@example.com commit -qm python && git log --format=%s\"]\n  \
+         start -> py -> commit -> exit\n}}\n"
+    ));
+    let status = Command::new("chown").args(["65534:65534"]).arg(setup.path("work")).status().unwrap();
+    assert!(status.success());
+    let ran = setup.run(&[]);
+    assert_eq!(ran.status.code(), Some(0), "{}{}", text(&ran.stderr), setup.log("commit", "stderr.log"));
+    assert_eq!(setup.log("py", "stdout.log"), "3 65534\n");
+    assert_eq!(setup.log("commit", "stdout.log"), "python\n");
+    use std::os::unix::fs::MetadataExt;
+    for written in ["work/py.txt", "work/.git/HEAD"] {
+        let meta = std::fs::metadata(setup.path(written)).unwrap();
+        assert_eq!((meta.uid(), meta.gid()), (65534, 65534), "{written}");
+    }
+    assert!(setup.containers().is_empty());
 }
