@@ -605,6 +605,9 @@ fn a_devcontainer_is_built_once_and_gives_its_environment_user_and_post_create_c
     let events = std::fs::read_to_string(setup.path("run/events.jsonl")).unwrap();
     assert!(!events.contains("container.image_built"), "{events}");
     assert_eq!(setup.log("probe", "stdout.log"), "built\npost\ngreeting=hello user=65534\n");
+    // The image is this test's alone (its Dockerfile has a nonce): not left to pile up.
+    let dir = SERVICE.lock().unwrap().clone().unwrap();
+    podman(&dir, &["rmi", "-f", built[0]["image"].as_str().unwrap()]);
 }
 
 #[test]
