@@ -330,6 +330,11 @@ pub enum Event {
     /// wanted it), with its tools and the sandbox it runs in (`none` or `bwrap`).
     #[serde(rename = "mcp.server_started")]
     McpServerStarted { server: String, tools: Vec<String>, sandbox: String },
+    /// The image of a devcontainer (`build.dockerfile`) was built, when the first stage that
+    /// needed it started: the image (tagged by the Dockerfile's digest, so an unchanged Dockerfile
+    /// is not built again), the Dockerfile, the build's log (relative to the run directory).
+    #[serde(rename = "container.image_built")]
+    ContainerImageBuilt { image: String, dockerfile: String, log: String, duration_ms: u64 },
     /// A warning: the description or input schema of an MCP server's tool passed its bound and
     /// was cut before the model saw it (sizes as the server sent them, in bytes).
     #[serde(rename = "mcp.tool_cut")]

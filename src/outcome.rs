@@ -319,10 +319,22 @@ pub struct Outcome {
     /// relative to the repository root, with what the budget cut.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub project_docs: Vec<String>,
+    /// The container the stage's programs ran in (sandbox=podman or docker).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<ContainerRecord>,
     /// What an LLM stage sent and what came back, for its conversation thread under `full`
     /// fidelity; kept in memory only (the stage's `prompt.md` and `response.md` record it).
     #[serde(skip)]
     pub exchange: Option<Exchange>,
+}
+
+/// A container stages ran in: its id, the image as named and the image's id (the digest of its
+/// configuration, `sha256:...`), which names exactly what ran.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ContainerRecord {
+    pub id: String,
+    pub image: String,
+    pub image_digest: String,
 }
 
 /// One prompt of an LLM stage, exactly as sent (with its preamble), and the answer.
@@ -393,6 +405,7 @@ impl Outcome {
             truncated: false,
             usage_estimated: false,
             project_docs: Vec::new(),
+            container: None,
             failure_class: None,
             exchange: None,
         }

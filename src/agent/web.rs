@@ -72,7 +72,7 @@ impl Web {
         if !on {
             return Err(Withheld::TurnedOff);
         }
-        if confinement.kind == SandboxKind::Bwrap && !confinement.network {
+        if confinement.kind != SandboxKind::None && !confinement.network {
             return Err(Withheld::NoNetwork);
         }
         if tool == WEB_SEARCH && self.search.is_none() {

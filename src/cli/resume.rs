@@ -72,7 +72,8 @@ async fn continue_run(args: &mut ResumeArgs) -> Result<u8, Refusal> {
         .map_err(|error| super::run::refusal(&error, "the run was left as it was"))?;
     args.launch.take_limits(&settings);
     let user_sandbox = settings.sandbox.as_ref().map(|set| set.value);
-    super::run::check_sandbox(&args.launch, &valid.workflow, user_sandbox)?;
+    super::run::check_sandbox(&args.launch, &valid.workflow, user_sandbox, &work_dir)?;
+    super::run::remove_left_containers(&args.launch, &valid.workflow, user_sandbox, &run_dir);
     let engine = engine_for(&args.launch, &valid, &config_files, &settings)?;
     super::run::check_providers(&engine, &valid.workflow, &args.launch, "the run was left as it was").await?;
     for changed in config_files.changed() {

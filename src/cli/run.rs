@@ -134,6 +134,10 @@ pub struct LaunchArgs {
     /// once their parallel stage ends; the branches fabro/<run id>/<branch> are always kept).
     #[arg(long)]
     pub keep_worktrees: bool,
+    /// Keep the run's containers (sandbox=podman or docker) when it ends, for inspection; fabro
+    /// prints their ids. By default they are removed as the run ends.
+    #[arg(long)]
+    pub preserve_sandbox: bool,
     /// Use this model for every LLM stage (the provider follows from its name unless --provider).
     #[arg(long, value_name = "MODEL")]
     pub model: Option<String>,
@@ -325,8 +329,9 @@ pub fn check_sandbox(
     launch: &LaunchArgs,
     workflow: &Workflow,
     user: Option<fabro::graph::settings::SandboxKind>,
+    work_dir: &std::path::Path,
 ) -> Result<(), Refusal> {
-    fabro::sandbox::check_workflow(workflow, launch.sandbox, user)
+    fabro::sandbox::check_workflow(workflow, launch.sandbox, user, work_dir)
         .map_err(|error| format!("{error}; the run did not start"))?;
     Ok(())
 }
@@ -418,7 +423,12 @@ async fn start(args: &mut RunArgs) -> Result<u8, Refusal> {
         )));
     }
     let context = parse_sets(&args.set)?;
-    check_sandbox(&args.launch, &valid.workflow, settings.sandbox.as_ref().map(|set| set.value))?;
+    check_sandbox(
+        &args.launch,
+        &valid.workflow,
+        settings.sandbox.as_ref().map(|set| set.value),
+        &target.work_dir,
+    )?;
     let engine = engine_for(&args.launch, &valid, &config_files, settings)?;
     check_providers(&engine, &valid.workflow, &args.launch, "the run did not start").await?;
     if args.detach {
@@ -703,6 +713,7 @@ pub fn conclude(
     launch: &LaunchArgs,
     workflow_name: &str,
 ) -> Result<u8, Refusal> {
+    end_containers(launch.preserve_sandbox);
     let report = report.map_err(Refusal::error)?;
     let result = &report.result;
     if launch.json {
@@ -855,6 +866,7 @@ pub fn watch_signals(cancel: CancellationToken) {
             received(interrupt.as_mut()).await;
             // Exiting skips destructors: stop the stages' processes first.
             fabro::process_group::kill_all();
+            tokio::task::block_in_place(|| end_containers(false));
             std::process::exit(i32::from(exit::INTERRUPTED));
         }
     });
@@ -867,6 +879,39 @@ async fn received(stream: Option<&mut tokio::signal::unix::Signal>) {
             stream.recv().await;
         }
         None => std::future::pending::<()>().await,
+    }
+}
+
+/// Removes the containers the run's stages ran in (sandbox=podman or docker), or with
+/// `--preserve-sandbox` names them.
+fn end_containers(preserve: bool) {
+    use fabro::sandbox::container;
+    if preserve {
+        for kept in container::session_containers() {
+            eprintln!(
+                "sandbox kept: container {} (image {}); remove it with `podman rm -f {0}` (or docker)",
+                kept.id, kept.image
+            );
+        }
+    } else {
+        container::remove_session_containers();
+    }
+}
+
+/// Removes the containers a killed fabro left for the run in `run_dir`, before the run goes on.
+pub fn remove_left_containers(
+    launch: &LaunchArgs,
+    workflow: &Workflow,
+    user: Option<fabro::graph::settings::SandboxKind>,
+    run_dir: &std::path::Path,
+) {
+    for kind in fabro::sandbox::container_kinds(workflow, launch.sandbox, user) {
+        for removed in fabro::sandbox::container::remove_run_containers(kind, run_dir) {
+            eprintln!(
+                "removed container {} (image {}) that the interrupted run left running",
+                removed.id, removed.image
+            );
+        }
     }
 }
 

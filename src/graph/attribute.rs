@@ -81,7 +81,7 @@ pub const RETRY_POLICIES: &[&str] = super::settings::RetryPreset::NAMES;
 pub const RETRY_ON: &[&str] = super::settings::RetryOn::NAMES;
 pub const JOIN_POLICIES: &[&str] = super::settings::JoinPolicy::NAMES;
 pub const ERROR_POLICIES: &[&str] = super::settings::ErrorPolicy::NAMES;
-pub const SANDBOXES: &[&str] = &["none", "bwrap"];
+pub const SANDBOXES: &[&str] = &["none", "bwrap", "podman", "docker"];
 /// The values of an exit node's `outcome`.
 pub const EXIT_OUTCOMES: &[&str] = &["success", "fail"];
 /// The values of a stage's `backend`.
@@ -115,7 +115,7 @@ pub static ATTRIBUTES: &[AttributeSpec] = &[
         "model_stylesheet",
         ValueType::Text,
         GRAPH,
-        "CSS-like rules giving nodes llm_model, llm_provider, reasoning_effort and backend (Fabro's `speed` is refused: fabro has no fast mode)."
+        "CSS-like rules giving nodes llm_model, llm_provider, reasoning_effort, backend and image (Fabro's `speed` is refused: fabro has no fast mode)."
     ),
     spec!(
         "default_max_retries",
@@ -136,7 +136,7 @@ pub static ATTRIBUTES: &[AttributeSpec] = &[
         "Lint warnings accepted for this workflow, e.g. failure_path (comma-separated rule ids)."
     ),
     spec!("default_max_output", ValueType::Count, GRAPH, "Default max_output of command stages, in bytes."),
-    spec!("default_sandbox", ValueType::OneOf(SANDBOXES), GRAPH, "Default sandbox of stages that run programs: none or bwrap."),
+    spec!("default_sandbox", ValueType::OneOf(SANDBOXES), GRAPH, "Default sandbox of stages that run programs: none, bwrap, podman or docker."),
     spec!("default_max_in_turn_tool_pairs", ValueType::Count, GRAPH, "Default max_in_turn_tool_pairs of agent stages."),
     spec!(
         "default_max_in_turn_context_tokens",
@@ -382,7 +382,37 @@ pub static ATTRIBUTES: &[AttributeSpec] = &[
         "sandbox",
         ValueType::OneOf(SANDBOXES),
         NODE,
-        "Where the stage's programs run: none, or bwrap (read-only system, no home, no network, no API keys)."
+        "Where the stage's programs run: none, bwrap (read-only system, no home, no network, no API keys), or podman or docker (a container of the run from `image`, the work directory mounted)."
+    ),
+    spec!(
+        "image",
+        ValueType::Text,
+        GRAPH_NODE,
+        "The container image of stages with sandbox=podman or docker, e.g. debian:12 (the node's, else the graph's)."
+    ),
+    spec!(
+        "devcontainer",
+        ValueType::Text,
+        GRAPH_NODE,
+        "The stage's container is the project's devcontainer (sandbox=podman or docker): true for .devcontainer/devcontainer.json, or the path of one, relative to the work directory."
+    ),
+    spec!(
+        "container_cpus",
+        ValueType::Text,
+        GRAPH_NODE,
+        "CPUs the stage's container may use, e.g. 2 or 0.5 (sandbox=podman or docker)."
+    ),
+    spec!(
+        "container_memory",
+        ValueType::Text,
+        GRAPH_NODE,
+        "Memory the stage's container may use, e.g. 512m or 2g (sandbox=podman or docker)."
+    ),
+    spec!(
+        "container_pids",
+        ValueType::Count,
+        GRAPH_NODE,
+        "Processes the stage's container may hold at once (sandbox=podman or docker)."
     ),
     spec!("sandbox_network", ValueType::Boolean, NODE, "The network is reachable inside the stage's sandbox."),
     spec!(
@@ -595,7 +625,6 @@ pub const DISPLAY_ATTRIBUTES: &[&str] = &[
     "skew",
     "distortion",
     "regular",
-    "image",
     "imagescale",
     "labelfontsize",
     "labelfontcolor",

@@ -1,4 +1,5 @@
-//! The `model_stylesheet` graph attribute: CSS-like rules that give nodes default LLM settings.
+//! The `model_stylesheet` graph attribute: CSS-like rules that give nodes default LLM settings
+//! and container images.
 //!
 //! ```text
 //! * { llm_model: claude-sonnet-4-5; llm_provider: anthropic; }
@@ -19,24 +20,28 @@ pub enum StyleProperty {
     LlmProvider = 1,
     ReasoningEffort = 2,
     Backend = 3,
+    /// The container image (sandbox=podman or docker).
+    Image = 4,
 }
 
 impl StyleProperty {
-    pub const ALL: [StyleProperty; 4] = [
+    pub const ALL: [StyleProperty; 5] = [
         StyleProperty::LlmModel,
         StyleProperty::LlmProvider,
         StyleProperty::ReasoningEffort,
         StyleProperty::Backend,
+        StyleProperty::Image,
     ];
 
     /// The node attribute the property sets: "llm_model", "llm_provider", "reasoning_effort",
-    /// "backend".
+    /// "backend", "image".
     pub fn attribute(self) -> &'static str {
         match self {
             StyleProperty::LlmModel => "llm_model",
             StyleProperty::LlmProvider => "llm_provider",
             StyleProperty::ReasoningEffort => "reasoning_effort",
             StyleProperty::Backend => "backend",
+            StyleProperty::Image => "image",
         }
     }
 
@@ -47,6 +52,7 @@ impl StyleProperty {
             "llm_provider" | "provider" => Some(StyleProperty::LlmProvider),
             "reasoning_effort" => Some(StyleProperty::ReasoningEffort),
             "backend" => Some(StyleProperty::Backend),
+            "image" => Some(StyleProperty::Image),
             _ => None,
         }
     }
@@ -149,7 +155,7 @@ impl Stylesheet {
     ///
     /// A rule applies with the specificity of its most specific matching selector, as in CSS.
     pub fn resolve(&self, node_id: &str, shape: &str, classes: &[String]) -> ResolvedStyle<'_> {
-        let mut best: [Option<(u8, &str)>; 4] = [None; 4];
+        let mut best: [Option<(u8, &str)>; StyleProperty::ALL.len()] = [None; StyleProperty::ALL.len()];
         for rule in &self.rules {
             let specificity = rule
                 .selectors
@@ -168,8 +174,8 @@ impl Stylesheet {
                 }
             }
         }
-        let [llm_model, llm_provider, reasoning_effort, backend] = best.map(|b| b.map(|(_, v)| v));
-        ResolvedStyle { llm_model, llm_provider, reasoning_effort, backend }
+        let [llm_model, llm_provider, reasoning_effort, backend, image] = best.map(|b| b.map(|(_, v)| v));
+        ResolvedStyle { llm_model, llm_provider, reasoning_effort, backend, image }
     }
 
     /// Every selector with the byte offset it starts at, for lint rules (e.g. a `#id` naming no node).
@@ -190,6 +196,7 @@ pub struct ResolvedStyle<'a> {
     pub llm_provider: Option<&'a str>,
     pub reasoning_effort: Option<&'a str>,
     pub backend: Option<&'a str>,
+    pub image: Option<&'a str>,
 }
 
 impl<'a> ResolvedStyle<'a> {
@@ -200,6 +207,7 @@ impl<'a> ResolvedStyle<'a> {
             StyleProperty::LlmProvider => self.llm_provider,
             StyleProperty::ReasoningEffort => self.reasoning_effort,
             StyleProperty::Backend => self.backend,
+            StyleProperty::Image => self.image,
         }
     }
 }
@@ -217,7 +225,7 @@ fn error(offset: usize, message: impl Into<String>) -> StylesheetError {
     StylesheetError { offset, message: message.into() }
 }
 
-const PROPERTY_LIST: &str = "expected llm_model, llm_provider, reasoning_effort or backend";
+const PROPERTY_LIST: &str = "expected llm_model, llm_provider, reasoning_effort, backend or image";
 
 fn unknown_property(name: &str, offset: usize) -> StylesheetError {
     if let Some((_, why)) = UNSUPPORTED_PROPERTIES.iter().find(|(property, _)| *property == name) {
@@ -573,7 +581,7 @@ box { llm_model: claude-opus-4-6 }
         assert_eq!(model(&sheet, "x", "box", &[]), Some("a/b:c=d"));
         assert_eq!(
             StyleProperty::ALL.map(StyleProperty::attribute),
-            ["llm_model", "llm_provider", "reasoning_effort", "backend"]
+            ["llm_model", "llm_provider", "reasoning_effort", "backend", "image"]
         );
     }
 
@@ -589,6 +597,15 @@ box { llm_model: claude-opus-4-6 }
     }
 
     #[test]
+    fn a_container_image_is_a_property_too() {
+        let sheet = parse("* { image: debian:12 } .rust { image: \"localhost/rust:1.85\" }");
+        let rust = ["rust".to_string()];
+        assert_eq!(sheet.resolve("n", "box", &rust).get(StyleProperty::Image), Some("localhost/rust:1.85"));
+        assert_eq!(sheet.resolve("n", "box", &[]).get(StyleProperty::Image), Some("debian:12"));
+        assert_eq!(StyleProperty::from_name("image").map(StyleProperty::attribute), Some("image"));
+    }
+
+    #[test]
     fn error_messages_and_offsets() {
         let cases: [(&str, usize, &str); 13] = [
             (".code llm_model: x }", 6, "expected `{` after selector `.code`"),
@@ -596,12 +613,12 @@ box { llm_model: claude-opus-4-6 }
                 "box { llm_modle: x }",
                 6,
                 "unknown property `llm_modle` (did you mean `llm_model`?); expected llm_model, \
-                 llm_provider, reasoning_effort or backend",
+                 llm_provider, reasoning_effort, backend or image",
             ),
             (
                 "box { temperature: 1 }",
                 6,
-                "unknown property `temperature`; expected llm_model, llm_provider, reasoning_effort or backend",
+                "unknown property `temperature`; expected llm_model, llm_provider, reasoning_effort, backend or image",
             ),
             ("box { llm_model x }", 16, "expected `:` or `=` after `llm_model`"),
             ("box { llm_model: x", 4, "unclosed rule: expected `}` before the end of the stylesheet"),

@@ -25,6 +25,8 @@ use crate::process_group::ProcessGroup;
 use crate::run_dir::layout;
 use crate::stage::{Handler, HandlerError, StageRun};
 
+use super::prepare_container;
+
 /// Runs command stages.
 pub struct CommandHandler;
 
@@ -45,6 +47,15 @@ enum Ending {
 #[async_trait::async_trait]
 impl Handler for CommandHandler {
     async fn run(&self, stage: &StageRun<'_>) -> Result<Outcome, HandlerError> {
+        prepare_container(stage).await?;
+        let outcome = self.run_command(stage).await?;
+        Ok(super::with_container(stage, outcome).await)
+    }
+}
+
+impl CommandHandler {
+    /// Runs the stage's script to its end.
+    async fn run_command(&self, stage: &StageRun<'_>) -> Result<Outcome, HandlerError> {
         let node_id = &stage.node.id;
         let settings = stage
             .node
@@ -114,6 +125,10 @@ impl Handler for CommandHandler {
                 (format!("FABRO_INPUT_{}", key.to_ascii_uppercase()), crate::graph::inputs::text_of(value))
             }))
             .kill_on_drop(true);
+        if settings.keep_background {
+            // In a container, what the script leaves running is stopped unless this is set.
+            command.env("FABRO_KEEP_BACKGROUND", "1");
+        }
 
         let started = Instant::now();
         let (mut child, mut group) = ProcessGroup::spawn(&mut command).map_err(|error| {

@@ -26,6 +26,8 @@ use crate::outcome::{Exchange, FailureClass, Outcome, Pause, PauseKind, StageSta
 use crate::run_dir::layout;
 use crate::stage::{Handler, HandlerError, StageRun};
 
+use super::prepare_container;
+
 /// How many characters of the response go into the `last_response` context key.
 pub const LAST_RESPONSE_CHARS: usize = 200;
 
@@ -40,6 +42,15 @@ pub struct LlmHandler;
 #[async_trait::async_trait]
 impl Handler for LlmHandler {
     async fn run(&self, stage: &StageRun<'_>) -> Result<Outcome, HandlerError> {
+        prepare_container(stage).await?;
+        let outcome = self.run_llm(stage).await?;
+        Ok(super::with_container(stage, outcome).await)
+    }
+}
+
+impl LlmHandler {
+    /// Runs the stage's prompt through its backend.
+    async fn run_llm(&self, stage: &StageRun<'_>) -> Result<Outcome, HandlerError> {
         let node = stage.node;
         let template = node.prompt().unwrap_or_else(|| node.label());
         let mut prompt = expand_prompt(template, stage.context);

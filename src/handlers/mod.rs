@@ -12,7 +12,57 @@ pub mod wait;
 
 use std::sync::Arc;
 
-use crate::stage::{Handler, HandlerRegistry};
+use crate::outcome::Outcome;
+use crate::stage::{Handler, HandlerRegistry, StageRun};
+
+/// Builds the image of the stage's devcontainer (`build.dockerfile`) when the service lacks it,
+/// before the stage's first program, with the event `container.image_built` and the build's log
+/// in the run directory.
+pub(crate) async fn prepare_container(stage: &StageRun<'_>) -> Result<(), crate::stage::HandlerError> {
+    use crate::sandbox::devcontainer;
+    let confinement = &stage.confinement;
+    let Some(written) = confinement.container.as_ref().and_then(|spec| spec.devcontainer.as_deref()) else {
+        return Ok(());
+    };
+    if stage.run.dry_run {
+        return Ok(());
+    }
+    let terminal = |error: &dyn std::fmt::Display| crate::stage::HandlerError::Terminal(error.to_string());
+    let dev = devcontainer::load(stage.work_dir, written).map_err(|error| terminal(&error))?;
+    let devcontainer::DevImage::Built { dockerfile, tag, .. } = &dev.image else { return Ok(()) };
+    let digest = tag.rsplit(':').next().unwrap_or_default();
+    let log_name = format!("devcontainer-build-{digest}.log");
+    let log = stage.run.run_dir.join(&log_name);
+    let built = crate::sandbox::container::build_devcontainer_image(confinement.kind, &dev, &log)
+        .await
+        .map_err(|error| terminal(&error))?;
+    if let Some(built) = built {
+        stage.run.events.stage_event(
+            &stage.node.id,
+            stage.visit,
+            crate::event::Event::ContainerImageBuilt {
+                image: built.image,
+                dockerfile: dockerfile.display().to_string(),
+                log: log_name,
+                duration_ms: u64::try_from(built.duration.as_millis()).unwrap_or(u64::MAX),
+            },
+        );
+    }
+    Ok(())
+}
+
+/// `outcome` with the container the stage's programs ran in (sandbox=podman or docker), which
+/// the run's `containers.json` then also records.
+pub(crate) async fn with_container(stage: &StageRun<'_>, mut outcome: Outcome) -> Outcome {
+    if !stage.confinement.kind.is_container() {
+        return outcome;
+    }
+    if let Some(container) = crate::sandbox::container::of_stage(&stage.confinement).await {
+        crate::run_dir::containers::record(stage.run.run_dir, &container);
+        outcome.container = Some(container);
+    }
+    outcome
+}
 
 /// The built-in handlers. (Parallel fan-out needs none: the engine runs the branches itself.)
 pub fn builtin_handlers() -> HandlerRegistry {

@@ -21,6 +21,8 @@ use std::path::{Path, PathBuf};
 
 /// `manifest.json`: the run's manifest: its id, workflow, status, how it was launched.
 pub const MANIFEST: &str = "manifest.json";
+/// `containers.json`: the containers the run's stages ran in (sandbox=podman or docker).
+pub const CONTAINERS: &str = "containers.json";
 /// `checkpoint.json`: the last snapshot of the run's state.
 pub const CHECKPOINT: &str = "checkpoint.json";
 /// `journal.jsonl`: what happened since the snapshot, one entry per line.

@@ -16,6 +16,7 @@
 //! replaced whole; `journal.jsonl` and `events.jsonl` are only appended to. Runs made before the
 //! journal kept every checkpoint in `checkpoints/`; they are still read.
 
+pub mod containers;
 mod history;
 pub mod housekeeping;
 pub mod journal;

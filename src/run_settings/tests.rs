@@ -137,8 +137,8 @@ fn mistakes_are_errors_at_their_place() {
     let cases = [
         (
             PROJECT_FILE,
-            "[run]\ngoal = \"x\"\n\n[run.sandbox]\nprovider = \"docker\"\n",
-            ":5:12: run.sandbox.provider: `docker` is not a sandbox",
+            "[run]\ngoal = \"x\"\n\n[run.sandbox]\nprovider = \"lxc\"\n",
+            ":5:12: run.sandbox.provider: `lxc` is not a sandbox",
         ),
         (
             PROJECT_FILE,

@@ -246,12 +246,16 @@ pub fn link_scheme(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
 }
 
 /// Graphviz attributes that name files (`image`, `shapefile`, `fontpath`, ...) are never passed
-/// to Graphviz (`render::dot`): a warning that they are not drawn.
+/// to Graphviz (`render::dot`): a warning that they are not drawn. `image` is also fabro's (the
+/// container image), and then no finding.
 pub fn graphviz_file(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
     let mut seen = Seen::default();
     for (owner, attributes) in all_attributes(workflow) {
         for (key, attr) in attributes.iter() {
-            if !attribute::is_file_attribute(key) || !seen.first_time(attr, attr.key_span) {
+            if !attribute::is_file_attribute(key)
+                || attribute::spec(key).is_some()
+                || !seen.first_time(attr, attr.key_span)
+            {
                 continue;
             }
             out.push(

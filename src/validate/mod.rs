@@ -53,7 +53,7 @@ pub fn builtin_rules_with_children(
     custom_types: Vec<String>,
     child_failures: Vec<(String, Arc<ChildWorkflowError>)>,
 ) -> Vec<Box<dyn Rule>> {
-    let table: [(&'static str, Check); 41] = [
+    let table: [(&'static str, Check); 42] = [
         ("start_node", structure::start_node),
         ("terminal_node", structure::terminal_node),
         ("start_no_incoming", structure::start_no_incoming),
@@ -94,6 +94,7 @@ pub fn builtin_rules_with_children(
         ("small_tier_parent", stages::small_tier_parent),
         ("context_files", stages::context_files),
         ("sandbox_paths", stages::sandbox_paths),
+        ("container_limits", stages::container_limits),
         ("confined_keep_background", stages::confined_keep_background),
     ];
     let mut rules: Vec<Box<dyn Rule>> =

@@ -274,6 +274,36 @@ pub fn sandbox_paths(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
     }
 }
 
+/// `container_cpus`, `container_memory` or `container_pids` (graph or node) that `fabro run`
+/// would refuse: not a number of CPUs, a memory size or a number of processes.
+pub fn container_limits(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
+    let owners = std::iter::once((None, workflow.attributes(), &workflow.settings().sandbox.container))
+        .chain(
+            workflow.nodes().map(|node| {
+                (Some(node.id.as_str()), &node.attributes, &node.settings.stage.sandbox.container)
+            }),
+        );
+    let mut seen = rustc_hash::FxHashSet::default();
+    for (node, attributes, settings) in owners {
+        let Some((name, message)) = settings.invalid() else { continue };
+        // One finding per written value (a `node [...]` block's is every node's).
+        let Some(attr) = attributes.get(name).filter(|attr| seen.insert(attr.span)) else { continue };
+        let diagnostic =
+            Diagnostic::error("container_limits", format!("{name}: {message}")).span(attr.span).fix(format!(
+                "write {name} as e.g. {}",
+                match name {
+                    "container_cpus" => "2 or 0.5",
+                    "container_memory" => "512m or 2g",
+                    _ => "256",
+                }
+            ));
+        out.push(match node {
+            Some(id) => diagnostic.node(id),
+            None => diagnostic,
+        });
+    }
+}
+
 /// `keep_background=true` on a command stage confined by bubblewrap (its `sandbox`, else the
 /// graph's `default_sandbox`): the stage's PID namespace ends with it, so nothing it leaves in the
 /// background survives, whatever the attribute says.
@@ -376,11 +406,16 @@ fn web_tools_withheld(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
         let sandbox = &node.settings.stage.sandbox;
         let (why, fix) = if llm.context.as_ref().ok().and_then(|context| context.web_tools) == Some(false) {
             ("it has web_tools=false", format!("leave `{tool}` out of its tools, or drop web_tools=false"))
-        } else if sandbox.kind.or(workflow.settings().sandbox.kind) == Some(SandboxKind::Bwrap)
-            && !sandbox.network
+        } else if let Some(kind) = sandbox
+            .kind
+            .or(workflow.settings().sandbox.kind)
+            .filter(|kind| *kind != SandboxKind::None && !sandbox.network)
         {
             (
-                "its bwrap sandbox has no network",
+                match kind {
+                    SandboxKind::Bwrap => "its bwrap sandbox has no network",
+                    _ => "its container has no network",
+                },
                 format!("set sandbox_network=true on `{}`, or leave `{tool}` out of its tools", node.id),
             )
         } else {

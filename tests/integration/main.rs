@@ -15,6 +15,7 @@ mod authoring_cli;
 mod background_runs;
 mod ci_reports;
 mod cli_agent;
+mod containers;
 mod dialects;
 mod event_log;
 mod fabro_idioms;

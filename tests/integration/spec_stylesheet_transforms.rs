@@ -284,7 +284,7 @@ fn stylesheet_syntax_rule_positions_errors_inside_the_string() {
             2,
             55,
             "model_stylesheet: unknown property `llm_modle` (did you mean `llm_model`?); expected llm_model, \
-             llm_provider, reasoning_effort or backend"
+             llm_provider, reasoning_effort, backend or image"
                 .to_string()
         )]
     );

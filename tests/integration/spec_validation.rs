@@ -974,7 +974,7 @@ fn rule_stylesheet_syntax_error() {
     assert_eq!(
         d.message,
         "model_stylesheet: unknown property `llm_modle` (did you mean `llm_model`?); expected llm_model, \
-         llm_provider, reasoning_effort or backend"
+         llm_provider, reasoning_effort, backend or image"
     );
     assert_eq!(position(&broken, d), Some((4, 15)));
     assert!(broken.into_valid().is_err());

@@ -1018,13 +1018,13 @@ fn links_other_than_http_are_errors_at_their_value_and_run_refuses_them() {
 
 #[test]
 fn attributes_naming_files_for_graphviz_are_warned_about_as_not_drawn() {
-    let source = "digraph w {\n  start [shape=Mdiamond]\n  exit [shape=Msquare, image=\"/dev/zero\"]\n  start -> exit\n}\n";
+    let source = "digraph w {\n  start [shape=Mdiamond]\n  exit [shape=Msquare, shapefile=\"/dev/zero\"]\n  start -> exit\n}\n";
     let output = validate(source, 0).stdout();
     assert_diagnostic(
         &output,
-        "warning[graphviz_file] workflow.dot:3:24 node exit: `image` names a file, which fabro never passes to Graphviz: it is not drawn",
-        Some((3, 24, "image")),
-        Some("remove `image`"),
+        "warning[graphviz_file] workflow.dot:3:24 node exit: `shapefile` names a file, which fabro never passes to Graphviz: it is not drawn",
+        Some((3, 24, "shapefile")),
+        Some("remove `shapefile`"),
     );
 }
 

@@ -10,8 +10,9 @@
 //! a fresh `/proc` (no other process is visible, fabro's environment included), a new session
 //! (no terminal injection), no capabilities, and killed with fabro; no network unless the stage
 //! asks for it; an environment holding only basic variables, the ones the stage lets through and
-//! the `FABRO_*` stage variables, so API keys stay outside. A container or cluster runner would
-//! be a third implementation; handlers only ever ask a [`Confinement`] for a command.
+//! the `FABRO_*` stage variables, so API keys stay outside. [`SandboxKind::Podman`] and
+//! [`SandboxKind::Docker`] run it in an OCI container of the run ([`container`]). Handlers only
+//! ever ask a [`Confinement`] for a command.
 //!
 //! Which sandbox a stage uses: its `sandbox` attribute, else `fabro run --sandbox`, else the
 //! graph's `default_sandbox`, else the config file's `sandbox`, else none.
@@ -22,11 +23,17 @@ use std::path::{Path, PathBuf};
 use crate::graph::settings::{Bind, SandboxKind, SandboxSettings};
 use crate::graph::{Node, Workflow};
 
+pub mod container;
+pub mod devcontainer;
+
+pub use container::{ContainerError, ContainerSpec};
+
 /// The implementation of `kind`.
 fn implementation(kind: SandboxKind) -> &'static dyn Sandbox {
     match kind {
         SandboxKind::None => &Unconfined,
         SandboxKind::Bwrap => &Bubblewrap,
+        SandboxKind::Podman | SandboxKind::Docker => &Container,
     }
 }
 
@@ -42,6 +49,9 @@ pub struct Confinement {
     pub pass_env: Vec<String>,
     /// Directories shown read-only even where they lie inside a writable one: the run directory.
     pub read_only: Vec<PathBuf>,
+    /// The container sandboxes' image and limits (the node's, else the graph's); `None` for the
+    /// others, and for a container stage without an image ([`check_workflow`] refuses those).
+    pub container: Option<ContainerSpec>,
 }
 
 /// Environment variables every confined process keeps.
@@ -59,12 +69,14 @@ impl Confinement {
     ) -> Confinement {
         let own = &node.settings.stage.sandbox;
         let graph = &workflow.settings().sandbox;
+        let kind = own.kind.or(flag).or(graph.kind).or(user_default).unwrap_or_default();
         Confinement {
-            kind: own.kind.or(flag).or(graph.kind).or(user_default).unwrap_or_default(),
+            kind,
             network: own.network,
             binds: [own, graph].into_iter().flat_map(SandboxSettings::binds).cloned().collect(),
             pass_env: [own, graph].into_iter().flat_map(|settings| settings.env.iter().cloned()).collect(),
             read_only: Vec::new(),
+            container: kind.is_container().then(|| container_spec(own, graph)).flatten(),
         }
     }
 
@@ -92,6 +104,36 @@ impl Confinement {
         crate::secrets::strip_env(&mut command, &self.pass_env);
         command
     }
+}
+
+/// The container of a stage with `own` settings in a graph with `graph` settings: each value the
+/// node's, else the graph's; `None` without an image. Unreadable limits were refused by
+/// [`check_workflow`] and are left out.
+fn container_spec(own: &SandboxSettings, graph: &SandboxSettings) -> Option<ContainerSpec> {
+    let (own, graph) = (&own.container, &graph.container);
+    let pick = |own: &Option<Result<u64, String>>, graph: &Option<Result<u64, String>>| {
+        own.clone().or_else(|| graph.clone()).and_then(Result::ok).and_then(|value| i64::try_from(value).ok())
+    };
+    // The node's own image or devcontainer, else the graph's.
+    let (image, devcontainer) = match (&own.image, &own.devcontainer, &graph.image, &graph.devcontainer) {
+        (Some(image), ..) => (image.clone(), None),
+        (None, Some(dev), ..) => (String::new(), Some(dev.clone())),
+        (None, None, Some(image), _) => (image.clone(), None),
+        (None, None, None, Some(dev)) => (String::new(), Some(dev.clone())),
+        (None, None, None, None) => return None,
+    };
+    Some(ContainerSpec {
+        image,
+        devcontainer,
+        nano_cpus: own
+            .cpus
+            .clone()
+            .or_else(|| graph.cpus.clone())
+            .and_then(Result::ok)
+            .map(|cpus| (cpus * 1e9).round() as i64),
+        memory: pick(&own.memory, &graph.memory),
+        pids: pick(&own.pids, &graph.pids),
+    })
 }
 
 /// What a [`Sandbox`] needs to build a command.
@@ -189,6 +231,33 @@ impl Sandbox for Bubblewrap {
     }
 }
 
+/// An OCI container of the run ([`container`]).
+struct Container;
+
+impl Sandbox for Container {
+    fn name(&self) -> &'static str {
+        "container"
+    }
+
+    fn command(&self, program: &OsStr, args: &[&OsStr], setup: &Setup<'_>) -> tokio::process::Command {
+        let confinement = setup.confinement;
+        container::command(
+            program,
+            args,
+            &container::ExecSetup {
+                kind: confinement.kind,
+                spec: confinement.container.as_ref(),
+                network: confinement.network,
+                binds: &confinement.binds,
+                pass_env: &confinement.pass_env,
+                work_dir: setup.work_dir,
+                writable: setup.writable,
+                protected: protected_dirs(setup),
+            },
+        )
+    }
+}
+
 /// bwrap by its full path where PATH has it: the environment is cleared below, and a program then
 /// left to a PATH search would have std fork fabro to start it ([`crate::process_group`]).
 fn bwrap_program() -> PathBuf {
@@ -247,16 +316,29 @@ pub enum SandboxError {
     Unusable { stages: String, detail: String },
     #[error("stage `{node}`: {attribute}: {message}")]
     Attribute { node: String, attribute: &'static str, message: String },
+    #[error(transparent)]
+    Container(#[from] ContainerError),
+    #[error(transparent)]
+    Devcontainer(#[from] devcontainer::DevcontainerError),
 }
 
-/// Checks, before a run starts, the sandbox settings of every stage that runs a program, and that
-/// bwrap works here when any of them uses it.
+/// Checks, before a run starts, the sandbox settings of every stage that runs a program, that
+/// bwrap works here when any of them uses it, and that the container service answers and has
+/// the images when any runs in a container.
+///
+/// `work_dir` is where the run works: a `devcontainer` is read from there (once; see
+/// [`devcontainer`]). An image it builds is built when the first stage needs it.
 pub fn check_workflow(
     workflow: &Workflow,
     flag: Option<SandboxKind>,
     user_default: Option<SandboxKind>,
+    work_dir: &Path,
 ) -> Result<(), SandboxError> {
     let mut confined = Vec::new();
+    let mut containers: std::collections::BTreeMap<
+        SandboxKind,
+        (Vec<String>, std::collections::BTreeSet<String>),
+    > = Default::default();
     for node in workflow.nodes() {
         let sources =
             [(node.id.as_str(), &node.settings.stage.sandbox), ("(graph)", &workflow.settings().sandbox)];
@@ -270,12 +352,43 @@ pub fn check_workflow(
             if let Some(missing) = binds.iter().find(|bind| !bind.path.exists()) {
                 return Err(invalid(format!("{} does not exist", missing.path.display())));
             }
+            if let Some((attribute, message)) = settings.container.invalid() {
+                return Err(SandboxError::Attribute {
+                    node: owner.to_string(),
+                    attribute,
+                    message: message.to_string(),
+                });
+            }
         }
-        if runs_programs(node)
-            && Confinement::of(node, workflow, flag, user_default).kind == SandboxKind::Bwrap
-        {
-            confined.push(format!("`{}`", node.id));
+        if !runs_programs(node) {
+            continue;
         }
+        let confinement = Confinement::of(node, workflow, flag, user_default);
+        match confinement.kind {
+            SandboxKind::Bwrap => confined.push(format!("`{}`", node.id)),
+            kind if kind.is_container() => {
+                let Some(spec) = confinement.container else {
+                    return Err(ContainerError::NoImage { node: node.id.clone(), kind: kind.as_str() }.into());
+                };
+                let (stages, images) = containers.entry(kind).or_default();
+                stages.push(format!("`{}`", node.id));
+                match &spec.devcontainer {
+                    None => {
+                        images.insert(spec.image);
+                    }
+                    Some(written) => match devcontainer::load(work_dir, written)?.image {
+                        devcontainer::DevImage::Named(image) => {
+                            images.insert(image);
+                        }
+                        devcontainer::DevImage::Built { .. } => {}
+                    },
+                }
+            }
+            _ => {}
+        }
+    }
+    for (kind, (stages, images)) in &containers {
+        container::check(*kind, &stages.join(", "), images)?;
     }
     if confined.is_empty() {
         return Ok(());
@@ -296,6 +409,20 @@ pub fn check_workflow(
         }),
         Ok(_) => Ok(()),
     }
+}
+
+/// The container sandboxes that stages of `workflow` run programs in.
+pub fn container_kinds(
+    workflow: &Workflow,
+    flag: Option<SandboxKind>,
+    user_default: Option<SandboxKind>,
+) -> std::collections::BTreeSet<SandboxKind> {
+    workflow
+        .nodes()
+        .filter(|node| runs_programs(node))
+        .map(|node| Confinement::of(node, workflow, flag, user_default).kind)
+        .filter(|kind| kind.is_container())
+        .collect()
 }
 
 /// Stages whose processes a sandbox confines: commands and LLM stages (their shell tool or CLI
