@@ -203,6 +203,7 @@ impl Engine {
             pause: None,
             labels: options.labels.clone(),
             inputs: workflow.inputs().clone(),
+            containers: Vec::new(),
         };
         run_dir.write_json(layout::MANIFEST, &manifest)?;
         run_dir.write_text(layout::SAVED_WORKFLOW, workflow.source().text())?;
@@ -520,6 +521,7 @@ impl Run<'_> {
     fn write_manifest(&mut self, status: RunStatus) {
         self.manifest.finished_at = Some(now_rfc3339());
         self.manifest.status = status;
+        self.manifest.containers = crate::run_dir::containers::read(self.main.scope.run_dir.root());
         if let Err(error) = self.main.scope.run_dir.write_json(layout::MANIFEST, &self.manifest) {
             tracing::warn!(%error, "manifest not updated");
         }
@@ -568,6 +570,7 @@ impl Run<'_> {
             restarted_from: Some(old_root.clone()),
             restarted_as: None,
             pause: None,
+            containers: Vec::new(),
             ..self.manifest.clone()
         };
         new_dir.write_json(layout::MANIFEST, &self.manifest)?;

@@ -491,6 +491,7 @@ pub fn fork(
         worktree,
         work_dir,
         pause: None,
+        containers: Vec::new(),
         ..manifest
     };
     write_json_file(&dir.root().join(layout::MANIFEST), &new_manifest)?;

@@ -45,6 +45,10 @@ pub struct Manifest {
     /// The run's inputs (`--input`, `--inputs`): a resume loads the workflow with them again.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub inputs: crate::graph::inputs::Inputs,
+    /// The containers its stages ran in (sandbox=podman or docker): id, image, image digest; as
+    /// `containers.json` holds them when the run stopped.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub containers: Vec<crate::outcome::ContainerRecord>,
 }
 
 /// Why a run paused, as its manifest records it: the kind (`answer`, `ceiling`, `stage_ceiling`,
@@ -84,6 +88,7 @@ impl Manifest {
             pause: None,
             labels: Default::default(),
             inputs: Default::default(),
+            containers: Vec::new(),
         }
     }
 }

@@ -299,6 +299,8 @@ fn one_container_serves_the_run_and_preserve_sandbox_keeps_it() {
     let recorded = read("run/containers.json");
     assert_eq!(recorded.as_array().map(Vec::len), Some(1), "{recorded}");
     assert_eq!(recorded[0]["id"], kept[0].as_str());
+    // The manifest names it too, once the run has ended.
+    assert_eq!(read("run/manifest.json")["containers"], recorded);
     let stderr = text(&ran.stderr);
     assert!(stderr.contains(&format!("sandbox kept: container {}", kept[0])), "{stderr}");
     let dir = SERVICE.lock().unwrap().clone().unwrap();
