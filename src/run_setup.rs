@@ -194,6 +194,26 @@ impl BackendChoice {
     }
 }
 
+/// What a live run checks of its MCP configuration before it starts, for a run that starts no
+/// MCP server (simulated, dry or scripted): the config file's and the settings layers' servers
+/// and `--mcp-config` must be valid, and every server an agent stage names must be among them.
+fn check_mcp_without_servers(
+    workflow: &Workflow,
+    files: &ConfigFiles,
+    settings: &RunSettings,
+    mcp_config: Option<&str>,
+) -> Result<(), SetupError> {
+    let mut config = LlmConfig::from_files(files).map_err(SetupError::Config)?;
+    settings.apply_defaults(&mut config);
+    if let Some(path) = mcp_config.filter(|path| !path.trim().is_empty()) {
+        let servers = crate::agent::mcp::read_config_file(Path::new(path), files)
+            .map_err(|problem| SetupError::Provider(ConfigError::Mcp(format!("--mcp-config: {problem}"))))?;
+        config.mcp_servers.extend(servers);
+    }
+    let servers = crate::agent::mcp::McpServers::new(config.mcp_servers);
+    crate::backends::live::check_mcp_servers(workflow, &servers).map_err(SetupError::Provider)
+}
+
 /// Builds an [`Engine`] for one workflow: the built-in handlers (or others), a backend, and the
 /// chain that answers human gates: an answers file, then auto-approval, then a person (a
 /// terminal, or any other interviewer); with none, a gate pauses the run.
@@ -206,6 +226,8 @@ pub struct EngineBuilder {
     step: Option<Arc<dyn StepReviewer>>,
     config_files: ConfigFiles,
     settings: RunSettings,
+    /// `--mcp-config`, checked for every backend (a live one also reads it).
+    mcp_config: Option<String>,
 }
 
 impl EngineBuilder {
@@ -219,7 +241,16 @@ impl EngineBuilder {
             step: None,
             config_files: ConfigFiles::from_disk(),
             settings: RunSettings::default(),
+            mcp_config: None,
         }
+    }
+
+    /// The MCP config file the run was given (`--mcp-config`): a simulated, dry or scripted run
+    /// starts no MCP server but refuses the file, and stages naming servers it lacks, as a live
+    /// run does.
+    pub fn mcp_config(mut self, path: impl Into<String>) -> EngineBuilder {
+        self.mcp_config = Some(path.into());
+        self
     }
 
     /// Where the config file and `--mcp-config` are read from: a resume passes the texts its
@@ -277,6 +308,14 @@ impl EngineBuilder {
                 node: node.id.clone(),
                 kind: node.handler_type().to_string(),
             });
+        }
+        if !matches!(self.backend, BackendChoice::Live { .. }) {
+            check_mcp_without_servers(
+                workflow,
+                &self.config_files,
+                &self.settings,
+                self.mcp_config.as_deref(),
+            )?;
         }
         let backend =
             self.backend.backend_for(workflow, self.person.clone(), &self.config_files, &self.settings)?;

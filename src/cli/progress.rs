@@ -90,7 +90,10 @@ impl ProgressView {
     pub fn new(options: ViewOptions) -> Arc<ProgressView> {
         let stderr_is_terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
         let live = !options.quiet && stderr_is_terminal && std::env::var_os("CI").is_none();
-        let colour = stderr_is_terminal && std::env::var_os("NO_COLOR").is_none_or(|value| value.is_empty());
+        // No colour in CI (docs/ci.md), even when its runner gives fabro a terminal.
+        let colour = stderr_is_terminal
+            && std::env::var_os("CI").is_none()
+            && std::env::var_os("NO_COLOR").is_none_or(|value| value.is_empty());
         let multi = live.then(|| MultiProgress::with_draw_target(ProgressDrawTarget::stderr()));
         let screen = Arc::new(Screen { multi, followers: Mutex::default() });
         if options.stream_output && !options.quiet {

@@ -414,7 +414,13 @@ fn a_hooks_table_with_a_typo_is_refused_instead_of_dropping_its_hooks() {
 #[test]
 fn validate_checks_the_hooks_a_run_would_take() {
     let test = Test::new().workflow(ONE_COMMAND).file("fabro.toml", &hook("stage_compelte", "true"));
-    let ran = test.args(["validate", "workflow.dot"]).status(2).stdout_contains("error: ").run();
+    let ran = test
+        .args(["validate", "workflow.dot"])
+        .status(2)
+        .stdout_contains("error: ")
+        .stdout_contains("workflow.dot: invalid: 1 error, 1 warning")
+        .stdout_lacks("valid (")
+        .run();
     assert!(
         ran.stdout().contains("fabro.toml: hooks[0]: unknown event `stage_compelte`"),
         "{}",
