@@ -178,6 +178,7 @@ impl BackendChoice {
             })?;
             config.mcp_servers.extend(servers);
         }
+        take_served_models(&mut config, workflow)?;
         let no_provider = config.providers.is_empty();
         let backend = LiveBackend::new(config)?.with_person(person);
         match backend.check(workflow) {
@@ -192,6 +193,26 @@ impl BackendChoice {
             Err(error) => Err(SetupError::Provider(error)),
         }
     }
+}
+
+/// A local server named only by its URL (`FABRO_LLM_BASE_URL`, or a config file provider
+/// without `models`) and stages that name no model: the server's one model is theirs, as its
+/// `GET /models` lists it.
+fn take_served_models(config: &mut LlmConfig, workflow: &Workflow) -> Result<(), SetupError> {
+    let modelless = workflow
+        .nodes()
+        .filter(|node| node.handler_type().is_llm())
+        .filter(|node| matches!(node.settings.backend, Ok(crate::graph::settings::Backend::Api)))
+        .filter_map(|node| node.settings.llm())
+        .filter(|llm| llm.model.is_none())
+        .map(|llm| llm.provider.as_deref());
+    for name in config.providers_without_a_model(modelless) {
+        let Some(settings) = config.providers.get(&name) else { continue };
+        let url = format!("{}/models", settings.base_url.trim_end_matches('/'));
+        let served = crate::llm::http::served_models(&url, settings.api_key.as_deref());
+        config.take_served_model(&name, served).map_err(SetupError::Provider)?;
+    }
+    Ok(())
 }
 
 /// What a live run checks of its MCP configuration before it starts, for a run that starts no
