@@ -123,8 +123,13 @@ impl ProgressView {
             Event::StageCompleted(end) => self.stage_ended(logged, end, false),
             Event::StageFailed(end) => self.stage_ended(logged, end, true),
             Event::InterviewStarted { .. } => {
-                // The terminal belongs to the question until it is answered.
+                // The terminal belongs to the question until it is answered: the spinners stop
+                // and go (none is left drawn above it), and come back after.
                 if let Some(multi) = &self.screen.multi {
+                    for spinner in self.state().spinners.values() {
+                        spinner.disable_steady_tick();
+                    }
+                    let _ = multi.clear();
                     multi.set_draw_target(ProgressDrawTarget::hidden());
                 }
                 if self.options.asks_person {
@@ -136,6 +141,9 @@ impl ProgressView {
                 if matches!(event, Event::InterviewCompleted { .. } | Event::InterviewTimeout { .. }) {
                     if let Some(multi) = &self.screen.multi {
                         multi.set_draw_target(ProgressDrawTarget::stderr());
+                        for spinner in self.state().spinners.values() {
+                            spinner.enable_steady_tick(Duration::from_millis(100));
+                        }
                     }
                 }
                 if let Some(line) = describe(logged) {
