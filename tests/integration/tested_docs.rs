@@ -36,32 +36,33 @@ fn pages() -> Vec<PathBuf> {
     pages
 }
 
-/// A fenced block: its info string's words and its text.
+/// A fenced block: its info string's words, its text and the line of the page it starts on.
 struct Fenced {
     info: Vec<String>,
     text: String,
+    line: usize,
 }
 
 fn fenced_blocks(page: &str) -> Vec<Fenced> {
     let mut blocks = Vec::new();
-    let mut lines = page.lines();
-    while let Some(line) = lines.next() {
+    let mut lines = page.lines().enumerate();
+    while let Some((number, line)) = lines.next() {
         let Some(info) = line.strip_prefix("```") else { continue };
         let info = info.split_whitespace().map(str::to_string).collect();
         let mut text = String::new();
-        for line in lines.by_ref().take_while(|line| !line.starts_with("```")) {
+        for (_, line) in lines.by_ref().take_while(|(_, line)| !line.starts_with("```")) {
             text.push_str(line);
             text.push('\n');
         }
-        blocks.push(Fenced { info, text });
+        blocks.push(Fenced { info, text, line: number + 1 });
     }
     blocks
 }
 
 /// What a page asks to run, in order.
 enum Step {
-    /// Commands trycmd runs (a ```console block).
-    Commands(String),
+    /// Commands trycmd runs (a ```console block), and the line of the page the block starts on.
+    Commands(String, usize),
     /// Commands run on a terminal.
     Terminal(String),
 }
@@ -88,7 +89,11 @@ fn read_page(path: &Path, provider_url: &str) -> Page {
             continue;
         }
         let commands = block.text.replace("http://localhost:8080/v1", provider_url);
-        page.steps.push(if has("terminal") { Step::Terminal(commands) } else { Step::Commands(commands) });
+        page.steps.push(if has("terminal") {
+            Step::Terminal(commands)
+        } else {
+            Step::Commands(commands, block.line)
+        });
     }
     page
 }
@@ -221,13 +226,16 @@ fn every_console_block_of_the_readme_and_docs_runs_as_shown() {
         let dir = scratch.path().join(&page.name);
         copy_dir(&common::repo_root().join("workflows"), &dir.join("workflows"));
         for (name, text) in &page.files {
-            std::fs::write(dir.join(name), text).expect("write a file a page shows");
+            let path = dir.join(name);
+            std::fs::create_dir_all(path.parent().unwrap_or(&dir)).expect("make a file's directory");
+            std::fs::write(path, text).expect("write a file a page shows");
         }
-        for (index, step) in page.steps.iter().enumerate() {
+        for step in &page.steps {
             match step {
-                Step::Commands(commands) => {
+                Step::Commands(commands, line) => {
                     // trycmd runs a case `NAME.md` in `NAME.in/`: the page's directory for all.
-                    let case = scratch.path().join(format!("{}-{index}.md", page.name));
+                    // The name says where the block is: `README.md-line-102.md`.
+                    let case = scratch.path().join(format!("{}.md-line-{line}.md", page.name));
                     std::fs::write(&case, trycmd_case(commands)).expect("write a case");
                     std::os::unix::fs::symlink(&dir, case.with_extension("in")).expect("link the directory");
                     let cases = trycmd::TestCases::new();
@@ -249,8 +257,8 @@ fn every_console_block_of_the_readme_and_docs_runs_as_shown() {
 fn a_wrong_line_in_a_transcript_fails() {
     let scratch = tempfile::tempdir().expect("a scratch directory");
     let fabro = isolated_fabro(scratch.path(), "http://127.0.0.1:9/v1");
-    copy_dir(&common::repo_root().join("workflows"), &scratch.path().join("page.in/workflows"));
-    let case = scratch.path().join("page.md");
+    copy_dir(&common::repo_root().join("workflows"), &scratch.path().join("deliberately-wrong.in/workflows"));
+    let case = scratch.path().join("deliberately-wrong.md");
     std::fs::write(
         &case,
         "```console\n$ fabro validate workflows/linear.dot\nworkflows/linear.dot: valid (1 warning)\n```\n",
