@@ -215,10 +215,12 @@ fn take_served_models(config: &mut LlmConfig, workflow: &Workflow) -> Result<(),
     Ok(())
 }
 
-/// What a live run checks of its MCP configuration before it starts, for a run that starts no
-/// MCP server (simulated, dry or scripted): the config file's and the settings layers' servers
-/// and `--mcp-config` must be valid, and every server an agent stage names must be among them.
-fn check_mcp_without_servers(
+/// What a live run checks of its configuration before it starts, for a run that asks no provider
+/// and starts no MCP server (simulated, dry or scripted): the config file's and the settings
+/// layers' servers and `--mcp-config` must be valid, every server an agent stage names must be
+/// among them, and every provider a stage names must be one fabro knows (built in or in the
+/// config file); its key is not needed.
+fn check_without_providers(
     workflow: &Workflow,
     files: &ConfigFiles,
     settings: &RunSettings,
@@ -231,9 +233,27 @@ fn check_mcp_without_servers(
             .map_err(|problem| SetupError::Provider(ConfigError::Mcp(format!("--mcp-config: {problem}"))))?;
         config.mcp_servers.extend(servers);
     }
+    for node in workflow.nodes().filter(|node| node.handler_type().is_llm()) {
+        let Some(name) = node.settings.llm().and_then(|llm| llm.provider.as_deref()) else { continue };
+        if !BUILT_IN_PROVIDERS.contains(&name) && !config.providers.contains_key(name) {
+            let mut known: Vec<&str> = BUILT_IN_PROVIDERS.to_vec();
+            known.extend(
+                config.providers.keys().map(String::as_str).filter(|key| !BUILT_IN_PROVIDERS.contains(key)),
+            );
+            return Err(SetupError::Provider(ConfigError::NoProvider(format!(
+                "stage `{}` uses provider `{name}`, which fabro does not know (known: {}); fix llm_provider, or \
+                 add [providers.{name}] with a base_url to the fabro config file",
+                node.id,
+                known.join(", ")
+            ))));
+        }
+    }
     let servers = crate::agent::mcp::McpServers::new(config.mcp_servers);
     crate::backends::live::check_mcp_servers(workflow, &servers).map_err(SetupError::Provider)
 }
+
+/// The providers fabro has without a config file entry (their keys come from the environment).
+const BUILT_IN_PROVIDERS: [&str; 4] = ["anthropic", "openai", "gemini", crate::backends::config::COMPATIBLE];
 
 /// Builds an [`Engine`] for one workflow: the built-in handlers (or others), a backend, and the
 /// chain that answers human gates: an answers file, then auto-approval, then a person (a
@@ -331,7 +351,7 @@ impl EngineBuilder {
             });
         }
         if !matches!(self.backend, BackendChoice::Live { .. }) {
-            check_mcp_without_servers(
+            check_without_providers(
                 workflow,
                 &self.config_files,
                 &self.settings,

@@ -1101,3 +1101,28 @@ fn a_local_server_named_only_by_its_url_lends_its_one_model_to_stages_naming_non
         .run();
     assert_eq!(server.main_requests()[0].json()["model"], "local");
 }
+
+#[test]
+fn simulated_and_dry_runs_refuse_a_stage_naming_a_provider_fabro_does_not_know() {
+    let workflow =
+        MODELLESS_PROMPT.replace("prompt=\"Answer\"", "prompt=\"Answer\", llm_provider=\"anthropc\"");
+    for mode in ["--simulate", "--dry-run"] {
+        Test::new()
+            .workflow(&workflow)
+            .args(["run", "workflow.dot", mode])
+            .status(2)
+            .stderr_contains(
+                "stage `ask` uses provider `anthropc`, which fabro does not know (known: anthropic, openai, gemini, \
+                 openai_compatible)",
+            )
+            .run();
+    }
+    // A built-in provider needs no key to be simulated.
+    Test::new()
+        .workflow(
+            &MODELLESS_PROMPT.replace("prompt=\"Answer\"", "prompt=\"Answer\", llm_provider=\"anthropic\""),
+        )
+        .args(["run", "workflow.dot", "--simulate", "-q"])
+        .status(0)
+        .run();
+}
