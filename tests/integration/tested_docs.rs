@@ -1,7 +1,7 @@
 //! The README and the pages of `docs/` as tests: every command their `console` blocks show runs
 //! here, and what a block shows it printing is compared with what it prints. trycmd runs the
-//! commands and compares (`[..]` in a line stands for any text, `...` on a line of its own for
-//! any lines: run ids, times, paths); this file only cuts the pages into its cases.
+//! commands and compares (`[..]` in a line stands for any text: run ids, times, paths; `...` on
+//! a line of its own for any lines); this file only cuts the pages into its cases.
 //!
 //! A page's blocks run in order in one scratch directory holding a copy of `workflows/`, so a
 //! later command sees the runs of earlier ones (`--last`). The info string of a block says how
