@@ -287,3 +287,26 @@ fn the_exit_codes_of_the_docs_are_those_of_the_help() {
         "the README's exit codes"
     );
 }
+
+#[test]
+fn the_templates_of_fabro_new_are_described_as_its_help_describes_them() {
+    let dir = tempfile::tempdir().expect("a directory");
+    let help = crate::common::fabro_in(dir.path(), &["new", "--help"]);
+    let help = String::from_utf8_lossy(&help.stdout).into_owned();
+    let template = regex::Regex::new(r"^\s+- ([a-z-]+):\s+(.+)$").expect("a pattern");
+    let cli = read("docs/cli.md");
+    let mut described = 0;
+    for found in help.lines().filter_map(|line| template.captures(line)) {
+        let (name, description) = (&found[1], found[2].trim());
+        let row = cli
+            .lines()
+            .find(|line| line.starts_with(&format!("| `{name}`")))
+            .unwrap_or_else(|| panic!("docs/cli.md has no row for template `{name}`"));
+        assert!(
+            row.contains(description),
+            "docs/cli.md describes `{name}` otherwise than its help: {description}"
+        );
+        described += 1;
+    }
+    assert_eq!(described, 4, "fabro new --help lists its templates:\n{help}");
+}
