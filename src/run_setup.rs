@@ -178,6 +178,7 @@ impl BackendChoice {
             })?;
             config.mcp_servers.extend(servers);
         }
+        take_served_models(&mut config, workflow)?;
         let no_provider = config.providers.is_empty();
         let backend = LiveBackend::new(config)?.with_person(person);
         match backend.check(workflow) {
@@ -194,6 +195,66 @@ impl BackendChoice {
     }
 }
 
+/// A local server named only by its URL (`FABRO_LLM_BASE_URL`, or a config file provider
+/// without `models`) and stages that name no model: the server's one model is theirs, as its
+/// `GET /models` lists it.
+fn take_served_models(config: &mut LlmConfig, workflow: &Workflow) -> Result<(), SetupError> {
+    let modelless = workflow
+        .nodes()
+        .filter(|node| node.handler_type().is_llm())
+        .filter(|node| matches!(node.settings.backend, Ok(crate::graph::settings::Backend::Api)))
+        .filter_map(|node| node.settings.llm())
+        .filter(|llm| llm.model.is_none())
+        .map(|llm| llm.provider.as_deref());
+    for name in config.providers_without_a_model(modelless) {
+        let Some(settings) = config.providers.get(&name) else { continue };
+        let url = format!("{}/models", settings.base_url.trim_end_matches('/'));
+        let served = crate::llm::http::served_models(&url, settings.api_key.as_deref());
+        config.take_served_model(&name, served).map_err(SetupError::Provider)?;
+    }
+    Ok(())
+}
+
+/// What a live run checks of its configuration before it starts, for a run that asks no provider
+/// and starts no MCP server (simulated, dry or scripted): the config file's and the settings
+/// layers' servers and `--mcp-config` must be valid, every server an agent stage names must be
+/// among them, and every provider a stage names must be one fabro knows (built in or in the
+/// config file); its key is not needed.
+fn check_without_providers(
+    workflow: &Workflow,
+    files: &ConfigFiles,
+    settings: &RunSettings,
+    mcp_config: Option<&str>,
+) -> Result<(), SetupError> {
+    let mut config = LlmConfig::from_files(files).map_err(SetupError::Config)?;
+    settings.apply_defaults(&mut config);
+    if let Some(path) = mcp_config.filter(|path| !path.trim().is_empty()) {
+        let servers = crate::agent::mcp::read_config_file(Path::new(path), files)
+            .map_err(|problem| SetupError::Provider(ConfigError::Mcp(format!("--mcp-config: {problem}"))))?;
+        config.mcp_servers.extend(servers);
+    }
+    for node in workflow.nodes().filter(|node| node.handler_type().is_llm()) {
+        let Some(name) = node.settings.llm().and_then(|llm| llm.provider.as_deref()) else { continue };
+        if !BUILT_IN_PROVIDERS.contains(&name) && !config.providers.contains_key(name) {
+            let mut known: Vec<&str> = BUILT_IN_PROVIDERS.to_vec();
+            known.extend(
+                config.providers.keys().map(String::as_str).filter(|key| !BUILT_IN_PROVIDERS.contains(key)),
+            );
+            return Err(SetupError::Provider(ConfigError::NoProvider(format!(
+                "stage `{}` uses provider `{name}`, which fabro does not know (known: {}); fix llm_provider, or \
+                 add [providers.{name}] with a base_url to the fabro config file",
+                node.id,
+                known.join(", ")
+            ))));
+        }
+    }
+    let servers = crate::agent::mcp::McpServers::new(config.mcp_servers);
+    crate::backends::live::check_mcp_servers(workflow, &servers).map_err(SetupError::Provider)
+}
+
+/// The providers fabro has without a config file entry (their keys come from the environment).
+const BUILT_IN_PROVIDERS: [&str; 4] = ["anthropic", "openai", "gemini", crate::backends::config::COMPATIBLE];
+
 /// Builds an [`Engine`] for one workflow: the built-in handlers (or others), a backend, and the
 /// chain that answers human gates: an answers file, then auto-approval, then a person (a
 /// terminal, or any other interviewer); with none, a gate pauses the run.
@@ -206,6 +267,8 @@ pub struct EngineBuilder {
     step: Option<Arc<dyn StepReviewer>>,
     config_files: ConfigFiles,
     settings: RunSettings,
+    /// `--mcp-config`, checked for every backend (a live one also reads it).
+    mcp_config: Option<String>,
 }
 
 impl EngineBuilder {
@@ -219,7 +282,16 @@ impl EngineBuilder {
             step: None,
             config_files: ConfigFiles::from_disk(),
             settings: RunSettings::default(),
+            mcp_config: None,
         }
+    }
+
+    /// The MCP config file the run was given (`--mcp-config`): a simulated, dry or scripted run
+    /// starts no MCP server but refuses the file, and stages naming servers it lacks, as a live
+    /// run does.
+    pub fn mcp_config(mut self, path: impl Into<String>) -> EngineBuilder {
+        self.mcp_config = Some(path.into());
+        self
     }
 
     /// Where the config file and `--mcp-config` are read from: a resume passes the texts its
@@ -277,6 +349,14 @@ impl EngineBuilder {
                 node: node.id.clone(),
                 kind: node.handler_type().to_string(),
             });
+        }
+        if !matches!(self.backend, BackendChoice::Live { .. }) {
+            check_without_providers(
+                workflow,
+                &self.config_files,
+                &self.settings,
+                self.mcp_config.as_deref(),
+            )?;
         }
         let backend =
             self.backend.backend_for(workflow, self.person.clone(), &self.config_files, &self.settings)?;

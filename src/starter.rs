@@ -11,7 +11,8 @@ pub enum Template {
     Linear,
     /// implement, run the tests, loop through a fix stage until they pass.
     BranchLoop,
-    /// implement, then a human approves or sends it back.
+    /// plan, implement (a goal gate), summarize for the reviewer, then a human approves or sends
+    /// the change back.
     ReviewGate,
     /// three reviews at once, merged at a fan-in.
     Parallel,
@@ -36,7 +37,7 @@ impl Template {
         match self {
             Template::Linear => "plan, implement, check and review, one after another",
             Template::BranchLoop => "implement, run the tests, and loop through a fix stage until they pass",
-            Template::ReviewGate => "implement, then a human approves the change or sends it back",
+            Template::ReviewGate => "plan, implement (a goal gate), summarize for the reviewer, then a human approves the change or sends it back",
             Template::Parallel => "three reviews at once, merged at a fan-in",
         }
     }
@@ -236,7 +237,7 @@ digraph __NAME__ {
 }
 "#;
 
-const REVIEW_GATE: &str = r#"// __NAME__.dot: an agent implements a change and a human approves it or sends it back
+const REVIEW_GATE: &str = r#"// __NAME__.dot: an agent implements a planned change, and a human approves it or sends it back
 // (made by `fabro new --template review-gate`). Shows a human gate and a goal gate.
 //
 // Check it:  fabro validate __NAME__.dot

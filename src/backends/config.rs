@@ -561,6 +561,65 @@ impl LlmConfig {
         self.default_provider.clone()
     }
 
+    /// The OpenAI-compatible providers whose model a stage naming none (`stages`: each stage's
+    /// own provider, if it names one) would have to guess: no `--model`, `FABRO_LLM_MODEL`,
+    /// `default_model` or `models = [...]` names one. [`LlmConfig::take_served_model`] asks them.
+    pub fn providers_without_a_model<'a>(
+        &self,
+        stages: impl IntoIterator<Item = Option<&'a str>>,
+    ) -> Vec<String> {
+        if self.model_override.is_some() || self.default_model.is_some() {
+            return Vec::new();
+        }
+        let mut names: Vec<String> = stages
+            .into_iter()
+            .filter_map(|stage| match &self.provider_override {
+                Some(forced) => Some(forced.clone()),
+                None => stage.map(str::to_string).or_else(|| self.default_provider_name()),
+            })
+            .filter(|name| {
+                self.providers.get(name).is_some_and(|settings| {
+                    settings.kind == ProviderKind::OpenAiCompatible
+                        && name != "gemini"
+                        && settings.models.is_empty()
+                })
+            })
+            .collect();
+        names.sort();
+        names.dedup();
+        names
+    }
+
+    /// Takes the one model that provider `name` lists (`served`: the ids of its `GET /models`)
+    /// as its model, for the stages that name none. Several, or none, is an error naming them
+    /// and how to choose.
+    pub fn take_served_model(
+        &mut self,
+        name: &str,
+        served: Result<Vec<String>, String>,
+    ) -> Result<(), ConfigError> {
+        let Some(settings) = self.providers.get_mut(name) else { return Ok(()) };
+        let choose = "name one with --model, FABRO_LLM_MODEL or llm_model on the stage";
+        let url = format!("{}/models", settings.base_url.trim_end_matches('/'));
+        match served {
+            Ok(models) if models.len() == 1 => {
+                settings.models = models;
+                Ok(())
+            }
+            Ok(models) if models.is_empty() => Err(ConfigError::NoProvider(format!(
+                "provider `{name}` has no model named, and {url} lists none; {choose}"
+            ))),
+            Ok(models) => Err(ConfigError::NoProvider(format!(
+                "provider `{name}` has no model named, and {url} lists {}: {}; {choose}",
+                models.len(),
+                models.join(", ")
+            ))),
+            Err(reason) => Err(ConfigError::NoProvider(format!(
+                "provider `{name}` has no model named, and its model list could not be read ({reason}); {choose}"
+            ))),
+        }
+    }
+
     fn default_provider_name(&self) -> Option<String> {
         if let Some(name) = &self.default_provider {
             return Some(name.clone());

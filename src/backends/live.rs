@@ -45,6 +45,30 @@ fn probe_url(settings: &super::config::ProviderSettings) -> String {
     }
 }
 
+/// Checks that the MCP servers every agent stage of `workflow` names are among `servers`: a
+/// live run checks this before it starts, and so do simulated and dry runs, which start none.
+pub fn check_mcp_servers(
+    workflow: &Workflow,
+    servers: &crate::agent::mcp::McpServers,
+) -> Result<(), ConfigError> {
+    for node in workflow.nodes().filter(|node| node.handler_type() == crate::graph::HandlerType::Agent) {
+        let Some(llm) = node.settings.llm() else { continue };
+        if let Some(name) = servers.unknown(&llm.mcp_servers).first() {
+            let configured: Vec<&str> = servers.names().collect();
+            return Err(ConfigError::Mcp(format!(
+                "stage `{}` has mcp_servers naming `{name}`, which is not configured ({}); add \
+                 [mcp_servers.{name}] to the config file or an --mcp-config file",
+                node.id,
+                match configured.is_empty() {
+                    true => "no MCP server is".to_string(),
+                    false => format!("configured: {}", configured.join(", ")),
+                }
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Most output tokens asked for per call (less for small context windows).
 const MAX_OUTPUT_TOKENS: u64 = 8_192;
 
@@ -155,22 +179,7 @@ impl LiveBackend {
     /// that the MCP servers agent stages name are configured, so a run does not stop halfway for
     /// want of a key.
     pub fn check(&self, workflow: &Workflow) -> Result<(), ConfigError> {
-        for node in workflow.nodes().filter(|node| node.handler_type() == crate::graph::HandlerType::Agent) {
-            let Some(llm) = node.settings.llm() else { continue };
-            let unknown = self.mcp.unknown(&llm.mcp_servers);
-            if let Some(name) = unknown.first() {
-                let configured: Vec<&str> = self.mcp.names().collect();
-                return Err(ConfigError::Mcp(format!(
-                    "stage `{}` has mcp_servers naming `{name}`, which is not configured ({}); add \
-                     [mcp_servers.{name}] to the config file or an --mcp-config file",
-                    node.id,
-                    match configured.is_empty() {
-                        true => "no MCP server is".to_string(),
-                        false => format!("configured: {}", configured.join(", ")),
-                    }
-                )));
-            }
-        }
+        check_mcp_servers(workflow, &self.mcp)?;
         for node in workflow.nodes().filter(|node| node.handler_type().is_llm()) {
             let Some(llm) = node.settings.llm() else { continue };
             let backend = node.settings.backend.as_ref().map_err(|invalid| {

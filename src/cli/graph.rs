@@ -105,7 +105,7 @@ pub fn run(args: GraphArgs) -> u8 {
     if checked.has_errors() {
         let source = checked.workflow.source().clone();
         eprint!("{}", render_diagnostics(&checked.diagnostics, &source));
-        eprintln!("{}", summary_line(source.path(), &checked.diagnostics));
+        eprintln!("{}", summary_line(source.path(), &checked.diagnostics, 0));
         return exit::INVALID;
     }
     let options = DotOptions { direction: args.direction.map(Direction::from), overlay };

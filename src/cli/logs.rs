@@ -264,10 +264,14 @@ impl<W: Write> Printer<'_, W> {
     }
 }
 
-/// Whether an event is about `node`: a stage event of it, or the edge chosen after it.
+/// Whether an event is about `node`: a stage event of it, or the edge chosen after it. The
+/// `checkpoint.*` records after a stage name it too, but are the run's, not the stage's.
 fn belongs_to(event: &Map<String, Value>, node: &str) -> bool {
     let is = |key: &str| event.get(key).and_then(Value::as_str) == Some(node);
-    if event.contains_key("node_id") {
+    let name = event.get("event").and_then(Value::as_str).unwrap_or("");
+    if name.starts_with("checkpoint.") {
+        false
+    } else if event.contains_key("node_id") {
         is("node_id")
     } else {
         is("from")

@@ -272,7 +272,10 @@ fn init_tracing(verbose: u8) {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_env("FABRO_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    // Colour only on a terminal, never in CI or with NO_COLOR set (docs/ci.md).
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr())
+        && std::env::var_os("CI").is_none()
+        && std::env::var_os("NO_COLOR").is_none_or(|value| value.is_empty());
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(|| RedactingStderr)

@@ -13,7 +13,7 @@ pub enum TemplateArg {
     Linear,
     /// implement, run the tests, and loop through a fix stage until they pass
     BranchLoop,
-    /// implement, then a human approves the change or sends it back
+    /// plan, implement (a goal gate), summarize for the reviewer, then a human approves the change or sends it back
     ReviewGate,
     /// three reviews at once, merged at a fan-in
     Parallel,

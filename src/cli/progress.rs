@@ -90,7 +90,10 @@ impl ProgressView {
     pub fn new(options: ViewOptions) -> Arc<ProgressView> {
         let stderr_is_terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
         let live = !options.quiet && stderr_is_terminal && std::env::var_os("CI").is_none();
-        let colour = stderr_is_terminal && std::env::var_os("NO_COLOR").is_none_or(|value| value.is_empty());
+        // No colour in CI (docs/ci.md), even when its runner gives fabro a terminal.
+        let colour = stderr_is_terminal
+            && std::env::var_os("CI").is_none()
+            && std::env::var_os("NO_COLOR").is_none_or(|value| value.is_empty());
         let multi = live.then(|| MultiProgress::with_draw_target(ProgressDrawTarget::stderr()));
         let screen = Arc::new(Screen { multi, followers: Mutex::default() });
         if options.stream_output && !options.quiet {
@@ -120,8 +123,13 @@ impl ProgressView {
             Event::StageCompleted(end) => self.stage_ended(logged, end, false),
             Event::StageFailed(end) => self.stage_ended(logged, end, true),
             Event::InterviewStarted { .. } => {
-                // The terminal belongs to the question until it is answered.
+                // The terminal belongs to the question until it is answered: the spinners stop
+                // and go (none is left drawn above it), and come back after.
                 if let Some(multi) = &self.screen.multi {
+                    for spinner in self.state().spinners.values() {
+                        spinner.disable_steady_tick();
+                    }
+                    let _ = multi.clear();
                     multi.set_draw_target(ProgressDrawTarget::hidden());
                 }
                 if self.options.asks_person {
@@ -133,6 +141,9 @@ impl ProgressView {
                 if matches!(event, Event::InterviewCompleted { .. } | Event::InterviewTimeout { .. }) {
                     if let Some(multi) = &self.screen.multi {
                         multi.set_draw_target(ProgressDrawTarget::stderr());
+                        for spinner in self.state().spinners.values() {
+                            spinner.enable_steady_tick(Duration::from_millis(100));
+                        }
                     }
                 }
                 if let Some(line) = describe(logged) {

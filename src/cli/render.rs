@@ -127,9 +127,11 @@ pub fn render_diagnostics<'d>(
     out
 }
 
-pub fn summary_line(path: &Path, diagnostics: &[Diagnostic]) -> String {
+/// `FILE: valid (N warnings)`, or `FILE: invalid: N errors, N warnings`; `other_errors` are
+/// errors found outside the workflow (its settings layers, hooks among them).
+pub fn summary_line(path: &Path, diagnostics: &[Diagnostic], other_errors: usize) -> String {
     let count = |severity| diagnostics.iter().filter(|d| d.severity == severity).count();
-    let (errors, warnings) = (count(Severity::Error), count(Severity::Warning));
+    let (errors, warnings) = (count(Severity::Error) + other_errors, count(Severity::Warning));
     let plural = |n: usize, word: &str| format!("{n} {word}{}", if n == 1 { "" } else { "s" });
     if errors > 0 {
         format!("{}: invalid: {}, {}", path.display(), plural(errors, "error"), plural(warnings, "warning"))

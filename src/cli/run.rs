@@ -691,6 +691,9 @@ pub fn engine_for(
     let mut builder = EngineBuilder::new(BackendChoice::of(&launch.given()))
         .config_files(files.clone())
         .settings(settings.clone());
+    if let Some(path) = launch.given().mcp_config {
+        builder = builder.mcp_config(path);
+    }
     if let Some(path) = &launch.answers {
         builder = builder.answers_file(path);
     }

@@ -14,7 +14,8 @@ pub struct ServeArgs {
     #[arg(long, default_value = ".fabro/runs")]
     pub dir: PathBuf,
     /// The address to listen on, or a host name for it (then also the name the server answers
-    /// to); any other than loopback needs a token (one is made when none is given).
+    /// to); an address outside loopback (127.0.0.0/8, ::1) needs a token (one is made when none
+    /// is given).
     #[arg(long, default_value = "127.0.0.1")]
     pub bind: String,
     /// The port (0: any free port; the URL printed says which).

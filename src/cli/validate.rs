@@ -70,7 +70,7 @@ pub fn run(
         if let Some(error) = &settings_error {
             println!("error: {error}");
         }
-        println!("{}", summary_line(path, &checked.diagnostics));
+        println!("{}", summary_line(path, &checked.diagnostics, usize::from(settings_error.is_some())));
         if deny_warnings && warnings > 0 && !checked.has_errors() {
             println!("error: --deny-warnings: {warnings} warning(s) count as errors");
         }

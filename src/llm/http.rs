@@ -296,6 +296,46 @@ pub async fn probe(client: &reqwest::Client, url: &str) -> Result<Option<String>
     }
 }
 
+/// The model ids an OpenAI-compatible server lists at `url` (its `GET /models`), asked once
+/// with `api_key` as a bearer token when there is one. Blocks the calling thread (the request
+/// runs on a thread of its own), so a run's setup can call it inside or outside a runtime.
+pub fn served_models(url: &str, api_key: Option<&str>) -> Result<Vec<String>, String> {
+    let (owned_url, api_key) = (url.to_string(), api_key.map(str::to_string));
+    let ask = move || -> Result<Vec<String>, String> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|error| format!("cannot start the HTTP client: {error}"))?;
+        let url = owned_url;
+        runtime.block_on(async {
+            let client = probe_client().map_err(|error| error.to_string())?;
+            let mut request = client.get(&url).timeout(Duration::from_secs(15));
+            if let Some(key) = &api_key {
+                request = request.bearer_auth(key);
+            }
+            let response = request
+                .send()
+                .await
+                .map_err(|error| format!("cannot reach {url}: {}", root_cause(&error)))?;
+            if !response.status().is_success() {
+                return Err(format!("{url} answered {}", response.status()));
+            }
+            let body =
+                response.bytes().await.map_err(|error| format!("{url} answered no model list: {error}"))?;
+            let list: Value = serde_json::from_slice(&body)
+                .map_err(|error| format!("{url} answered no model list: {error}"))?;
+            Ok(list["data"]
+                .as_array()
+                .map(Vec::as_slice)
+                .unwrap_or_default()
+                .iter()
+                .filter_map(|model| model["id"].as_str().map(str::to_string))
+                .collect())
+        })
+    };
+    std::thread::spawn(ask).join().unwrap_or_else(|_| Err(format!("asking {url} for its models failed")))
+}
+
 /// The context windows a model list states, by model id: vLLM's `max_model_len`, LM Studio's
 /// `loaded_context_length` (else `max_context_length`), and the `context_length` or
 /// `context_window` other servers give.

@@ -137,6 +137,7 @@ fn logs_node_filters_to_one_node() {
         assert!(!line.contains("plan@"), "{line}");
     }
     assert!(!text.contains("run.started"), "{text}");
+    assert!(!text.contains("checkpoint.saved"), "the run's records are not the stage's:\n{text}");
 
     let json = dir.fabro(&["logs", "run", "--node", "greet", "--json"]);
     expect_status(&json, 0);

@@ -570,3 +570,30 @@ fn junit_failures_are_what_ended_the_run() {
     assert_eq!(failures(&xml), ("1".to_string(), vec!["deploy (visit 1)".to_string()]), "{xml}");
     assert!(xml.contains("[fabro] this visit failed (command exited with code 1)"), "{xml}");
 }
+
+#[test]
+fn with_ci_set_a_run_on_a_terminal_prints_no_colour() {
+    let dir = tempfile::tempdir().expect("a directory");
+    let workflow = repo_root().join("workflows/linear.dot");
+    let run = |ci: bool| {
+        let mut command = common::fabro_command(
+            dir.path(),
+            &[
+                "run",
+                workflow.to_str().expect("a path"),
+                "--simulate",
+                "--run-dir",
+                if ci { "ci" } else { "local" },
+            ],
+        );
+        if ci {
+            command.env("CI", "true");
+        }
+        let mut terminal = common::pty::Terminal::spawn(command);
+        assert_eq!(terminal.wait().code(), Some(0), "{}", terminal.screen());
+        terminal.screen()
+    };
+    assert!(run(false).contains("\x1b[32m"), "a terminal gets colour without CI");
+    let screen = run(true);
+    assert!(!screen.contains("\x1b["), "CI set, yet escape codes:\n{screen:?}");
+}

@@ -412,9 +412,39 @@ fn a_hooks_table_with_a_typo_is_refused_instead_of_dropping_its_hooks() {
 }
 
 #[test]
+fn a_hooks_table_with_a_typo_in_the_config_file_is_refused_by_run_as_by_validate() {
+    let test = Test::new()
+        .workflow(ONE_COMMAND)
+        .file("config.toml", &hook("run_start", "touch started").replace("[[hooks]]", "[[hook]]"));
+    let config = test.path("config.toml").display().to_string();
+    let ran = test
+        .env("FABRO_CONFIG", &config)
+        .args(["run", "workflow.dot", "--dry-run"])
+        .status(2)
+        .stderr_contains("config.toml:1:3: unknown key `hook` (did you mean `hooks`?)")
+        .stderr_contains("the run did not start")
+        .run();
+    assert!(!ran.dir.path().join("started").exists());
+    Test::new()
+        .workflow(ONE_COMMAND)
+        .env("FABRO_CONFIG", &config)
+        .args(["validate", "workflow.dot"])
+        .status(2)
+        .stdout_contains("config.toml:1:3: unknown key `hook` (did you mean `hooks`?)")
+        .stdout_contains("workflow.dot: invalid: 1 error")
+        .run();
+}
+
+#[test]
 fn validate_checks_the_hooks_a_run_would_take() {
     let test = Test::new().workflow(ONE_COMMAND).file("fabro.toml", &hook("stage_compelte", "true"));
-    let ran = test.args(["validate", "workflow.dot"]).status(2).stdout_contains("error: ").run();
+    let ran = test
+        .args(["validate", "workflow.dot"])
+        .status(2)
+        .stdout_contains("error: ")
+        .stdout_contains("workflow.dot: invalid: 1 error, 1 warning")
+        .stdout_lacks("valid (")
+        .run();
     assert!(
         ran.stdout().contains("fabro.toml: hooks[0]: unknown event `stage_compelte`"),
         "{}",

@@ -1055,3 +1055,74 @@ fn turn_limit_outcome_accepts_unfinished_work_from_the_node_the_graph_or_the_con
         }
     }
 }
+
+/// A prompt stage naming no model.
+const MODELLESS_PROMPT: &str = r#"digraph one {
+    start [shape=Mdiamond]
+    exit [shape=Msquare]
+    ask [shape=tab, prompt="Answer"]
+    start -> ask -> exit
+}"#;
+
+fn model_list(ids: &[&str]) -> Option<Value> {
+    Some(
+        json!({"object": "list", "data": ids.iter().map(|id| json!({"id": id, "object": "model"})).collect::<Vec<_>>()}),
+    )
+}
+
+#[test]
+fn a_local_server_named_only_by_its_url_lends_its_one_model_to_stages_naming_none() {
+    let options = ServerOptions { models: model_list(&["smollm2-135m"]), ..ServerOptions::default() };
+    let server = LlmServer::start_with(vec![openai_text("42", 5, 1)], vec![], options);
+    compatible(&server, MODELLESS_PROMPT).args(["run", "workflow.dot", "-q"]).status(0).run();
+    let asked = server.main_requests();
+    assert_eq!(asked.len(), 1);
+    assert_eq!(asked[0].json()["model"], "smollm2-135m");
+
+    // Several models: the error names them and how to choose.
+    let options = ServerOptions { models: model_list(&["qwen", "llama"]), ..ServerOptions::default() };
+    let server = LlmServer::start_with(vec![], vec![], options);
+    compatible(&server, MODELLESS_PROMPT)
+        .args(["run", "workflow.dot"])
+        .status(2)
+        .stderr_contains(&format!(
+            "provider `openai_compatible` has no model named, and {} lists 2: qwen, llama; name one with \
+             --model, FABRO_LLM_MODEL or llm_model on the stage; the run did not start",
+            server.url("/v1/models")
+        ))
+        .run();
+    assert!(server.requests().is_empty());
+
+    // A named model needs no list.
+    let server = LlmServer::start(vec![openai_text("42", 5, 1)], vec![]);
+    compatible(&server, MODELLESS_PROMPT)
+        .args(["run", "workflow.dot", "-q", "--model", "local"])
+        .status(0)
+        .run();
+    assert_eq!(server.main_requests()[0].json()["model"], "local");
+}
+
+#[test]
+fn simulated_and_dry_runs_refuse_a_stage_naming_a_provider_fabro_does_not_know() {
+    let workflow =
+        MODELLESS_PROMPT.replace("prompt=\"Answer\"", "prompt=\"Answer\", llm_provider=\"anthropc\"");
+    for mode in ["--simulate", "--dry-run"] {
+        Test::new()
+            .workflow(&workflow)
+            .args(["run", "workflow.dot", mode])
+            .status(2)
+            .stderr_contains(
+                "stage `ask` uses provider `anthropc`, which fabro does not know (known: anthropic, openai, gemini, \
+                 openai_compatible)",
+            )
+            .run();
+    }
+    // A built-in provider needs no key to be simulated.
+    Test::new()
+        .workflow(
+            &MODELLESS_PROMPT.replace("prompt=\"Answer\"", "prompt=\"Answer\", llm_provider=\"anthropic\""),
+        )
+        .args(["run", "workflow.dot", "--simulate", "-q"])
+        .status(0)
+        .run();
+}

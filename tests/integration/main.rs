@@ -57,6 +57,7 @@ mod stage_processes;
 mod streaming;
 mod sub_workflows;
 mod terminal_text;
+mod tested_docs;
 mod tool_call_hooks;
 mod validate_cli;
 mod watching_runs;

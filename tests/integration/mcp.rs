@@ -225,6 +225,37 @@ fn a_stage_naming_an_unconfigured_server_or_a_header_with_a_forbidden_variable_s
     assert!(server.requests().is_empty());
 }
 
+#[test]
+fn simulated_and_dry_runs_refuse_what_a_live_run_refuses_of_the_mcp_configuration() {
+    let workflow = ONE_AGENT.replace("prompt=", "mcp_servers=\"nope\", prompt=");
+    for mode in ["--simulate", "--dry-run"] {
+        Test::new()
+            .workflow(&workflow)
+            .args(["run", "workflow.dot", mode])
+            .status(2)
+            .stderr_contains(
+                "stage `work` has mcp_servers naming `nope`, which is not configured (no MCP server is)",
+            )
+            .stderr_contains("the run did not start")
+            .run();
+        let ran = Test::new()
+            .workflow(ONE_AGENT)
+            .file("mcp.toml", "mcp_servers = [")
+            .args(["run", "workflow.dot", mode, "--mcp-config", "mcp.toml", "--run-dir", "run"])
+            .status(2)
+            .stderr_contains("--mcp-config: the MCP config file mcp.toml is invalid")
+            .run();
+        assert!(!ran.dir.path().join("run").exists(), "a refused run left a run directory");
+        // A server the file configures is taken, and starts only in a live run.
+        Test::new()
+            .workflow(&workflow.replace("nope", "files"))
+            .file("mcp.toml", "[mcp_servers.files]\ntype = \"stdio\"\ncommand = [\"no-such-server\"]\n")
+            .args(["run", "workflow.dot", mode, "--mcp-config", "mcp.toml", "-q"])
+            .status(0)
+            .run();
+    }
+}
+
 /// A Streamable HTTP MCP server with one tool, `echo`, answering in plain JSON; it keeps the
 /// Authorization header of every request.
 struct HttpMcpServer {

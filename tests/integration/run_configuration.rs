@@ -259,10 +259,15 @@ fn a_resume_keeps_the_settings_its_run_started_with() {
     drop(ran);
 }
 
-/// The ```toml blocks of a Markdown page, in order.
+/// The ```toml blocks of a Markdown page, in order (an info string may go on: `toml file=NAME`).
 fn toml_blocks(page: &str) -> Vec<String> {
     let text = std::fs::read_to_string(common::repo_root().join(page)).unwrap();
-    text.split("```toml\n").skip(1).filter_map(|rest| rest.split("```").next()).map(str::to_string).collect()
+    text.split("```toml")
+        .skip(1)
+        .filter_map(|rest| rest.split_once('\n'))
+        .filter_map(|(_, rest)| rest.split("```").next())
+        .map(str::to_string)
+        .collect()
 }
 
 #[test]

@@ -16,12 +16,24 @@ pub struct Terminal {
 
 impl Terminal {
     /// Starts `command` with a new pseudo-terminal as its stdin, stdout and stderr.
-    pub fn spawn(mut command: Command) -> Terminal {
+    pub fn spawn(command: Command) -> Terminal {
+        Terminal::start(command, None)
+    }
+
+    /// Like [`Terminal::spawn`], on a terminal of `rows` by `columns` characters.
+    #[allow(dead_code)]
+    pub fn spawn_sized(command: Command, rows: u16, columns: u16) -> Terminal {
+        let size = libc::winsize { ws_row: rows, ws_col: columns, ws_xpixel: 0, ws_ypixel: 0 };
+        Terminal::start(command, Some(size))
+    }
+
+    fn start(mut command: Command, size: Option<libc::winsize>) -> Terminal {
         let (mut master, mut slave) = (0, 0);
-        // SAFETY: openpty writes two new descriptors into the integers it is given.
-        let opened = unsafe {
-            libc::openpty(&mut master, &mut slave, std::ptr::null_mut(), std::ptr::null(), std::ptr::null())
-        };
+        let size = size.as_ref().map_or(std::ptr::null(), |size| size as *const libc::winsize);
+        // SAFETY: openpty writes two new descriptors into the integers it is given and only reads
+        // the size, which outlives the call.
+        let opened =
+            unsafe { libc::openpty(&mut master, &mut slave, std::ptr::null_mut(), std::ptr::null(), size) };
         assert_eq!(opened, 0, "openpty: {}", std::io::Error::last_os_error());
         // SAFETY: both descriptors were just opened and are owned by nobody else.
         let (master, slave) = unsafe { (OwnedFd::from_raw_fd(master), OwnedFd::from_raw_fd(slave)) };
