@@ -50,7 +50,7 @@ pub struct ApiError {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ErrorBody {
     /// `not_found`, `bad_request`, `invalid_workflow`, `not_cancelable`, `not_resumable`,
-    /// `not_waiting`, `already_answered`, `in_use`, `internal`.
+    /// `not_waiting`, `already_answered`, `in_use`, `forbidden`, `unauthorized`, `internal`.
     pub code: String,
     pub message: String,
     /// For `invalid_workflow`: the validator's findings, as `fabro validate` prints them.
@@ -58,7 +58,7 @@ pub struct ErrorBody {
     pub diagnostics: Vec<String>,
 }
 
-fn error(status: StatusCode, code: &'static str, message: impl Into<String>) -> Response {
+pub(super) fn error(status: StatusCode, code: &'static str, message: impl Into<String>) -> Response {
     Refusal(status, code, message.into()).into_response()
 }
 

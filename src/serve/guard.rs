@@ -29,8 +29,13 @@ pub async fn security_headers(request: Request, next: Next) -> Response {
     response
 }
 
-fn forbidden(why: &str) -> Response {
-    (StatusCode::FORBIDDEN, format!("{why}\n")).into_response()
+/// A refusal: plain text for the pages, the API's JSON error (`{"error": {"code", "message"}}`)
+/// under `/api/`.
+fn refused(status: StatusCode, code: &'static str, why: &str, api: bool) -> Response {
+    match api {
+        true => super::api::error(status, code, why.trim()),
+        false => (status, format!("{why}\n")).into_response(),
+    }
 }
 
 /// Refuses a request whose `Host` is not a name of this server (a page of another site reaching
@@ -38,6 +43,8 @@ fn forbidden(why: &str) -> Response {
 /// not come from one of its own pages: its `Origin`, or without one its `Referer`, must be this
 /// server.
 pub async fn same_origin(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
+    let api = request.uri().path().starts_with("/api/");
+    let forbidden = |why: &str| refused(StatusCode::FORBIDDEN, "forbidden", why, api);
     let Some(LocalAddr(local)) = request.extensions().get::<LocalAddr>().copied() else {
         return forbidden("the request came in on no known connection");
     };
@@ -47,7 +54,7 @@ pub async fn same_origin(State(state): State<Arc<AppState>>, request: Request, n
             "refused: `{host}` is not a host name this server serves; open the URL `fabro serve` printed"
         ));
     }
-    let api_call = request.uri().path().starts_with("/api/") && is_api_client(request.headers());
+    let api_call = api && is_api_client(request.headers());
     if !matches!(*request.method(), Method::GET | Method::HEAD)
         && !api_call
         && !from_own_page(request.headers(), host)
@@ -147,8 +154,13 @@ pub async fn require_token(State(state): State<Arc<AppState>>, request: Request,
         .and_then(|value| value.strip_prefix("Bearer "))
         .is_some_and(|value| value.trim() == token);
     if !in_query && !in_cookie && !in_header {
-        return (StatusCode::UNAUTHORIZED, "a valid token is required: open the URL `fabro serve` printed\n")
-            .into_response();
+        let why = "a valid token is required: open the URL `fabro serve` printed, or send `Authorization: Bearer TOKEN`";
+        return refused(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            why,
+            request.uri().path().starts_with("/api/"),
+        );
     }
     let mut response = next.run(request).await;
     if in_query {

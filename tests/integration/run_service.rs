@@ -28,12 +28,19 @@ struct Service {
 
 impl Service {
     fn start(dir: &Path, max: &str) -> Service {
-        let args = ["serve", "--dir", ".fabro/runs", "--workflows", "wf", "--max-concurrent-runs", max];
+        Service::start_with(dir, &["--max-concurrent-runs", max])
+    }
+
+    fn start_with(dir: &Path, extra: &[&str]) -> Service {
+        let mut args = vec!["serve", "--dir", ".fabro/runs", "--workflows", "wf"];
+        args.extend_from_slice(extra);
         let mut child =
             common::fabro_command(dir, &args).stdout(Stdio::piped()).spawn().expect("fabro serve");
         let mut first = String::new();
         BufReader::new(child.stdout.take().unwrap()).read_line(&mut first).unwrap();
-        let url = first.trim().strip_prefix("fabro serve: ").expect(&first).trim_end_matches('/').to_string();
+        let url = first.trim().strip_prefix("fabro serve: ").expect(&first);
+        // The printed URL carries a token as `?token=`: API clients send it as a header.
+        let url = url.split('?').next().unwrap_or(url).trim_end_matches('/').to_string();
         Service { child, base: url }
     }
 
@@ -176,13 +183,13 @@ fn the_api_refuses_what_it_cannot_run_with_a_stable_code_and_documents_every_rou
     let (code, answer) = service.call("GET", "/runs/01a21c5a-4567-751a-bec0-a381e719c5f5", None, &[]);
     assert_eq!((code, answer["error"]["code"].as_str()), (404, Some("not_found")));
     // A page of another site cannot start a run.
-    let (code, _) = service.call(
+    let (code, answer) = service.call(
         "POST",
         "/runs",
         Some(json!({"workflow": "gated.dot"})),
         &[("origin", "http://evil.example")],
     );
-    assert_eq!(code, 403);
+    assert_eq!((code, answer["error"]["code"].as_str()), (403, Some("forbidden")), "{answer}");
     assert!(
         !dir.path().join(".fabro/runs").exists()
             || common::fabro_in(dir.path(), &["runs", "--json"]).stdout.len() < 5
@@ -301,4 +308,16 @@ fn a_gate_of_a_run_started_over_the_api_is_answered_over_it_and_an_ended_run_is_
     assert_eq!(code, 204);
     let (code, _) = service.call("GET", &format!("/runs/{id}"), None, &[]);
     assert_eq!(code, 404);
+}
+
+#[test]
+fn with_a_token_api_clients_send_it_as_a_bearer_header_and_are_told_in_json_when_they_do_not() {
+    let dir = workspace();
+    let service = Service::start_with(dir.path(), &["--token", "s3cret"]);
+    let (code, answer) = service.call("GET", "/runs", None, &[]);
+    assert_eq!((code, answer["error"]["code"].as_str()), (401, Some("unauthorized")), "{answer}");
+    let (code, answer) = service.call("GET", "/runs", None, &[("authorization", "Bearer wrong")]);
+    assert_eq!(code, 401, "{answer}");
+    let (code, answer) = service.call("GET", "/runs", None, &[("authorization", "Bearer s3cret")]);
+    assert_eq!((code, answer.as_array().map(Vec::len)), (200, Some(0)), "{answer}");
 }
