@@ -35,17 +35,20 @@ fn step(state: &super::AppState) -> Result<(), crate::run_launcher::LaunchError>
     let options = &state.options;
     let mut active = 0;
     let mut queued = Vec::new();
-    for entry in super::all_runs(&options.runs_dir) {
-        let Some(submission) = Submission::read(&entry.dir).ok().flatten() else { continue };
+    // Only the service's submissions: a run directory without one costs one failed open, not the
+    // parse of its manifest (the queue looks four times a second, however many runs there are).
+    for dir in service_runs(&options.runs_dir) {
+        let Some(submission) = Submission::read(&dir).ok().flatten() else { continue };
         if submission.by != SERVICE {
             continue;
         }
-        match RunState::of(&entry.dir) {
+        match RunState::of(&dir) {
             RunState::Starting | RunState::Running => active += 1,
-            RunState::Queued => queued.push((submission.run_id.clone(), entry.dir)),
+            RunState::Queued => queued.push((submission.run_id.clone(), dir)),
             RunState::Crashed if submission.relaunches < MAX_RELAUNCHES => {
-                requeue_to_resume(&entry.dir, submission)?;
-                queued.push((entry.run_id, entry.dir));
+                let run_id = submission.run_id.clone();
+                requeue_to_resume(&dir, submission)?;
+                queued.push((run_id, dir));
             }
             _ => {}
         }
@@ -61,6 +64,16 @@ fn step(state: &super::AppState) -> Result<(), crate::run_launcher::LaunchError>
         });
     }
     Ok(())
+}
+
+/// The run directories of `runs_dir` that are directories of their own (not links).
+fn service_runs(runs_dir: &Path) -> Vec<std::path::PathBuf> {
+    let Ok(entries) = std::fs::read_dir(runs_dir) else { return Vec::new() };
+    entries
+        .flatten()
+        .filter(|entry| entry.file_type().is_ok_and(|kind| kind.is_dir()))
+        .map(|entry| entry.path())
+        .collect()
 }
 
 /// A run whose process died goes back into the queue, to be continued by `fabro resume`.
