@@ -45,19 +45,24 @@ impl Input {
             }
             Input::Stdin(lines) => {
                 let lines = match lines {
-                    Some(lines) => {
-                        // Lines typed while no question was showing (say, after a timeout)
-                        // answered an earlier question: drop them.
-                        while let Ok(Ok(stale)) = lines.try_recv() {
-                            if stale.is_empty() {
-                                return Ok(stale);
-                            }
-                        }
-                        lines
-                    }
+                    Some(lines) => lines,
                     None => lines.insert(spawn_stdin_reader()?),
                 };
+                // After the end of input the reader thread has gone and the channel is closed.
                 lines.recv().await.unwrap_or_else(|| Ok(Vec::new()))
+            }
+        }
+    }
+
+    /// Drops the lines typed while no question was showing (say, after a timeout): they
+    /// answered an earlier question. Called before a question is shown, never after, so a
+    /// line typed as soon as the question appears is kept. The end of input stays queued.
+    fn drop_typed_ahead(&mut self) {
+        if let Input::Stdin(Some(lines)) = self {
+            while let Ok(Ok(stale)) = lines.try_recv() {
+                if stale.is_empty() {
+                    break;
+                }
             }
         }
     }
@@ -116,6 +121,7 @@ impl Console {
     /// Shares the input with gate questions, so lines typed for one never reach the other.
     pub async fn ask_line(&self, prompt: &str) -> Option<String> {
         let mut input = self.input.lock().await;
+        input.drop_typed_ahead();
         self.say(prompt);
         match input.read_line().await {
             Ok(line) if line.is_empty() => None,
@@ -156,6 +162,7 @@ impl Interviewer for Console {
         // One question at a time: parallel branches wait their turn for the terminal.
         let mut input = self.input.lock().await;
         let deadline = question.timeout.map(|timeout| tokio::time::Instant::now() + timeout);
+        input.drop_typed_ahead();
         self.say(&render_question(question));
         loop {
             let read = input.read_line();
@@ -323,6 +330,24 @@ mod tests {
         assert_eq!(ask(&console, Some(Duration::from_secs(5))).await, Answer::Choice(1));
         drop(typing.await.unwrap());
         assert_eq!(ask(&console, Some(Duration::from_secs(5))).await, Answer::Unavailable, "closed input");
+    }
+
+    #[tokio::test]
+    async fn a_line_typed_as_soon_as_the_question_is_asked_again_is_kept() {
+        let (sender, receiver) = mpsc::channel(4);
+        let console = Console {
+            input: Mutex::new(Input::Stdin(Some(receiver))),
+            output: SyncMutex::new(Box::new(Shared::default())),
+        };
+        let typing = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            // Both lines arrive before the console reads again after the empty one.
+            sender.send(Ok(b"\n".to_vec())).await.unwrap();
+            sender.send(Ok(b"r\n".to_vec())).await.unwrap();
+            sender
+        });
+        assert_eq!(ask(&console, Some(Duration::from_secs(5))).await, Answer::Choice(1));
+        drop(typing.await.unwrap());
     }
 
     #[tokio::test]
