@@ -64,6 +64,9 @@ pub struct ServeOptions {
     /// Where the service was started: the runs' processes start here and work here unless the
     /// request names a `workdir`.
     pub service_dir: PathBuf,
+    /// Whether a run the service started whose process died is resumed by the queue (else it is
+    /// shown crashed, with a resume action).
+    pub resume_crashed_runs: bool,
 }
 
 struct AppState {

@@ -128,6 +128,13 @@ fn runs_submitted_over_the_api_queue_in_order_run_alone_and_can_be_cancelled_and
     let queued: Vec<&str> =
         listed.as_array().unwrap().iter().map(|run| run["id"].as_str().unwrap()).collect();
     assert_eq!(queued, [ids[2].as_str(), ids[1].as_str()], "newest first");
+    // `fabro runs` lists them too, with the running one, before any finished run.
+    let listed = common::fabro_in(dir.path(), &["runs"]);
+    let table = String::from_utf8_lossy(&listed.stdout);
+    for (id, status) in [(&ids[0], "running"), (&ids[1], "queued"), (&ids[2], "queued")] {
+        let row = table.lines().find(|line| line.starts_with(&id[..13])).unwrap_or_else(|| panic!("{table}"));
+        assert!(row.contains("gated") && row.contains(status), "{table}");
+    }
     // A queued run cancelled never starts.
     let (code, answer) = service.call("POST", &format!("/runs/{}/cancel", ids[2]), Some(json!({})), &[]);
     assert_eq!((code, answer["status"].as_str()), (202, Some("canceled")), "{answer}");
@@ -235,6 +242,20 @@ fn the_api_refuses_what_it_cannot_run_with_a_stable_code_and_documents_every_rou
     );
 }
 
+/// Kills the process running the run in `run_dir` (as a machine's restart would) and waits until
+/// it is gone.
+fn kill_run_process(run_dir: &Path) {
+    let submission: Value =
+        serde_json::from_str(&std::fs::read_to_string(run_dir.join("submission.json")).unwrap()).unwrap();
+    let pid = submission["process"]["pid"].as_i64().unwrap();
+    std::process::Command::new("kill").args(["-9", &pid.to_string()]).status().unwrap();
+    wait_until("the run's process is gone", || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |stat| {
+            stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z'))
+        })
+    });
+}
+
 #[test]
 fn a_service_killed_with_runs_queued_and_running_finishes_each_run_exactly_once_after_a_restart() {
     let dir = workspace();
@@ -244,15 +265,7 @@ fn a_service_killed_with_runs_queued_and_running_finishes_each_run_exactly_once_
     // kill -9 the service, and the process of the run it was running.
     drop(service);
     let run_1 = dir.path().join(".fabro/runs").join(&ids[0]);
-    let submission: Value =
-        serde_json::from_str(&std::fs::read_to_string(run_1.join("submission.json")).unwrap()).unwrap();
-    let pid = submission["process"]["pid"].as_i64().unwrap();
-    std::process::Command::new("kill").args(["-9", &pid.to_string()]).status().unwrap();
-    wait_until("run 1's process is gone", || {
-        std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |stat| {
-            stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z'))
-        })
-    });
+    kill_run_process(&run_1);
     let service = Service::start(dir.path(), "1");
     for n in 1..=3 {
         go(dir.path(), n);
@@ -270,6 +283,33 @@ fn a_service_killed_with_runs_queued_and_running_finishes_each_run_exactly_once_
     // Runs 2 and 3 started only after run 1 (one place), in order.
     assert!(log.find("end 1").unwrap() < log.find("start 2").unwrap(), "{log}");
     assert!(log.find("end 2").unwrap() < log.find("start 3").unwrap(), "{log}");
+}
+
+#[test]
+fn with_crashed_runs_show_a_dead_run_waits_for_a_resume_while_the_queue_goes_on() {
+    let dir = workspace();
+    let service = Service::start(dir.path(), "1");
+    let ids: Vec<String> = (1..=2).map(|n| service.submit(n)).collect();
+    wait_until("run 1 starts", || log(dir.path()).contains("start 1"));
+    drop(service);
+    let run_1 = dir.path().join(".fabro/runs").join(&ids[0]);
+    kill_run_process(&run_1);
+    let service = Service::start_with(dir.path(), &["--max-concurrent-runs", "1", "--crashed-runs", "show"]);
+    go(dir.path(), 2);
+    // The dead run takes no place: the next one runs and ends while it is shown crashed.
+    wait_until("run 2 ends", || service.status(&ids[1]) == "succeeded");
+    assert_eq!(service.status(&ids[0]), "crashed");
+    assert_eq!(log(dir.path()).matches("start 1\n").count(), 1, "run 1 was not resumed by itself");
+    let listed = common::fabro_in(dir.path(), &["runs", "--json"]);
+    let listed: Value = serde_json::from_slice(&listed.stdout).unwrap();
+    let row = listed.as_array().unwrap().iter().find(|row| row["run_id"] == ids[0].as_str()).unwrap();
+    assert_eq!(row["status"], "crashed", "{listed}");
+    // Resumed on request, it finishes once.
+    go(dir.path(), 1);
+    let (code, answer) = service.call("POST", &format!("/runs/{}/resume", ids[0]), Some(json!({})), &[]);
+    assert_eq!(code, 202, "{answer}");
+    wait_until("run 1 ends", || service.status(&ids[0]) == "succeeded");
+    assert_eq!(log(dir.path()).matches("end 1\n").count(), 1, "{}", log(dir.path()));
 }
 
 #[test]
