@@ -57,8 +57,9 @@ pub struct RunArgs {
     #[arg(long = "set", value_name = "KEY=VALUE")]
     set: Vec<String>,
     /// Check the workflow, then run it in the background and return at once: prints the run id
-    /// on stdout (follow it with `fabro logs -f ID`, wait for its exit code with `fabro wait
-    /// ID`, stop it with `fabro cancel ID`); what it prints goes to output.log in its directory.
+    /// on stdout (follow it and answer its gates with `fabro attach ID`, wait for its exit code
+    /// with `fabro wait ID`, stop it with `fabro cancel ID`); what it prints goes to output.log
+    /// in its directory.
     #[arg(long)]
     detach: bool,
     /// The run's id, chosen by `--detach` or the run service for the process they start.
@@ -501,7 +502,7 @@ fn detach(run_dir: Option<&std::path::Path>) -> Result<u8, Refusal> {
     println!("{run_id}");
     let shown = relative_to_cwd(&root);
     eprintln!(
-        "started in the background in {shown} (its output: {shown}/{}); follow it with `fabro logs -f {run_id}`, \
+        "started in the background in {shown} (its output: {shown}/{}); follow it with `fabro attach {run_id}`, \
          wait for it with `fabro wait {run_id}`, stop it with `fabro cancel {run_id}`",
         fabro::run_dir::layout::OUTPUT_LOG
     );

@@ -39,6 +39,11 @@ async fn wait(dir: std::path::PathBuf, timeout: Option<Duration>) -> u8 {
         eprintln!("the run has not settled yet; it goes on");
         return 124;
     };
+    settled(&dir, &state)
+}
+
+/// Says how the run in `dir` settled (as `state`); the exit code `fabro run` would have given.
+pub(super) fn settled(dir: &std::path::Path, state: &RunState) -> u8 {
     let shown = dir.display();
     match state {
         RunState::Ended(RunStatus::Succeeded) => {
@@ -46,7 +51,7 @@ async fn wait(dir: std::path::PathBuf, timeout: Option<Duration>) -> u8 {
             exit::SUCCESS
         }
         RunState::Ended(RunStatus::Failed) => {
-            let reason = fabro::run_dir::read_result(&dir).and_then(|result| result.failure_reason);
+            let reason = fabro::run_dir::read_result(dir).and_then(|result| result.failure_reason);
             eprintln!("run {shown} failed{}", reason.map(|reason| format!(": {reason}")).unwrap_or_default());
             exit::FAILED
         }

@@ -37,6 +37,7 @@ use crate::run_dir::lookup::{runs_in, RunEntry};
 
 use crate::run_dir::layout;
 pub use guard::{percent_decode, percent_encode};
+pub use pages::{waiting_gate, OwnedChoice, WaitingGate};
 
 /// How often the event stream looks for new events.
 const EVENT_POLL: Duration = Duration::from_millis(200);
