@@ -29,7 +29,10 @@ impl LoggedEvent {
             seq: object.get("seq")?.as_u64()?,
             ts: object.get("ts")?.as_str()?.to_string(),
             node_id: object.get("node_id").and_then(|id| id.as_str()).map(str::to_string),
-            visit: object.get("visit").and_then(|visit| visit.as_u64()).and_then(|visit| u32::try_from(visit).ok()),
+            visit: object
+                .get("visit")
+                .and_then(|visit| visit.as_u64())
+                .and_then(|visit| u32::try_from(visit).ok()),
             event: serde_json::from_value(value).ok()?,
         })
     }

@@ -131,12 +131,14 @@ pub fn launch_resume(
     answers: Option<&Path>,
     by: &str,
 ) -> Result<std::process::Child, LaunchError> {
-    let dir = &std::path::absolute(dir).map_err(|source| RunDirError::Io { path: dir.to_path_buf(), source })?;
+    let dir =
+        &std::path::absolute(dir).map_err(|source| RunDirError::Io { path: dir.to_path_buf(), source })?;
     let mut args = vec!["resume".to_string(), dir.display().to_string(), "-q".into()];
     if let Some(answers) = answers {
         args.extend(["--answers".into(), answers.display().to_string()]);
     }
-    let cwd = std::env::current_dir().map_err(|source| RunDirError::Io { path: PathBuf::from("."), source })?;
+    let cwd =
+        std::env::current_dir().map_err(|source| RunDirError::Io { path: PathBuf::from("."), source })?;
     let mut submission = match Submission::read(dir)? {
         Some(submission) => submission,
         None => Submission {

@@ -26,6 +26,10 @@ pub struct Args {
     /// Only show the run: a gate it stops at is not asked here (the command exits 3 then).
     #[arg(long)]
     no_answer: bool,
+    /// Work on the run service at this URL (as `fabro serve` prints it; a `?token=` in it or
+    /// FABRO_SERVER_TOKEN is sent) instead of the runs directory here.
+    #[arg(long, value_name = "URL")]
+    server: Option<String>,
     /// Set from the global -v: stream command output and LLM answers as they are written.
     #[arg(skip)]
     pub stream_output: bool,
@@ -37,19 +41,35 @@ const POLL: Duration = Duration::from_millis(150);
 const RESUME_START: Duration = Duration::from_secs(30);
 
 pub fn run(args: Args) -> u8 {
+    if let Some(url) = &args.server {
+        let client = match super::remote::client(url) {
+            Ok(client) => client,
+            Err(code) => return code,
+        };
+        return super::block_on(async move {
+            let id = match super::remote::run_id(&client, &args.run).await {
+                Ok(id) => id,
+                Err(code) => return code,
+            };
+            detachable(super::remote::attach(&client, &id, args.no_answer)).await
+        });
+    }
     let dir = match args.run.dir() {
         Ok(dir) => dir,
         Err(code) => return code,
     };
-    super::block_on(async move {
-        tokio::select! {
-            code = attach(dir, args.no_answer, args.stream_output) => code,
-            _ = tokio::signal::ctrl_c() => {
-                eprintln!("\ndetached; the run goes on (`fabro attach` again to follow it)");
-                exit::INTERRUPTED
-            }
+    super::block_on(detachable(attach(dir, args.no_answer, args.stream_output)))
+}
+
+/// Runs `following` until it ends or Ctrl-C detaches (leaving the run alone: exit 130).
+pub(super) async fn detachable(following: impl std::future::Future<Output = u8>) -> u8 {
+    tokio::select! {
+        code = following => code,
+        _ = tokio::signal::ctrl_c() => {
+            eprintln!("\ndetached; the run goes on (`fabro attach` again to follow it)");
+            exit::INTERRUPTED
         }
-    })
+    }
 }
 
 async fn attach(root: PathBuf, no_answer: bool, stream_output: bool) -> u8 {
@@ -74,7 +94,10 @@ async fn attach(root: PathBuf, no_answer: bool, stream_output: bool) -> u8 {
                 eprintln!("{}: {}, waiting for it to start", dir.display(), state.as_str());
                 said_queued = true;
             }
-            RunState::Ended(RunStatus::Restarted) | RunState::Queued | RunState::Starting | RunState::Running => {}
+            RunState::Ended(RunStatus::Restarted)
+            | RunState::Queued
+            | RunState::Starting
+            | RunState::Running => {}
             RunState::Ended(RunStatus::Paused) if asks && waits_for_an_answer(&dir) => {
                 match answer_here(&dir).await {
                     Ok(()) => continue,
@@ -107,8 +130,13 @@ async fn answer_here(dir: &Path) -> Result<(), u8> {
         .iter()
         .map(|choice| Choice { key: choice.key.clone(), label: &choice.label, target: &choice.target })
         .collect();
-    let question =
-        Question { gate_id: &gate.id, text: &gate.question, choices: &choices, timeout: None, freeform: gate.freeform };
+    let question = Question {
+        gate_id: &gate.id,
+        text: &gate.question,
+        choices: &choices,
+        timeout: None,
+        freeform: gate.freeform,
+    };
     let answer = match Console::new().ask(&question).await {
         Answer::Choice(index) => choices[index].target.to_string(),
         Answer::Freeform(text) => text,

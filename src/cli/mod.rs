@@ -48,6 +48,7 @@ mod logs;
 mod memory;
 mod new;
 mod progress;
+mod remote;
 mod render;
 mod report;
 mod resume;

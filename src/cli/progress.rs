@@ -117,7 +117,9 @@ impl ProgressView {
             return;
         }
         match &logged.event {
-            Event::RunStarted { run_dir, .. } if !self.state().pinned => self.state().run_dir = run_dir.clone(),
+            Event::RunStarted { run_dir, .. } if !self.state().pinned => {
+                self.state().run_dir = run_dir.clone()
+            }
             Event::RunResumed { run_dir, .. } if !self.state().pinned => {
                 self.state().run_dir = Some(run_dir.clone())
             }

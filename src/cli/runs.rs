@@ -286,14 +286,12 @@ pub fn run(args: Args) -> u8 {
 /// Unfinished runs first (they may want attention), then finished ones, newest first in each;
 /// without `all`, only the newest finished ones. Returns how many finished runs are left out.
 fn shown(entries: Vec<Entry>, all: bool) -> (Vec<Entry>, usize) {
-    let (mut unfinished, finished): (Vec<Entry>, Vec<Entry>) = entries
-        .into_iter()
-        .partition(|entry| {
-            matches!(
-                entry.status.as_str(),
-                "queued" | "starting" | "running" | "paused" | "interrupted" | "crashed"
-            )
-        });
+    let (mut unfinished, finished): (Vec<Entry>, Vec<Entry>) = entries.into_iter().partition(|entry| {
+        matches!(
+            entry.status.as_str(),
+            "queued" | "starting" | "running" | "paused" | "interrupted" | "crashed"
+        )
+    });
     let left_out = if all { 0 } else { finished.len().saturating_sub(RECENT_FINISHED) };
     unfinished.extend(finished.into_iter().take(if all { usize::MAX } else { RECENT_FINISHED }));
     (unfinished, left_out)

@@ -16,12 +16,29 @@ pub struct Args {
     /// Give up after this long (30s, 5m, 2h): exit 124, the run goes on.
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     timeout: Option<Duration>,
+    /// Work on the run service at this URL (as `fabro serve` prints it; a `?token=` in it or
+    /// FABRO_SERVER_TOKEN is sent) instead of the runs directory here.
+    #[arg(long, value_name = "URL")]
+    server: Option<String>,
 }
 
 /// How often the run's directory is looked at.
 const POLL: Duration = Duration::from_millis(200);
 
 pub fn run(args: Args) -> u8 {
+    if let Some(url) = &args.server {
+        let client = match super::remote::client(url) {
+            Ok(client) => client,
+            Err(code) => return code,
+        };
+        let timeout = args.timeout;
+        return super::block_on(async move {
+            match super::remote::run_id(&client, &args.run).await {
+                Ok(id) => super::remote::wait(&client, &id, timeout).await,
+                Err(code) => code,
+            }
+        });
+    }
     let dir = match args.run.dir() {
         Ok(dir) => dir,
         Err(code) => return code,

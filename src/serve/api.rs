@@ -127,6 +127,29 @@ pub struct RunDetail {
     #[serde(flatten)]
     pub run: RunSummary,
     pub stages: Vec<StageInfo>,
+    /// The human gate the run is paused at, waiting for `POST .../answer`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gate: Option<GateInfo>,
+}
+
+/// A human gate waiting for an answer.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct GateInfo {
+    /// The gate's node id.
+    pub id: String,
+    pub question: String,
+    pub choices: Vec<ChoiceInfo>,
+    /// Whether it takes free text (`{"text": ...}`) besides its choices.
+    pub freeform: bool,
+}
+
+/// One answer a gate offers: its accelerator key, its label, and the node it leads to (the
+/// `answer` to send).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ChoiceInfo {
+    pub key: String,
+    pub label: String,
+    pub target: String,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -225,7 +248,17 @@ async fn get_run(State(state): State<Arc<AppState>>, UrlPath(id): UrlPath<String
                 .collect()
         })
         .unwrap_or_default();
-    Json(RunDetail { run: summary(&run.dir, &run.run_id), stages }).into_response()
+    let gate = super::waiting_gate(&run.dir).map(|gate| GateInfo {
+        id: gate.id,
+        question: gate.question,
+        choices: gate
+            .choices
+            .into_iter()
+            .map(|choice| ChoiceInfo { key: choice.key, label: choice.label, target: choice.target })
+            .collect(),
+        freeform: gate.freeform,
+    });
+    Json(RunDetail { run: summary(&run.dir, &run.run_id), stages, gate }).into_response()
 }
 
 /// Starts a run: it is queued, and runs when a place is free (`max_concurrent_runs`).

@@ -178,7 +178,8 @@ fn attach_shows_a_detached_run_asks_its_gate_at_the_terminal_and_follows_the_res
     let id = detach(dir.path());
     // Nobody answers a detached run: it pauses at the gate.
     wait_until_paused(dir.path(), &id);
-    let mut terminal = common::pty::Terminal::spawn(common::fabro_command(dir.path(), &["attach", &id[..13]]));
+    let mut terminal =
+        common::pty::Terminal::spawn(common::fabro_command(dir.path(), &["attach", &id[..13]]));
     // What happened before attaching, then the question.
     terminal.wait_for("start: success", 1);
     terminal.wait_for("[A] Approve -> deploy", 1);
@@ -186,7 +187,9 @@ fn attach_shows_a_detached_run_asks_its_gate_at_the_terminal_and_follows_the_res
     terminal.type_line("a");
     // The answer resumed the run in a process of its own; attach shows its stage running.
     let deadline = Instant::now() + Duration::from_secs(60);
-    while !terminal.screen().contains("deploy") || !dir.path().join(".fabro/runs").join(&id).join("run.lock").exists() {
+    while !terminal.screen().contains("deploy")
+        || !dir.path().join(".fabro/runs").join(&id).join("run.lock").exists()
+    {
         assert!(Instant::now() < deadline, "{}", terminal.screen());
         std::thread::sleep(Duration::from_millis(50));
     }

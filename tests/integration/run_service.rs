@@ -361,3 +361,78 @@ fn with_a_token_api_clients_send_it_as_a_bearer_header_and_are_told_in_json_when
     let (code, answer) = service.call("GET", "/runs", None, &[("authorization", "Bearer s3cret")]);
     assert_eq!((code, answer.as_array().map(Vec::len)), (200, Some(0)), "{answer}");
 }
+
+/// A gate, then a command per answer.
+const GATE: &str = r#"digraph release {
+    start [shape=Mdiamond]
+    exit [shape=Msquare]
+    review [shape=hexagon, label="Ship it?"]
+    deploy [shape=parallelogram, script="touch deployed"]
+    revise [shape=parallelogram, script="touch revised"]
+    start -> review
+    review -> deploy [label="[A] Approve"]
+    review -> revise [label="[R] Request changes"]
+    deploy -> exit
+    revise -> exit
+}"#;
+
+#[test]
+fn the_cli_starts_waits_for_cancels_and_attaches_to_runs_on_a_service_with_server() {
+    let dir = workspace();
+    std::fs::write(dir.path().join("gate.dot"), GATE).unwrap();
+    let service = Service::start(dir.path(), "1");
+    let server = service.base.clone();
+    let fabro = |args: &[&str]| {
+        let output = common::fabro_in(dir.path(), args);
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        (output.status.code(), String::from_utf8_lossy(&output.stdout).trim().to_string(), stderr)
+    };
+    // A workflow under the service's --workflows directory, by name, in the background.
+    let (code, id, stderr) =
+        fabro(&["run", "gated.dot", "--server", &server, "--detach", "--input", "n=1", "--label", "via=cli"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(["queued", "starting", "running"].contains(&service.status(&id).as_str()));
+    let (code, _, stderr) = fabro(&["wait", &id, "--server", &server, "--timeout", "300ms"]);
+    assert_eq!(code, Some(124), "{stderr}");
+    // A second run waits in the queue; cancelled there, it never starts.
+    let (_, queued, _) = fabro(&["run", "gated.dot", "--server", &server, "--detach", "--input", "n=2"]);
+    let (code, _, stderr) = fabro(&["cancel", &queued[..13], "--server", &server]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("will not start"), "{stderr}");
+    go(dir.path(), 1);
+    let (code, _, stderr) = fabro(&["wait", &id[..13], "--server", &server]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("succeeded"), "{stderr}");
+    assert_eq!(service.status(&queued), "canceled");
+    let (_, run) = service.call("GET", &format!("/runs/{id}"), None, &[]);
+    assert_eq!(run["labels"]["via"], "cli", "{run}");
+    // What the service would ignore is refused, and so is what it refuses.
+    let (code, _, stderr) = fabro(&["run", "gate.dot", "--server", &server, "--model", "m"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("--model cannot go with --server"), "{stderr}");
+    std::fs::write(dir.path().join("broken.dot"), GATE.replace("label=\"Ship it?\"", "max_retires=2"))
+        .unwrap();
+    let (code, _, stderr) = fabro(&["run", "broken.dot", "--server", &server, "--detach"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("max_retires"), "{stderr}");
+    // A local workflow file goes as its text; the run is followed here and its gate asked here.
+    let command = common::fabro_command(dir.path(), &["run", "gate.dot", "--server", &server]);
+    let mut terminal = common::pty::Terminal::spawn(command);
+    terminal.wait_for("[A] Approve -> deploy", 1);
+    terminal.wait_for("> ", 1);
+    terminal.type_line("a");
+    let status = terminal.wait();
+    assert_eq!(status.code(), Some(0), "{}", terminal.screen());
+    terminal.wait_for("deploy: success", 1);
+    assert!(dir.path().join("deployed").exists(), "the service's run works where the service started");
+    // Without a terminal, attach shows a paused run and exits 3; a bad URL is refused.
+    let (_, paused, _) = fabro(&["run", "gate.dot", "--server", &server, "--detach"]);
+    let (code, _, stderr) = fabro(&["wait", &paused, "--server", &server, "--timeout", "60s"]);
+    assert_eq!(code, Some(3), "{stderr}");
+    let (code, _, stderr) = fabro(&["attach", "--last", "--server", &server]);
+    assert_eq!(code, Some(3), "{stderr}");
+    assert!(stderr.contains("review"), "{stderr}");
+    let (code, _, stderr) = fabro(&["wait", &paused, "--server", "localhost:1"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("is not a URL of a fabro service"), "{stderr}");
+}
