@@ -864,6 +864,7 @@ pub fn conclude(
                     "start the provider (or wait until it is back), then resume with: fabro resume {dir}"
                 )
             }
+            PauseKind::Interrupt => eprintln!("resume with: fabro resume {dir}"),
         }
     }
     Ok(match result.status {

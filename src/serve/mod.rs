@@ -416,9 +416,7 @@ fn answer_gate(state: &AppState, id: &str, dir: &Path, form: AnswerForm) -> Resu
             return Err(GateRefusal::BadAnswer("choose one of the gate's choices, or write an answer"))
         }
     };
-    let answers = dir.join(format!("answers-{}.json", chrono_stamp()));
-    let text = serde_json::json!({ gate.id.clone(): [answer] }).to_string();
-    crate::atomic_file::write_atomic(&answers, text.as_bytes())
+    let answers = crate::run_launcher::write_answer(dir, &gate.id, &answer)
         .map_err(|error| GateRefusal::Failed(format!("cannot write the answer: {error}")))?;
     let running = resume(&state.options.fabro_exe, dir, Some(&answers))
         .map_err(|error| GateRefusal::Failed(format!("cannot start fabro resume: {error}")))?;
@@ -456,13 +454,4 @@ fn resume(fabro_exe: &Path, dir: &Path, answers: Option<&Path>) -> std::io::Resu
         flag.store(false, Ordering::SeqCst);
     });
     Ok(running)
-}
-
-/// A file-name-safe timestamp with milliseconds.
-fn chrono_stamp() -> String {
-    let millis = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis())
-        .unwrap_or_default();
-    millis.to_string()
 }

@@ -234,10 +234,15 @@ fn the_api_refuses_what_it_cannot_run_with_a_stable_code_and_documents_every_rou
             "get /api/v1/runs",
             "get /api/v1/runs/{id}",
             "get /api/v1/runs/{id}/events",
+            "get /api/v1/runs/{id}/stages/{node}/{visit}",
+            "get /api/v1/runs/{id}/stages/{node}/{visit}/files/{path}",
             "post /api/v1/runs",
             "post /api/v1/runs/{id}/answer",
             "post /api/v1/runs/{id}/cancel",
-            "post /api/v1/runs/{id}/resume"
+            "post /api/v1/runs/{id}/fork",
+            "post /api/v1/runs/{id}/interrupt",
+            "post /api/v1/runs/{id}/resume",
+            "post /api/v1/runs/{id}/rewind"
         ]
     );
 }
@@ -435,4 +440,79 @@ fn the_cli_starts_waits_for_cancels_and_attaches_to_runs_on_a_service_with_serve
     let (code, _, stderr) = fabro(&["wait", &paused, "--server", "localhost:1"]);
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("is not a URL of a fabro service"), "{stderr}");
+}
+
+/// Three command stages; `two` waits for the test's go-ahead for its run.
+const STEPS: &str = r#"digraph steps {
+    start [shape=Mdiamond]
+    exit [shape=Msquare]
+    one [shape=parallelogram, script="echo one; echo one >> steps"]
+    two [shape=parallelogram, timeout="120s", script="touch two-started; while [ ! -f go-$FABRO_INPUT_N ]; do sleep 0.05; done; echo two >> steps"]
+    three [shape=parallelogram, script="echo three >> steps"]
+    start -> one -> two -> three -> exit
+}"#;
+
+#[test]
+fn a_run_is_interrupted_between_stages_rewound_forked_and_its_stage_files_read_over_the_api() {
+    let dir = workspace();
+    std::fs::write(dir.path().join("wf/steps.dot"), STEPS).unwrap();
+    let service = Service::start(dir.path(), "2");
+    let steps = || std::fs::read_to_string(dir.path().join("steps")).unwrap_or_default();
+    let (code, created) =
+        service.call("POST", "/runs", Some(json!({"workflow": "steps.dot", "inputs": {"n": 1}})), &[]);
+    assert_eq!(code, 202, "{created}");
+    let id = created["id"].as_str().unwrap().to_string();
+    wait_until("stage two starts", || dir.path().join("two-started").exists());
+    // Interrupted: the stage in flight ends, then the run pauses before the next.
+    let (code, answer) = service.call("POST", &format!("/runs/{id}/interrupt"), Some(json!({})), &[]);
+    assert_eq!((code, answer["status"].as_str()), (202, Some("interrupting")), "{answer}");
+    go(dir.path(), 1);
+    wait_until("the run pauses", || service.status(&id) == "paused");
+    assert_eq!(steps(), "one\ntwo\n");
+    let run_dir = dir.path().join(".fabro/runs").join(&id);
+    let manifest: Value =
+        serde_json::from_str(&std::fs::read_to_string(run_dir.join("manifest.json")).unwrap()).unwrap();
+    assert_eq!(manifest["pause"]["kind"], "interrupt", "{manifest}");
+    assert!(!run_dir.join("interrupt.request").exists(), "the request was taken");
+    let (code, answer) = service.call("POST", &format!("/runs/{id}/interrupt"), Some(json!({})), &[]);
+    assert_eq!((code, answer["error"]["code"].as_str()), (409, Some("not_running")), "{answer}");
+
+    // A stage visit's status and files; a link planted in it is neither listed as a file nor read.
+    std::os::unix::fs::symlink("/etc/passwd", run_dir.join("stages/one/1/planted")).unwrap();
+    let (code, visit) = service.call("GET", &format!("/runs/{id}/stages/one/1"), None, &[]);
+    assert_eq!(code, 200, "{visit}");
+    assert_eq!(visit["status"]["outcome"], "success", "{visit}");
+    let files: Vec<&str> =
+        visit["files"].as_array().unwrap().iter().map(|f| f["path"].as_str().unwrap()).collect();
+    assert!(files.contains(&"stdout.log") && !files.contains(&"planted"), "{files:?}");
+    let (code, stdout) = service.call("GET", &format!("/runs/{id}/stages/one/1/files/stdout.log"), None, &[]);
+    assert_eq!((code, stdout.as_str()), (200, Some("one\n")));
+    for bad in ["planted", "..%2Fmanifest.json", "nothing"] {
+        let (code, answer) = service.call("GET", &format!("/runs/{id}/stages/one/1/files/{bad}"), None, &[]);
+        assert_eq!((code, answer["error"]["code"].as_str()), (404, Some("not_found")), "{bad}: {answer}");
+    }
+    let (code, _) = service.call("GET", &format!("/runs/{id}/stages/one/9"), None, &[]);
+    assert_eq!(code, 404);
+    // (fabro resumes no run directory holding a link: take it away.)
+    std::fs::remove_file(run_dir.join("stages/one/1/planted")).unwrap();
+
+    // Rewound to right after `one` and resumed: `two` runs again, then the rest.
+    let (code, answer) =
+        service.call("POST", &format!("/runs/{id}/rewind"), Some(json!({"to": "one", "resume": true})), &[]);
+    assert_eq!((code, answer["next_node"].as_str()), (200, Some("two")), "{answer}");
+    wait_until("the rewound run ends", || service.status(&id) == "succeeded");
+    assert_eq!(steps(), "one\ntwo\ntwo\nthree\n");
+    let (code, answer) =
+        service.call("POST", &format!("/runs/{id}/rewind"), Some(json!({"to": "nowhere"})), &[]);
+    assert_eq!((code, answer["error"]["code"].as_str()), (400, Some("bad_request")), "{answer}");
+
+    // Forked after `two`: a new run that goes on from `three`; the original is left alone.
+    let (code, forked) =
+        service.call("POST", &format!("/runs/{id}/fork"), Some(json!({"to": "two", "resume": true})), &[]);
+    assert_eq!((code, forked["next_node"].as_str()), (201, Some("three")), "{forked}");
+    let fork_id = forked["id"].as_str().unwrap().to_string();
+    assert_ne!(fork_id, id);
+    wait_until("the fork ends", || service.status(&fork_id) == "succeeded");
+    assert_eq!(steps(), "one\ntwo\ntwo\nthree\nthree\n");
+    assert_eq!(service.status(&id), "succeeded");
 }
