@@ -672,6 +672,68 @@ fn resume_after(state: &AppState, id: &str, dir: &Path) -> Result<&'static str, 
     }
 }
 
+/// Which history operation a request asks for.
+#[derive(Clone, Copy)]
+enum HistoryOperation {
+    Rewind,
+    Fork,
+}
+
+/// Rewinds or forks the run `id` as `body` says, then resumes the run that goes on when asked:
+/// what both routes share.
+async fn move_history(
+    state: &AppState,
+    id: String,
+    body: Result<Json<HistoryTarget>, JsonRejection>,
+    operation: HistoryOperation,
+) -> Response {
+    let target = match body {
+        Ok(Json(target)) => target,
+        Err(rejection) => return error(StatusCode::BAD_REQUEST, "bad_request", rejection.body_text()),
+    };
+    let Some(run) = find(state, &id) else {
+        return error(StatusCode::NOT_FOUND, "not_found", format!("no run `{id}`"));
+    };
+    if matches!(operation, HistoryOperation::Rewind) && !RunState::of(&run.dir).is_settled() {
+        let message = format!("run `{id}` is queued or running; interrupt or cancel it first");
+        return error(StatusCode::CONFLICT, "in_use", message);
+    }
+    let HistoryTarget { to, resume } = target;
+    let dir = run.dir.clone();
+    // The run that goes on: its id, directory and next stage.
+    let moved = tokio::task::spawn_blocking(move || {
+        let (node, visit) = crate::run_dir::parse_target(&to)?;
+        Ok::<_, crate::run_dir::HistoryError>(match operation {
+            HistoryOperation::Rewind => {
+                (id, dir.clone(), crate::run_dir::rewind(&dir, &node, visit)?.next_node)
+            }
+            HistoryOperation::Fork => {
+                let forked = crate::run_dir::fork(&dir, &node, visit, None)?;
+                (forked.run_id, forked.run_dir, forked.next_node)
+            }
+        })
+    })
+    .await;
+    let (id, dir, next_node) = match moved {
+        Ok(Ok(moved)) => moved,
+        Ok(Err(problem)) => return history_refusal(problem),
+        Err(join) => return error(StatusCode::INTERNAL_SERVER_ERROR, "internal", join.to_string()),
+    };
+    let (status, code) = match operation {
+        HistoryOperation::Rewind => ("rewound", StatusCode::OK),
+        HistoryOperation::Fork => ("forked", StatusCode::CREATED),
+    };
+    let status = if resume {
+        match resume_after(state, &id, &dir) {
+            Ok(status) => status,
+            Err(refused) => return refused,
+        }
+    } else {
+        status
+    };
+    (code, Json(HistoryMoved { id, status: status.into(), next_node })).into_response()
+}
+
 /// Moves a run that is not running back to the state right after a stage visit, in place (what
 /// came after moves into `rewound/`; nothing is deleted), as `fabro rewind` does.
 #[utoipa::path(post, path = "/api/v1/runs/{id}/rewind", request_body = HistoryTarget,
@@ -683,41 +745,7 @@ async fn rewind_run(
     UrlPath(id): UrlPath<String>,
     body: Result<Json<HistoryTarget>, JsonRejection>,
 ) -> Response {
-    let target = match body {
-        Ok(Json(target)) => target,
-        Err(rejection) => return error(StatusCode::BAD_REQUEST, "bad_request", rejection.body_text()),
-    };
-    let Some(run) = find(&state, &id) else {
-        return error(StatusCode::NOT_FOUND, "not_found", format!("no run `{id}`"));
-    };
-    if !RunState::of(&run.dir).is_settled() {
-        return error(
-            StatusCode::CONFLICT,
-            "in_use",
-            format!("run `{id}` is queued or running; interrupt or cancel it first"),
-        );
-    }
-    let resume = target.resume;
-    let dir = run.dir.clone();
-    let rewound = tokio::task::spawn_blocking(move || {
-        crate::run_dir::parse_target(&target.to)
-            .and_then(|(node, visit)| crate::run_dir::rewind(&dir, &node, visit))
-    })
-    .await;
-    let rewound = match rewound {
-        Ok(Ok(rewound)) => rewound,
-        Ok(Err(problem)) => return history_refusal(problem),
-        Err(join) => return error(StatusCode::INTERNAL_SERVER_ERROR, "internal", join.to_string()),
-    };
-    let status = if resume {
-        match resume_after(&state, &id, &run.dir) {
-            Ok(status) => status,
-            Err(refused) => return refused,
-        }
-    } else {
-        "rewound"
-    };
-    Json(HistoryMoved { id, status: status.into(), next_node: rewound.next_node }).into_response()
+    move_history(&state, id, body, HistoryOperation::Rewind).await
 }
 
 /// Copies a run's state right after a stage visit into a new run in the runs directory (the run
@@ -731,35 +759,7 @@ async fn fork_run(
     UrlPath(id): UrlPath<String>,
     body: Result<Json<HistoryTarget>, JsonRejection>,
 ) -> Response {
-    let target = match body {
-        Ok(Json(target)) => target,
-        Err(rejection) => return error(StatusCode::BAD_REQUEST, "bad_request", rejection.body_text()),
-    };
-    let Some(run) = find(&state, &id) else {
-        return error(StatusCode::NOT_FOUND, "not_found", format!("no run `{id}`"));
-    };
-    let resume = target.resume;
-    let dir = run.dir.clone();
-    let forked = tokio::task::spawn_blocking(move || {
-        crate::run_dir::parse_target(&target.to)
-            .and_then(|(node, visit)| crate::run_dir::fork(&dir, &node, visit, None))
-    })
-    .await;
-    let forked = match forked {
-        Ok(Ok(forked)) => forked,
-        Ok(Err(problem)) => return history_refusal(problem),
-        Err(join) => return error(StatusCode::INTERNAL_SERVER_ERROR, "internal", join.to_string()),
-    };
-    let status = if resume {
-        match resume_after(&state, &forked.run_id, &forked.run_dir) {
-            Ok(status) => status,
-            Err(refused) => return refused,
-        }
-    } else {
-        "forked"
-    };
-    let moved = HistoryMoved { id: forked.run_id, status: status.into(), next_node: forked.next_node };
-    (StatusCode::CREATED, Json(moved)).into_response()
+    move_history(&state, id, body, HistoryOperation::Fork).await
 }
 
 /// A stage visit: its status record and the files in its directory.

@@ -367,24 +367,10 @@ fn with_a_token_api_clients_send_it_as_a_bearer_header_and_are_told_in_json_when
     assert_eq!((code, answer.as_array().map(Vec::len)), (200, Some(0)), "{answer}");
 }
 
-/// A gate, then a command per answer.
-const GATE: &str = r#"digraph release {
-    start [shape=Mdiamond]
-    exit [shape=Msquare]
-    review [shape=hexagon, label="Ship it?"]
-    deploy [shape=parallelogram, script="touch deployed"]
-    revise [shape=parallelogram, script="touch revised"]
-    start -> review
-    review -> deploy [label="[A] Approve"]
-    review -> revise [label="[R] Request changes"]
-    deploy -> exit
-    revise -> exit
-}"#;
-
 #[test]
 fn the_cli_starts_waits_for_cancels_and_attaches_to_runs_on_a_service_with_server() {
     let dir = workspace();
-    std::fs::write(dir.path().join("gate.dot"), GATE).unwrap();
+    std::fs::write(dir.path().join("gate.dot"), common::DEPLOY_GATE).unwrap();
     let service = Service::start(dir.path(), "1");
     let server = service.base.clone();
     let fabro = |args: &[&str]| {
@@ -415,8 +401,11 @@ fn the_cli_starts_waits_for_cancels_and_attaches_to_runs_on_a_service_with_serve
     let (code, _, stderr) = fabro(&["run", "gate.dot", "--server", &server, "--model", "m"]);
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("--model cannot go with --server"), "{stderr}");
-    std::fs::write(dir.path().join("broken.dot"), GATE.replace("label=\"Ship it?\"", "max_retires=2"))
-        .unwrap();
+    std::fs::write(
+        dir.path().join("broken.dot"),
+        common::DEPLOY_GATE.replace("label=\"Ship it?\"", "max_retires=2"),
+    )
+    .unwrap();
     let (code, _, stderr) = fabro(&["run", "broken.dot", "--server", &server, "--detach"]);
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("max_retires"), "{stderr}");
