@@ -657,14 +657,14 @@ fn history_refusal(problem: crate::run_dir::HistoryError) -> Response {
 }
 
 /// Starts `fabro resume` for a run the history operation left ready; the answer's status.
-fn resume_after(state: &AppState, id: &str, dir: &Path) -> Result<&'static str, Response> {
+fn resume_after(state: &AppState, id: &str, dir: &Path) -> Result<&'static str, Refusal> {
     let mut resumes = state.resumes.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     match super::resume(&state.options.fabro_exe, dir, None) {
         Ok(running) => {
             resumes.insert(id.to_string(), running);
             Ok("resuming")
         }
-        Err(problem) => Err(error(
+        Err(problem) => Err(Refusal(
             StatusCode::INTERNAL_SERVER_ERROR,
             "internal",
             format!("cannot start fabro resume: {problem}"),
@@ -726,7 +726,7 @@ async fn move_history(
     let status = if resume {
         match resume_after(state, &id, &dir) {
             Ok(status) => status,
-            Err(refused) => return refused,
+            Err(refused) => return refused.into_response(),
         }
     } else {
         status
@@ -787,16 +787,16 @@ const MAX_STAGE_FILES: usize = 10_000;
 
 /// The directory of stage visit `node@visit` of the run `id`: real directories all the way (no
 /// link a stage may have planted), or the refusal.
-fn visit_dir(state: &AppState, id: &str, node: &str, visit: u32) -> Result<PathBuf, Response> {
+fn visit_dir(state: &AppState, id: &str, node: &str, visit: u32) -> Result<PathBuf, Refusal> {
     let not_found = || {
-        error(
+        Refusal(
             StatusCode::NOT_FOUND,
             "not_found",
             format!("run `{id}` has no visit {visit} of stage `{node}`"),
         )
     };
-    let run =
-        find(state, id).ok_or_else(|| error(StatusCode::NOT_FOUND, "not_found", format!("no run `{id}`")))?;
+    let run = find(state, id)
+        .ok_or_else(|| Refusal(StatusCode::NOT_FOUND, "not_found", format!("no run `{id}`")))?;
     if node.is_empty() || node.contains(['/', '\\']) || node.starts_with('.') {
         return Err(not_found());
     }
@@ -828,10 +828,10 @@ async fn stage_visit(
 ) -> Response {
     let dir = match visit_dir(&state, &id, &node, visit) {
         Ok(dir) => dir,
-        Err(refused) => return refused,
+        Err(refused) => return refused.into_response(),
     };
     let status =
-        crate::regular_file::read_to_string(&dir.join(layout::STATUS), crate::regular_file::FileKind::Record)
+        crate::regular_file::read_to_string(dir.join(layout::STATUS), crate::regular_file::FileKind::Record)
             .ok()
             .and_then(|text| serde_json::from_str(&text).ok());
     let mut files = Vec::new();
@@ -863,7 +863,7 @@ async fn stage_file(
 ) -> Response {
     let dir = match visit_dir(&state, &id, &node, visit) {
         Ok(dir) => dir,
-        Err(refused) => return refused,
+        Err(refused) => return refused.into_response(),
     };
     let not_found = || {
         error(
