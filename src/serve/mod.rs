@@ -13,6 +13,7 @@
 //! rebinding), state-changing ones must come from its own pages (`Origin` or `Referer`), and a
 //! token, when set, is required on every request.
 
+mod actions;
 mod api;
 mod guard;
 mod pages;
