@@ -27,6 +27,9 @@ pub enum ActionError {
     NotCancelable(String),
     #[error("{0}")]
     NotResumable(String),
+    /// Rewind refused: the run is running, or has no such point.
+    #[error("{0}")]
+    NotRewindable(String),
     #[error("{0}")]
     Internal(String),
 }
@@ -37,7 +40,9 @@ impl ActionError {
             ActionError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ActionError::NotFound(_) => StatusCode::NOT_FOUND,
             ActionError::InvalidWorkflow(_) => StatusCode::UNPROCESSABLE_ENTITY,
-            ActionError::NotCancelable(_) | ActionError::NotResumable(_) => StatusCode::CONFLICT,
+            ActionError::NotCancelable(_) | ActionError::NotResumable(_) | ActionError::NotRewindable(_) => {
+                StatusCode::CONFLICT
+            }
             ActionError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -50,6 +55,7 @@ impl ActionError {
             ActionError::InvalidWorkflow(_) => "invalid_workflow",
             ActionError::NotCancelable(_) => "not_cancelable",
             ActionError::NotResumable(_) => "not_resumable",
+            ActionError::NotRewindable(_) => "not_rewindable",
             ActionError::Internal(_) => "internal",
         }
     }
@@ -197,6 +203,39 @@ pub fn workflow_under(root: &Path, name: &str) -> Result<PathBuf, ActionError> {
     inside.ok_or_else(|| ActionError::NotFound(format!("no workflow `{name}` under {}", root.display())))
 }
 
+/// The most workflow files the web view lists, and how deep it looks for them.
+const MOST_WORKFLOWS: usize = 500;
+const WORKFLOW_DEPTH: usize = 4;
+
+/// The workflow files (`*.dot`) under the workflows root, relative to it, sorted; links are not
+/// followed, hidden directories not entered.
+pub fn workflows_under(root: &Path) -> Vec<String> {
+    fn walk(root: &Path, dir: &Path, depth: usize, found: &mut Vec<String>) {
+        let Ok(entries) = std::fs::read_dir(dir) else { return };
+        let mut entries: Vec<_> = entries.flatten().collect();
+        entries.sort_by_key(|entry| entry.file_name());
+        for entry in entries {
+            if found.len() >= MOST_WORKFLOWS {
+                return;
+            }
+            let Ok(kind) = entry.file_type() else { continue };
+            let name = entry.file_name();
+            let Some(name) = name.to_str().filter(|name| !name.starts_with('.')) else { continue };
+            let path = entry.path();
+            if kind.is_dir() && depth < WORKFLOW_DEPTH {
+                walk(root, &path, depth + 1, found);
+            } else if kind.is_file() && name.ends_with(".dot") {
+                if let Some(relative) = path.strip_prefix(root).ok().and_then(Path::to_str) {
+                    found.push(relative.to_string());
+                }
+            }
+        }
+    }
+    let mut found = Vec::new();
+    walk(root, root, 0, &mut found);
+    found
+}
+
 /// Cancels run `id` (in `dir`): a queued one will not start; a running one is stopped as Ctrl-C
 /// would (it ends interrupted and can be resumed). Whether it was dequeued (else signalled).
 pub fn cancel(id: &str, dir: &Path) -> Result<bool, ActionError> {
@@ -233,4 +272,52 @@ pub fn resume(state: &AppState, id: &str, dir: &Path) -> Result<(), ActionError>
         .map_err(|problem| ActionError::Internal(format!("cannot start fabro resume: {problem}")))?;
     resumes.insert(id.to_string(), running);
     Ok(())
+}
+
+/// Moves run `id` (in `dir`) back to right after stage visit `target` (`NODE` or `NODE@VISIT`);
+/// refused while a process runs it or resumes it. What came later is kept under `rewound/`.
+pub fn rewind(
+    state: &AppState,
+    id: &str,
+    dir: &Path,
+    target: &str,
+) -> Result<crate::run_dir::Rewound, ActionError> {
+    let run_state = RunState::of(dir);
+    if !run_state.is_settled() {
+        return Err(ActionError::NotRewindable(format!(
+            "run `{id}` is {}: cancel it before rewinding it",
+            run_state.as_str()
+        )));
+    }
+    let resumes = state.resumes.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    if resumes.get(id).is_some_and(|running| running.load(Ordering::SeqCst)) {
+        return Err(ActionError::NotRewindable(format!("run `{id}` is resuming: wait for it to stop")));
+    }
+    let (node, visit) = crate::run_dir::parse_target(target)
+        .map_err(|problem| ActionError::BadRequest(problem.to_string()))?;
+    crate::run_dir::rewind(dir, &node, visit)
+        .map_err(|problem| ActionError::NotRewindable(problem.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn workflows_are_files_under_the_root_and_never_outside_it() {
+        let root = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(root.path().join("team/.hidden")).unwrap();
+        for file in ["a.dot", "team/b.dot", "team/.hidden/c.dot", "notes.md"] {
+            std::fs::write(root.path().join(file), "digraph x {}").unwrap();
+        }
+        std::fs::write(outside.path().join("secret.dot"), "digraph s {}").unwrap();
+        std::os::unix::fs::symlink(outside.path(), root.path().join("linked")).unwrap();
+        std::os::unix::fs::symlink(outside.path().join("secret.dot"), root.path().join("s.dot")).unwrap();
+        assert_eq!(workflows_under(root.path()), ["a.dot", "team/b.dot"]);
+        assert!(workflow_under(root.path(), "team/b.dot").is_ok());
+        for name in ["../x.dot", "/etc/passwd", "", "linked/secret.dot", "s.dot", "missing.dot"] {
+            assert!(workflow_under(root.path(), name).is_err(), "{name}");
+        }
+    }
 }

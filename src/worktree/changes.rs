@@ -17,6 +17,10 @@ pub const MAX_FILE_BYTES: u64 = 1024 * 1024;
 pub const MAX_FILES: usize = 300;
 /// The most text of diff lines kept over all files.
 pub const MAX_SHOWN_BYTES: usize = 512 * 1024;
+/// The most diff lines kept over all files.
+pub const MAX_SHOWN_LINES: usize = 10_000;
+/// The most diff lines kept of one file, so that one huge file leaves room for the others.
+pub const MAX_FILE_LINES: usize = 2_000;
 /// The most files named at all.
 const MAX_NAMED: usize = 5000;
 
@@ -112,8 +116,14 @@ pub fn head_commit(dir: &Path) -> Option<String> {
     Some(commit.id().to_string())
 }
 
-/// What changed in the work directory `work_dir` (of a git repository) since commit `base`.
-pub fn since(work_dir: &Path, base: &str) -> Result<Changes, ChangesError> {
+/// Whether `dir` is inside a git repository.
+pub fn in_repository(dir: &Path) -> bool {
+    Repository::discover(dir).is_ok()
+}
+
+/// What changed in the work directory `work_dir` (of a git repository) since commit `base`;
+/// nothing inside the directories `left_out` (fabro's own runs directory) is counted.
+pub fn since(work_dir: &Path, base: &str, left_out: &[PathBuf]) -> Result<Changes, ChangesError> {
     if std::fs::symlink_metadata(work_dir).is_err() {
         return Err(ChangesError::Gone { path: work_dir.to_path_buf() });
     }
@@ -138,14 +148,28 @@ pub fn since(work_dir: &Path, base: &str) -> Result<Changes, ChangesError> {
     let diff = repo
         .diff_tree_to_workdir_with_index(Some(&tree), Some(&mut options))
         .map_err(git("diff the work directory against the base commit"))?;
-    Ok(collect(&diff))
+    // As paths relative to the repository's top, as the diff names files.
+    let top = repo.workdir().and_then(|top| std::fs::canonicalize(top).ok());
+    let left_out: Vec<PathBuf> = left_out
+        .iter()
+        .filter_map(|dir| std::fs::canonicalize(dir).ok())
+        .filter_map(|dir| top.as_ref().and_then(|top| dir.strip_prefix(top).ok().map(Path::to_path_buf)))
+        .collect();
+    Ok(collect(&diff, &left_out))
 }
 
-fn collect(diff: &git2::Diff<'_>) -> Changes {
+fn collect(diff: &git2::Diff<'_>, left_out: &[PathBuf]) -> Changes {
     let mut changes = Changes::default();
-    let mut shown = 0usize;
-    let count = diff.deltas().len();
-    for (index, delta) in diff.deltas().enumerate().take(MAX_NAMED) {
+    let (mut shown, mut shown_lines) = (0usize, 0usize);
+    let outside = |delta: &git2::DiffDelta<'_>| {
+        let path = delta.new_file().path().or_else(|| delta.old_file().path());
+        !path.is_some_and(|path| left_out.iter().any(|dir| path.starts_with(dir)))
+    };
+    let kept: Vec<usize> =
+        diff.deltas().enumerate().filter(|(_, delta)| outside(delta)).map(|(index, _)| index).collect();
+    let count = kept.len();
+    for (n, index) in kept.into_iter().enumerate().take(MAX_NAMED) {
+        let Some(delta) = diff.get_delta(index) else { continue };
         let path_of = |file: git2::DiffFile<'_>| file.path().map(|p| p.to_string_lossy().into_owned());
         let new_path = path_of(delta.new_file());
         let old = path_of(delta.old_file());
@@ -168,7 +192,7 @@ fn collect(diff: &git2::Diff<'_>) -> Changes {
             lines: Vec::new(),
             cut: false,
         };
-        if index >= MAX_FILES {
+        if n >= MAX_FILES {
             file.cut = true;
             changes.files.push(file);
             continue;
@@ -197,11 +221,13 @@ fn collect(diff: &git2::Diff<'_>) -> Changes {
                         Some((kind, text, line.old_lineno(), line.new_lineno()))
                     }))
                 {
-                    if shown + text.len() > MAX_SHOWN_BYTES {
+                    let full = file.lines.len() >= MAX_FILE_LINES;
+                    if full || shown + text.len() > MAX_SHOWN_BYTES || shown_lines >= MAX_SHOWN_LINES {
                         file.cut = true;
                         break 'hunks;
                     }
                     shown += text.len() + 1;
+                    shown_lines += 1;
                     file.lines.push(DiffLine { kind, old_line, new_line, text });
                 }
             }
@@ -215,7 +241,7 @@ fn collect(diff: &git2::Diff<'_>) -> Changes {
     let cut_files = changes.files.iter().filter(|file| file.cut).count();
     if count > MAX_NAMED || cut_files > 0 {
         let mut note = format!(
-            "The diff is cut: it shows at most {} KiB of lines and the lines of at most {MAX_FILES} files",
+            "The diff is cut: it shows at most {MAX_FILE_LINES} lines a file, {MAX_SHOWN_LINES} lines ({} KiB) in all, and the lines of at most {MAX_FILES} files",
             MAX_SHOWN_BYTES / 1024
         );
         if count > MAX_NAMED {
@@ -254,7 +280,10 @@ mod tests {
         std::fs::remove_file(dir.path().join("gone.txt")).unwrap();
         commit_all(&repo, "stage");
         std::fs::write(dir.path().join("new.txt"), "<script>x</script>\n").unwrap();
-        let changes = since(dir.path(), &base.to_string()).unwrap();
+        std::fs::create_dir_all(dir.path().join(".fabro/runs/r1")).unwrap();
+        std::fs::write(dir.path().join(".fabro/runs/r1/manifest.json"), "{}").unwrap();
+        let changes = since(dir.path(), &base.to_string(), &[dir.path().join(".fabro/runs")]).unwrap();
+        assert!(changes.files.iter().all(|file| !file.path.starts_with(".fabro")), "{:?}", changes.files);
         let by_path = |path: &str| changes.files.iter().find(|file| file.path == path).unwrap();
         let a = by_path("a.txt");
         assert_eq!((a.kind, a.additions, a.deletions), (ChangeKind::Modified, 2, 1));
@@ -269,16 +298,16 @@ mod tests {
     fn outside_git_an_unknown_base_and_a_huge_diff_are_told() {
         let plain = tempfile::tempdir().unwrap();
         assert!(head_commit(plain.path()).is_none());
-        assert!(matches!(since(plain.path(), "abc"), Err(ChangesError::NotARepository { .. })));
-        assert!(matches!(since(&plain.path().join("nope"), "abc"), Err(ChangesError::Gone { .. })));
+        assert!(matches!(since(plain.path(), "abc", &[]), Err(ChangesError::NotARepository { .. })));
+        assert!(matches!(since(&plain.path().join("nope"), "abc", &[]), Err(ChangesError::Gone { .. })));
         let dir = tempfile::tempdir().unwrap();
         let repo = Repository::init(dir.path()).unwrap();
         std::fs::write(dir.path().join("a.txt"), "a\n").unwrap();
         let base = commit_all(&repo, "base");
-        assert!(matches!(since(dir.path(), &"0".repeat(40)), Err(ChangesError::BaseNotFound { .. })));
+        assert!(matches!(since(dir.path(), &"0".repeat(40), &[]), Err(ChangesError::BaseNotFound { .. })));
         let line = "x".repeat(100) + "\n";
         std::fs::write(dir.path().join("big.txt"), line.repeat(8000)).unwrap();
-        let changes = since(dir.path(), &base.to_string()).unwrap();
+        let changes = since(dir.path(), &base.to_string(), &[]).unwrap();
         let big = &changes.files[0];
         assert!(big.cut && big.additions == 8000, "{:?}", (big.cut, big.additions));
         assert!(changes.cut.as_deref().is_some_and(|note| note.contains("cut")));
