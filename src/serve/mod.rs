@@ -1,11 +1,13 @@
 //! `fabro serve`: a local web view of the runs in a runs directory. Server-rendered HTML with a
-//! little plain JavaScript served as a file (no build step): the runs list, a run page (the
-//! workflow graph colored by progress, the stage table, the context-usage chart, the events as
-//! they happen over server-sent events, and the question of a gate the run is waiting at), and
-//! stage pages.
+//! little plain JavaScript served as a file (no build step): the board of runs by status (see
+//! [`board`]), a run page (the workflow graph colored by progress, the stage table, usage per
+//! model, the context-usage chart, the events as they happen over server-sent events, the
+//! question of a gate the run is waiting at, and cancel / resume / rewind buttons), stage pages,
+//! a run's files changed ([`files_page`]) and the form to start a run ([`start_page`]).
 //!
-//! It only reads run directories, apart from answering a waiting gate, which writes an answers
-//! file into the run directory and starts `fabro resume` on it (one resume per run at a time).
+//! It changes runs only through forms that post (see [`forms`]) and the API: answering a waiting
+//! gate writes an answers file into the run directory and starts `fabro resume` on it (one
+//! resume per run at a time); starting, canceling, resuming and rewinding are [`actions`].
 //! Everything in a run directory may have been written by a stage or a model, so: only run
 //! directories that are real directories (not links) are listed, run files are read without
 //! following links, ids and names are checked, and pages send a Content-Security-Policy that
