@@ -470,6 +470,25 @@ pub(crate) fn chromedriver() -> Option<(Child, u16)> {
     Some((child, port))
 }
 
+/// Waits (at most 60 s) for the run page in `client` to show the run's status `wanted`.
+pub(crate) async fn page_shows_status(client: &fantoccini::Client, wanted: &str) -> Result<(), String> {
+    let started = Instant::now();
+    loop {
+        // After a form's post, while the next page loads, there may be no #status yet.
+        let status = match client.find(fantoccini::Locator::Css("#status")).await {
+            Ok(status) => status.text().await.unwrap_or_default(),
+            Err(_) => String::new(),
+        };
+        if status == wanted {
+            return Ok(());
+        }
+        if started.elapsed() > Duration::from_secs(60) {
+            return Err(format!("the page never showed the run {wanted}: {status:?}"));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// A headless Chromium session through the chromedriver listening on `port`.
 pub(crate) async fn headless(port: u16) -> fantoccini::Client {
     // fantoccini's TLS (unused here: chromedriver speaks plain HTTP) needs a crypto provider.
@@ -571,21 +590,7 @@ async fn browse(
     client.goto(&server.at(&format!("/runs/{id}"))).await.map_err(|e| e.to_string())?;
     let yes = client.find(Locator::Css("#choice-Y")).await.map_err(|e| e.to_string())?;
     yes.click().await.map_err(|e| e.to_string())?;
-    let started = Instant::now();
-    loop {
-        // The choice posts a form: while the next page loads there may be no #status yet.
-        let status = match client.find(Locator::Css("#status")).await {
-            Ok(status) => status.text().await.unwrap_or_default(),
-            Err(_) => String::new(),
-        };
-        if status == "succeeded" {
-            break;
-        }
-        if started.elapsed() > Duration::from_secs(30) {
-            return Err(format!("the page never showed the run succeeded: {status:?}"));
-        }
-        wait("succeeded").await;
-    }
+    page_shows_status(client, "succeeded").await?;
     // The stage page, reached from the stage table.
     client
         .find(Locator::Css("#row-build-1 a"))

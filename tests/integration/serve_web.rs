@@ -4,7 +4,9 @@
 //! the whole path in headless Chromium.
 
 use crate::common;
-use crate::serve::{authority, chromedriver, get, headless, json, request, wait_until, Server, GATED};
+use crate::serve::{
+    authority, chromedriver, get, headless, json, page_shows_status, request, wait_until, Server, GATED,
+};
 
 use std::path::Path;
 use std::process::Stdio;
@@ -33,17 +35,18 @@ fn column<'a>(board: &'a str, key: &str) -> &'a str {
     &rest[..rest.find("</section>").unwrap()]
 }
 
-const TIDY: &str = r#"digraph tidy {
-    start [shape=Mdiamond]
-    exit [shape=Msquare]
-    tidy [shape=parallelogram, script="echo tidied"]
-    start -> tidy -> exit
+/// A workflow of one command stage `work` running `script`.
+fn one_command(script: &str) -> String {
+    format!(
+        "digraph one {{\n    start [shape=Mdiamond]\n    exit [shape=Msquare]\n    work [shape=parallelogram, script=\"{script}\"]\n    start -> work -> exit\n}}\n"
+    )
 }
-"#;
 
 #[test]
 fn the_board_shows_runs_by_status_and_filters_them_by_status_label_and_text() {
-    let test = Test::new().workflow(&GATED.replace("BUILD_SCRIPT", "echo built")).file("tidy.dot", TIDY);
+    let test = Test::new()
+        .workflow(&GATED.replace("BUILD_SCRIPT", "echo built"))
+        .file("tidy.dot", &one_command("echo tidied"));
     let dir = test.path("");
     let output = fabro_command(&dir, &["run", "workflow.dot", "--json", "-q", "--label", "team=payments"])
         .output()
@@ -221,18 +224,15 @@ fn the_run_page_shows_tokens_and_cost_per_model() {
     assert!(usage.contains("<th>1900</th><th>350</th>"), "{usage}");
 }
 
-const CHANGES: &str = r#"digraph changes {
-    start [shape=Mdiamond]
-    exit [shape=Msquare]
-    work [shape=parallelogram, script="echo changed >> README.md; seq 1 120000 > big.txt; ln -s /etc/passwd leak; echo x > 'a<b>.txt'"]
-    start -> work -> exit
-}
-"#;
+/// A stage that changes a tracked file, writes a huge one, plants a link to a key file and
+/// names a file with markup.
+const CHANGES: &str =
+    "echo changed >> README.md; seq 1 120000 > big.txt; ln -s /etc/passwd leak; echo x > 'a<b>.txt'";
 
 #[test]
 fn files_changed_shows_the_diff_cut_when_huge_links_as_paths_and_says_why_when_it_cannot() {
     // Outside git: said so.
-    let test = Test::new().workflow(CHANGES);
+    let test = Test::new().workflow(&one_command(CHANGES));
     let dir = test.path("");
     let id = finished_run(&dir, "workflow.dot", &[]);
     let server = Server::start(&dir, &[]);
@@ -242,7 +242,7 @@ fn files_changed_shows_the_diff_cut_when_huge_links_as_paths_and_says_why_when_i
     drop(server);
 
     // In a git repository: the changes since the commit the run started from.
-    let test = Test::new().workflow(CHANGES).file("README.md", "# project\n");
+    let test = Test::new().workflow(&one_command(CHANGES)).file("README.md", "# project\n");
     let dir = test.path("");
     commit_all_in_new_repository(&dir);
     let head = common::git(&dir, &["rev-parse", "HEAD"]);
@@ -277,25 +277,12 @@ fn files_changed_shows_the_diff_cut_when_huge_links_as_paths_and_says_why_when_i
     assert_eq!(get(&server.at("/runs/nope/files")).0, 404);
 }
 
-/// A workflow with a declared input and a human gate, started from the web view.
-const SHIP: &str = r#"digraph ship {
-    goal = "Ship {{ inputs.feature }}"
-    start [shape=Mdiamond]
-    exit [shape=Msquare]
-    write [shape=parallelogram, script="echo \"{{ inputs.feature }}\" > feature.txt"]
-    review [shape=hexagon, label="Ship it?"]
-    done [shape=parallelogram, script="echo shipped >> feature.txt"]
-    start -> write -> review
-    review -> done [label="[Y] Yes"]
-    review -> exit [label="[N] No"]
-    done -> exit
-}
-"#;
-
 #[test]
 fn in_a_browser_a_run_is_started_its_gate_answered_and_its_changed_files_seen() {
     let Some((mut driver, port)) = chromedriver() else { return };
-    let test = Test::new().file("flows/ship.dot", SHIP).file("README.md", "# project\n");
+    // A workflow with a declared input and a human gate.
+    let ship = GATED.replace("BUILD_SCRIPT", "echo {{ inputs.feature }} > feature.txt");
+    let test = Test::new().file("flows/ship.dot", &ship).file("README.md", "# project\n");
     let dir = test.path("");
     commit_all_in_new_repository(&dir);
     let server = Server::start(&dir, &["--workflows", "flows"]);
@@ -309,7 +296,8 @@ fn in_a_browser_a_run_is_started_its_gate_answered_and_its_changed_files_seen() 
     let _ = driver.kill();
     let _ = driver.wait();
     outcome.unwrap();
-    assert_eq!(std::fs::read_to_string(dir.join("feature.txt")).unwrap(), "dark-mode\nshipped\n");
+    assert_eq!(std::fs::read_to_string(dir.join("feature.txt")).unwrap(), "dark-mode\n");
+    assert!(dir.join("deployed").exists(), "the answer from the page deployed");
 }
 
 async fn start_answer_and_see_files(client: &fantoccini::Client, server: &Server) -> Result<(), String> {
@@ -344,31 +332,21 @@ async fn start_answer_and_see_files(client: &fantoccini::Client, server: &Server
         return Err(format!("the form led to {url}"));
     }
     find("#choice-Y", true).await?.click().await.map_err(fail)?;
-    let started = Instant::now();
-    loop {
-        let status = match client.find(Locator::Css("#status")).await {
-            Ok(status) => status.text().await.unwrap_or_default(),
-            Err(_) => String::new(),
-        };
-        if status == "succeeded" {
-            break;
-        }
-        if started.elapsed() > Duration::from_secs(60) {
-            return Err(format!("the run never showed succeeded: {status:?}"));
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    page_shows_status(client, "succeeded").await?;
     // The board has it, labeled, among the succeeded.
     client.goto(&server.at("/?label=team%3Dweb")).await.map_err(fail)?;
     find("#column-succeeded li.card", false).await?;
     client.back().await.map_err(fail)?;
     find("#files-link", false).await?.click().await.map_err(fail)?;
-    let path = find("code.path", false).await?.text().await.map_err(fail)?;
-    if path != "feature.txt" {
-        return Err(format!("the files page shows {path:?}"));
+    let mut paths = Vec::new();
+    for path in client.find_all(Locator::Css("code.path")).await.map_err(fail)? {
+        paths.push(path.text().await.map_err(fail)?);
+    }
+    if paths != ["deployed", "feature.txt"] {
+        return Err(format!("the files page shows {paths:?}"));
     }
     let source = client.source().await.map_err(fail)?;
-    if !source.contains("+dark-mode") || !source.contains("+shipped") {
+    if !source.contains("+dark-mode") || !source.contains("+deployed") {
         return Err(format!("the diff lacks the lines: {source}"));
     }
     Ok(())

@@ -320,6 +320,18 @@ fn logs_follow_shows_the_answer_while_the_model_writes_it() {
     }
 }
 
+/// `fabro serve` over the runs of `dir`, and its URL without the trailing `/`.
+fn serve_in(dir: &Path) -> (std::process::Child, String) {
+    let mut serve = fabro_command(dir, &["serve", "--dir", ".fabro/runs"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start fabro serve");
+    let mut first = String::new();
+    BufReader::new(serve.stdout.take().unwrap()).read_line(&mut first).unwrap();
+    let base = first.trim().strip_prefix("fabro serve: ").expect(&first).trim_end_matches('/').to_string();
+    (serve, base)
+}
+
 #[test]
 fn serves_stage_page_of_a_running_stage_grows_with_the_answer() {
     let text = long_answer(12);
@@ -328,13 +340,7 @@ fn serves_stage_page_of_a_running_stage_grows_with_the_answer() {
     let mut run = slow_run(&server, dir.path());
     let run_dir = only_run(dir.path());
     let id = run_dir.file_name().unwrap().to_str().unwrap().to_string();
-    let mut serve = fabro_command(dir.path(), &["serve", "--dir", ".fabro/runs"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("start fabro serve");
-    let mut first = String::new();
-    BufReader::new(serve.stdout.take().unwrap()).read_line(&mut first).unwrap();
-    let base = first.trim().strip_prefix("fabro serve: ").expect(&first).trim_end_matches('/').to_string();
+    let (mut serve, base) = serve_in(dir.path());
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let get = |url: String| {
         runtime.block_on(async {
@@ -410,13 +416,7 @@ fn serves_stage_page_of_a_running_agent_stage_shows_its_turns_and_tool_calls_as_
         .expect("start fabro run");
     let run_dir = only_run(dir.path());
     let id = run_dir.file_name().unwrap().to_str().unwrap().to_string();
-    let mut serve = fabro_command(dir.path(), &["serve", "--dir", ".fabro/runs"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("start fabro serve");
-    let mut first = String::new();
-    BufReader::new(serve.stdout.take().unwrap()).read_line(&mut first).unwrap();
-    let base = first.trim().strip_prefix("fabro serve: ").expect(&first).trim_end_matches('/').to_string();
+    let (mut serve, base) = serve_in(dir.path());
     let get = |url: String| {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         runtime.block_on(async {
