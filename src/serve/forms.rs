@@ -50,7 +50,7 @@ pub(super) async fn start_run(
         Err(problem) => {
             let mut why = problem.to_string();
             for diagnostic in problem.diagnostics() {
-                why.push_str("\n");
+                why.push('\n');
                 why.push_str(diagnostic);
             }
             refused(problem.status(), why)

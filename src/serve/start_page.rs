@@ -16,7 +16,7 @@ pub const INPUT_PREFIX: &str = "input.";
 pub fn start_page(root: Option<&Path>, chosen: Option<&str>, error: Option<&str>) -> String {
     let mut body = String::from("<h1>Start a run</h1>\n");
     if let Some(error) = error {
-        let _ = writeln!(body, "<p class=\"failed\" id=\"start-error\">{}</p>", escape(error));
+        let _ = writeln!(body, "<pre class=\"failed\" id=\"start-error\">{}</pre>", escape(error));
     }
     let Some(root) = root else {
         body.push_str(

@@ -351,3 +351,59 @@ async fn start_answer_and_see_files(client: &fantoccini::Client, server: &Server
     }
     Ok(())
 }
+
+#[test]
+fn the_start_form_lists_the_workflows_asks_for_their_inputs_and_refuses_what_cannot_run() {
+    let ship = GATED.replace("BUILD_SCRIPT", "echo {{ inputs.feature }} > feature.txt");
+    let test = Test::new().file("flows/ship.dot", &ship).file("secret.dot", TIDY_FOR_OUTSIDE);
+    let dir = test.path("");
+    // Without --workflows: no form to start anything.
+    let server = Server::start(&dir, &[]);
+    let (_, board) = get(&server.at("/"));
+    assert!(!board.contains("href=\"/runs/new\""), "{board}");
+    let (_, page) = get(&server.at("/runs/new"));
+    assert!(page.contains("without <code>--workflows DIR</code>"), "{page}");
+    drop(server);
+
+    let server = Server::start(&dir, &["--workflows", "flows"]);
+    let own = format!("http://{}", authority(&server));
+    let (_, board) = get(&server.at("/"));
+    assert!(board.contains("href=\"/runs/new\""), "{board}");
+    let (code, page) = get(&server.at("/runs/new?workflow=ship.dot"));
+    assert_eq!(code, 200);
+    assert!(page.contains("<option value=\"ship.dot\" selected>"), "{page}");
+    assert!(page.contains("name=\"input.feature\""), "{page}");
+    let start =
+        |headers: &[(&str, &str)], form: &str| request("POST", &server.at("/runs"), headers, Some(form));
+    let runs = || std::fs::read_dir(dir.join(".fabro/runs")).map_or(0, |entries| entries.count());
+
+    let (code, _, _) = start(&[("origin", "http://evil.example")], "workflow=ship.dot&input.feature=x");
+    assert_eq!(code, 403);
+    assert_eq!(runs(), 0);
+    let (code, _, page) = start(&[("origin", &own)], "workflow=ship.dot&input.feature=");
+    assert_eq!(code, 422, "{page}");
+    assert!(page.contains("no input `feature`") && page.contains("id=\"start-error\""), "{page}");
+    for outside in ["..%2Fsecret.dot", "%2Fetc%2Fpasswd"] {
+        let (code, _, page) = start(&[("origin", &own)], &format!("workflow={outside}"));
+        assert!(code == 400 || code == 404, "{outside}: {code} {page}");
+    }
+    assert_eq!(runs(), 0);
+
+    let (code, headers, page) =
+        start(&[("origin", &own)], "workflow=ship.dot&input.feature=dark&labels=team%3Dweb&goal=");
+    assert_eq!(code, 303, "{page}");
+    let location = headers["location"].to_str().unwrap().to_string();
+    let id = location.strip_prefix("/runs/").unwrap().to_string();
+    let (code, page) = get(&server.at(&location));
+    assert_eq!(code, 200, "{page}");
+    let run_dir = dir.join(".fabro/runs").join(&id);
+    wait_until("the run waits at its gate", || {
+        run_dir.join("manifest.json").exists() && json(&run_dir.join("manifest.json"))["status"] == "paused"
+    });
+    let manifest = json(&run_dir.join("manifest.json"));
+    assert_eq!(manifest["labels"]["team"], "web");
+    assert_eq!(std::fs::read_to_string(dir.join("feature.txt")).unwrap(), "dark\n");
+}
+
+/// A workflow outside the `--workflows` root.
+const TIDY_FOR_OUTSIDE: &str = "digraph secret { start [shape=Mdiamond] exit [shape=Msquare] start -> exit }";
