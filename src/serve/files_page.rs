@@ -39,6 +39,13 @@ pub fn files_changed(dir: &Path, id: &str) -> String {
                     escape(&base.chars().take(12).collect::<String>()),
                     escape(&manifest.work_dir)
                 );
+                if manifest.worktree.is_none() {
+                    body.push_str(
+                        "<p class=\"note\">The run worked in this directory without a worktree of its own \
+                         (<code>--worktree</code>): this is the directory as it is now, with whatever else changed \
+                         it since the run started.</p>\n",
+                    );
+                }
                 body.push_str(&render(&found));
                 None
             }

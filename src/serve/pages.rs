@@ -16,7 +16,7 @@ use crate::source::SourceFile;
 
 /// What `fabro serve` adds to the report style.
 const SERVE_STYLE: &str = ".running{color:#b26a00}#graph svg{max-width:100%;height:auto}#events{max-height:24rem;overflow:auto;font-family:monospace;font-size:.85rem}\n\
-.board{display:flex;gap:1rem;overflow-x:auto;align-items:flex-start}.column{min-width:15rem;flex:1}.column ul{list-style:none;padding:0}\
+.board{display:flex;gap:1rem;overflow-x:auto;align-items:flex-start}.column{min-width:10rem;flex:1}.column ul{list-style:none;padding:0}\
 .card{border:1px solid #ccc;border-radius:6px;padding:.5rem;margin-bottom:.5rem}.count{color:#777;font-size:.9rem}.label{font-size:.8rem;background:#eef;border-radius:4px;padding:0 .3rem;margin-right:.2rem}\
 form.action{display:inline-block;margin-right:.5rem}#filters label{margin-right:.8rem}.note{color:#555;font-style:italic}\
 table.diff{border-collapse:collapse;width:100%;font-family:monospace;font-size:.85rem}table.diff td{padding:0 .3rem;border:none;vertical-align:top}table.diff pre{margin:0;white-space:pre-wrap}\
@@ -289,7 +289,8 @@ fn run_actions(dir: &Path, id: &str, report: &RunPage) -> String {
     let points: Vec<String> = report
         .visits
         .iter()
-        .filter(|visit| !visit.handler.is_empty() && visit.status != "running")
+        // Right after the exit there is nothing to continue.
+        .filter(|visit| !visit.handler.is_empty() && visit.handler != "exit" && visit.status != "running")
         .map(|visit| format!("{}@{}", visit.node_id, visit.visit))
         .collect();
     if state.is_settled() && !points.is_empty() {

@@ -152,6 +152,7 @@ fn cancel_resume_and_rewind_are_form_posts_from_the_run_page_and_refused_from_ot
     // Ended: rewind to a stage visit picked from the page, and resume from there.
     let (_, page) = get(&server.at(&format!("/runs/{id}")));
     assert!(page.contains("<option value=\"build@1\">build@1</option>"), "{page}");
+    assert!(!page.contains("<option value=\"exit@1\">"), "nothing continues after the exit: {page}");
     let (code, _, _) = post("rewind", &[("origin", "http://evil.example")], "to=build%401&resume=1");
     assert_eq!(code, 403);
     assert!(!run_dir.join("rewound").exists());
@@ -275,6 +276,16 @@ fn files_changed_shows_the_diff_cut_when_huge_links_as_paths_and_says_why_when_i
     assert_eq!(code, 200);
     assert!(page.contains("started before fabro recorded the commit"), "{page}");
     assert_eq!(get(&server.at("/runs/nope/files")).0, 404);
+
+    // A run in a worktree of its own: its commits on its branch, nothing of the checkout.
+    let worktree_run = finished_run(&dir, "workflow.dot", &["--worktree"]);
+    let (code, page) = get(&server.at(&format!("/runs/{worktree_run}/files")));
+    assert_eq!(code, 200, "{page}");
+    assert!(
+        page.contains("<code class=\"path\">README.md</code>") && page.contains("<pre>+changed</pre>"),
+        "{page}"
+    );
+    assert!(!page.contains("without a worktree of its own"), "{page}");
 }
 
 #[test]
