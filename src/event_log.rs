@@ -19,6 +19,25 @@ pub struct LoggedEvent {
     pub event: Event,
 }
 
+impl LoggedEvent {
+    /// One line of an `events.jsonl` read back; `None` for a line that is not an event this
+    /// fabro knows (torn, foreign, or from a newer version).
+    pub fn from_line(line: &str) -> Option<LoggedEvent> {
+        let value: serde_json::Value = serde_json::from_str(line).ok()?;
+        let object = value.as_object()?;
+        Some(LoggedEvent {
+            seq: object.get("seq")?.as_u64()?,
+            ts: object.get("ts")?.as_str()?.to_string(),
+            node_id: object.get("node_id").and_then(|id| id.as_str()).map(str::to_string),
+            visit: object
+                .get("visit")
+                .and_then(|visit| visit.as_u64())
+                .and_then(|visit| u32::try_from(visit).ok()),
+            event: serde_json::from_value(value).ok()?,
+        })
+    }
+}
+
 type Observer = Box<dyn Fn(&LoggedEvent) + Send + Sync>;
 
 /// Appends events to `events.jsonl` and tells observers. Writing never fails the run: an event
@@ -442,6 +461,29 @@ mod tests {
         assert!(
             lines[1].starts_with(r#"{"event":"checkpoint.saved","node_id":"mine","run_id":"r1","seq":2,"#)
         );
+    }
+
+    #[test]
+    fn a_line_read_back_is_the_event_that_was_logged() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = EventLog::open(&dir.path().join("events.jsonl"), "r1", 0).unwrap();
+        let seen = std::sync::Arc::new(Mutex::new(Vec::new()));
+        let keep = seen.clone();
+        log.observe(move |event| keep.lock().unwrap().push(event.clone()));
+        let started = Event::StageStarted {
+            handler: "command".into(),
+            stage_dir: Some("stages/go/1".into()),
+            branch_id: Some("b".into()),
+            sandbox: None,
+        };
+        log.stage_event("go", 1, started);
+        log.run_event(Event::CheckpointFailed { error: "disk full".into() });
+        log.flush();
+        let text = std::fs::read_to_string(dir.path().join("events.jsonl")).unwrap();
+        let read: Vec<LoggedEvent> = text.lines().map(|line| LoggedEvent::from_line(line).unwrap()).collect();
+        assert_eq!(read, *seen.lock().unwrap());
+        assert_eq!(LoggedEvent::from_line(r#"{"seq":1,"ts":"t","event":"no.such"}"#), None);
+        assert_eq!(LoggedEvent::from_line("{\"seq\":1,\"ts"), None, "a torn line");
     }
 
     fn log_ts(line: &str) -> String {

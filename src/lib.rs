@@ -35,6 +35,7 @@ pub mod redaction;
 pub mod regular_file;
 pub mod render;
 pub mod report;
+pub mod run_client;
 pub mod run_dir;
 pub mod run_launcher;
 pub mod run_settings;

@@ -21,6 +21,9 @@ pub enum PauseKind {
     Provider,
     /// A stage showed no sign of life for `stall_timeout` and was stopped.
     Stall,
+    /// Someone asked for the run to pause after the stage in flight (the run service's
+    /// `POST /api/v1/runs/{id}/interrupt`).
+    Interrupt,
 }
 
 impl PauseKind {
@@ -34,6 +37,7 @@ impl PauseKind {
             PauseKind::Storage => "storage",
             PauseKind::Provider => "provider",
             PauseKind::Stall => "stall",
+            PauseKind::Interrupt => "interrupt",
         }
     }
 }

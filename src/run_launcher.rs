@@ -107,6 +107,59 @@ pub fn launch(root: &Path, exe: &Path) -> Result<(Submission, std::process::Chil
     Ok((submission, child))
 }
 
+/// Writes the answer to the gate `gate_id` (a choice's target node id, or free text) as an
+/// answers file in the run directory `dir`, for `fabro resume --answers`; its path.
+pub fn write_answer(dir: &Path, gate_id: &str, answer: &str) -> Result<PathBuf, LaunchError> {
+    let millis = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|since| since.as_millis())
+        .unwrap_or_default();
+    let path = dir.join(format!("answers-{millis}.json"));
+    let text = serde_json::json!({ gate_id: [answer] }).to_string();
+    crate::atomic_file::write_atomic(&path, text.as_bytes())
+        .map_err(|source| RunDirError::Io { path: path.clone(), source })?;
+    Ok(path)
+}
+
+/// Continues the run in `dir` (paused, interrupted or crashed) with `fabro resume` in a process
+/// of its own, as [`launch`] starts one, with the answers file given: the resume goes on when
+/// the terminal that asked for it closes. A run submitted before keeps its submission's origin
+/// (a service's run stays the service's); any other becomes submitted by `by`.
+pub fn launch_resume(
+    dir: &Path,
+    exe: &Path,
+    answers: Option<&Path>,
+    by: &str,
+) -> Result<std::process::Child, LaunchError> {
+    let dir =
+        &std::path::absolute(dir).map_err(|source| RunDirError::Io { path: dir.to_path_buf(), source })?;
+    let mut args = vec!["resume".to_string(), dir.display().to_string(), "-q".into()];
+    if let Some(answers) = answers {
+        args.extend(["--answers".into(), answers.display().to_string()]);
+    }
+    let cwd =
+        std::env::current_dir().map_err(|source| RunDirError::Io { path: PathBuf::from("."), source })?;
+    let mut submission = match Submission::read(dir)? {
+        Some(submission) => submission,
+        None => Submission {
+            run_id: crate::run_dir::read_manifest(dir).map(|manifest| manifest.run_id).unwrap_or_default(),
+            submitted_at: now_rfc3339(),
+            by: by.to_string(),
+            args: Vec::new(),
+            cwd,
+            state: SubmissionState::Launched,
+            process: None,
+            relaunches: 0,
+        },
+    };
+    submission.args = args;
+    // Written as launched, never as queued: a run service's queue must not start it as well.
+    submission.state = SubmissionState::Launched;
+    submission.process = None;
+    submission.write(dir)?;
+    launch(dir, exe).map(|(_, child)| child)
+}
+
 /// The run `root` became after `loop_restart` edges (its newest directory).
 pub fn latest_dir(root: &Path) -> PathBuf {
     let mut dir = root.to_path_buf();

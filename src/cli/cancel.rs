@@ -14,12 +14,29 @@ pub struct Args {
     /// Return once the run was told to stop, without waiting for it to end.
     #[arg(long)]
     no_wait: bool,
+    /// Work on the run service at this URL (as `fabro serve` prints it; a `?token=` in it or
+    /// FABRO_SERVER_TOKEN is sent) instead of the runs directory here.
+    #[arg(long, value_name = "URL")]
+    server: Option<String>,
 }
 
 /// How long `fabro cancel` waits for a run to end after telling it to stop.
 const END_WAIT: Duration = Duration::from_secs(60);
 
 pub fn run(args: Args) -> u8 {
+    if let Some(url) = &args.server {
+        let client = match super::remote::client(url) {
+            Ok(client) => client,
+            Err(code) => return code,
+        };
+        let no_wait = args.no_wait;
+        return super::block_on(async move {
+            match super::remote::run_id(&client, &args.run).await {
+                Ok(id) => super::remote::cancel(&client, &id, no_wait).await,
+                Err(code) => code,
+            }
+        });
+    }
     let dir = match args.run.dir() {
         Ok(dir) => dir,
         Err(code) => return code,

@@ -38,6 +38,7 @@ macro_rules! print {
     }};
 }
 
+mod attach;
 mod cancel;
 mod completions;
 mod fork;
@@ -47,6 +48,7 @@ mod logs;
 mod memory;
 mod new;
 mod progress;
+mod remote;
 mod render;
 mod report;
 mod resume;
@@ -116,6 +118,8 @@ struct Cli {
     command: Command,
 }
 
+// Made once per process: the size of the largest command's arguments costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
     /// Run a workflow: exit 0 succeeded, 1 failed, 2 invalid input, 3 paused for input, 130 interrupted.
@@ -125,6 +129,9 @@ enum Command {
     /// Wait until a run (say one started with `fabro run --detach`) settles; exit as `fabro run`
     /// would have.
     Wait(wait::Args),
+    /// Follow a run started elsewhere (--detach, the run service, another terminal) live, and
+    /// answer the gates it stops at here; exit as `fabro wait` does.
+    Attach(attach::Args),
     /// Stop a running run as Ctrl-C would (it can be resumed), or take a queued one off the queue.
     Cancel(cancel::Args),
     /// Copy a run's state right after one of its stages into a new run directory, to resume.
@@ -196,6 +203,10 @@ pub fn main() -> ExitCode {
             resume::resume(args)
         }
         Command::Wait(args) => wait::run(args),
+        Command::Attach(mut args) => {
+            args.stream_output = cli.verbose > 0;
+            attach::run(args)
+        }
         Command::Cancel(args) => cancel::run(args),
         Command::Fork(args) => fork::run(args),
         Command::Report(args) => report::run(args),

@@ -47,6 +47,9 @@ pub struct ProgressView {
 #[derive(Default)]
 struct State {
     run_dir: Option<PathBuf>,
+    /// The run directory was given by [`ProgressView::pin_run_dir`]: the events' (which name it
+    /// as the run's own process saw it, relative to its directory) do not replace it.
+    pinned: bool,
     /// Handler and stage directory (relative to the run directory) of each started stage.
     stages: HashMap<StageKey, (String, String)>,
     spinners: HashMap<StageKey, ProgressBar>,
@@ -114,8 +117,12 @@ impl ProgressView {
             return;
         }
         match &logged.event {
-            Event::RunStarted { run_dir, .. } => self.state().run_dir = run_dir.clone(),
-            Event::RunResumed { run_dir, .. } => self.state().run_dir = Some(run_dir.clone()),
+            Event::RunStarted { run_dir, .. } if !self.state().pinned => {
+                self.state().run_dir = run_dir.clone()
+            }
+            Event::RunResumed { run_dir, .. } if !self.state().pinned => {
+                self.state().run_dir = Some(run_dir.clone())
+            }
             Event::StageStarted { handler, stage_dir, branch_id, .. } => {
                 let key = stage_key(logged, branch_id.as_deref());
                 self.stage_started(logged, key, handler, stage_dir.as_deref().unwrap_or(""));
@@ -151,6 +158,13 @@ impl ProgressView {
                 }
             }
         }
+    }
+
+    /// Shows a run written by another process: its stages' files are under `dir`.
+    pub fn pin_run_dir(&self, dir: &Path) {
+        let mut state = self.state();
+        state.run_dir = Some(dir.to_path_buf());
+        state.pinned = true;
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {

@@ -57,10 +57,17 @@ pub struct RunArgs {
     #[arg(long = "set", value_name = "KEY=VALUE")]
     set: Vec<String>,
     /// Check the workflow, then run it in the background and return at once: prints the run id
-    /// on stdout (follow it with `fabro logs -f ID`, wait for its exit code with `fabro wait
-    /// ID`, stop it with `fabro cancel ID`); what it prints goes to output.log in its directory.
+    /// on stdout (follow it and answer its gates with `fabro attach ID`, wait for its exit code
+    /// with `fabro wait ID`, stop it with `fabro cancel ID`); what it prints goes to output.log
+    /// in its directory.
     #[arg(long)]
     detach: bool,
+    /// Start the run on the run service at this URL (as `fabro serve` prints it; a `?token=` in
+    /// it or FABRO_SERVER_TOKEN is sent): the workflow file's text, --goal, --goal-file, --input,
+    /// --label, --workdir (a directory on the service's machine) and --simulate go with it; then
+    /// follow it as `fabro attach` does, or with --detach print its id and return.
+    #[arg(long, value_name = "URL")]
+    server: Option<String>,
     /// The run's id, chosen by `--detach` or the run service for the process they start.
     #[arg(long, hide = true, value_parser = parse_run_id)]
     run_id: Option<String>,
@@ -350,7 +357,94 @@ pub fn run(args: RunArgs) -> u8 {
 }
 
 async fn run_async(mut args: RunArgs) -> u8 {
+    if let Some(url) = args.server.clone() {
+        return start_on_server(&url, &args).await.unwrap_or_else(refuse);
+    }
     start(&mut args).await.unwrap_or_else(refuse)
+}
+
+/// The options `fabro run --server` sends with the run (the others would be ignored by the
+/// service, so they are refused).
+const SENT_TO_SERVER: [&str; 10] = [
+    "--server",
+    "--detach",
+    "--goal",
+    "--goal-file",
+    "--input",
+    "--label",
+    "--workdir",
+    "--simulate",
+    "--quiet",
+    "--verbose",
+];
+
+/// `fabro run --server URL`: submits the workflow to the run service, then follows the run
+/// there (or, with `--detach`, prints its id).
+async fn start_on_server(url: &str, args: &RunArgs) -> Result<u8, Refusal> {
+    for argument in std::env::args().skip(2) {
+        let flag = argument.split('=').next().unwrap_or_default();
+        if flag.starts_with("--") && !SENT_TO_SERVER.contains(&flag) {
+            return Err(Refusal::Message(format!(
+                "{flag} cannot go with --server (the service runs with its own settings); \
+                 with --server only {} apply",
+                SENT_TO_SERVER[1..].join(", ")
+            )));
+        }
+    }
+    let client = super::remote::client(url).map_err(|_| Refusal::Shown)?;
+    let mut body = serde_json::Map::new();
+    if args.workflow.extension().is_some_and(|extension| extension == "toml") {
+        return Err(Refusal::Message(
+            "--server takes a workflow file (.dot), not a run configuration; the run did not start".into(),
+        ));
+    }
+    match std::fs::read_to_string(&args.workflow) {
+        Ok(source) => body.insert("source".into(), source.into()),
+        // Not a file here: a workflow under the service's --workflows directory.
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            body.insert("workflow".into(), args.workflow.display().to_string().into())
+        }
+        Err(error) => {
+            return Err(Refusal::Message(format!("cannot read {}: {error}", args.workflow.display())));
+        }
+    };
+    if let Some(goal) = goal_of(args)? {
+        body.insert("goal".into(), goal.into());
+    }
+    let mut inputs = serde_json::Map::new();
+    for text in &args.inputs {
+        let (key, value) = text
+            .split_once('=')
+            .ok_or_else(|| format!("--input `{text}` is not KEY=VALUE; the run did not start"))?;
+        let value =
+            serde_json::from_str(value).unwrap_or_else(|_| serde_json::Value::String(value.to_string()));
+        inputs.insert(key.to_string(), value);
+    }
+    body.insert("inputs".into(), inputs.into());
+    let mut labels = serde_json::Map::new();
+    for text in &args.labels {
+        let (key, value) = fabro::run_dir::parse_label(text)
+            .map_err(|message| Refusal::Message(format!("--label: {message}; the run did not start")))?;
+        labels.insert(key, value.into());
+    }
+    body.insert("labels".into(), labels.into());
+    if let Some(workdir) = &args.workdir {
+        body.insert("workdir".into(), workdir.display().to_string().into());
+    }
+    body.insert("simulate".into(), args.launch.simulate.into());
+    let id = client.submit(&serde_json::Value::Object(body)).await.map_err(|error| {
+        super::remote::failed(&error);
+        Refusal::Shown
+    })?;
+    println!("{id}");
+    if args.detach {
+        eprintln!(
+            "submitted to the run service; follow it with `fabro attach --server URL {id}`, wait for \
+             it with `fabro wait --server URL {id}`"
+        );
+        return Ok(exit::SUCCESS);
+    }
+    Ok(super::attach::detachable(super::remote::attach(&client, &id, false)).await)
 }
 
 /// Why `fabro run` or `fabro resume` did not start a run. Every refusal ends in [`refuse`].
@@ -501,7 +595,7 @@ fn detach(run_dir: Option<&std::path::Path>) -> Result<u8, Refusal> {
     println!("{run_id}");
     let shown = relative_to_cwd(&root);
     eprintln!(
-        "started in the background in {shown} (its output: {shown}/{}); follow it with `fabro logs -f {run_id}`, \
+        "started in the background in {shown} (its output: {shown}/{}); follow it with `fabro attach {run_id}`, \
          wait for it with `fabro wait {run_id}`, stop it with `fabro cancel {run_id}`",
         fabro::run_dir::layout::OUTPUT_LOG
     );
@@ -770,6 +864,7 @@ pub fn conclude(
                     "start the provider (or wait until it is back), then resume with: fabro resume {dir}"
                 )
             }
+            PauseKind::Interrupt => eprintln!("resume with: fabro resume {dir}"),
         }
     }
     Ok(match result.status {

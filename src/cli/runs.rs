@@ -1,5 +1,5 @@
 //! `fabro runs [--dir DIR] [--json] [--all] [--label KEY=VALUE]...`: the runs in a runs directory
-//! (those with every label given), unfinished ones first, newest first. An entry that cannot be read is listed as `unreadable` with the reason; it never
+//! (those with every label given), unfinished ones first (queued ones too), newest first. An entry that cannot be read is listed as `unreadable` with the reason; it never
 //! stops the listing. `--delete RUN` and `--prune [--older-than AGE]` remove runs (`--dry-run`
 //! only lists them); a run whose lock is held is never deleted.
 
@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use fabro::run_dir::housekeeping::{delete_run, prune_candidates, PruneReason};
+use fabro::run_dir::submission::{RunState, Submission};
 use fabro::run_dir::RunView;
 use fabro::run_status::RunStatus;
 use serde_json::{json, Value};
@@ -83,6 +84,26 @@ impl Entry {
 
 fn read_entry(dir: &Path) -> Entry {
     let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let submission = Submission::read(dir).ok().flatten();
+    // A submitted run (`--detach`, the run service) that has not written its manifest, or one
+    // that waits in the queue again (to be resumed), is what its submission says.
+    let state = submission.as_ref().map(|_| RunState::of(dir));
+    if let (Some(submission), Some(state)) = (&submission, &state) {
+        if !dir.join(layout::MANIFEST).exists() || *state == RunState::Queued {
+            return Entry {
+                dir: dir.to_path_buf(),
+                run_id: submission.run_id.clone(),
+                workflow: submission.workflow_name().unwrap_or_default(),
+                status: state.as_str().to_string(),
+                started_at: Some(submission.submitted_at.clone()),
+                started: humantime::parse_rfc3339_weak(&submission.submitted_at).ok(),
+                duration_ms: None,
+                current_node: None,
+                labels: Default::default(),
+                error: None,
+            };
+        }
+    }
     match RunView::open(dir) {
         Ok(view) => {
             let started = humantime::parse_rfc3339_weak(&view.manifest.started_at).ok();
@@ -128,7 +149,7 @@ fn list(dir: &Path) -> Vec<Entry> {
         .flatten()
         .flatten()
         .map(|entry| entry.path())
-        .filter(|path| path.join(layout::MANIFEST).exists())
+        .filter(|path| path.join(layout::MANIFEST).exists() || path.join(layout::SUBMISSION).exists())
         .collect();
     dirs.sort();
     let mut entries: Vec<Entry> = dirs.iter().map(|d| read_entry(d)).collect();
@@ -265,9 +286,12 @@ pub fn run(args: Args) -> u8 {
 /// Unfinished runs first (they may want attention), then finished ones, newest first in each;
 /// without `all`, only the newest finished ones. Returns how many finished runs are left out.
 fn shown(entries: Vec<Entry>, all: bool) -> (Vec<Entry>, usize) {
-    let (mut unfinished, finished): (Vec<Entry>, Vec<Entry>) = entries
-        .into_iter()
-        .partition(|entry| matches!(entry.status.as_str(), "running" | "paused" | "interrupted" | "crashed"));
+    let (mut unfinished, finished): (Vec<Entry>, Vec<Entry>) = entries.into_iter().partition(|entry| {
+        matches!(
+            entry.status.as_str(),
+            "queued" | "starting" | "running" | "paused" | "interrupted" | "crashed"
+        )
+    });
     let left_out = if all { 0 } else { finished.len().saturating_sub(RECENT_FINISHED) };
     unfinished.extend(finished.into_iter().take(if all { usize::MAX } else { RECENT_FINISHED }));
     (unfinished, left_out)

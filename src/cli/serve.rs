@@ -1,5 +1,6 @@
 //! `fabro serve [--dir DIR] [--bind ADDR|NAME] [--port N] [--token TOKEN] [--workflows DIR]
-//! [--max-concurrent-runs N]`: the web view of the runs and the run service's API.
+//! [--max-concurrent-runs N] [--crashed-runs resume|show]`: the web view of the runs and the run
+//! service's API.
 
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -32,6 +33,18 @@ pub struct ServeArgs {
     /// the others wait, queued, in the order they came.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub max_concurrent_runs: Option<u32>,
+    /// What happens to a run the service started whose process died (the machine restarted, the
+    /// process was killed): `resume` continues it from its last checkpoint (at most 3 times);
+    /// `show` leaves it crashed, to be resumed from the web view or the API.
+    #[arg(long, value_enum, value_name = "WHAT", default_value = "resume")]
+    pub crashed_runs: CrashedRuns,
+}
+
+/// `--crashed-runs`.
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum CrashedRuns {
+    Resume,
+    Show,
 }
 
 pub fn run(args: ServeArgs) -> u8 {
@@ -116,6 +129,7 @@ async fn run_async(args: ServeArgs) -> u8 {
         workflows_dir: args.workflows.map(|dir| std::path::absolute(&dir).unwrap_or(dir)),
         max_concurrent_runs: args.max_concurrent_runs.map_or(cores, |n| n as usize),
         service_dir,
+        resume_crashed_runs: matches!(args.crashed_runs, CrashedRuns::Resume),
     };
     tokio::select! {
         served = serve(listener, options) => match served {

@@ -16,12 +16,29 @@ pub struct Args {
     /// Give up after this long (30s, 5m, 2h): exit 124, the run goes on.
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     timeout: Option<Duration>,
+    /// Work on the run service at this URL (as `fabro serve` prints it; a `?token=` in it or
+    /// FABRO_SERVER_TOKEN is sent) instead of the runs directory here.
+    #[arg(long, value_name = "URL")]
+    server: Option<String>,
 }
 
 /// How often the run's directory is looked at.
 const POLL: Duration = Duration::from_millis(200);
 
 pub fn run(args: Args) -> u8 {
+    if let Some(url) = &args.server {
+        let client = match super::remote::client(url) {
+            Ok(client) => client,
+            Err(code) => return code,
+        };
+        let timeout = args.timeout;
+        return super::block_on(async move {
+            match super::remote::run_id(&client, &args.run).await {
+                Ok(id) => super::remote::wait(&client, &id, timeout).await,
+                Err(code) => code,
+            }
+        });
+    }
     let dir = match args.run.dir() {
         Ok(dir) => dir,
         Err(code) => return code,
@@ -39,6 +56,11 @@ async fn wait(dir: std::path::PathBuf, timeout: Option<Duration>) -> u8 {
         eprintln!("the run has not settled yet; it goes on");
         return 124;
     };
+    settled(&dir, &state)
+}
+
+/// Says how the run in `dir` settled (as `state`); the exit code `fabro run` would have given.
+pub(super) fn settled(dir: &std::path::Path, state: &RunState) -> u8 {
     let shown = dir.display();
     match state {
         RunState::Ended(RunStatus::Succeeded) => {
@@ -46,7 +68,7 @@ async fn wait(dir: std::path::PathBuf, timeout: Option<Duration>) -> u8 {
             exit::SUCCESS
         }
         RunState::Ended(RunStatus::Failed) => {
-            let reason = fabro::run_dir::read_result(&dir).and_then(|result| result.failure_reason);
+            let reason = fabro::run_dir::read_result(dir).and_then(|result| result.failure_reason);
             eprintln!("run {shown} failed{}", reason.map(|reason| format!(": {reason}")).unwrap_or_default());
             exit::FAILED
         }

@@ -265,6 +265,8 @@ impl Engine {
         };
         let next = workflow.index_of(&next_id).ok_or_else(|| StartError::MissingNode(next_id.clone()))?;
         let events = open_events(saved.dir.root(), &saved.manifest.run_id, saved.last_event_seq, observe)?;
+        // An interrupt asked of the run's last process, which ended before acting on it.
+        crate::run_dir::take_interrupt_request(saved.dir.root());
         // A stage whose fabro was killed may still be running: stop it before it runs again.
         for survivor in crate::run_dir::stage_process::kill_survivors(saved.dir.root()) {
             let stage = survivor.stage_dir.strip_prefix(saved.dir.root()).unwrap_or(&survivor.stage_dir);

@@ -343,6 +343,10 @@ impl<'e> Walker<'e> {
                 self.last_outcome = Some(outcome);
                 return stop;
             }
+            if let Some(stop) = self.interrupt_if_asked(node, visit, next_id) {
+                self.last_outcome = Some(outcome);
+                return stop;
+            }
         }
         self.last_outcome = Some(outcome);
         step
@@ -384,6 +388,20 @@ impl<'e> Walker<'e> {
                 Some(Step::Pause(pause))
             }
         }
+    }
+
+    /// Main line: pauses the run between two stages when someone asked for it (an interrupt
+    /// request in the run directory, see [`crate::run_dir::request_interrupt`]), so that a
+    /// resume starts at `next`.
+    fn interrupt_if_asked(&mut self, node: &Node, visit: u32, next: &str) -> Option<Step> {
+        if !self.is_main() || !crate::run_dir::take_interrupt_request(self.scope.run_dir.root()) {
+            return None;
+        }
+        let reason = format!("interrupted on request after `{}`; the run goes on at `{next}`", node.id);
+        let _ = self.save_checkpoint(RunStatus::Paused, &node.id, Some(next));
+        let pause = Pause::new(PauseKind::Interrupt, reason);
+        self.scope.events.stage_event(&node.id, visit, Event::run_paused(&pause));
+        Some(Step::Pause(pause))
     }
 
     /// Resolves the stage's fidelity and, for LLM stages, its preamble and thread.

@@ -66,6 +66,9 @@ pub fn is_submission_file(name: &str) -> bool {
                 .any(|file| rest.strip_prefix(file).is_some_and(|pid| pid.starts_with('.')))
         })
 }
+/// `interrupt.request`: asks the process running the run to pause it after the stage in flight
+/// (the run service's `POST .../interrupt`); the process removes it when it pauses.
+pub const INTERRUPT_REQUEST: &str = "interrupt.request";
 /// `serve-resume.log`: what a resume started from `fabro serve` printed.
 pub const SERVE_RESUME_LOG: &str = "serve-resume.log";
 /// `status.json`: a stage visit's status: outcome, failure, usage, what it wrote.

@@ -262,6 +262,20 @@ pub(crate) fn read_record<T: serde::de::DeserializeOwned>(path: &Path) -> Result
 }
 
 /// The result of the run in `root`, when it has ended and its record parses.
+/// Asks the process running the run in `root` to pause it once the stage in flight ends
+/// ([`layout::INTERRUPT_REQUEST`]).
+pub fn request_interrupt(root: &Path) -> Result<(), RunDirError> {
+    let path = root.join(layout::INTERRUPT_REQUEST);
+    crate::atomic_file::write_atomic(&path, crate::event_log::now_rfc3339().as_bytes())
+        .map_err(|source| RunDirError::Io { path, source })
+}
+
+/// Takes a pending interrupt request of the run in `root`: whether there was one. A request left
+/// from a run that ended before acting on it is taken (and dropped) when the run starts again.
+pub fn take_interrupt_request(root: &Path) -> bool {
+    std::fs::remove_file(root.join(layout::INTERRUPT_REQUEST)).is_ok()
+}
+
 pub fn read_result(root: &Path) -> Option<RunResult> {
     read_record(&root.join(layout::RESULT)).ok().flatten()
 }

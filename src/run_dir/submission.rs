@@ -57,6 +57,17 @@ fn is_zero(n: &u32) -> bool {
 }
 
 impl Submission {
+    /// The name of the workflow a `fabro run` submission runs (its file's stem), for listings
+    /// before the run has written its manifest.
+    pub fn workflow_name(&self) -> Option<String> {
+        match self.args.as_slice() {
+            [command, file, ..] if command == "run" => {
+                Path::new(file).file_stem().map(|stem| stem.to_string_lossy().into_owned())
+            }
+            _ => None,
+        }
+    }
+
     /// The submission of the run in `root`, if it was submitted.
     pub fn read(root: &Path) -> Result<Option<Submission>, RunDirError> {
         let path = root.join(layout::SUBMISSION);

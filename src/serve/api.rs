@@ -8,7 +8,7 @@
 //! Errors are `{"error": {"code": "...", "message": "..."}}` with a stable `code`.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
 use axum::extract::rejection::JsonRejection;
@@ -38,6 +38,11 @@ pub fn router() -> (axum::Router<Arc<AppState>>, utoipa::openapi::OpenApi) {
         .routes(routes!(answer_run))
         .routes(routes!(resume_run))
         .routes(routes!(run_events))
+        .routes(routes!(interrupt_run))
+        .routes(routes!(rewind_run))
+        .routes(routes!(fork_run))
+        .routes(routes!(stage_visit))
+        .routes(routes!(stage_file))
         .split_for_parts()
 }
 
@@ -50,7 +55,8 @@ pub struct ApiError {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ErrorBody {
     /// `not_found`, `bad_request`, `invalid_workflow`, `not_cancelable`, `not_resumable`,
-    /// `not_waiting`, `already_answered`, `in_use`, `forbidden`, `unauthorized`, `internal`.
+    /// `not_running`, `not_waiting`, `already_answered`, `in_use`, `no_history`, `too_large`,
+    /// `forbidden`, `unauthorized`, `internal`.
     pub code: String,
     pub message: String,
     /// For `invalid_workflow`: the validator's findings, as `fabro validate` prints them.
@@ -127,6 +133,29 @@ pub struct RunDetail {
     #[serde(flatten)]
     pub run: RunSummary,
     pub stages: Vec<StageInfo>,
+    /// The human gate the run is paused at, waiting for `POST .../answer`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gate: Option<GateInfo>,
+}
+
+/// A human gate waiting for an answer.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct GateInfo {
+    /// The gate's node id.
+    pub id: String,
+    pub question: String,
+    pub choices: Vec<ChoiceInfo>,
+    /// Whether it takes free text (`{"text": ...}`) besides its choices.
+    pub freeform: bool,
+}
+
+/// One answer a gate offers: its accelerator key, its label, and the node it leads to (the
+/// `answer` to send).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ChoiceInfo {
+    pub key: String,
+    pub label: String,
+    pub target: String,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -225,7 +254,17 @@ async fn get_run(State(state): State<Arc<AppState>>, UrlPath(id): UrlPath<String
                 .collect()
         })
         .unwrap_or_default();
-    Json(RunDetail { run: summary(&run.dir, &run.run_id), stages }).into_response()
+    let gate = super::waiting_gate(&run.dir).map(|gate| GateInfo {
+        id: gate.id,
+        question: gate.question,
+        choices: gate
+            .choices
+            .into_iter()
+            .map(|choice| ChoiceInfo { key: choice.key, label: choice.label, target: choice.target })
+            .collect(),
+        freeform: gate.freeform,
+    });
+    Json(RunDetail { run: summary(&run.dir, &run.run_id), stages, gate }).into_response()
 }
 
 /// Starts a run: it is queued, and runs when a place is free (`max_concurrent_runs`).
@@ -414,4 +453,325 @@ struct Follow {
     /// Events up to this seq were sent before (`Last-Event-ID`).
     after: u64,
     done: bool,
+}
+
+/// Pauses a running run once the stage in flight ends (it can be resumed from the next stage);
+/// `cancel` stops it at once instead.
+#[utoipa::path(post, path = "/api/v1/runs/{id}/interrupt", params(("id" = String, Path, description = "The run id")),
+    responses((status = 202, body = RunCreated), (status = 404, body = ApiError), (status = 409, body = ApiError)))]
+async fn interrupt_run(State(state): State<Arc<AppState>>, UrlPath(id): UrlPath<String>) -> Response {
+    let Some(run) = find(&state, &id) else {
+        return error(StatusCode::NOT_FOUND, "not_found", format!("no run `{id}`"));
+    };
+    let dir = crate::run_launcher::latest_dir(&run.dir);
+    let run_state = RunState::of(&dir);
+    if run_state != RunState::Running {
+        let message = format!("run `{id}` is {}: only a running run is interrupted", run_state.as_str());
+        return error(StatusCode::CONFLICT, "not_running", message);
+    }
+    match crate::run_dir::request_interrupt(&dir) {
+        Ok(()) => {
+            (StatusCode::ACCEPTED, Json(RunCreated { id, status: "interrupting".into() })).into_response()
+        }
+        Err(problem) => error(StatusCode::INTERNAL_SERVER_ERROR, "internal", problem.to_string()),
+    }
+}
+
+/// Where a rewind goes back to, or a fork starts from.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HistoryTarget {
+    /// `NODE` (its last visit) or `NODE@VISIT`.
+    pub to: String,
+    /// Resume the run right away from there.
+    #[serde(default)]
+    pub resume: bool,
+}
+
+/// A rewound or forked run.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct HistoryMoved {
+    /// The run that goes on: the same run for a rewind, the new one for a fork.
+    pub id: String,
+    /// `rewound`, `forked`, or `resuming` when asked to resume.
+    pub status: String,
+    /// The stage it goes on at.
+    pub next_node: String,
+}
+
+/// The refusal for a history operation's error.
+fn history_refusal(problem: crate::run_dir::HistoryError) -> Response {
+    use crate::run_dir::HistoryError;
+    match problem {
+        HistoryError::BadTarget { .. }
+        | HistoryError::UnknownNode { .. }
+        | HistoryError::NoSuchVisit { .. }
+        | HistoryError::NothingToContinue { .. } => {
+            error(StatusCode::BAD_REQUEST, "bad_request", problem.to_string())
+        }
+        HistoryError::NoHistory { .. } => error(StatusCode::CONFLICT, "no_history", problem.to_string()),
+        HistoryError::RunDir(crate::run_dir::RunDirError::Locked { .. }) => {
+            error(StatusCode::CONFLICT, "in_use", problem.to_string())
+        }
+        other => error(StatusCode::INTERNAL_SERVER_ERROR, "internal", other.to_string()),
+    }
+}
+
+/// Starts `fabro resume` for a run the history operation left ready; the answer's status.
+fn resume_after(state: &AppState, id: &str, dir: &Path) -> Result<&'static str, Refusal> {
+    let mut resumes = state.resumes.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    match super::resume(&state.options.fabro_exe, dir, None) {
+        Ok(running) => {
+            resumes.insert(id.to_string(), running);
+            Ok("resuming")
+        }
+        Err(problem) => Err(Refusal(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            format!("cannot start fabro resume: {problem}"),
+        )),
+    }
+}
+
+/// Which history operation a request asks for.
+#[derive(Clone, Copy)]
+enum HistoryOperation {
+    Rewind,
+    Fork,
+}
+
+/// Rewinds or forks the run `id` as `body` says, then resumes the run that goes on when asked:
+/// what both routes share.
+async fn move_history(
+    state: &AppState,
+    id: String,
+    body: Result<Json<HistoryTarget>, JsonRejection>,
+    operation: HistoryOperation,
+) -> Response {
+    let target = match body {
+        Ok(Json(target)) => target,
+        Err(rejection) => return error(StatusCode::BAD_REQUEST, "bad_request", rejection.body_text()),
+    };
+    let Some(run) = find(state, &id) else {
+        return error(StatusCode::NOT_FOUND, "not_found", format!("no run `{id}`"));
+    };
+    if matches!(operation, HistoryOperation::Rewind) && !RunState::of(&run.dir).is_settled() {
+        let message = format!("run `{id}` is queued or running; interrupt or cancel it first");
+        return error(StatusCode::CONFLICT, "in_use", message);
+    }
+    let HistoryTarget { to, resume } = target;
+    let dir = run.dir.clone();
+    // The run that goes on: its id, directory and next stage.
+    let moved = tokio::task::spawn_blocking(move || {
+        let (node, visit) = crate::run_dir::parse_target(&to)?;
+        Ok::<_, crate::run_dir::HistoryError>(match operation {
+            HistoryOperation::Rewind => {
+                (id, dir.clone(), crate::run_dir::rewind(&dir, &node, visit)?.next_node)
+            }
+            HistoryOperation::Fork => {
+                let forked = crate::run_dir::fork(&dir, &node, visit, None)?;
+                (forked.run_id, forked.run_dir, forked.next_node)
+            }
+        })
+    })
+    .await;
+    let (id, dir, next_node) = match moved {
+        Ok(Ok(moved)) => moved,
+        Ok(Err(problem)) => return history_refusal(problem),
+        Err(join) => return error(StatusCode::INTERNAL_SERVER_ERROR, "internal", join.to_string()),
+    };
+    let (status, code) = match operation {
+        HistoryOperation::Rewind => ("rewound", StatusCode::OK),
+        HistoryOperation::Fork => ("forked", StatusCode::CREATED),
+    };
+    let status = if resume {
+        match resume_after(state, &id, &dir) {
+            Ok(status) => status,
+            Err(refused) => return refused.into_response(),
+        }
+    } else {
+        status
+    };
+    (code, Json(HistoryMoved { id, status: status.into(), next_node })).into_response()
+}
+
+/// Moves a run that is not running back to the state right after a stage visit, in place (what
+/// came after moves into `rewound/`; nothing is deleted), as `fabro rewind` does.
+#[utoipa::path(post, path = "/api/v1/runs/{id}/rewind", request_body = HistoryTarget,
+    params(("id" = String, Path, description = "The run id")),
+    responses((status = 200, body = HistoryMoved), (status = 400, body = ApiError), (status = 404, body = ApiError),
+        (status = 409, body = ApiError)))]
+async fn rewind_run(
+    State(state): State<Arc<AppState>>,
+    UrlPath(id): UrlPath<String>,
+    body: Result<Json<HistoryTarget>, JsonRejection>,
+) -> Response {
+    move_history(&state, id, body, HistoryOperation::Rewind).await
+}
+
+/// Copies a run's state right after a stage visit into a new run in the runs directory (the run
+/// itself is only read), as `fabro fork` does; the new run's id.
+#[utoipa::path(post, path = "/api/v1/runs/{id}/fork", request_body = HistoryTarget,
+    params(("id" = String, Path, description = "The run id")),
+    responses((status = 201, body = HistoryMoved), (status = 400, body = ApiError), (status = 404, body = ApiError),
+        (status = 409, body = ApiError)))]
+async fn fork_run(
+    State(state): State<Arc<AppState>>,
+    UrlPath(id): UrlPath<String>,
+    body: Result<Json<HistoryTarget>, JsonRejection>,
+) -> Response {
+    move_history(&state, id, body, HistoryOperation::Fork).await
+}
+
+/// A stage visit: its status record and the files in its directory.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct StageVisit {
+    pub node_id: String,
+    pub visit: u32,
+    /// Its `status.json` as the stage left it (none while it runs).
+    #[schema(value_type = Object)]
+    pub status: Option<serde_json::Value>,
+    /// The files of its directory (paths relative to it), for `.../files/{path}`.
+    pub files: Vec<StageFile>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct StageFile {
+    pub path: String,
+    pub bytes: u64,
+}
+
+/// The largest stage file the API returns.
+const MAX_STAGE_FILE: u64 = 16 << 20;
+/// The most files a stage visit lists.
+const MAX_STAGE_FILES: usize = 10_000;
+
+/// The directory of stage visit `node@visit` of the run `id`: real directories all the way (no
+/// link a stage may have planted), or the refusal.
+fn visit_dir(state: &AppState, id: &str, node: &str, visit: u32) -> Result<PathBuf, Refusal> {
+    let not_found = || {
+        Refusal(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("run `{id}` has no visit {visit} of stage `{node}`"),
+        )
+    };
+    let run = find(state, id)
+        .ok_or_else(|| Refusal(StatusCode::NOT_FOUND, "not_found", format!("no run `{id}`")))?;
+    if node.is_empty() || node.contains(['/', '\\']) || node.starts_with('.') {
+        return Err(not_found());
+    }
+    let dir = layout::node_dir(&run.dir, node).join(visit.to_string());
+    let real_dirs = [
+        layout::node_dir(&run.dir, node).parent().map(Path::to_path_buf),
+        Some(layout::node_dir(&run.dir, node)),
+        Some(dir.clone()),
+    ];
+    let all_real = real_dirs
+        .iter()
+        .flatten()
+        .all(|path| std::fs::symlink_metadata(path).is_ok_and(|meta| meta.is_dir()));
+    if all_real {
+        Ok(dir)
+    } else {
+        Err(not_found())
+    }
+}
+
+/// A stage visit's status and files.
+#[utoipa::path(get, path = "/api/v1/runs/{id}/stages/{node}/{visit}",
+    params(("id" = String, Path, description = "The run id"), ("node" = String, Path, description = "The stage's node id"),
+        ("visit" = u32, Path, description = "The visit, from 1")),
+    responses((status = 200, body = StageVisit), (status = 404, body = ApiError)))]
+async fn stage_visit(
+    State(state): State<Arc<AppState>>,
+    UrlPath((id, node, visit)): UrlPath<(String, String, u32)>,
+) -> Response {
+    let dir = match visit_dir(&state, &id, &node, visit) {
+        Ok(dir) => dir,
+        Err(refused) => return refused.into_response(),
+    };
+    let status =
+        crate::regular_file::read_to_string(dir.join(layout::STATUS), crate::regular_file::FileKind::Record)
+            .ok()
+            .and_then(|text| serde_json::from_str(&text).ok());
+    let mut files = Vec::new();
+    // Not following links: a link is listed as what it is, never read through.
+    for entry in walkdir::WalkDir::new(&dir).follow_links(false).min_depth(1).into_iter().flatten() {
+        if files.len() >= MAX_STAGE_FILES {
+            break;
+        }
+        if !entry.file_type().is_file() {
+            continue;
+        }
+        let Ok(relative) = entry.path().strip_prefix(&dir) else { continue };
+        let bytes = entry.metadata().map(|meta| meta.len()).unwrap_or_default();
+        files.push(StageFile { path: relative.display().to_string(), bytes });
+    }
+    files.sort_by(|a, b| a.path.cmp(&b.path));
+    Json(StageVisit { node_id: node, visit, status, files }).into_response()
+}
+
+/// One file of a stage visit's directory, as it is (`application/octet-stream`; text files as
+/// `text/plain`).
+#[utoipa::path(get, path = "/api/v1/runs/{id}/stages/{node}/{visit}/files/{path}",
+    params(("id" = String, Path, description = "The run id"), ("node" = String, Path, description = "The stage's node id"),
+        ("visit" = u32, Path, description = "The visit, from 1"), ("path" = String, Path, description = "The file, relative to the visit's directory")),
+    responses((status = 200, description = "The file's bytes"), (status = 404, body = ApiError), (status = 413, body = ApiError)))]
+async fn stage_file(
+    State(state): State<Arc<AppState>>,
+    UrlPath((id, node, visit, path)): UrlPath<(String, String, u32, String)>,
+) -> Response {
+    let dir = match visit_dir(&state, &id, &node, visit) {
+        Ok(dir) => dir,
+        Err(refused) => return refused.into_response(),
+    };
+    let not_found = || {
+        error(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("stage `{node}` visit {visit} has no file `{path}`"),
+        )
+    };
+    let relative = Path::new(&path);
+    if path.is_empty() || !relative.components().all(|part| matches!(part, Component::Normal(_))) {
+        return not_found();
+    }
+    // Every directory on the way is a real one; the file itself is opened without following.
+    let mut walked = dir.clone();
+    let parts: Vec<_> = relative.components().collect();
+    for part in &parts[..parts.len() - 1] {
+        walked.push(part);
+        if !std::fs::symlink_metadata(&walked).is_ok_and(|meta| meta.is_dir()) {
+            return not_found();
+        }
+    }
+    let file_path = dir.join(relative);
+    let Ok(mut file) = crate::regular_file::open(&file_path, false) else { return not_found() };
+    match file.metadata() {
+        Ok(meta) if !meta.is_file() => return not_found(),
+        Ok(meta) if meta.len() > MAX_STAGE_FILE => {
+            return error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "too_large",
+                format!(
+                    "`{path}` is {} bytes, more than the {} the API returns; read it in the run directory",
+                    meta.len(),
+                    MAX_STAGE_FILE
+                ),
+            )
+        }
+        Ok(_) => {}
+        Err(_) => return not_found(),
+    }
+    let mut bytes = Vec::new();
+    if std::io::Read::read_to_end(&mut std::io::Read::take(&mut file, MAX_STAGE_FILE), &mut bytes).is_err() {
+        return not_found();
+    }
+    let content_type = if std::str::from_utf8(&bytes).is_ok() {
+        "text/plain; charset=utf-8"
+    } else {
+        "application/octet-stream"
+    };
+    ([(axum::http::header::CONTENT_TYPE, content_type)], bytes).into_response()
 }

@@ -44,6 +44,7 @@ use crate::run_dir::lookup::{runs_in, RunEntry};
 
 use crate::run_dir::layout;
 pub use guard::{percent_decode, percent_encode};
+pub use pages::{waiting_gate, OwnedChoice, WaitingGate};
 
 /// How often the event stream looks for new events.
 const EVENT_POLL: Duration = Duration::from_millis(200);
@@ -71,6 +72,9 @@ pub struct ServeOptions {
     /// Where the service was started: the runs' processes start here and work here unless the
     /// request names a `workdir`.
     pub service_dir: PathBuf,
+    /// Whether a run the service started whose process died is resumed by the queue (else it is
+    /// shown crashed, with a resume action).
+    pub resume_crashed_runs: bool,
 }
 
 struct AppState {
@@ -437,9 +441,7 @@ fn answer_gate(state: &AppState, id: &str, dir: &Path, form: AnswerForm) -> Resu
             return Err(GateRefusal::BadAnswer("choose one of the gate's choices, or write an answer"))
         }
     };
-    let answers = dir.join(format!("answers-{}.json", chrono_stamp()));
-    let text = serde_json::json!({ gate.id.clone(): [answer] }).to_string();
-    crate::atomic_file::write_atomic(&answers, text.as_bytes())
+    let answers = crate::run_launcher::write_answer(dir, &gate.id, &answer)
         .map_err(|error| GateRefusal::Failed(format!("cannot write the answer: {error}")))?;
     let running = resume(&state.options.fabro_exe, dir, Some(&answers))
         .map_err(|error| GateRefusal::Failed(format!("cannot start fabro resume: {error}")))?;
@@ -477,13 +479,4 @@ fn resume(fabro_exe: &Path, dir: &Path, answers: Option<&Path>) -> std::io::Resu
         flag.store(false, Ordering::SeqCst);
     });
     Ok(running)
-}
-
-/// A file-name-safe timestamp with milliseconds.
-fn chrono_stamp() -> String {
-    let millis = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis())
-        .unwrap_or_default();
-    millis.to_string()
 }

@@ -3,7 +3,7 @@
 //! `max_concurrent_runs` of the service's runs are starting or running, each in a `fabro run`
 //! process of its own. The queue is the runs directory itself: a service that restarts (or a
 //! second one) finds the queued runs where they are, and resumes the runs whose process died
-//! (at most [`MAX_RELAUNCHES`] times each).
+//! (at most [`MAX_RELAUNCHES`] times each; or leaves them crashed, as `--crashed-runs show` says).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -45,7 +45,7 @@ fn step(state: &super::AppState) -> Result<(), crate::run_launcher::LaunchError>
         match RunState::of(&dir) {
             RunState::Starting | RunState::Running => active += 1,
             RunState::Queued => queued.push((submission.run_id.clone(), dir)),
-            RunState::Crashed if submission.relaunches < MAX_RELAUNCHES => {
+            RunState::Crashed if options.resume_crashed_runs && submission.relaunches < MAX_RELAUNCHES => {
                 let run_id = submission.run_id.clone();
                 requeue_to_resume(&dir, submission)?;
                 queued.push((run_id, dir));

@@ -151,3 +151,87 @@ fn a_workflow_that_cannot_run_is_refused_before_anything_is_detached() {
     assert_eq!(output.status.code(), Some(2));
     assert!(text(&output).1.contains("is not a run id"), "{}", text(&output).1);
 }
+
+/// A gate, then a stage that waits for the test's go-ahead, then a command per answer.
+const GATE_THEN_WORK: &str = r#"digraph release {
+    start [shape=Mdiamond]
+    exit [shape=Msquare]
+    review [shape=hexagon, label="Ship it?"]
+    deploy [shape=parallelogram, script="while [ ! -f proceed ]; do sleep 0.05; done; echo deployed > deployed"]
+    revise [shape=parallelogram, script="touch revised"]
+    start -> review
+    review -> deploy [label="[A] Approve"]
+    review -> revise [label="[R] Request changes"]
+    deploy -> exit
+    revise -> exit
+}"#;
+
+/// Waits until the detached run `id` has paused at its gate.
+fn wait_until_paused(dir: &Path, id: &str) {
+    let waited = fabro_in(dir, &["wait", id, "--timeout", "60s"]);
+    assert_eq!(waited.status.code(), Some(3), "{}", text(&waited).1);
+}
+
+#[test]
+fn attach_shows_a_detached_run_asks_its_gate_at_the_terminal_and_follows_the_resume_to_the_end() {
+    let dir = dir_with(&[("workflow.dot", GATE_THEN_WORK)]);
+    let id = detach(dir.path());
+    // Nobody answers a detached run: it pauses at the gate.
+    wait_until_paused(dir.path(), &id);
+    let mut terminal =
+        common::pty::Terminal::spawn(common::fabro_command(dir.path(), &["attach", &id[..13]]));
+    // What happened before attaching, then the question.
+    terminal.wait_for("start: success", 1);
+    terminal.wait_for("[A] Approve -> deploy", 1);
+    terminal.wait_for("> ", 1);
+    terminal.type_line("a");
+    // The answer resumed the run in a process of its own; attach shows its stage running.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !terminal.screen().contains("deploy")
+        || !dir.path().join(".fabro/runs").join(&id).join("run.lock").exists()
+    {
+        assert!(Instant::now() < deadline, "{}", terminal.screen());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::fs::write(dir.path().join("proceed"), "").unwrap();
+    let status = terminal.wait();
+    assert_eq!(status.code(), Some(0), "{}", terminal.screen());
+    terminal.wait_for("deploy: success", 1);
+    terminal.wait_for("succeeded", 1);
+    assert!(dir.path().join("deployed").exists());
+    assert!(!dir.path().join("revised").exists());
+    // The resume went on in its own process: its session is not the terminal's.
+    let submission: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join(".fabro/runs").join(&id).join("submission.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(submission["args"][0], "resume", "{submission}");
+    // Attached to a finished run, it shows its history and its exit code.
+    let again = fabro_in(dir.path(), &["attach", &id]);
+    let (_, stderr) = text(&again);
+    assert_eq!(again.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("deploy") && stderr.contains("succeeded"), "{stderr}");
+}
+
+#[test]
+fn attach_without_a_terminal_or_with_no_answer_leaves_a_waiting_gate_and_exits_3() {
+    let dir = dir_with(&[("workflow.dot", GATE_THEN_WORK)]);
+    let id = detach(dir.path());
+    wait_until_paused(dir.path(), &id);
+    for args in [vec!["attach", id.as_str()], vec!["attach", id.as_str(), "--no-answer"]] {
+        let attached = fabro_in(dir.path(), &args);
+        let (_, stderr) = text(&attached);
+        assert_eq!(attached.status.code(), Some(3), "{stderr}");
+        assert!(stderr.contains("paused; continue it with: fabro resume"), "{stderr}");
+    }
+    let mut terminal =
+        common::pty::Terminal::spawn(common::fabro_command(dir.path(), &["attach", &id, "--no-answer"]));
+    assert_eq!(terminal.wait().code(), Some(3), "{}", terminal.screen());
+    assert!(!terminal.screen().contains("[?]"), "{}", terminal.screen());
+    // Nothing was answered.
+    let manifest: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join(".fabro/runs").join(&id).join("manifest.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(manifest["status"], "paused");
+}

@@ -5,22 +5,7 @@
 use crate::common;
 
 use common::pty::Terminal;
-use common::{fabro_command, Test};
-
-/// A deploy gate: approving runs `deploy`, which leaves `deployed` in the work directory.
-const DEPLOY_GATE: &str = r#"digraph release {
-    start [shape=Mdiamond]
-    exit [shape=Msquare]
-    review [shape=hexagon, label="Ship it?"]
-    deploy [shape=parallelogram, script="touch deployed"]
-    revise [shape=parallelogram, script="touch revised"]
-    start -> review
-    review -> deploy [label="[A] Approve"]
-    review -> revise [label="[R] Request changes"]
-    deploy -> exit
-    revise -> exit
-}
-"#;
+use common::{fabro_command, Test, DEPLOY_GATE};
 
 #[test]
 fn an_answer_naming_no_choice_is_refused_before_the_run_starts() {

@@ -128,6 +128,13 @@ fn runs_submitted_over_the_api_queue_in_order_run_alone_and_can_be_cancelled_and
     let queued: Vec<&str> =
         listed.as_array().unwrap().iter().map(|run| run["id"].as_str().unwrap()).collect();
     assert_eq!(queued, [ids[2].as_str(), ids[1].as_str()], "newest first");
+    // `fabro runs` lists them too, with the running one, before any finished run.
+    let listed = common::fabro_in(dir.path(), &["runs"]);
+    let table = String::from_utf8_lossy(&listed.stdout);
+    for (id, status) in [(&ids[0], "running"), (&ids[1], "queued"), (&ids[2], "queued")] {
+        let row = table.lines().find(|line| line.starts_with(&id[..13])).unwrap_or_else(|| panic!("{table}"));
+        assert!(row.contains("gated") && row.contains(status), "{table}");
+    }
     // A queued run cancelled never starts.
     let (code, answer) = service.call("POST", &format!("/runs/{}/cancel", ids[2]), Some(json!({})), &[]);
     assert_eq!((code, answer["status"].as_str()), (202, Some("canceled")), "{answer}");
@@ -227,12 +234,31 @@ fn the_api_refuses_what_it_cannot_run_with_a_stable_code_and_documents_every_rou
             "get /api/v1/runs",
             "get /api/v1/runs/{id}",
             "get /api/v1/runs/{id}/events",
+            "get /api/v1/runs/{id}/stages/{node}/{visit}",
+            "get /api/v1/runs/{id}/stages/{node}/{visit}/files/{path}",
             "post /api/v1/runs",
             "post /api/v1/runs/{id}/answer",
             "post /api/v1/runs/{id}/cancel",
-            "post /api/v1/runs/{id}/resume"
+            "post /api/v1/runs/{id}/fork",
+            "post /api/v1/runs/{id}/interrupt",
+            "post /api/v1/runs/{id}/resume",
+            "post /api/v1/runs/{id}/rewind"
         ]
     );
+}
+
+/// Kills the process running the run in `run_dir` (as a machine's restart would) and waits until
+/// it is gone.
+fn kill_run_process(run_dir: &Path) {
+    let submission: Value =
+        serde_json::from_str(&std::fs::read_to_string(run_dir.join("submission.json")).unwrap()).unwrap();
+    let pid = submission["process"]["pid"].as_i64().unwrap();
+    std::process::Command::new("kill").args(["-9", &pid.to_string()]).status().unwrap();
+    wait_until("the run's process is gone", || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |stat| {
+            stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z'))
+        })
+    });
 }
 
 #[test]
@@ -244,15 +270,7 @@ fn a_service_killed_with_runs_queued_and_running_finishes_each_run_exactly_once_
     // kill -9 the service, and the process of the run it was running.
     drop(service);
     let run_1 = dir.path().join(".fabro/runs").join(&ids[0]);
-    let submission: Value =
-        serde_json::from_str(&std::fs::read_to_string(run_1.join("submission.json")).unwrap()).unwrap();
-    let pid = submission["process"]["pid"].as_i64().unwrap();
-    std::process::Command::new("kill").args(["-9", &pid.to_string()]).status().unwrap();
-    wait_until("run 1's process is gone", || {
-        std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |stat| {
-            stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z'))
-        })
-    });
+    kill_run_process(&run_1);
     let service = Service::start(dir.path(), "1");
     for n in 1..=3 {
         go(dir.path(), n);
@@ -270,6 +288,33 @@ fn a_service_killed_with_runs_queued_and_running_finishes_each_run_exactly_once_
     // Runs 2 and 3 started only after run 1 (one place), in order.
     assert!(log.find("end 1").unwrap() < log.find("start 2").unwrap(), "{log}");
     assert!(log.find("end 2").unwrap() < log.find("start 3").unwrap(), "{log}");
+}
+
+#[test]
+fn with_crashed_runs_show_a_dead_run_waits_for_a_resume_while_the_queue_goes_on() {
+    let dir = workspace();
+    let service = Service::start(dir.path(), "1");
+    let ids: Vec<String> = (1..=2).map(|n| service.submit(n)).collect();
+    wait_until("run 1 starts", || log(dir.path()).contains("start 1"));
+    drop(service);
+    let run_1 = dir.path().join(".fabro/runs").join(&ids[0]);
+    kill_run_process(&run_1);
+    let service = Service::start_with(dir.path(), &["--max-concurrent-runs", "1", "--crashed-runs", "show"]);
+    go(dir.path(), 2);
+    // The dead run takes no place: the next one runs and ends while it is shown crashed.
+    wait_until("run 2 ends", || service.status(&ids[1]) == "succeeded");
+    assert_eq!(service.status(&ids[0]), "crashed");
+    assert_eq!(log(dir.path()).matches("start 1\n").count(), 1, "run 1 was not resumed by itself");
+    let listed = common::fabro_in(dir.path(), &["runs", "--json"]);
+    let listed: Value = serde_json::from_slice(&listed.stdout).unwrap();
+    let row = listed.as_array().unwrap().iter().find(|row| row["run_id"] == ids[0].as_str()).unwrap();
+    assert_eq!(row["status"], "crashed", "{listed}");
+    // Resumed on request, it finishes once.
+    go(dir.path(), 1);
+    let (code, answer) = service.call("POST", &format!("/runs/{}/resume", ids[0]), Some(json!({})), &[]);
+    assert_eq!(code, 202, "{answer}");
+    wait_until("run 1 ends", || service.status(&ids[0]) == "succeeded");
+    assert_eq!(log(dir.path()).matches("end 1\n").count(), 1, "{}", log(dir.path()));
 }
 
 #[test]
@@ -320,4 +365,143 @@ fn with_a_token_api_clients_send_it_as_a_bearer_header_and_are_told_in_json_when
     assert_eq!(code, 401, "{answer}");
     let (code, answer) = service.call("GET", "/runs", None, &[("authorization", "Bearer s3cret")]);
     assert_eq!((code, answer.as_array().map(Vec::len)), (200, Some(0)), "{answer}");
+}
+
+#[test]
+fn the_cli_starts_waits_for_cancels_and_attaches_to_runs_on_a_service_with_server() {
+    let dir = workspace();
+    std::fs::write(dir.path().join("gate.dot"), common::DEPLOY_GATE).unwrap();
+    let service = Service::start(dir.path(), "1");
+    let server = service.base.clone();
+    let fabro = |args: &[&str]| {
+        let output = common::fabro_in(dir.path(), args);
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        (output.status.code(), String::from_utf8_lossy(&output.stdout).trim().to_string(), stderr)
+    };
+    // A workflow under the service's --workflows directory, by name, in the background.
+    let (code, id, stderr) =
+        fabro(&["run", "gated.dot", "--server", &server, "--detach", "--input", "n=1", "--label", "via=cli"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(["queued", "starting", "running"].contains(&service.status(&id).as_str()));
+    let (code, _, stderr) = fabro(&["wait", &id, "--server", &server, "--timeout", "300ms"]);
+    assert_eq!(code, Some(124), "{stderr}");
+    // A second run waits in the queue; cancelled there, it never starts.
+    let (_, queued, _) = fabro(&["run", "gated.dot", "--server", &server, "--detach", "--input", "n=2"]);
+    let (code, _, stderr) = fabro(&["cancel", &queued[..13], "--server", &server]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("will not start"), "{stderr}");
+    go(dir.path(), 1);
+    let (code, _, stderr) = fabro(&["wait", &id[..13], "--server", &server]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("succeeded"), "{stderr}");
+    assert_eq!(service.status(&queued), "canceled");
+    let (_, run) = service.call("GET", &format!("/runs/{id}"), None, &[]);
+    assert_eq!(run["labels"]["via"], "cli", "{run}");
+    // What the service would ignore is refused, and so is what it refuses.
+    let (code, _, stderr) = fabro(&["run", "gate.dot", "--server", &server, "--model", "m"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("--model cannot go with --server"), "{stderr}");
+    std::fs::write(
+        dir.path().join("broken.dot"),
+        common::DEPLOY_GATE.replace("label=\"Ship it?\"", "max_retires=2"),
+    )
+    .unwrap();
+    let (code, _, stderr) = fabro(&["run", "broken.dot", "--server", &server, "--detach"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("max_retires"), "{stderr}");
+    // A local workflow file goes as its text; the run is followed here and its gate asked here.
+    let command = common::fabro_command(dir.path(), &["run", "gate.dot", "--server", &server]);
+    let mut terminal = common::pty::Terminal::spawn(command);
+    terminal.wait_for("[A] Approve -> deploy", 1);
+    terminal.wait_for("> ", 1);
+    terminal.type_line("a");
+    let status = terminal.wait();
+    assert_eq!(status.code(), Some(0), "{}", terminal.screen());
+    terminal.wait_for("deploy: success", 1);
+    assert!(dir.path().join("deployed").exists(), "the service's run works where the service started");
+    // Without a terminal, attach shows a paused run and exits 3; a bad URL is refused.
+    let (_, paused, _) = fabro(&["run", "gate.dot", "--server", &server, "--detach"]);
+    let (code, _, stderr) = fabro(&["wait", &paused, "--server", &server, "--timeout", "60s"]);
+    assert_eq!(code, Some(3), "{stderr}");
+    let (code, _, stderr) = fabro(&["attach", "--last", "--server", &server]);
+    assert_eq!(code, Some(3), "{stderr}");
+    assert!(stderr.contains("review"), "{stderr}");
+    let (code, _, stderr) = fabro(&["wait", &paused, "--server", "localhost:1"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("is not a URL of a fabro service"), "{stderr}");
+}
+
+/// Three command stages; `two` waits for the test's go-ahead for its run.
+const STEPS: &str = r#"digraph steps {
+    start [shape=Mdiamond]
+    exit [shape=Msquare]
+    one [shape=parallelogram, script="echo one; echo one >> steps"]
+    two [shape=parallelogram, timeout="120s", script="touch two-started; while [ ! -f go-$FABRO_INPUT_N ]; do sleep 0.05; done; echo two >> steps"]
+    three [shape=parallelogram, script="echo three >> steps"]
+    start -> one -> two -> three -> exit
+}"#;
+
+#[test]
+fn a_run_is_interrupted_between_stages_rewound_forked_and_its_stage_files_read_over_the_api() {
+    let dir = workspace();
+    std::fs::write(dir.path().join("wf/steps.dot"), STEPS).unwrap();
+    let service = Service::start(dir.path(), "2");
+    let steps = || std::fs::read_to_string(dir.path().join("steps")).unwrap_or_default();
+    let (code, created) =
+        service.call("POST", "/runs", Some(json!({"workflow": "steps.dot", "inputs": {"n": 1}})), &[]);
+    assert_eq!(code, 202, "{created}");
+    let id = created["id"].as_str().unwrap().to_string();
+    wait_until("stage two starts", || dir.path().join("two-started").exists());
+    // Interrupted: the stage in flight ends, then the run pauses before the next.
+    let (code, answer) = service.call("POST", &format!("/runs/{id}/interrupt"), Some(json!({})), &[]);
+    assert_eq!((code, answer["status"].as_str()), (202, Some("interrupting")), "{answer}");
+    go(dir.path(), 1);
+    wait_until("the run pauses", || service.status(&id) == "paused");
+    assert_eq!(steps(), "one\ntwo\n");
+    let run_dir = dir.path().join(".fabro/runs").join(&id);
+    let manifest: Value =
+        serde_json::from_str(&std::fs::read_to_string(run_dir.join("manifest.json")).unwrap()).unwrap();
+    assert_eq!(manifest["pause"]["kind"], "interrupt", "{manifest}");
+    assert!(!run_dir.join("interrupt.request").exists(), "the request was taken");
+    let (code, answer) = service.call("POST", &format!("/runs/{id}/interrupt"), Some(json!({})), &[]);
+    assert_eq!((code, answer["error"]["code"].as_str()), (409, Some("not_running")), "{answer}");
+
+    // A stage visit's status and files; a link planted in it is neither listed as a file nor read.
+    std::os::unix::fs::symlink("/etc/passwd", run_dir.join("stages/one/1/planted")).unwrap();
+    let (code, visit) = service.call("GET", &format!("/runs/{id}/stages/one/1"), None, &[]);
+    assert_eq!(code, 200, "{visit}");
+    assert_eq!(visit["status"]["outcome"], "success", "{visit}");
+    let files: Vec<&str> =
+        visit["files"].as_array().unwrap().iter().map(|f| f["path"].as_str().unwrap()).collect();
+    assert!(files.contains(&"stdout.log") && !files.contains(&"planted"), "{files:?}");
+    let (code, stdout) = service.call("GET", &format!("/runs/{id}/stages/one/1/files/stdout.log"), None, &[]);
+    assert_eq!((code, stdout.as_str()), (200, Some("one\n")));
+    for bad in ["planted", "..%2Fmanifest.json", "nothing"] {
+        let (code, answer) = service.call("GET", &format!("/runs/{id}/stages/one/1/files/{bad}"), None, &[]);
+        assert_eq!((code, answer["error"]["code"].as_str()), (404, Some("not_found")), "{bad}: {answer}");
+    }
+    let (code, _) = service.call("GET", &format!("/runs/{id}/stages/one/9"), None, &[]);
+    assert_eq!(code, 404);
+    // (fabro resumes no run directory holding a link: take it away.)
+    std::fs::remove_file(run_dir.join("stages/one/1/planted")).unwrap();
+
+    // Rewound to right after `one` and resumed: `two` runs again, then the rest.
+    let (code, answer) =
+        service.call("POST", &format!("/runs/{id}/rewind"), Some(json!({"to": "one", "resume": true})), &[]);
+    assert_eq!((code, answer["next_node"].as_str()), (200, Some("two")), "{answer}");
+    wait_until("the rewound run ends", || service.status(&id) == "succeeded");
+    assert_eq!(steps(), "one\ntwo\ntwo\nthree\n");
+    let (code, answer) =
+        service.call("POST", &format!("/runs/{id}/rewind"), Some(json!({"to": "nowhere"})), &[]);
+    assert_eq!((code, answer["error"]["code"].as_str()), (400, Some("bad_request")), "{answer}");
+
+    // Forked after `two`: a new run that goes on from `three`; the original is left alone.
+    let (code, forked) =
+        service.call("POST", &format!("/runs/{id}/fork"), Some(json!({"to": "two", "resume": true})), &[]);
+    assert_eq!((code, forked["next_node"].as_str()), (201, Some("three")), "{forked}");
+    let fork_id = forked["id"].as_str().unwrap().to_string();
+    assert_ne!(fork_id, id);
+    wait_until("the fork ends", || service.status(&fork_id) == "succeeded");
+    assert_eq!(steps(), "one\ntwo\ntwo\nthree\nthree\n");
+    assert_eq!(service.status(&id), "succeeded");
 }

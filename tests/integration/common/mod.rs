@@ -384,3 +384,18 @@ fn nobody_binary() -> PathBuf {
         })
         .clone()
 }
+
+/// A human gate choosing between two command stages (`touch deployed` or `touch revised`).
+pub const DEPLOY_GATE: &str = r#"digraph release {
+    start [shape=Mdiamond]
+    exit [shape=Msquare]
+    review [shape=hexagon, label="Ship it?"]
+    deploy [shape=parallelogram, script="touch deployed"]
+    revise [shape=parallelogram, script="touch revised"]
+    start -> review
+    review -> deploy [label="[A] Approve"]
+    review -> revise [label="[R] Request changes"]
+    deploy -> exit
+    revise -> exit
+}
+"#;
