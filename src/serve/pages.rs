@@ -283,7 +283,9 @@ fn run_actions(dir: &Path, id: &str, report: &RunPage) -> String {
     if !state.is_settled() {
         html.push_str(&action_form(id, "cancel", "Cancel"));
     }
-    if super::actions::is_resumable(&state) {
+    // A run waiting at a human gate goes on by the gate's answer: resumed without one, it would
+    // only stop at the gate again.
+    if super::actions::is_resumable(&state) && waiting_gate(dir).is_none() {
         html.push_str(&action_form(id, "resume", "Resume"));
     }
     let points: Vec<String> = report

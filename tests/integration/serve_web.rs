@@ -413,6 +413,9 @@ fn the_start_form_lists_the_workflows_asks_for_their_inputs_and_refuses_what_can
     });
     let manifest = json(&run_dir.join("manifest.json"));
     assert_eq!(manifest["labels"]["team"], "web");
+    // At its gate it goes on by an answer, not by a bare resume.
+    let (_, page) = get(&server.at(&location));
+    assert!(page.contains("id=\"choice-Y\"") && !page.contains("id=\"resume-button\""), "{page}");
     assert_eq!(std::fs::read_to_string(dir.join("feature.txt")).unwrap(), "dark\n");
 }
 
