@@ -204,6 +204,7 @@ impl Engine {
             labels: options.labels.clone(),
             inputs: workflow.inputs().clone(),
             containers: Vec::new(),
+            base_commit: crate::worktree::changes::head_commit(&options.work_dir),
         };
         run_dir.write_json(layout::MANIFEST, &manifest)?;
         run_dir.write_text(layout::SAVED_WORKFLOW, workflow.source().text())?;

@@ -92,6 +92,18 @@ pub fn text_of(value: &Value) -> String {
     }
 }
 
+/// The inputs a workflow's text reads (`{{ inputs.key }}`), each once, in the order they first
+/// appear: what a run of it must be given (the web view asks for them).
+pub fn referenced(text: &str) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    for (name, _) in fill(text, &Inputs::new()).1 {
+        if !names.contains(&name) {
+            names.push(name);
+        }
+    }
+    names
+}
+
 /// Fills `{{ inputs.key }}` in every text attribute of the workflow (graph, subgraphs, nodes,
 /// edges) with `workflow.inputs()`; each one no input defines is an error at its place.
 pub fn render(workflow: &mut Workflow) -> Vec<Diagnostic> {
@@ -182,6 +194,13 @@ mod tests {
         assert_eq!(text, "Work on PAY-12 (3x) {{ inputs.tikcet }} {{ goal }}");
         assert_eq!(missing, [("tikcet".to_string(), 44)]);
         assert_eq!(fill("no close {{ inputs.x", &inputs).0, "no close {{ inputs.x");
+    }
+
+    #[test]
+    fn the_inputs_a_text_reads_are_named_once_in_order() {
+        let text = "a [prompt=\"{{ inputs.ticket }} {{inputs.repo}}\"] b [script=\"echo {{ inputs.ticket }} {{ goal }}\"]";
+        assert_eq!(referenced(text), ["ticket", "repo"]);
+        assert!(referenced("digraph x {}").is_empty());
     }
 
     #[test]

@@ -49,6 +49,11 @@ pub struct Manifest {
     /// `containers.json` holds them when the run stopped.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub containers: Vec<crate::outcome::ContainerRecord>,
+    /// The commit the work directory's repository was at when the run started (its HEAD); absent
+    /// outside git and for runs made before fabro recorded it. What the run changed is the diff
+    /// from it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_commit: Option<String>,
 }
 
 /// Why a run paused, as its manifest records it: the kind (`answer`, `ceiling`, `stage_ceiling`,
@@ -89,6 +94,7 @@ impl Manifest {
             labels: Default::default(),
             inputs: Default::default(),
             containers: Vec::new(),
+            base_commit: None,
         }
     }
 }

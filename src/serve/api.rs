@@ -23,7 +23,7 @@ use utoipa::ToSchema;
 use super::AppState;
 use crate::run_dir::layout;
 use crate::run_dir::lookup::RunEntry;
-use crate::run_dir::submission::{RunState, Submission, SubmissionState};
+use crate::run_dir::submission::{RunState, Submission};
 
 /// The API's routes and its OpenAPI document, made from the same handlers.
 pub fn router() -> (axum::Router<Arc<AppState>>, utoipa::openapi::OpenApi) {
@@ -278,144 +278,36 @@ async fn create_run(
         Ok(Json(request)) => request,
         Err(rejection) => return error(StatusCode::BAD_REQUEST, "bad_request", rejection.body_text()),
     };
-    let id = crate::run_launcher::new_run_id();
-    let root = state.options.runs_dir.join(&id);
-    let workflow = match workflow_file(&state, &request, &id) {
-        Ok(path) => path,
-        Err(refusal) => return refusal.into_response(),
-    };
-    let mut loader = crate::Loader::new().with_inputs(request.inputs.clone());
-    if let Some(goal) = &request.goal {
-        loader = loader.with_goal(goal.clone());
+    match super::actions::submit_run(&state, &request.into()).await {
+        Ok(id) => (StatusCode::ACCEPTED, Json(RunCreated { id, status: "queued".into() })).into_response(),
+        Err(refused) => refusal(refused),
     }
-    let checked = tokio::task::spawn_blocking({
-        let workflow = workflow.clone();
-        move || loader.load_file(&workflow)
-    })
-    .await;
-    let problems = match checked {
-        Ok(Ok(checked)) => checked
-            .diagnostics
-            .iter()
-            .filter(|diagnostic| diagnostic.is_error())
-            .map(|diagnostic| {
-                let at = diagnostic.span.map(|span| checked.workflow.source().location(span.start));
-                let at = at.map(|at| format!("{}:{}: ", at.line, at.column)).unwrap_or_default();
-                format!("{at}{} [{}]", diagnostic.message, diagnostic.rule)
-            })
-            .collect::<Vec<_>>(),
-        Ok(Err(crate::LoadError::Syntax { error, file })) => {
-            let at = file.location(error.span.start);
-            vec![format!("{}:{}: {} [syntax]", at.line, at.column, error.kind)]
-        }
-        Ok(Err(problem)) => vec![problem.to_string()],
-        Err(join) => return error(StatusCode::INTERNAL_SERVER_ERROR, "internal", join.to_string()),
-    };
-    if !problems.is_empty() {
-        let body = ApiError {
-            error: ErrorBody {
-                code: "invalid_workflow".into(),
-                message: "the workflow does not validate; the run was not started".into(),
-                diagnostics: problems,
-            },
-        };
-        return (StatusCode::UNPROCESSABLE_ENTITY, Json(body)).into_response();
-    }
-    let cwd = match &request.workdir {
-        Some(dir) if Path::new(dir).is_dir() => PathBuf::from(dir),
-        Some(dir) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                "bad_request",
-                format!("workdir `{dir}` is not a directory"),
-            )
-        }
-        None => state.options.service_dir.clone(),
-    };
-    let mut args = vec![
-        "run".to_string(),
-        workflow.display().to_string(),
-        "--run-dir".into(),
-        root.display().to_string(),
-        "--run-id".into(),
-        id.clone(),
-        "--workdir".into(),
-        cwd.display().to_string(),
-        "-q".into(),
-    ];
-    if request.simulate {
-        args.push("--simulate".into());
-    }
-    if let Some(goal) = &request.goal {
-        args.extend(["--goal".into(), goal.clone()]);
-    }
-    for (key, value) in &request.inputs {
-        let text = match value {
-            serde_json::Value::String(text) => text.clone(),
-            other => other.to_string(),
-        };
-        args.extend(["--input".into(), format!("{key}={text}")]);
-    }
-    for (key, value) in &request.labels {
-        args.extend(["--label".into(), format!("{key}={value}")]);
-    }
-    let submitted = crate::run_launcher::submit(
-        &root,
-        &id,
-        args,
-        &state.options.service_dir,
-        super::queue::SERVICE,
-        SubmissionState::Queued,
-    );
-    if let Err(problem) = submitted {
-        return error(StatusCode::INTERNAL_SERVER_ERROR, "internal", problem.to_string());
-    }
-    state.queue.notify_one();
-    (StatusCode::ACCEPTED, Json(RunCreated { id, status: "queued".into() })).into_response()
 }
 
-/// The workflow file a request names: under the workflows root (no `..`, no absolute path, no
-/// link out of it), or its source written beside the service's runs.
-fn workflow_file(state: &AppState, request: &NewRun, id: &str) -> Result<PathBuf, Refusal> {
-    let bad = |message: String| Refusal(StatusCode::BAD_REQUEST, "bad_request", message);
-    match (&request.workflow, &request.source) {
-        (Some(_), Some(_)) => Err(bad("give `workflow` or `source`, not both".into())),
-        (None, None) => {
-            Err(bad("give `workflow` (a file under the workflows directory) or `source` (DOT text)".into()))
-        }
-        (Some(name), None) => {
-            let Some(root) = &state.options.workflows_dir else {
-                return Err(bad(
-                    "this service was started without --workflows: send the workflow as `source`".into(),
-                ));
-            };
-            let relative = Path::new(name);
-            if !relative.components().all(|part| matches!(part, Component::Normal(_))) {
-                return Err(bad(format!(
-                    "`{name}` must be a path under the workflows directory (no `..`, not absolute)"
-                )));
-            }
-            let inside = match (std::fs::canonicalize(root.join(relative)), std::fs::canonicalize(root)) {
-                (Ok(path), Ok(root)) if path.starts_with(&root) && path.is_file() => Some(path),
-                _ => None,
-            };
-            inside.ok_or_else(|| {
-                Refusal(
-                    StatusCode::NOT_FOUND,
-                    "not_found",
-                    format!("no workflow `{name}` under {}", root.display()),
-                )
-            })
-        }
-        (None, Some(source)) => {
-            let dir = state.options.runs_dir.join(super::queue::SOURCES_DIR);
-            let path = dir.join(format!("{id}.dot"));
-            std::fs::create_dir_all(&dir).and_then(|()| std::fs::write(&path, source)).map_err(
-                |problem| Refusal(StatusCode::INTERNAL_SERVER_ERROR, "internal", problem.to_string()),
-            )?;
-            Ok(path)
+impl From<NewRun> for super::actions::RunRequest {
+    fn from(run: NewRun) -> Self {
+        super::actions::RunRequest {
+            workflow: run.workflow,
+            source: run.source,
+            goal: run.goal,
+            inputs: run.inputs,
+            labels: run.labels,
+            workdir: run.workdir,
+            simulate: run.simulate,
         }
     }
+}
+
+/// An action's refusal as the API's JSON error (with the validator's findings, when any).
+fn refusal(refused: super::actions::ActionError) -> Response {
+    let body = ApiError {
+        error: ErrorBody {
+            code: refused.code().into(),
+            message: refused.to_string(),
+            diagnostics: refused.diagnostics().to_vec(),
+        },
+    };
+    (refused.status(), Json(body)).into_response()
 }
 
 /// Cancels a run: a queued one will not start; a running one is stopped as Ctrl-C would (it
@@ -426,19 +318,14 @@ async fn cancel_run(State(state): State<Arc<AppState>>, UrlPath(id): UrlPath<Str
     let Some(run) = find(&state, &id) else {
         return error(StatusCode::NOT_FOUND, "not_found", format!("no run `{id}`"));
     };
-    match crate::run_launcher::cancel(&run.dir) {
-        Ok(crate::run_launcher::Canceled::Dequeued) => {
+    match super::actions::cancel(&id, &run.dir) {
+        Ok(true) => {
             (StatusCode::ACCEPTED, Json(RunCreated { id, status: "canceled".into() })).into_response()
         }
-        Ok(crate::run_launcher::Canceled::Signalled(_)) => {
+        Ok(false) => {
             (StatusCode::ACCEPTED, Json(RunCreated { id, status: "canceling".into() })).into_response()
         }
-        Err(crate::run_launcher::LaunchError::NotCancelable { state, .. }) => error(
-            StatusCode::CONFLICT,
-            "not_cancelable",
-            format!("run `{id}` is {state}: there is nothing to cancel"),
-        ),
-        Err(problem) => error(StatusCode::INTERNAL_SERVER_ERROR, "internal", problem.to_string()),
+        Err(refused) => refusal(refused),
     }
 }
 
@@ -473,35 +360,9 @@ async fn resume_run(State(state): State<Arc<AppState>>, UrlPath(id): UrlPath<Str
     let Some(run) = find(&state, &id) else {
         return error(StatusCode::NOT_FOUND, "not_found", format!("no run `{id}`"));
     };
-    let run_state = RunState::of(&run.dir);
-    let resumable = matches!(
-        run_state,
-        RunState::Crashed
-            | RunState::Ended(
-                crate::run_status::RunStatus::Paused | crate::run_status::RunStatus::Interrupted
-            )
-    );
-    if !resumable {
-        let message = format!(
-            "run `{id}` is {}: only a paused, interrupted or crashed run resumes",
-            run_state.as_str()
-        );
-        return error(StatusCode::CONFLICT, "not_resumable", message);
-    }
-    let mut resumes = state.resumes.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    if resumes.get(&id).is_some_and(|running| running.load(std::sync::atomic::Ordering::SeqCst)) {
-        return error(StatusCode::CONFLICT, "not_resumable", format!("run `{id}` is resuming already"));
-    }
-    match super::resume(&state.options.fabro_exe, &run.dir, None) {
-        Ok(running) => {
-            resumes.insert(id.clone(), running);
-            (StatusCode::ACCEPTED, Json(RunCreated { id, status: "resuming".into() })).into_response()
-        }
-        Err(problem) => error(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal",
-            format!("cannot start fabro resume: {problem}"),
-        ),
+    match super::actions::resume(&state, &id, &run.dir) {
+        Ok(()) => (StatusCode::ACCEPTED, Json(RunCreated { id, status: "resuming".into() })).into_response(),
+        Err(refused) => refusal(refused),
     }
 }
 

@@ -1,11 +1,13 @@
 //! `fabro serve`: a local web view of the runs in a runs directory. Server-rendered HTML with a
-//! little plain JavaScript served as a file (no build step): the runs list, a run page (the
-//! workflow graph colored by progress, the stage table, the context-usage chart, the events as
-//! they happen over server-sent events, and the question of a gate the run is waiting at), and
-//! stage pages.
+//! little plain JavaScript served as a file (no build step): the board of runs by status (see
+//! [`board`]), a run page (the workflow graph colored by progress, the stage table, usage per
+//! model, the context-usage chart, the events as they happen over server-sent events, the
+//! question of a gate the run is waiting at, and cancel / resume / rewind buttons), stage pages,
+//! a run's files changed ([`files_page`]) and the form to start a run ([`start_page`]).
 //!
-//! It only reads run directories, apart from answering a waiting gate, which writes an answers
-//! file into the run directory and starts `fabro resume` on it (one resume per run at a time).
+//! It changes runs only through forms that post (see [`forms`]) and the API: answering a waiting
+//! gate writes an answers file into the run directory and starts `fabro resume` on it (one
+//! resume per run at a time); starting, canceling, resuming and rewinding are [`actions`].
 //! Everything in a run directory may have been written by a stage or a model, so: only run
 //! directories that are real directories (not links) are listed, run files are read without
 //! following links, ids and names are checked, and pages send a Content-Security-Policy that
@@ -13,10 +15,15 @@
 //! rebinding), state-changing ones must come from its own pages (`Origin` or `Referer`), and a
 //! token, when set, is required on every request.
 
+mod actions;
 mod api;
+mod board;
+mod files_page;
+mod forms;
 mod guard;
 mod pages;
 mod queue;
+mod start_page;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -106,7 +113,13 @@ pub async fn serve(listener: tokio::net::TcpListener, options: ServeOptions) -> 
         .route("/", get(index))
         .route("/fabro.js", get(script))
         .route("/fabro.css", get(style))
+        .route("/runs", post(forms::start_run))
+        .route("/runs/new", get(forms::new_run))
         .route("/runs/{id}", get(run_page))
+        .route("/runs/{id}/cancel", post(forms::cancel))
+        .route("/runs/{id}/resume", post(forms::resume))
+        .route("/runs/{id}/rewind", post(forms::rewind))
+        .route("/runs/{id}/files", get(forms::files))
         .route("/runs/{id}/events", get(events))
         .route("/runs/{id}/answer", post(answer))
         .route("/runs/{id}/stages/{node}/{visit}", get(stage_page))
@@ -173,28 +186,37 @@ fn all_runs(runs_dir: &Path) -> Vec<RunEntry> {
     runs
 }
 
+/// Whether `id` can be a run id: letters, digits and `-`.
+fn is_run_id(id: &str) -> bool {
+    !id.is_empty() && id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+}
+
 /// The run directory of run `id`: a direct child of the runs directory whose manifest has that id.
 fn run_dir(state: &AppState, id: &str) -> Option<PathBuf> {
-    if id.is_empty() || !id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
+    if !is_run_id(id) {
         return None;
     }
     served_runs(&state.options.runs_dir).into_iter().find(|run| run.run_id == id).map(|run| run.dir)
 }
 
-#[derive(serde::Deserialize)]
-struct ListQuery {
-    status: Option<String>,
-    /// `key=value`: only the runs with that label.
-    label: Option<String>,
+/// [`run_dir`], or the directory of run `id` submitted and not started yet.
+fn any_run_dir(state: &AppState, id: &str) -> Option<PathBuf> {
+    if !is_run_id(id) {
+        return None;
+    }
+    all_runs(&state.options.runs_dir).into_iter().find(|run| run.run_id == id).map(|run| run.dir)
 }
 
-async fn index(State(state): State<Arc<AppState>>, Query(query): Query<ListQuery>) -> Response {
-    let label = match query.label.as_deref().map(crate::run_dir::parse_label).transpose() {
+/// The board: every run in a column per status, filtered by the query.
+async fn index(State(state): State<Arc<AppState>>, Query(filter): Query<board::BoardFilter>) -> Response {
+    let label = filter.label.as_deref().map(str::trim).filter(|label| !label.is_empty());
+    let label = match label.map(crate::run_dir::parse_label).transpose() {
         Ok(label) => label,
         Err(message) => return (StatusCode::BAD_REQUEST, format!("label: {message}\n")).into_response(),
     };
-    let filter = pages::RunFilter { status: query.status.as_deref(), label: label.as_ref() };
-    Html(pages::runs_list(served_runs(&state.options.runs_dir), filter)).into_response()
+    let can_start = state.options.workflows_dir.is_some();
+    let runs = all_runs(&state.options.runs_dir);
+    Html(board::board(runs, &filter, label.as_ref(), can_start)).into_response()
 }
 
 async fn script() -> Response {
@@ -217,7 +239,10 @@ async fn run_page(State(state): State<Arc<AppState>>, UrlPath(id): UrlPath<Strin
             Err(error) => (StatusCode::INTERNAL_SERVER_ERROR, format!("cannot render the run: {error}\n"))
                 .into_response(),
         },
-        None => not_found("no such run"),
+        None => match any_run_dir(&state, &id) {
+            Some(dir) => Html(pages::not_started(&dir, &id)).into_response(),
+            None => not_found("no such run"),
+        },
     }
 }
 

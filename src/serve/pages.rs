@@ -9,13 +9,18 @@ use crate::interview::Gate;
 use crate::render::{dot, DotOptions, Overlay};
 use crate::report::run_page::{escape, visit_html, RunPage, STYLE};
 use crate::run_dir::layout;
-use crate::run_dir::lookup::RunEntry;
+use crate::run_dir::submission::RunState;
 use crate::run_dir::RunView;
 use crate::run_status::RunStatus;
 use crate::source::SourceFile;
 
 /// What `fabro serve` adds to the report style.
-const SERVE_STYLE: &str = ".running{color:#b26a00}#graph svg{max-width:100%;height:auto}#events{max-height:24rem;overflow:auto;font-family:monospace;font-size:.85rem}\n";
+const SERVE_STYLE: &str = ".running{color:#b26a00}#graph svg{max-width:100%;height:auto}#events{max-height:24rem;overflow:auto;font-family:monospace;font-size:.85rem}\n\
+.board{display:flex;gap:1rem;overflow-x:auto;align-items:flex-start}.column{min-width:10rem;flex:1}.column ul{list-style:none;padding:0}\
+.card{border:1px solid #ccc;border-radius:6px;padding:.5rem;margin-bottom:.5rem}.count{color:#777;font-size:.9rem}.label{font-size:.8rem;background:#eef;border-radius:4px;padding:0 .3rem;margin-right:.2rem}\
+form.action{display:inline-block;margin-right:.5rem}#filters label{margin-right:.8rem}.note{color:#555;font-style:italic}\
+table.diff{border-collapse:collapse;width:100%;font-family:monospace;font-size:.85rem}table.diff td{padding:0 .3rem;border:none;vertical-align:top}table.diff pre{margin:0;white-space:pre-wrap}\
+table.diff td.n{color:#999;text-align:right;width:3rem}tr.add{background:#e6ffed}tr.del{background:#ffeef0}tr.hunk{background:#f1f8ff;color:#555}span.add{color:#22863a}span.del{color:#cb2431}\n";
 
 /// The style sheet of every page (`/fabro.css`): the report's style and what serve adds. A file,
 /// not inline, so the Content-Security-Policy allows no inline style.
@@ -24,56 +29,48 @@ pub fn style_sheet() -> String {
     format!("{report}{SERVE_STYLE}")
 }
 
-fn page(title: &str, body: &str) -> String {
+/// A page of the web view: `body` under the link back to the board.
+pub(super) fn page(title: &str, body: &str) -> String {
+    page_with_head(title, "", body)
+}
+
+/// [`page`] with `head` (trusted markup, e.g. a refresh) in its head.
+fn page_with_head(title: &str, head: &str, body: &str) -> String {
     format!(
-        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>{} · fabro</title>\n<link rel=\"stylesheet\" href=\"/fabro.css\">\n</head>\n<body>\n<p><a href=\"/\">runs</a></p>\n{body}</body>\n</html>\n",
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n{head}<title>{} · fabro</title>\n<link rel=\"stylesheet\" href=\"/fabro.css\">\n</head>\n<body>\n<p><a href=\"/\">runs</a></p>\n{body}</body>\n</html>\n",
         escape(title)
     )
 }
 
-/// Which runs the list shows: those with this status, those with this label.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct RunFilter<'a> {
-    pub status: Option<&'a str>,
-    pub label: Option<&'a (String, String)>,
+/// A run submitted and not started yet (queued, starting), or that never started (canceled, its
+/// process refused it): its state, a cancel button while it waits, what its process printed; the
+/// page reloads itself every two seconds while the run is to start.
+pub fn not_started(dir: &Path, id: &str) -> String {
+    let state = RunState::of(dir);
+    let name = state.as_str();
+    let mut body = format!(
+        "<h1>Run <code>{}</code> <span id=\"status\" class=\"{name}\">{name}</span></h1>\n",
+        escape(id)
+    );
+    if !state.is_settled() {
+        body.push_str("<p>The run waits for a place in the service's queue, or is starting.</p>\n");
+        body.push_str(&action_form(id, "cancel", "Cancel"));
+    }
+    let output =
+        crate::run_dir::stage_output::read_tail(&dir.join(layout::OUTPUT_LOG), 16 * 1024).unwrap_or_default();
+    if !output.trim().is_empty() {
+        let _ = writeln!(body, "<h2>Output</h2>\n<pre id=\"output\">{}</pre>", escape(&output));
+    }
+    let head = if state.is_settled() { "" } else { "<meta http-equiv=\"refresh\" content=\"2\">\n" };
+    page_with_head("run", head, &body)
 }
 
-/// The runs, newest first, those `filter` keeps; each with its labels.
-pub fn runs_list(mut runs: Vec<RunEntry>, filter: RunFilter<'_>) -> String {
-    let mut body = String::from("<h1>Runs</h1>\n<p>Status: <a href=\"/\">all</a>");
-    for name in ["running", "paused", "interrupted", "succeeded", "failed"] {
-        let _ = write!(body, " · <a href=\"/?status={name}\">{name}</a>");
-    }
-    body.push_str("</p>\n<table id=\"runs\">\n<tr><th>run</th><th>status</th><th>workflow</th><th>goal</th><th>started</th><th>duration</th><th>tokens in / out</th><th>cost</th></tr>\n");
-    runs.reverse();
-    for entry in runs {
-        let Ok(view) = RunView::open(&entry.dir) else { continue };
-        let run_status = view.status().as_str();
-        if filter.status.is_some_and(|wanted| wanted != run_status) {
-            continue;
-        }
-        if filter.label.is_some_and(|label| {
-            !crate::run_dir::has_labels(&view.manifest.labels, std::slice::from_ref(label))
-        }) {
-            continue;
-        }
-        let result = view.result.as_ref();
-        let usage = result.and_then(|r| r.usage.as_ref());
-        let _ = writeln!(
-            body,
-            "<tr><td><a href=\"/runs/{id}\">{short}</a></td><td class=\"{run_status}\">{run_status}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            escape(&view.manifest.workflow),
-            escape(&view.manifest.goal),
-            escape(&view.manifest.started_at),
-            result.map_or_else(|| "-".to_string(), |r| format!("{:.1}s", r.duration_ms as f64 / 1000.0)),
-            usage.map_or_else(|| "-".to_string(), |u| format!("{} / {}", u.input_tokens, u.output_tokens)),
-            usage.and_then(|u| u.cost_usd).map_or_else(|| "n/a".to_string(), |c| format!("${c:.4}")),
-            id = escape(&view.manifest.run_id),
-            short = escape(&view.manifest.run_id.chars().take(13).collect::<String>()),
-        );
-    }
-    body.push_str("</table>\n");
-    page("runs", &body)
+/// A form with one button that posts to `/runs/<id>/<action>`.
+fn action_form(id: &str, action: &str, label: &str) -> String {
+    format!(
+        "<form class=\"action\" method=\"post\" action=\"/runs/{}/{action}\"><button type=\"submit\" id=\"{action}-button\">{label}</button></form>\n",
+        escape(id)
+    )
 }
 
 /// A gate the run is paused at, with its choices.
@@ -215,6 +212,7 @@ pub fn run(dir: &Path, id: &str) -> String {
         escape(id),
         escape(&view.manifest.started_at)
     );
+    body.push_str(&run_actions(dir, id, &report));
     if let Some(gate) = waiting_gate(dir) {
         let _ = writeln!(
             body,
@@ -262,6 +260,7 @@ pub fn run(dir: &Path, id: &str) -> String {
         );
     }
     body.push_str("</table>\n");
+    body.push_str(&usage_table(&report));
     if let Some(chart) = &report.context_chart {
         let _ = writeln!(body, "<h2>Context usage</h2>\n{chart}");
     }
@@ -271,6 +270,77 @@ pub fn run(dir: &Path, id: &str) -> String {
         escape(id)
     );
     page(&view.manifest.workflow, &body)
+}
+
+/// The run's links and buttons: its files changed; cancel while it runs, resume when it can go
+/// on, rewind (to right after a stage visit, then resume) when it has stopped.
+fn run_actions(dir: &Path, id: &str, report: &RunPage) -> String {
+    let state = RunState::of(dir);
+    let mut html = format!(
+        "<div id=\"actions\"><p><a id=\"files-link\" href=\"/runs/{}/files\">Files changed</a></p>\n",
+        escape(id)
+    );
+    if !state.is_settled() {
+        html.push_str(&action_form(id, "cancel", "Cancel"));
+    }
+    // A run waiting at a human gate goes on by the gate's answer: resumed without one, it would
+    // only stop at the gate again.
+    if super::actions::is_resumable(&state) && waiting_gate(dir).is_none() {
+        html.push_str(&action_form(id, "resume", "Resume"));
+    }
+    let points: Vec<String> = report
+        .visits
+        .iter()
+        // Right after the exit there is nothing to continue.
+        .filter(|visit| !visit.handler.is_empty() && visit.handler != "exit" && visit.status != "running")
+        .map(|visit| format!("{}@{}", visit.node_id, visit.visit))
+        .collect();
+    if state.is_settled() && !points.is_empty() {
+        let _ = write!(
+            html,
+            "<form class=\"action\" id=\"rewind\" method=\"post\" action=\"/runs/{}/rewind\">\
+             <label>Rewind to right after <select name=\"to\">",
+            escape(id)
+        );
+        for point in points.iter().rev() {
+            let _ = write!(html, "<option value=\"{0}\">{0}</option>", escape(point));
+        }
+        html.push_str(
+            "</select></label> <label><input type=\"checkbox\" name=\"resume\" value=\"1\" checked> and resume</label> \
+             <button type=\"submit\" id=\"rewind-button\">Rewind</button></form>\n",
+        );
+    }
+    html.push_str("</div>\n");
+    html
+}
+
+/// Tokens in and out and cost per model, with the totals; cost `n/a` where a model's price is
+/// unknown.
+fn usage_table(report: &RunPage) -> String {
+    if report.models.is_empty() {
+        return String::new();
+    }
+    let cost = |cost: Option<f64>| cost.map_or_else(|| "n/a".to_string(), |cost| format!("${cost:.4}"));
+    let mut html = String::from(
+        "<h2>Usage</h2>\n<table id=\"usage\">\n<tr><th>model</th><th>tokens in</th><th>tokens out</th><th>cost</th></tr>\n",
+    );
+    for (model, totals) in &report.models {
+        let _ = writeln!(
+            html,
+            "<tr><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            escape(model),
+            totals.input_tokens,
+            totals.output_tokens,
+            cost(totals.cost_usd)
+        );
+    }
+    let (input, output) = report.total_tokens();
+    let _ = writeln!(
+        html,
+        "<tr id=\"usage-total\"><th>total</th><th>{input}</th><th>{output}</th><th>{}</th></tr>\n</table>",
+        cost(report.total_cost())
+    );
+    html
 }
 
 /// The run page's script (`/fabro.js`): follows the events of the run its `#events` list names,
@@ -344,7 +414,7 @@ pub fn stage(dir: &Path, id: &str, node: &str, visit: u32) -> Option<String> {
         }
     }
     let Some(page_visit) = finished else {
-        return running_stage(id, node, visit, visit_dir.as_deref()?);
+        return running_stage(dir, id, node, visit, visit_dir.as_deref()?);
     };
     let mut body = format!(
         "<p><a href=\"/runs/{}\">run</a></p>\n<h1><code>{}</code> (visit {visit}): <span class=\"{}\">{}</span></h1>\n",
@@ -385,28 +455,49 @@ pub fn stage(dir: &Path, id: &str, node: &str, visit: u32) -> Option<String> {
 
 /// The logs a running stage may be writing, as the page names them (`?log=`): its streamed
 /// answers, its standard output and error.
-pub const LIVE_LOGS: [(&str, &str, &str); 3] = [
+pub const LIVE_LOGS: [(&str, &str, &str); 4] = [
     ("answer", layout::ANSWER_LOG, "Answer so far"),
+    ("transcript", layout::TRANSCRIPT, "Turns and tool calls so far"),
     ("stdout", layout::STDOUT_LOG, "stdout so far"),
     ("stderr", layout::STDERR_LOG, "stderr so far"),
 ];
 
+/// The logs a running visit of `node` shows: those its kind writes (an LLM stage's streamed
+/// answers and transcript, a command's output), and any other it has written.
+fn shown_logs(dir: &Path, node: &str, visit_dir: &Path) -> Vec<(&'static str, &'static str, &'static str)> {
+    let checked = RunView::open(dir).ok().and_then(|view| load_workflow(dir, &view));
+    let mut expected: Vec<&str> = Vec::new();
+    if let Some(kind) =
+        checked.as_ref().and_then(|checked| checked.workflow.node(node)).map(|node| node.handler_type())
+    {
+        expected.extend(crate::run_dir::stage_output::live_logs(kind));
+        if matches!(kind, HandlerType::Agent | HandlerType::Prompt) {
+            expected.push(layout::TRANSCRIPT);
+        }
+    }
+    LIVE_LOGS
+        .into_iter()
+        .filter(|(_, file, _)| {
+            expected.contains(file)
+                || std::fs::symlink_metadata(visit_dir.join(file)).is_ok_and(|meta| meta.is_file())
+        })
+        .collect()
+}
+
 /// The page of a visit that has not ended: each log it writes, followed by [`STAGE_SCRIPT`].
-fn running_stage(id: &str, node: &str, visit: u32, visit_dir: &Path) -> Option<String> {
+fn running_stage(dir: &Path, id: &str, node: &str, visit: u32, visit_dir: &Path) -> Option<String> {
     let mut body = format!(
         "<p><a href=\"/runs/{id}\">run</a></p>\n<h1><code>{node}</code> (visit {visit}): <span class=\"running\">running</span></h1>\n",
         id = escape(id),
         node = escape(node),
     );
-    for (name, file, title) in LIVE_LOGS {
-        if std::fs::symlink_metadata(visit_dir.join(file)).is_ok_and(|meta| meta.is_file()) {
-            let _ = writeln!(
-                body,
-                "<h2>{title}</h2>\n<pre class=\"live-log\" id=\"live-{name}\" data-src=\"/runs/{}/stages/{}/{visit}/live?log={name}\"></pre>",
-                escape(&crate::serve::percent_encode(id)),
-                escape(&crate::serve::percent_encode(node)),
-            );
-        }
+    for (name, _, title) in shown_logs(dir, node, visit_dir) {
+        let _ = writeln!(
+            body,
+            "<h2>{title}</h2>\n<pre class=\"live-log\" id=\"live-{name}\" data-log=\"{name}\" data-src=\"/runs/{}/stages/{}/{visit}/live?log={name}\"></pre>",
+            escape(&crate::serve::percent_encode(id)),
+            escape(&crate::serve::percent_encode(node)),
+        );
     }
     body.push_str("<script src=\"/fabro-stage.js\"></script>\n");
     Some(page(node, &body))
@@ -415,15 +506,35 @@ fn running_stage(id: &str, node: &str, visit: u32, visit_dir: &Path) -> Option<S
 /// The running stage page's script (`/fabro-stage.js`): each log's new text, fetched from where
 /// the last fetch ended, appended as it comes; the page reloads when the stage has ended.
 pub const STAGE_SCRIPT: &str = r##"
+// A transcript comes as JSON lines: each whole line is shown as one readable line.
+function turn(e) {
+  const what = e.type || "?";
+  if (what === "assistant") return "[model" + (e.model ? " " + e.model : "") + "] " + (e.text || "") + (e.tool_calls && e.tool_calls.length ? " (calls " + e.tool_calls.map(c => c.name).join(", ") + ")" : "");
+  if (what === "tool_call") return "[calls " + e.name + "] " + JSON.stringify(e.arguments);
+  if (what === "tool_result") return "[" + e.name + (e.is_error ? " failed" : " answered") + "] " + String(e.content || "").slice(0, 2000);
+  return "[" + what + "] " + JSON.stringify(e);
+}
 for (const pre of document.querySelectorAll("pre.live-log")) {
   let offset = 0;
+  let partial = "";
+  const show = (text) => {
+    if (pre.dataset.log !== "transcript") { pre.textContent += text; return; }
+    const lines = (partial + text).split("\n");
+    partial = lines.pop();
+    for (const line of lines) {
+      if (!line.trim()) continue;
+      let e;
+      try { e = JSON.parse(line); } catch (_) { pre.textContent += line + "\n"; continue; }
+      pre.textContent += turn(e) + "\n";
+    }
+  };
   const poll = async () => {
     let response;
     try { response = await fetch(pre.dataset.src + "&offset=" + offset); } catch (_) { setTimeout(poll, 1000); return; }
     if (!response.ok) return;
     const text = await response.text();
     offset = Number(response.headers.get("x-fabro-offset")) || offset;
-    if (text) pre.textContent += text;
+    if (text) show(text);
     if (response.headers.get("x-fabro-ended") === "true") { setTimeout(() => location.reload(), 300); return; }
     setTimeout(poll, 500);
   };

@@ -13,6 +13,7 @@
 //! stage.
 
 pub mod branch;
+pub mod changes;
 
 use std::path::{Path, PathBuf};
 

@@ -48,6 +48,7 @@ mod run_workflows;
 mod sandbox;
 mod secrets;
 mod serve;
+mod serve_web;
 mod spec_conditions;
 mod spec_parsing;
 mod spec_stylesheet_transforms;

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use common::{fabro_command, Test};
 
 /// A command stage, then a gate that pauses a run without a terminal.
-const GATED: &str = r#"digraph gated {
+pub(crate) const GATED: &str = r#"digraph gated {
     goal = "Ship it"
     start [shape=Mdiamond]
     exit [shape=Msquare]
@@ -27,13 +27,13 @@ const GATED: &str = r#"digraph gated {
 "#;
 
 /// A running `fabro serve`, stopped when dropped.
-struct Server {
+pub(crate) struct Server {
     child: Child,
-    url: String,
+    pub(crate) url: String,
 }
 
 impl Server {
-    fn start(dir: &Path, args: &[&str]) -> Server {
+    pub(crate) fn start(dir: &Path, args: &[&str]) -> Server {
         Server::start_with(dir, args, &[])
     }
 
@@ -51,7 +51,7 @@ impl Server {
     }
 
     /// The URL of `path` (which starts with `/`), keeping the token query when there is one.
-    fn at(&self, path: &str) -> String {
+    pub(crate) fn at(&self, path: &str) -> String {
         let (base, query) = self.url.split_once('?').map_or((self.url.as_str(), ""), |(b, q)| (b, q));
         let base = base.trim_end_matches('/');
         if query.is_empty() {
@@ -69,7 +69,7 @@ impl Drop for Server {
     }
 }
 
-fn get(url: &str) -> (u16, String) {
+pub(crate) fn get(url: &str) -> (u16, String) {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     runtime.block_on(async {
         let response = reqwest::get(url).await.expect("GET");
@@ -80,7 +80,7 @@ fn get(url: &str) -> (u16, String) {
 
 /// `METHOD url` with `headers` (a `Host` among them replaces the real one), redirects not
 /// followed: the status, the response headers and the body.
-fn request(
+pub(crate) fn request(
     method: &str,
     url: &str,
     headers: &[(&str, &str)],
@@ -105,7 +105,7 @@ fn request(
 }
 
 /// `host:port` of the server.
-fn authority(server: &Server) -> String {
+pub(crate) fn authority(server: &Server) -> String {
     server.url.trim_start_matches("http://").split('/').next().unwrap().to_string()
 }
 
@@ -116,12 +116,12 @@ fn answers_files(run_dir: &Path) -> usize {
         .count()
 }
 
-fn json(path: &Path) -> serde_json::Value {
+pub(crate) fn json(path: &Path) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
 /// Waits (at most 30 s) for `done`.
-fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+pub(crate) fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
     let started = Instant::now();
     while !done() {
         assert!(started.elapsed() < Duration::from_secs(30), "{what} did not happen");
@@ -129,7 +129,7 @@ fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
     }
 }
 
-fn paused_run(dir: &Path) -> String {
+pub(crate) fn paused_run(dir: &Path) -> String {
     let output = fabro_command(dir, &["run", "workflow.dot", "--json", "-q"]).output().unwrap();
     assert_eq!(output.status.code(), Some(3), "{}", String::from_utf8_lossy(&output.stderr));
     serde_json::from_slice::<serde_json::Value>(&output.stdout).unwrap()["run_id"]
@@ -451,7 +451,7 @@ fn runs_and_run_files_that_are_symbolic_links_are_never_shown() {
 }
 
 /// Starts chromedriver on a free port; in CI a missing driver fails the test.
-fn chromedriver() -> Option<(Child, u16)> {
+pub(crate) fn chromedriver() -> Option<(Child, u16)> {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let spawned = Command::new("chromedriver")
         .arg(format!("--port={port}"))
@@ -470,6 +470,42 @@ fn chromedriver() -> Option<(Child, u16)> {
     Some((child, port))
 }
 
+/// Waits (at most 60 s) for the run page in `client` to show the run's status `wanted`.
+pub(crate) async fn page_shows_status(client: &fantoccini::Client, wanted: &str) -> Result<(), String> {
+    let started = Instant::now();
+    loop {
+        // After a form's post, while the next page loads, there may be no #status yet.
+        let status = match client.find(fantoccini::Locator::Css("#status")).await {
+            Ok(status) => status.text().await.unwrap_or_default(),
+            Err(_) => String::new(),
+        };
+        if status == wanted {
+            return Ok(());
+        }
+        if started.elapsed() > Duration::from_secs(60) {
+            return Err(format!("the page never showed the run {wanted}: {status:?}"));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A headless Chromium session through the chromedriver listening on `port`.
+pub(crate) async fn headless(port: u16) -> fantoccini::Client {
+    // fantoccini's TLS (unused here: chromedriver speaks plain HTTP) needs a crypto provider.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let mut capabilities = serde_json::Map::new();
+    capabilities.insert(
+        "goog:chromeOptions".to_string(),
+        serde_json::json!({"args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]}),
+    );
+    fantoccini::ClientBuilder::rustls()
+        .expect("rustls")
+        .capabilities(capabilities)
+        .connect(&format!("http://127.0.0.1:{port}"))
+        .await
+        .expect("connect to chromedriver")
+}
+
 #[test]
 fn in_a_browser_a_stage_turns_green_live_and_a_gate_is_answered_from_the_page() {
     let Some((mut driver, port)) = chromedriver() else { return };
@@ -485,21 +521,9 @@ fn in_a_browser_a_stage_turns_green_live_and_a_gate_is_answered_from_the_page() 
     let id = json(&run_dir.join("manifest.json"))["run_id"].as_str().unwrap().to_string();
     wait_until("build starts", || run_dir.join("stages/build/1").exists());
 
-    // fantoccini's TLS (unused here: chromedriver speaks plain HTTP) needs a crypto provider.
-    let _ = rustls::crypto::ring::default_provider().install_default();
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let outcome = runtime.block_on(async {
-        let mut capabilities = serde_json::Map::new();
-        capabilities.insert(
-            "goog:chromeOptions".to_string(),
-            serde_json::json!({"args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]}),
-        );
-        let client = fantoccini::ClientBuilder::rustls()
-            .expect("rustls")
-            .capabilities(capabilities)
-            .connect(&format!("http://127.0.0.1:{port}"))
-            .await
-            .expect("connect to chromedriver");
+        let client = headless(port).await;
         let result = browse(&client, &server, &id, &run_dir).await;
         let _ = client.close().await;
         result
@@ -566,21 +590,7 @@ async fn browse(
     client.goto(&server.at(&format!("/runs/{id}"))).await.map_err(|e| e.to_string())?;
     let yes = client.find(Locator::Css("#choice-Y")).await.map_err(|e| e.to_string())?;
     yes.click().await.map_err(|e| e.to_string())?;
-    let started = Instant::now();
-    loop {
-        // The choice posts a form: while the next page loads there may be no #status yet.
-        let status = match client.find(Locator::Css("#status")).await {
-            Ok(status) => status.text().await.unwrap_or_default(),
-            Err(_) => String::new(),
-        };
-        if status == "succeeded" {
-            break;
-        }
-        if started.elapsed() > Duration::from_secs(30) {
-            return Err(format!("the page never showed the run succeeded: {status:?}"));
-        }
-        wait("succeeded").await;
-    }
+    page_shows_status(client, "succeeded").await?;
     // The stage page, reached from the stage table.
     client
         .find(Locator::Css("#row-build-1 a"))

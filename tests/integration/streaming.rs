@@ -320,6 +320,18 @@ fn logs_follow_shows_the_answer_while_the_model_writes_it() {
     }
 }
 
+/// `fabro serve` over the runs of `dir`, and its URL without the trailing `/`.
+fn serve_in(dir: &Path) -> (std::process::Child, String) {
+    let mut serve = fabro_command(dir, &["serve", "--dir", ".fabro/runs"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start fabro serve");
+    let mut first = String::new();
+    BufReader::new(serve.stdout.take().unwrap()).read_line(&mut first).unwrap();
+    let base = first.trim().strip_prefix("fabro serve: ").expect(&first).trim_end_matches('/').to_string();
+    (serve, base)
+}
+
 #[test]
 fn serves_stage_page_of_a_running_stage_grows_with_the_answer() {
     let text = long_answer(12);
@@ -328,13 +340,7 @@ fn serves_stage_page_of_a_running_stage_grows_with_the_answer() {
     let mut run = slow_run(&server, dir.path());
     let run_dir = only_run(dir.path());
     let id = run_dir.file_name().unwrap().to_str().unwrap().to_string();
-    let mut serve = fabro_command(dir.path(), &["serve", "--dir", ".fabro/runs"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("start fabro serve");
-    let mut first = String::new();
-    BufReader::new(serve.stdout.take().unwrap()).read_line(&mut first).unwrap();
-    let base = first.trim().strip_prefix("fabro serve: ").expect(&first).trim_end_matches('/').to_string();
+    let (mut serve, base) = serve_in(dir.path());
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let get = |url: String| {
         runtime.block_on(async {
@@ -382,6 +388,59 @@ fn serves_stage_page_of_a_running_stage_grows_with_the_answer() {
     // Only the logs a stage writes, and only inside the run.
     assert_eq!(get(format!("{base}/runs/{id}/stages/ask/1/live?log=../../manifest.json")).0, 404);
     assert_eq!(get(format!("{base}/runs/{id}/stages/..%2F..%2Fx/1/live?log=answer")).0, 404);
+    let _ = serve.kill();
+    let _ = serve.wait();
+}
+
+#[test]
+fn serves_stage_page_of_a_running_agent_stage_shows_its_turns_and_tool_calls_as_they_happen() {
+    // A tool call, then an answer that streams for about 6 s.
+    let server = server_of(vec![
+        openai_tools(&[("c1", "write_file", json!({"path": "a.txt", "content": "hello"}))]),
+        openai_text(&long_answer(12), 10, 80).paced(Duration::from_millis(250)),
+    ]);
+    let dir = tempfile::tempdir().unwrap();
+    let agent = r#"digraph agent {
+        start [shape=Mdiamond]
+        exit [shape=Msquare]
+        write [shape=box, prompt="Write a.txt", llm_model="local-model"]
+        start -> write -> exit
+    }"#;
+    std::fs::write(dir.path().join("workflow.dot"), agent).unwrap();
+    let mut run = fabro_command(dir.path(), &["run", "workflow.dot", "-q"])
+        .env("FABRO_LLM_BASE_URL", server.url("/v1"))
+        .env("FABRO_LLM_MAX_RETRIES", "0")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start fabro run");
+    let run_dir = only_run(dir.path());
+    let id = run_dir.file_name().unwrap().to_str().unwrap().to_string();
+    let (mut serve, base) = serve_in(dir.path());
+    let get = |url: String| {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        runtime.block_on(async {
+            let response = reqwest::get(&url).await.expect("GET");
+            (response.status().as_u16(), response.text().await.unwrap_or_default())
+        })
+    };
+    // While the answer streams, the tool call is already in the transcript the page follows.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let transcript = format!("{base}/runs/{id}/stages/write/1/live?log=transcript&offset=0");
+    loop {
+        let (_, seen) = get(transcript.clone());
+        if seen.contains("\"tool_result\"") {
+            assert!(seen.contains("\"tool_call\"") && seen.contains("write_file"), "{seen}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "the transcript never showed the tool call: {seen}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (status, page) = get(format!("{base}/runs/{id}/stages/write/1"));
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains("id=\"live-transcript\"") && page.contains("id=\"live-answer\""), "{page}");
+    assert!(!run_dir.join("stages/write/1/status.json").exists(), "the stage was still running");
+    assert_eq!(run.wait().unwrap().code(), Some(0));
     let _ = serve.kill();
     let _ = serve.wait();
 }
