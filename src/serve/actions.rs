@@ -27,7 +27,10 @@ pub enum ActionError {
     NotCancelable(String),
     #[error("{0}")]
     NotResumable(String),
-    /// Rewind refused: the run is running, or has no such point.
+    /// Interrupt refused: the run is not running.
+    #[error("{0}")]
+    NotRunning(String),
+    /// Rewind or fork refused: the run is running or resuming, or has no checkpoint history.
     #[error("{0}")]
     NotRewindable(String),
     #[error("{0}")]
@@ -40,9 +43,10 @@ impl ActionError {
             ActionError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ActionError::NotFound(_) => StatusCode::NOT_FOUND,
             ActionError::InvalidWorkflow(_) => StatusCode::UNPROCESSABLE_ENTITY,
-            ActionError::NotCancelable(_) | ActionError::NotResumable(_) | ActionError::NotRewindable(_) => {
-                StatusCode::CONFLICT
-            }
+            ActionError::NotCancelable(_)
+            | ActionError::NotResumable(_)
+            | ActionError::NotRunning(_)
+            | ActionError::NotRewindable(_) => StatusCode::CONFLICT,
             ActionError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -55,6 +59,7 @@ impl ActionError {
             ActionError::InvalidWorkflow(_) => "invalid_workflow",
             ActionError::NotCancelable(_) => "not_cancelable",
             ActionError::NotResumable(_) => "not_resumable",
+            ActionError::NotRunning(_) => "not_running",
             ActionError::NotRewindable(_) => "not_rewindable",
             ActionError::Internal(_) => "internal",
         }
@@ -249,6 +254,18 @@ pub fn cancel(id: &str, dir: &Path) -> Result<bool, ActionError> {
     }
 }
 
+/// Asks run `id` (in `dir`, or the directory a `loop_restart` took it to) to pause once the
+/// stage in flight ends; it then resumes at the next stage.
+pub fn interrupt(id: &str, dir: &Path) -> Result<(), ActionError> {
+    let dir = crate::run_launcher::latest_dir(dir);
+    let run_state = RunState::of(&dir);
+    if run_state != RunState::Running {
+        let message = format!("run `{id}` is {}: only a running run is interrupted", run_state.as_str());
+        return Err(ActionError::NotRunning(message));
+    }
+    crate::run_dir::request_interrupt(&dir).map_err(|problem| ActionError::Internal(problem.to_string()))
+}
+
 /// Whether a run in this state continues with `fabro resume`: paused, interrupted or crashed.
 pub fn is_resumable(state: &RunState) -> bool {
     matches!(state, RunState::Crashed | RunState::Ended(RunStatus::Paused | RunStatus::Interrupted))
@@ -293,10 +310,33 @@ pub fn rewind(
     if resumes.get(id).is_some_and(|running| running.load(Ordering::SeqCst)) {
         return Err(ActionError::NotRewindable(format!("run `{id}` is resuming: wait for it to stop")));
     }
-    let (node, visit) = crate::run_dir::parse_target(target)
-        .map_err(|problem| ActionError::BadRequest(problem.to_string()))?;
-    crate::run_dir::rewind(dir, &node, visit)
-        .map_err(|problem| ActionError::NotRewindable(problem.to_string()))
+    let (node, visit) = crate::run_dir::parse_target(target)?;
+    Ok(crate::run_dir::rewind(dir, &node, visit)?)
+}
+
+/// Copies the state of run `id` (in `dir`) right after stage visit `target` into a new run in
+/// the runs directory, ready to resume; the run itself is only read.
+pub fn fork(dir: &Path, target: &str) -> Result<crate::run_dir::Forked, ActionError> {
+    let (node, visit) = crate::run_dir::parse_target(target)?;
+    Ok(crate::run_dir::fork(dir, &node, visit, None)?)
+}
+
+impl From<crate::run_dir::HistoryError> for ActionError {
+    /// A point the run does not have is a bad request; a run that cannot go back, a conflict.
+    fn from(problem: crate::run_dir::HistoryError) -> ActionError {
+        use crate::run_dir::HistoryError;
+        match problem {
+            HistoryError::BadTarget { .. }
+            | HistoryError::UnknownNode { .. }
+            | HistoryError::NoSuchVisit { .. }
+            | HistoryError::NothingToContinue { .. } => ActionError::BadRequest(problem.to_string()),
+            HistoryError::NoHistory { .. }
+            | HistoryError::RunDir(crate::run_dir::RunDirError::Locked { .. }) => {
+                ActionError::NotRewindable(problem.to_string())
+            }
+            other => ActionError::Internal(other.to_string()),
+        }
+    }
 }
 
 #[cfg(test)]

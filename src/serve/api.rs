@@ -55,7 +55,7 @@ pub struct ApiError {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ErrorBody {
     /// `not_found`, `bad_request`, `invalid_workflow`, `not_cancelable`, `not_resumable`,
-    /// `not_running`, `not_waiting`, `already_answered`, `in_use`, `no_history`, `too_large`,
+    /// `not_running`, `not_waiting`, `already_answered`, `not_rewindable`, `in_use`, `too_large`,
     /// `forbidden`, `unauthorized`, `internal`.
     pub code: String,
     pub message: String,
@@ -463,17 +463,11 @@ async fn interrupt_run(State(state): State<Arc<AppState>>, UrlPath(id): UrlPath<
     let Some(run) = find(&state, &id) else {
         return error(StatusCode::NOT_FOUND, "not_found", format!("no run `{id}`"));
     };
-    let dir = crate::run_launcher::latest_dir(&run.dir);
-    let run_state = RunState::of(&dir);
-    if run_state != RunState::Running {
-        let message = format!("run `{id}` is {}: only a running run is interrupted", run_state.as_str());
-        return error(StatusCode::CONFLICT, "not_running", message);
-    }
-    match crate::run_dir::request_interrupt(&dir) {
+    match super::actions::interrupt(&id, &run.dir) {
         Ok(()) => {
             (StatusCode::ACCEPTED, Json(RunCreated { id, status: "interrupting".into() })).into_response()
         }
-        Err(problem) => error(StatusCode::INTERNAL_SERVER_ERROR, "internal", problem.to_string()),
+        Err(refused) => refusal(refused),
     }
 }
 
@@ -499,40 +493,6 @@ pub struct HistoryMoved {
     pub next_node: String,
 }
 
-/// The refusal for a history operation's error.
-fn history_refusal(problem: crate::run_dir::HistoryError) -> Response {
-    use crate::run_dir::HistoryError;
-    match problem {
-        HistoryError::BadTarget { .. }
-        | HistoryError::UnknownNode { .. }
-        | HistoryError::NoSuchVisit { .. }
-        | HistoryError::NothingToContinue { .. } => {
-            error(StatusCode::BAD_REQUEST, "bad_request", problem.to_string())
-        }
-        HistoryError::NoHistory { .. } => error(StatusCode::CONFLICT, "no_history", problem.to_string()),
-        HistoryError::RunDir(crate::run_dir::RunDirError::Locked { .. }) => {
-            error(StatusCode::CONFLICT, "in_use", problem.to_string())
-        }
-        other => error(StatusCode::INTERNAL_SERVER_ERROR, "internal", other.to_string()),
-    }
-}
-
-/// Starts `fabro resume` for a run the history operation left ready; the answer's status.
-fn resume_after(state: &AppState, id: &str, dir: &Path) -> Result<&'static str, Refusal> {
-    let mut resumes = state.resumes.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    match super::resume(&state.options.fabro_exe, dir, None) {
-        Ok(running) => {
-            resumes.insert(id.to_string(), running);
-            Ok("resuming")
-        }
-        Err(problem) => Err(Refusal(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal",
-            format!("cannot start fabro resume: {problem}"),
-        )),
-    }
-}
-
 /// Which history operation a request asks for.
 #[derive(Clone, Copy)]
 enum HistoryOperation {
@@ -543,55 +503,44 @@ enum HistoryOperation {
 /// Rewinds or forks the run `id` as `body` says, then resumes the run that goes on when asked:
 /// what both routes share.
 async fn move_history(
-    state: &AppState,
+    state: Arc<AppState>,
     id: String,
     body: Result<Json<HistoryTarget>, JsonRejection>,
     operation: HistoryOperation,
 ) -> Response {
-    let target = match body {
+    let HistoryTarget { to, resume } = match body {
         Ok(Json(target)) => target,
         Err(rejection) => return error(StatusCode::BAD_REQUEST, "bad_request", rejection.body_text()),
     };
-    let Some(run) = find(state, &id) else {
+    let Some(run) = find(&state, &id) else {
         return error(StatusCode::NOT_FOUND, "not_found", format!("no run `{id}`"));
     };
-    if matches!(operation, HistoryOperation::Rewind) && !RunState::of(&run.dir).is_settled() {
-        let message = format!("run `{id}` is queued or running; interrupt or cancel it first");
-        return error(StatusCode::CONFLICT, "in_use", message);
-    }
-    let HistoryTarget { to, resume } = target;
-    let dir = run.dir.clone();
     // The run that goes on: its id, directory and next stage.
-    let moved = tokio::task::spawn_blocking(move || {
-        let (node, visit) = crate::run_dir::parse_target(&to)?;
-        Ok::<_, crate::run_dir::HistoryError>(match operation {
-            HistoryOperation::Rewind => {
-                (id, dir.clone(), crate::run_dir::rewind(&dir, &node, visit)?.next_node)
-            }
-            HistoryOperation::Fork => {
-                let forked = crate::run_dir::fork(&dir, &node, visit, None)?;
-                (forked.run_id, forked.run_dir, forked.next_node)
-            }
-        })
+    let moved = tokio::task::spawn_blocking({
+        let state = state.clone();
+        move || match operation {
+            HistoryOperation::Rewind => super::actions::rewind(&state, &id, &run.dir, &to)
+                .map(|rewound| (id, run.dir, rewound.next_node)),
+            HistoryOperation::Fork => super::actions::fork(&run.dir, &to)
+                .map(|forked| (forked.run_id, forked.run_dir, forked.next_node)),
+        }
     })
     .await;
     let (id, dir, next_node) = match moved {
         Ok(Ok(moved)) => moved,
-        Ok(Err(problem)) => return history_refusal(problem),
+        Ok(Err(refused)) => return refusal(refused),
         Err(join) => return error(StatusCode::INTERNAL_SERVER_ERROR, "internal", join.to_string()),
     };
-    let (status, code) = match operation {
+    let (mut status, code) = match operation {
         HistoryOperation::Rewind => ("rewound", StatusCode::OK),
         HistoryOperation::Fork => ("forked", StatusCode::CREATED),
     };
-    let status = if resume {
-        match resume_after(state, &id, &dir) {
-            Ok(status) => status,
-            Err(refused) => return refused.into_response(),
+    if resume {
+        if let Err(refused) = super::actions::resume(&state, &id, &dir) {
+            return refusal(refused);
         }
-    } else {
-        status
-    };
+        status = "resuming";
+    }
     (code, Json(HistoryMoved { id, status: status.into(), next_node })).into_response()
 }
 
@@ -606,7 +555,7 @@ async fn rewind_run(
     UrlPath(id): UrlPath<String>,
     body: Result<Json<HistoryTarget>, JsonRejection>,
 ) -> Response {
-    move_history(&state, id, body, HistoryOperation::Rewind).await
+    move_history(state, id, body, HistoryOperation::Rewind).await
 }
 
 /// Copies a run's state right after a stage visit into a new run in the runs directory (the run
@@ -620,7 +569,7 @@ async fn fork_run(
     UrlPath(id): UrlPath<String>,
     body: Result<Json<HistoryTarget>, JsonRejection>,
 ) -> Response {
-    move_history(&state, id, body, HistoryOperation::Fork).await
+    move_history(state, id, body, HistoryOperation::Fork).await
 }
 
 /// A stage visit: its status record and the files in its directory.

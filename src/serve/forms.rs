@@ -1,4 +1,4 @@
-//! The web view's forms: start a run, cancel, resume or rewind one. Each is a plain HTML form
+//! The web view's forms: start a run, cancel, interrupt, resume, rewind or fork one. Each is a plain HTML form
 //! that posts and is redirected to the run's page (so it works without JavaScript), takes the
 //! same action as the API (see [`super::actions`]), and passes the same guard: the token off
 //! loopback, and a request from the server's own pages only (`Origin` or `Referer`).
@@ -88,6 +88,39 @@ pub(super) async fn resume(State(state): State<Arc<AppState>>, UrlPath(id): UrlP
         Ok(()) => Redirect::to(&format!("/runs/{id}")).into_response(),
         Err(problem) => refusal(&id, problem),
     }
+}
+
+/// `POST /runs/<id>/interrupt`: pause once the stage in flight ends.
+pub(super) async fn interrupt(State(state): State<Arc<AppState>>, UrlPath(id): UrlPath<String>) -> Response {
+    let Some(dir) = super::run_dir(&state, &id) else { return no_run(&id) };
+    match super::actions::interrupt(&id, &dir) {
+        Ok(()) => Redirect::to(&format!("/runs/{id}")).into_response(),
+        Err(problem) => refusal(&id, problem),
+    }
+}
+
+/// `POST /runs/<id>/fork`: a new run from right after a stage visit (when asked, resumed); its
+/// page.
+pub(super) async fn fork(
+    State(state): State<Arc<AppState>>,
+    UrlPath(id): UrlPath<String>,
+    Form(form): Form<RewindForm>,
+) -> Response {
+    let Some(dir) = super::run_dir(&state, &id) else { return no_run(&id) };
+    let forked = tokio::task::spawn_blocking(move || {
+        super::actions::fork(&dir, &form.to).map(|forked| (forked, form.resume))
+    });
+    let (forked, resume) = match forked.await {
+        Ok(Ok(forked)) => forked,
+        Ok(Err(problem)) => return refusal(&id, problem),
+        Err(join) => return refusal(&id, ActionError::Internal(join.to_string())),
+    };
+    if resume.is_some_and(|value| !value.is_empty()) {
+        if let Err(problem) = super::actions::resume(&state, &forked.run_id, &forked.run_dir) {
+            return refusal(&forked.run_id, problem);
+        }
+    }
+    Redirect::to(&format!("/runs/{}", forked.run_id)).into_response()
 }
 
 #[derive(serde::Deserialize)]

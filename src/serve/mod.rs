@@ -119,6 +119,8 @@ pub async fn serve(listener: tokio::net::TcpListener, options: ServeOptions) -> 
         .route("/runs/{id}/cancel", post(forms::cancel))
         .route("/runs/{id}/resume", post(forms::resume))
         .route("/runs/{id}/rewind", post(forms::rewind))
+        .route("/runs/{id}/interrupt", post(forms::interrupt))
+        .route("/runs/{id}/fork", post(forms::fork))
         .route("/runs/{id}/files", get(forms::files))
         .route("/runs/{id}/events", get(events))
         .route("/runs/{id}/answer", post(answer))

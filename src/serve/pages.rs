@@ -272,8 +272,9 @@ pub fn run(dir: &Path, id: &str) -> String {
     page(&view.manifest.workflow, &body)
 }
 
-/// The run's links and buttons: its files changed; cancel while it runs, resume when it can go
-/// on, rewind (to right after a stage visit, then resume) when it has stopped.
+/// The run's links and buttons: its files changed; cancel and pause-after-this-stage while it
+/// runs, resume when it can go on; when it has stopped, rewind (to right after a stage visit,
+/// then resume) and fork (a new run from right after a stage visit).
 fn run_actions(dir: &Path, id: &str, report: &RunPage) -> String {
     let state = RunState::of(dir);
     let mut html = format!(
@@ -282,6 +283,9 @@ fn run_actions(dir: &Path, id: &str, report: &RunPage) -> String {
     );
     if !state.is_settled() {
         html.push_str(&action_form(id, "cancel", "Cancel"));
+    }
+    if state == RunState::Running {
+        html.push_str(&action_form(id, "interrupt", "Pause after this stage"));
     }
     // A run waiting at a human gate goes on by the gate's answer: resumed without one, it would
     // only stop at the gate again.
@@ -295,19 +299,22 @@ fn run_actions(dir: &Path, id: &str, report: &RunPage) -> String {
         .filter(|visit| !visit.handler.is_empty() && visit.handler != "exit" && visit.status != "running")
         .map(|visit| format!("{}@{}", visit.node_id, visit.visit))
         .collect();
-    if state.is_settled() && !points.is_empty() {
+    let history_forms =
+        [("rewind", "Rewind to right after", "Rewind"), ("fork", "Fork a new run from right after", "Fork")];
+    for (action, label, button) in history_forms.iter().filter(|_| state.is_settled() && !points.is_empty()) {
         let _ = write!(
             html,
-            "<form class=\"action\" id=\"rewind\" method=\"post\" action=\"/runs/{}/rewind\">\
-             <label>Rewind to right after <select name=\"to\">",
+            "<form class=\"action\" id=\"{action}\" method=\"post\" action=\"/runs/{}/{action}\">\
+             <label>{label} <select name=\"to\">",
             escape(id)
         );
         for point in points.iter().rev() {
             let _ = write!(html, "<option value=\"{0}\">{0}</option>", escape(point));
         }
-        html.push_str(
+        let _ = writeln!(
+            html,
             "</select></label> <label><input type=\"checkbox\" name=\"resume\" value=\"1\" checked> and resume</label> \
-             <button type=\"submit\" id=\"rewind-button\">Rewind</button></form>\n",
+             <button type=\"submit\" id=\"{action}-button\">{button}</button></form>"
         );
     }
     html.push_str("</div>\n");

@@ -157,7 +157,7 @@ fn cancel_resume_and_rewind_are_form_posts_from_the_run_page_and_refused_from_ot
     assert_eq!(code, 403);
     assert!(!run_dir.join("rewound").exists());
     let (code, _, body) = post("rewind", &[("origin", &own)], "to=nope%401");
-    assert_eq!(code, 409, "{body}");
+    assert_eq!(code, 400, "a point the run does not have: {body}");
     assert!(body.contains("nope"), "{body}");
     let (code, _, body) = post("rewind", &[("origin", &own)], "to=build%401&resume=1");
     assert_eq!(code, 303, "{body}");
@@ -421,3 +421,67 @@ fn the_start_form_lists_the_workflows_asks_for_their_inputs_and_refuses_what_can
 
 /// A workflow outside the `--workflows` root.
 const TIDY_FOR_OUTSIDE: &str = "digraph secret { start [shape=Mdiamond] exit [shape=Msquare] start -> exit }";
+
+/// `one`, then `two` (which waits for the test's `proceed`), then `three`; each appends to `steps`.
+const THREE_STEPS: &str = r#"digraph steps {
+    start [shape=Mdiamond]
+    exit [shape=Msquare]
+    one [shape=parallelogram, script="echo one >> steps"]
+    two [shape=parallelogram, timeout="120s", script="touch two-started; while [ ! -f proceed ]; do sleep 0.05; done; echo two >> steps"]
+    three [shape=parallelogram, script="echo three >> steps"]
+    start -> one -> two -> three -> exit
+}
+"#;
+
+#[test]
+fn pause_after_this_stage_and_fork_are_form_posts_from_the_run_page() {
+    let test = Test::new().workflow(THREE_STEPS);
+    let dir = test.path("");
+    let mut run = fabro_command(&dir, &["run", "workflow.dot", "-q"]).stdout(Stdio::null()).spawn().unwrap();
+    wait_until("two starts", || dir.join("two-started").exists());
+    let runs = dir.join(".fabro/runs");
+    let run_dir = std::fs::read_dir(&runs).unwrap().next().unwrap().unwrap().path();
+    let id = json(&run_dir.join("manifest.json"))["run_id"].as_str().unwrap().to_string();
+    let server = Server::start(&dir, &[]);
+    let own = format!("http://{}", authority(&server));
+    let post = |action: &str, headers: &[(&str, &str)], form: &str| {
+        request("POST", &server.at(&format!("/runs/{id}/{action}")), headers, Some(form))
+    };
+    let steps = || std::fs::read_to_string(dir.join("steps")).unwrap_or_default();
+
+    // Running: pause after this stage (refused cross-site); no rewind or fork yet.
+    let (_, page) = get(&server.at(&format!("/runs/{id}")));
+    assert!(page.contains(&format!("action=\"/runs/{id}/interrupt\"")), "{page}");
+    assert!(!page.contains(&format!("action=\"/runs/{id}/fork\"")), "{page}");
+    assert!(!page.contains(&format!("action=\"/runs/{id}/rewind\"")), "{page}");
+    let (code, _, _) = post("interrupt", &[("origin", "http://evil.example")], "");
+    assert_eq!(code, 403);
+    assert!(!run_dir.join("interrupt.request").exists());
+    let (code, _, body) = post("interrupt", &[("origin", &own)], "");
+    assert_eq!(code, 303, "{body}");
+    std::fs::write(dir.join("proceed"), "").unwrap();
+    let status = run.wait().unwrap();
+    assert_eq!(status.code(), Some(3), "the run paused after `two`");
+    assert_eq!(steps(), "one\ntwo\n");
+    let manifest = json(&run_dir.join("manifest.json"));
+    assert_eq!(manifest["pause"]["kind"], "interrupt", "{manifest}");
+    let (code, _, body) = post("interrupt", &[("origin", &own)], "");
+    assert_eq!(code, 409, "not running: {body}");
+
+    // Forked from right after `two` and resumed: the new run's page, the original left paused.
+    let (_, page) = get(&server.at(&format!("/runs/{id}")));
+    assert!(page.contains("<option value=\"two@1\">two@1</option>"), "{page}");
+    assert!(page.contains(&format!("action=\"/runs/{id}/fork\"")), "{page}");
+    assert!(!page.contains(&format!("action=\"/runs/{id}/interrupt\"")), "{page}");
+    let (code, headers, body) = post("fork", &[("origin", &own)], "to=two%401&resume=1");
+    assert_eq!(code, 303, "{body}");
+    let location = headers["location"].to_str().unwrap().to_string();
+    let fork_id = location.strip_prefix("/runs/").unwrap().to_string();
+    assert_ne!(fork_id, id);
+    let fork_dir = runs.join(&fork_id);
+    wait_until("the fork succeeds", || json(&fork_dir.join("manifest.json"))["status"] == "succeeded");
+    assert_eq!(steps(), "one\ntwo\nthree\n");
+    assert_eq!(json(&run_dir.join("manifest.json"))["status"], "paused");
+    let (code, _, body) = post("fork", &[("origin", &own)], "to=nowhere");
+    assert_eq!(code, 400, "{body}");
+}
