@@ -52,5 +52,5 @@ pub mod usage;
 pub mod validate;
 pub mod worktree;
 
-pub use diagnostic::{Diagnostic, Severity};
+pub use diagnostic::{Diagnostic, Edit, Severity};
 pub use load::{CheckedWorkflow, Invalid, LoadError, Loader, ValidWorkflow};
