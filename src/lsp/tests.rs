@@ -196,7 +196,7 @@ fn random_and_mutated_buffers_never_crash_any_handler() {
             params["range"] =
                 json!({ "start": { "line": 0, "character": 0 }, "end": { "line": 99, "character": 0 } });
             params["options"] = json!({ "tabSize": 4, "insertSpaces": true });
-            let (response, _) = server.request(request(case as i32, method, params));
+            let (response, _) = server.request(request(case, method, params));
             if let Err(error) = response.response_result {
                 assert!(
                     !error.message.starts_with("internal error"),
