@@ -36,6 +36,16 @@ pub struct Diagnostic {
     pub span: Option<Span>,
     /// A suggested fix in plain words.
     pub fix: Option<String>,
+    /// The fix as text edits, when it is mechanical (a rename, a canonical spelling, an edge to
+    /// add): what an editor's quick fix applies. Spans are into the same source as `span`.
+    pub edits: Vec<Edit>,
+}
+
+/// One text edit of a mechanical fix: replace `span` (empty to insert) with `text`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Edit {
+    pub span: Span,
+    pub text: String,
 }
 
 impl Diagnostic {
@@ -48,6 +58,7 @@ impl Diagnostic {
             edge: None,
             span: None,
             fix: None,
+            edits: Vec::new(),
         }
     }
 
@@ -77,6 +88,35 @@ impl Diagnostic {
     pub fn fix(mut self, fix: impl Into<String>) -> Self {
         self.fix = Some(fix.into());
         self
+    }
+
+    /// Adds a text edit to the fix: replace `span` with `text`.
+    pub fn edit(mut self, span: Span, text: impl Into<String>) -> Self {
+        self.edits.push(Edit { span, text: text.into() });
+        self
+    }
+
+    /// Adds `edit` when there is one.
+    pub fn edit_opt(mut self, edit: Option<Edit>) -> Self {
+        self.edits.extend(edit);
+        self
+    }
+
+    /// Adds the edit replacing `span` with `text` when the source there reads `written` (quoted
+    /// or not): positions an import or a stylesheet lent a value are left alone.
+    pub fn edit_written(
+        self,
+        source: &SourceFile,
+        span: Span,
+        written: &str,
+        text: impl Into<String>,
+    ) -> Self {
+        let here = source.text().get(span.start..span.end).map(|raw| raw.trim_matches('"'));
+        if here == Some(written) {
+            self.edit(span, text)
+        } else {
+            self
+        }
     }
 
     pub fn is_error(&self) -> bool {

@@ -30,6 +30,23 @@ pub fn unescape(body: &str) -> String {
     out
 }
 
+/// A DOT double-quoted string: `"` and `\\` escaped, line breaks as `\n` (and `\r`).
+pub fn quote(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 2);
+    out.push('"');
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
 /// How many bytes the escape `\c` decodes to (see [`unescape`]).
 pub fn decoded_escape_len(c: char) -> usize {
     match c {

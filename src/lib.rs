@@ -27,6 +27,7 @@ pub mod interview;
 pub mod lifecycle_hooks;
 pub mod llm;
 pub mod load;
+pub mod lsp;
 pub mod memory;
 pub mod models;
 pub mod outcome;
@@ -53,5 +54,5 @@ pub mod usage;
 pub mod validate;
 pub mod worktree;
 
-pub use diagnostic::{Diagnostic, Severity};
+pub use diagnostic::{Diagnostic, Edit, Severity};
 pub use load::{CheckedWorkflow, Invalid, LoadError, Loader, ValidWorkflow};

@@ -194,8 +194,23 @@ impl Loader {
         let source = Arc::new(source);
         let tree = syntax::parse(source.text())
             .map_err(|error| LoadError::Syntax { error, file: source.clone() })?;
+        Ok(self.load_parsed_since(source.clone(), &tree, started))
+    }
+
+    /// Loads `source` from its syntax tree, parsed by the caller (an editor's parse with recovery,
+    /// which has the tree already): every phase after parsing, as [`Loader::load_source`].
+    pub fn load_parsed(&self, source: Arc<SourceFile>, tree: &syntax::SyntaxTree<'_>) -> CheckedWorkflow {
+        self.load_parsed_since(source, tree, Instant::now())
+    }
+
+    fn load_parsed_since(
+        &self,
+        source: Arc<SourceFile>,
+        tree: &syntax::SyntaxTree<'_>,
+        started: Instant,
+    ) -> CheckedWorkflow {
         let parsed = Instant::now();
-        let mut workflow = graph::build(&tree, source.clone());
+        let mut workflow = graph::build(tree, source.clone());
         if let Some(goal) = &self.goal {
             let span = workflow.attributes().get("goal").map(|attr| attr.span).unwrap_or_default();
             let attr = graph::Attr {
@@ -238,7 +253,7 @@ impl Loader {
             children_and_validate = ?transformed.elapsed(),
             "loaded workflow"
         );
-        Ok(CheckedWorkflow { workflow, diagnostics, children })
+        CheckedWorkflow { workflow, diagnostics, children }
     }
 
     /// The child workflow of every manager stage that names one, loaded as a child of this

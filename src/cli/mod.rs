@@ -45,6 +45,7 @@ mod fork;
 mod graph;
 mod inspect;
 mod logs;
+mod lsp;
 mod memory;
 mod new;
 mod progress;
@@ -161,6 +162,9 @@ enum Command {
     Settings(settings::SettingsArgs),
     /// Print shell completions.
     Completions(completions::CompletionsArgs),
+    /// Serve the Language Server Protocol over stdio for workflow files: diagnostics as you type,
+    /// quick fixes, hover, completion, navigation, rename, formatting (docs/editors.md).
+    Lsp(lsp::LspArgs),
     /// Parse, transform and lint a workflow; exit 0 when it has no errors, 2 otherwise.
     Validate {
         /// The workflow file (.dot), or a run configuration (.toml) naming one.
@@ -221,6 +225,7 @@ pub fn main() -> ExitCode {
         Command::Settings(args) => settings::run(args),
         Command::Memory(args) => memory::run(args),
         Command::Completions(args) => completions::run(args),
+        Command::Lsp(args) => lsp::run(args),
     };
     ExitCode::from(code)
 }

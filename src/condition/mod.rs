@@ -52,6 +52,14 @@ impl Condition {
         &self.text
     }
 
+    /// How the condition parses, in words, one clause a line, indented under `all of` / `any of`
+    /// / `not` (for an editor's hover).
+    pub fn explain(&self) -> String {
+        let mut out = String::new();
+        self.expr.explain(0, &mut out);
+        out
+    }
+
     /// Context keys the condition reads (without the `context.` prefix), in order of first
     /// appearance, each once. Lint rules use this to check keys are ever written.
     pub fn context_keys(&self) -> Vec<&str> {
@@ -155,6 +163,48 @@ enum Expr {
 }
 
 impl Expr {
+    fn explain(&self, depth: usize, out: &mut String) {
+        let indent = "  ".repeat(depth);
+        match self {
+            Expr::Any(items) | Expr::All(items) => {
+                let what = if matches!(self, Expr::Any(_)) { "any of (||)" } else { "all of (&&)" };
+                out.push_str(&format!("{indent}{what}:\n"));
+                items.iter().for_each(|item| item.explain(depth + 1, out));
+            }
+            Expr::Not(inner) => {
+                out.push_str(&format!("{indent}not (!):\n"));
+                inner.explain(depth + 1, out);
+            }
+            Expr::Clause(clause) => {
+                let key = match &clause.key {
+                    Key::Outcome => "the stage's outcome".to_string(),
+                    Key::PreferredLabel => "the stage's preferred label".to_string(),
+                    Key::Context(written) => format!("context key `{}`", context_name(written)),
+                };
+                let not = |negated: bool| if negated { " not" } else { "" };
+                let test = match &clause.test {
+                    Test::Truthy => "is set and truthy".to_string(),
+                    Test::Status { status, negated } => format!("is{} {}", not(*negated), status.as_str()),
+                    Test::Equals { literal, negated } => format!("is{} `{}`", not(*negated), literal.text),
+                    Test::Order { op, bound } => {
+                        let op = match op {
+                            OrderOp::Less => "<",
+                            OrderOp::LessOrEqual => "<=",
+                            OrderOp::Greater => ">",
+                            OrderOp::GreaterOrEqual => ">=",
+                        };
+                        format!("is a number {op} {bound}")
+                    }
+                    Test::Contains { literal, negated } => {
+                        format!("does{} contain `{}`", not(*negated), literal.text)
+                    }
+                    Test::Matches(regex) => format!("matches the regular expression `{}`", regex.as_str()),
+                };
+                out.push_str(&format!("{indent}{key} {test}\n"));
+            }
+        }
+    }
+
     fn visit_clauses<'a>(&'a self, visit: &mut dyn FnMut(&'a Clause)) {
         match self {
             Expr::Any(items) | Expr::All(items) => items.iter().for_each(|item| item.visit_clauses(visit)),

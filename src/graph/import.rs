@@ -113,6 +113,8 @@ fn expand(workflow: &mut Workflow, chain: &mut Vec<PathBuf>, out: &mut Vec<Diagn
                 node_id: Some(node.id.clone()),
                 edge: None,
                 span: Some(attr.span),
+                // Edits into the imported file do not apply to this one.
+                edits: Vec::new(),
                 ..diagnostic
             });
         }

@@ -90,7 +90,8 @@ impl Transform for DialectAliases {
                     format!("`{written}` is {tool}'s name for `{key}`; fabro reads it as `{key}`"),
                 )
                 .span(attr.key_span)
-                .fix(format!("rename it to `{key}`")),
+                .fix(format!("rename it to `{key}`"))
+                .edit_written(&source, attr.key_span, written, key.to_string()),
             )
         };
         let mut found: Vec<Diagnostic> =

@@ -241,22 +241,27 @@ fn write_statement(out: &mut String, head: &str, attributes: &AttrList) {
         .filter(|(key, value)| drawable(key, value))
         .map(|(key, value)| format!("{}={}", id(key), quote(value)))
         .collect();
+    write_statement_at(out, "    ", head, &pairs);
+}
+
+/// `head [pairs]` at `indent` on one line, or one pair per line when that is too long.
+pub(crate) fn write_statement_at(out: &mut String, indent: &str, head: &str, pairs: &[String]) {
     if pairs.is_empty() {
-        let _ = writeln!(out, "    {head}");
+        let _ = writeln!(out, "{indent}{head}");
         return;
     }
-    let one_line = format!("    {head} [{}]", pairs.join(", "));
+    let one_line = format!("{indent}{head} [{}]", pairs.join(", "));
     if one_line.chars().count() <= MAX_LINE && !pairs.iter().any(|p| p.contains('\n')) {
         out.push_str(&one_line);
         out.push('\n');
         return;
     }
-    let _ = writeln!(out, "    {head} [");
+    let _ = writeln!(out, "{indent}{head} [");
     for (i, pair) in pairs.iter().enumerate() {
         let separator = if i + 1 < pairs.len() { "," } else { "" };
-        let _ = writeln!(out, "        {pair}{separator}");
+        let _ = writeln!(out, "{indent}    {pair}{separator}");
     }
-    out.push_str("    ]\n");
+    let _ = writeln!(out, "{indent}]");
 }
 
 /// An id or key: bare when it is a plain identifier and not a keyword, else quoted.
@@ -268,22 +273,7 @@ pub fn id(text: &str) -> Cow<'_, str> {
     }
 }
 
-/// A DOT double-quoted string: `"` and `\` escaped, line breaks as `\n` (and `\r`).
-pub fn quote(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() + 2);
-    out.push('"');
-    for c in text.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
+pub use crate::dot_string::quote;
 
 #[cfg(test)]
 mod tests {

@@ -13,6 +13,7 @@
 //! ```
 
 pub mod dot;
+pub mod format;
 mod overlay;
 
 pub use dot::{Direction, DotOptions};

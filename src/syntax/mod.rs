@@ -4,10 +4,14 @@
 //!
 //! This layer knows nothing of attribute meanings or node kinds; that is the graph layer's job.
 
+mod comments;
 mod parser;
+mod recovery;
 mod syntax_error;
 mod tree;
 
+pub use comments::comments;
 pub use parser::parse;
+pub use recovery::{parse_recovering, Recovered};
 pub use syntax_error::{SyntaxError, SyntaxErrorKind};
 pub use tree::{Attribute, DefaultsKind, Id, Literal, Statement, Subgraph, SyntaxTree};

@@ -129,7 +129,16 @@ pub fn dialect_value(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
                         format!("{}`{key}={raw}` {meaning}", owner.prefix()),
                     )
                     .span(attr.span)
-                    .fix(format!("write `{key}={canonical}`")),
+                    .fix(format!("write `{key}={canonical}`"))
+                    .edit_written(
+                        workflow.source(),
+                        attr.span,
+                        raw,
+                        match source.get(attr.span.start..attr.span.end) {
+                            Some(written) if written.starts_with('"') => crate::dot_string::quote(&canonical),
+                            _ => canonical.clone(),
+                        },
+                    ),
                 ),
             );
         }
@@ -156,7 +165,8 @@ pub fn unsupported_attribute(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
                     format!("{}`{key}` is {origin}'s ({meaning}); fabro does not support it, so here it has no effect", owner.prefix()),
                 )
                 .span(attr.key_span)
-                .fix(format!("remove `{key}`, or see docs/language.md for what fabro offers instead")),
+                .fix(format!("remove `{key}`, or see docs/language.md for what fabro offers instead"))
+                .pipe_removal(workflow, key, attr),
             ));
         }
     }
@@ -188,27 +198,34 @@ pub fn unknown_attribute(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
                         owner.scope().plural()
                     ),
                     format!("move `{key}` to the {} it belongs to", spec.scopes[0].plural()),
+                    None,
                 )),
                 Some(_) if matches!(owner, Owner::Subgraph(_)) && key != "label" => Some((
                     format!("{}graph attribute `{key}` set inside a subgraph applies only there and has no effect", owner.prefix()),
                     format!("move `{key}` to the top level of the digraph"),
+                    None,
                 )),
                 Some(_) => None,
                 None => did_you_mean(key, known()).map(|similar| {
                     (
                         format!("{}unknown attribute `{key}` (did you mean `{similar}`?)", owner.prefix()),
                         format!("rename it to `{similar}`; unknown attributes are kept only for custom handlers"),
+                        Some(similar),
                     )
                 }),
             };
-            if let Some((message, fix)) = finding {
+            if let Some((message, fix, rename)) = finding {
                 // A near miss of a known attribute (`timout`) would be silently ignored: an error.
                 let diagnostic = if spec.is_none() {
                     Diagnostic::error("unknown_attribute", message)
                 } else {
                     Diagnostic::warning("unknown_attribute", message)
                 };
-                out.push(owner.attach(diagnostic.span(attr.key_span).fix(fix)));
+                let mut diagnostic = diagnostic.span(attr.key_span).fix(fix);
+                if let Some(similar) = rename {
+                    diagnostic = diagnostic.edit_written(workflow.source(), attr.key_span, key, similar);
+                }
+                out.push(owner.attach(diagnostic));
             }
         }
     }
@@ -268,7 +285,8 @@ pub fn graphviz_file(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
                         ),
                     )
                     .span(attr.key_span)
-                    .fix(format!("remove `{key}`")),
+                    .fix(format!("remove `{key}`"))
+                    .pipe_removal(workflow, key, attr),
                 ),
             );
         }
@@ -391,4 +409,36 @@ pub fn stylesheet_syntax(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
             }
         }
     }
+}
+
+/// The edit removing an attribute, as [`Diagnostic`] builders go.
+trait Removal {
+    fn pipe_removal(self, workflow: &Workflow, key: &str, attr: &crate::graph::Attr) -> Self;
+}
+
+impl Removal for Diagnostic {
+    /// Adds the edit removing `key=value` when the source spells the key there.
+    fn pipe_removal(self, workflow: &Workflow, key: &str, attr: &crate::graph::Attr) -> Self {
+        let source = workflow.source();
+        let here = source.text().get(attr.key_span.start..attr.key_span.end).map(|k| k.trim_matches('"'));
+        if here != Some(key) || attr.span.start < attr.key_span.end {
+            return self;
+        }
+        self.edit(removal(workflow, attr), "")
+    }
+}
+
+/// The span of `key=value` with the separator after it (`,` or `;` and spaces), to remove the
+/// attribute.
+fn removal(workflow: &Workflow, attr: &crate::graph::Attr) -> crate::source::Span {
+    let text = workflow.source().text();
+    let mut end = attr.span.end.max(attr.key_span.end);
+    let rest = text.get(end..).unwrap_or("");
+    let after_space = rest.len() - rest.trim_start_matches([' ', '\t']).len();
+    if rest[after_space..].starts_with([',', ';']) {
+        end += after_space + 1;
+        let rest = text.get(end..).unwrap_or("");
+        end += rest.len() - rest.trim_start_matches([' ', '\t']).len();
+    }
+    crate::source::Span::new(attr.key_span.start, end)
 }

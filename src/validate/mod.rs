@@ -144,6 +144,20 @@ pub fn apply_allowed_lints<'r>(
     }
 }
 
+/// The edit adding `statement` (an edge, say) as the graph's last statement, on a line of its
+/// own before the closing `}`.
+pub(crate) fn append_statement(workflow: &Workflow, statement: &str) -> Option<crate::diagnostic::Edit> {
+    let text = workflow.source().text();
+    let close = text.rfind('}')?;
+    let line_start = text[..close].rfind('\n').map_or(0, |at| at + 1);
+    let (at, text) = if text[line_start..close].trim().is_empty() {
+        (line_start, format!("    {statement}\n"))
+    } else {
+        (close, format!("\n    {statement}\n"))
+    };
+    Some(crate::diagnostic::Edit { span: crate::source::Span::at(at), text })
+}
+
 /// Sorts findings by position (whole-graph findings first), errors before warnings at the same
 /// place, and drops exact repeats.
 pub fn sort_and_dedup(diagnostics: &mut Vec<Diagnostic>) {
@@ -151,4 +165,48 @@ pub fn sort_and_dedup(diagnostics: &mut Vec<Diagnostic>) {
         (a.span.map(|s| s.start), a.severity, &a.rule).cmp(&(b.span.map(|s| s.start), b.severity, &b.rule))
     });
     diagnostics.dedup_by(|a, b| a.rule == b.rule && a.span == b.span && a.message == b.message);
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::source::SourceFile;
+    use crate::Loader;
+
+    /// The file after applying the edits of the first diagnostic of `rule`.
+    fn fixed(text: &str, rule: &str) -> String {
+        let checked = Loader::new().load_source(SourceFile::new("w.dot", text)).unwrap();
+        let diagnostic = checked.diagnostics.iter().find(|d| d.rule == rule).expect(rule);
+        assert!(!diagnostic.edits.is_empty(), "{rule} has no edit: {diagnostic:?}");
+        let mut out = text.to_string();
+        let mut edits = diagnostic.edits.clone();
+        edits.sort_by_key(|edit| std::cmp::Reverse(edit.span.start));
+        for edit in edits {
+            out.replace_range(edit.span.start..edit.span.end, &edit.text);
+        }
+        out
+    }
+
+    const HEAD: &str = "digraph w {\n  start [shape=Mdiamond]\n  exit [shape=Msquare]\n";
+
+    #[test]
+    fn mechanical_fixes_come_with_edits() {
+        let text = format!("{HEAD}  a [prompt=\"x\", max_retires=2]\n  start -> a -> exit\n}}\n");
+        assert!(fixed(&text, "unknown_attribute").contains("a [prompt=\"x\", max_retries=2]"));
+        let text =
+            format!("{HEAD}  a [prompt=\"x\", model=\"m\", timeout=\"300\"]\n  start -> a -> exit\n}}\n");
+        assert!(fixed(&text, "dialect_alias").contains("llm_model=\"m\""));
+        assert!(fixed(&text, "dialect_value").contains("timeout=\"300s\""));
+        let text = format!("{HEAD}  a [prompt=\"x\"]\n  start -> a\n  start -> exit\n}}\n");
+        assert!(fixed(&text, "dead_end").ends_with("  start -> exit\n    a -> exit\n}\n"));
+        let text = format!(
+            "{HEAD}  a [prompt=\"x\"]\n  t [shape=parallelogram, script=\"make\"]\n  start -> a -> t -> exit\n}}\n"
+        );
+        assert!(fixed(&text, "failure_path").contains("    t -> a [condition=\"outcome=fail\"]\n}\n"));
+        let text = format!(
+            "{HEAD}  a [prompt=\"x\"]\n  start -> a\n  a -> exit [condition=\"outcom=success\"]\n  a -> exit\n}}\n"
+        );
+        assert!(fixed(&text, "condition_key_typo").contains("[condition=\"outcome=success\"]"));
+        let text = format!("{HEAD}  review [prompt=\"x\"]\n  start -> reviw -> exit\n}}\n");
+        assert!(fixed(&text, "edge_target_exists").contains("start -> review -> exit"));
+    }
 }

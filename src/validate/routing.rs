@@ -78,10 +78,28 @@ pub fn condition_key_typo(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
                 )
                 .edge(&edge.from.id, &edge.to.id)
                 .span(span)
-                .fix(format!("write `{meant}`, or `context.{key}` if you mean a context key")),
+                .fix(format!("write `{meant}`, or `context.{key}` if you mean a context key"))
+                .edit_opt(rewritten_condition(workflow, edge.edge, span, key, meant)),
             );
         }
     }
+}
+
+/// The edit writing `meant` for the word `key` in an edge's condition, when the condition is
+/// the edge's own literal at `span`.
+fn rewritten_condition(
+    workflow: &Workflow,
+    edge: &crate::graph::Edge,
+    span: Span,
+    key: &str,
+    meant: &str,
+) -> Option<crate::diagnostic::Edit> {
+    let condition = edge.attributes.get("condition").filter(|attr| !attr.inherited)?.value.as_text()?;
+    let word = regex::Regex::new(&format!(r"\b{}\b", regex::escape(key))).ok()?;
+    let rewritten = word.replace_all(condition, meant);
+    let written = workflow.source().text().get(span.start..span.end)?;
+    (crate::dot_string::unescape(written.trim_matches('"')) == condition)
+        .then(|| crate::diagnostic::Edit { span, text: crate::dot_string::quote(&rewritten) })
 }
 
 /// A node whose every outgoing edge has a condition fails the run when none of them is true.
@@ -120,7 +138,8 @@ pub fn retry_target_exists(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
             if workflow.node(target).is_some() {
                 continue;
             }
-            let fix = match did_you_mean(target, workflow.nodes().map(|n| n.id.as_str())) {
+            let similar = did_you_mean(target, workflow.nodes().map(|n| n.id.as_str()));
+            let fix = match similar {
                 Some(similar) => format!("did you mean `{similar}`?"),
                 None => "name an existing node".to_string(),
             };
@@ -131,6 +150,10 @@ pub fn retry_target_exists(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
             )
             .span(attr.span)
             .fix(fix);
+            if let Some(similar) = similar {
+                let quoted = crate::dot_string::quote(similar);
+                diagnostic = diagnostic.edit_written(workflow.source(), attr.span, target, quoted);
+            }
             if let Some(id) = owner {
                 diagnostic = diagnostic.node(id);
             }
@@ -167,11 +190,32 @@ pub fn failure_path(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
             many.join(", ")
         ),
     };
-    out.push(Diagnostic::warning("failure_path", message).node(&first.id).span(first.span).fix(format!(
-        "route failures with an edge like `{id} -> fix [condition=\"outcome=fail\"]` or `retry_target=NODE` \
+    // The quick fix routes the failure back to the stage before it (the usual fix-and-retry
+    // loop), when that is a stage and not the start.
+    let back = graph
+        .node_indices()
+        .find(|&index| graph[index].id == first.id)
+        .and_then(|index| workflow.incoming(index).into_iter().map(|edge| edge.from).next())
+        .filter(|from| !matches!(from.handler_type(), HandlerType::Start));
+    let edit = back.and_then(|from| {
+        let statement = format!(
+            "{} -> {} [condition=\"outcome=fail\"]",
+            crate::render::dot::id(&first.id),
+            crate::render::dot::id(&from.id)
+        );
+        super::append_statement(workflow, &statement)
+    });
+    out.push(
+        Diagnostic::warning("failure_path", message)
+            .node(&first.id)
+            .span(first.span)
+            .fix(format!(
+                "route failures with an edge like `{id} -> fix [condition=\"outcome=fail\"]` or `retry_target=NODE` \
              on the stage; leave it when a failure should end the run",
-        id = first.id
-    )));
+                id = first.id
+            ))
+            .edit_opt(edit),
+    );
 }
 
 /// True when an edge can be taken after a failed stage: its condition holds for `outcome=fail`

@@ -134,7 +134,11 @@ pub fn dead_end(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
             )
             .node(&node.id)
             .span(node.span)
-            .fix(format!("add `{} -> {exit}` to end the run at an exit explicitly", node.id)),
+            .fix(format!("add `{} -> {exit}` to end the run at an exit explicitly", node.id))
+            .edit_opt(super::append_statement(
+                workflow,
+                &format!("{} -> {}", crate::render::dot::id(&node.id), crate::render::dot::id(exit)),
+            )),
         );
     }
 }
@@ -224,7 +228,11 @@ pub fn unquoted_value(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
             )
             .node(&first.id)
             .span(first.span)
-            .fix(format!("quote the value: `{key} = \"{value}\"`")),
+            .fix(format!("quote the value: `{key} = \"{value}\"`"))
+            .edit_opt(stray.last().map(|last| crate::diagnostic::Edit {
+                span: crate::source::Span::new(attr.span.start, last.span.end),
+                text: crate::dot_string::quote(&value),
+            })),
         );
     }
 }
@@ -241,9 +249,12 @@ pub fn edge_target_exists(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
         // A near miss of a declared node is a typo that would run: an error, not a warning.
         let diagnostic = match did_you_mean(&node.id, declared.iter().copied()) {
             Some(similar) => {
-                Diagnostic::error("edge_target_exists", format!("{message}; did you mean `{similar}`?")).fix(
-                    format!("rename it to `{similar}`, or declare `{} [...]` if it is a new stage", node.id),
-                )
+                Diagnostic::error("edge_target_exists", format!("{message}; did you mean `{similar}`?"))
+                    .fix(format!(
+                        "rename it to `{similar}`, or declare `{} [...]` if it is a new stage",
+                        node.id
+                    ))
+                    .edit_written(workflow.source(), node.span, &node.id, crate::render::dot::id(similar))
             }
             None => Diagnostic::warning("edge_target_exists", message)
                 .fix(format!("declare `{} [...]` with its attributes", node.id)),

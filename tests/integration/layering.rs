@@ -135,9 +135,10 @@ fn the_check_sees_a_climbing_import() {
 }
 
 /// Where attributes may be read: the language (syntax, the graph and its settings), validation,
-/// rendering a workflow back to DOT, and loading (which sets `--goal`). Everything that runs a
-/// workflow reads typed settings instead.
-const READS_ATTRIBUTES: &[&str] = &["syntax", "graph", "validate", "render", "load"];
+/// rendering a workflow back to DOT, loading (which sets `--goal`), and the language server (which
+/// shows authors what they wrote and what it resolves to). Everything that runs a workflow reads
+/// typed settings instead.
+const READS_ATTRIBUTES: &[&str] = &["syntax", "graph", "validate", "render", "load", "lsp"];
 
 /// The lines of runtime code that read a node's, an edge's or the graph's attributes.
 fn raw_attribute_reads() -> Vec<String> {

@@ -30,6 +30,7 @@ mod llm_ceilings;
 mod llm_providers;
 mod local_models;
 mod long_stages;
+mod lsp;
 mod mcp;
 mod parallel;
 mod permissions;

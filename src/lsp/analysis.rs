@@ -1,0 +1,219 @@
+//! What the server knows of a buffer: its findings (syntax errors, then everything `fabro
+//! validate` reports for what parses, with recovery past broken statements), the loaded workflow,
+//! and where every node id and attribute is written.
+
+use std::path::Path;
+
+use crate::diagnostic::Diagnostic;
+use crate::load::{CheckedWorkflow, Loader};
+use crate::source::{SourceFile, Span};
+use crate::syntax::{self, Attribute, DefaultsKind, Statement};
+
+/// A buffer analysed.
+#[derive(Debug)]
+pub struct Analysis {
+    /// Syntax errors first, then the loader's diagnostics, as `fabro validate` orders them.
+    pub findings: Vec<Diagnostic>,
+    /// The workflow as loaded from the (recovered) text, when it parsed.
+    pub checked: Option<CheckedWorkflow>,
+    pub index: Index,
+}
+
+/// Where things are written in the (recovered) text.
+#[derive(Debug, Default)]
+pub struct Index {
+    pub ids: Vec<IdSite>,
+    pub attributes: Vec<AttrSite>,
+}
+
+/// A place a node id is written.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IdSite {
+    pub name: String,
+    /// The id as written (with its quotes, if any).
+    pub span: Span,
+    pub role: Role,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// `a [..]`: a node statement.
+    Declaration,
+    /// `a -> b`.
+    Endpoint,
+    /// The value of `retry_target` or `fallback_retry_target`.
+    RetryTarget,
+}
+
+/// One `key=value` as written, with what it belongs to.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AttrSite {
+    pub key: String,
+    pub key_span: Span,
+    pub value: String,
+    pub value_span: Span,
+    pub owner: Owner,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Owner {
+    Graph,
+    Node(String),
+    Edge(Vec<String>),
+    Defaults(DefaultsKind),
+}
+
+impl Index {
+    /// Every place `name` is written, declarations first.
+    pub fn sites_of<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a IdSite> + 'a {
+        let declared =
+            self.ids.iter().filter(move |site| site.name == name && site.role == Role::Declaration);
+        declared
+            .chain(self.ids.iter().filter(move |site| site.name == name && site.role != Role::Declaration))
+    }
+
+    /// The node id written at `offset` (the end of an id counts, as a cursor just after it).
+    pub fn id_at(&self, offset: usize) -> Option<&IdSite> {
+        self.ids.iter().find(|site| site.span.start <= offset && offset <= site.span.end)
+    }
+
+    /// The attribute whose key or value is at `offset`, and whether it is the key.
+    pub fn attribute_at(&self, offset: usize) -> Option<(&AttrSite, bool)> {
+        self.attributes.iter().find_map(|site| {
+            if site.key_span.start <= offset && offset <= site.key_span.end {
+                Some((site, true))
+            } else if site.value_span.start <= offset && offset <= site.value_span.end {
+                Some((site, false))
+            } else {
+                None
+            }
+        })
+    }
+
+    /// Node ids in order of first appearance, each once.
+    pub fn node_names(&self) -> Vec<&str> {
+        let mut seen = rustc_hash::FxHashSet::default();
+        self.ids
+            .iter()
+            .filter(|site| site.role != Role::RetryTarget)
+            .map(|site| site.name.as_str())
+            .filter(|name| seen.insert(*name))
+            .collect()
+    }
+}
+
+/// Analyses the buffer `text` of the file at `path`.
+pub fn analyze(path: &Path, text: &str) -> Analysis {
+    let recovered = syntax::parse_recovering(text, |patched, tree| {
+        let source = std::sync::Arc::new(SourceFile::new(path, patched));
+        (index_of(&tree.statements), Loader::new().load_parsed(source, tree))
+    });
+    let mut findings: Vec<Diagnostic> = recovered
+        .errors
+        .iter()
+        .map(|error| {
+            let diagnostic = Diagnostic::error("syntax", error.to_string()).span(error.span);
+            match error.help() {
+                Some(help) => diagnostic.fix(help),
+                None => diagnostic,
+            }
+        })
+        .collect();
+    let Some((index, checked)) = recovered.parsed else {
+        return Analysis { findings, checked: None, index: Index::default() };
+    };
+    findings.extend(checked.diagnostics.iter().cloned());
+    let checked = Some(checked);
+    // A finding in text the recovery appended (a closing brace) points at the end of the buffer.
+    for finding in &mut findings {
+        if let Some(span) = &mut finding.span {
+            span.start = span.start.min(text.len());
+            span.end = span.end.min(text.len());
+        }
+        finding.edits.retain(|edit| edit.span.end <= text.len());
+    }
+    Analysis { findings, checked, index }
+}
+
+fn index_of(statements: &[Statement<'_>]) -> Index {
+    let mut index = Index::default();
+    add_statements(statements, &mut index);
+    index
+}
+
+fn add_statements(statements: &[Statement<'_>], index: &mut Index) {
+    for statement in statements {
+        match statement {
+            Statement::Defaults { kind, attributes, .. } => {
+                add_attributes(attributes, Owner::Defaults(*kind), index)
+            }
+            Statement::GraphAttribute(attribute) => {
+                add_attributes(std::slice::from_ref(attribute), Owner::Graph, index)
+            }
+            Statement::Node { id, attributes } => {
+                index.ids.push(IdSite { name: id.name.to_string(), span: id.span, role: Role::Declaration });
+                add_attributes(attributes, Owner::Node(id.name.to_string()), index);
+            }
+            Statement::Edge { endpoints, attributes, .. } => {
+                for endpoint in endpoints {
+                    index.ids.push(IdSite {
+                        name: endpoint.name.to_string(),
+                        span: endpoint.span,
+                        role: Role::Endpoint,
+                    });
+                }
+                let names = endpoints.iter().map(|endpoint| endpoint.name.to_string()).collect();
+                add_attributes(attributes, Owner::Edge(names), index);
+            }
+            Statement::Subgraph(subgraph) => add_statements(&subgraph.statements, index),
+        }
+    }
+}
+
+fn add_attributes(attributes: &[Attribute<'_>], owner: Owner, index: &mut Index) {
+    for attribute in attributes {
+        if matches!(attribute.key.as_ref(), "retry_target" | "fallback_retry_target")
+            && !attribute.value.text.trim().is_empty()
+        {
+            index.ids.push(IdSite {
+                name: attribute.value.text.trim().to_string(),
+                span: attribute.value.span,
+                role: Role::RetryTarget,
+            });
+        }
+        index.attributes.push(AttrSite {
+            key: attribute.key.to_string(),
+            key_span: attribute.key_span,
+            value: attribute.value.text.to_string(),
+            value_span: attribute.value.span,
+            owner: owner.clone(),
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_syntax_error_leaves_the_findings_of_the_rest() {
+        let text = "digraph w {\n  start [shape=Mdiamond]\n  exit [shape=Msquare]\n  a -> ;\n  b [prompt=\"x\", max_retires=2]\n  start -> b -> exit\n}\n";
+        let analysis = analyze(Path::new("/tmp/w.dot"), text);
+        let rules: Vec<&str> = analysis.findings.iter().map(|d| d.rule.as_str()).collect();
+        assert_eq!(rules[0], "syntax");
+        assert!(rules.contains(&"unknown_attribute"), "{rules:?}");
+        let names = analysis.index.node_names();
+        assert_eq!(names, ["start", "exit", "b"]);
+    }
+
+    #[test]
+    fn ids_and_attributes_are_indexed_with_their_roles() {
+        let text = "digraph w { a [retry_target=\"b\"]; b; a -> b }";
+        let analysis = analyze(Path::new("w.dot"), text);
+        let b: Vec<Role> = analysis.index.sites_of("b").map(|site| site.role).collect();
+        assert_eq!(b, [Role::Declaration, Role::RetryTarget, Role::Endpoint]);
+        let (site, is_key) = analysis.index.attribute_at(text.find("retry").unwrap()).unwrap();
+        assert!(is_key);
+        assert_eq!(site.owner, Owner::Node("a".to_string()));
+    }
+}

@@ -1,0 +1,209 @@
+//! The server's handlers driven as a client would, without the transport; and random and mutated
+//! buffers through every handler, which must answer (or fail a request) and never panic.
+
+use serde_json::{json, Value};
+
+use super::*;
+
+const URI: &str = "file:///tmp/fabro-lsp-test/w.dot";
+
+const WORKFLOW: &str = "digraph w {\n  start [shape=Mdiamond]\n  exit [shape=Msquare]\n  plan [prompt=\"x\", max_retires=2]\n  start -> plan -> exit\n}\n";
+
+fn open(server: &mut Server, text: &str) -> Vec<Message> {
+    server.notification(Notification::new(
+        "textDocument/didOpen".to_string(),
+        json!({ "textDocument": { "uri": URI, "languageId": "dot", "version": 1, "text": text } }),
+    ))
+}
+
+fn ask(server: &mut Server, method: &str, params: Value) -> Result<Value, String> {
+    let (response, _) = server.request(request(1, method, params));
+    response.response_result.map_err(|error| error.message)
+}
+
+fn at(line: u32, character: u32) -> Value {
+    json!({ "textDocument": { "uri": URI }, "position": { "line": line, "character": character } })
+}
+
+#[test]
+fn opening_a_buffer_publishes_its_findings_and_the_quick_fix_renames() {
+    let mut server = Server::default();
+    let published = open(&mut server, WORKFLOW);
+    let [Message::Notification(notification)] = published.as_slice() else { panic!("{published:?}") };
+    let diagnostics = &notification.params["diagnostics"];
+    let typo = diagnostics
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["code"] == "unknown_attribute")
+        .expect("the typo is found");
+    assert_eq!(typo["range"]["start"], json!({ "line": 3, "character": 20 }));
+    assert!(
+        typo["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("unknown attribute `max_retires` (did you mean `max_retries`?)"),
+        "{typo}"
+    );
+    let actions = ask(
+        &mut server,
+        "textDocument/codeAction",
+        json!({ "textDocument": { "uri": URI }, "range": typo["range"], "context": { "diagnostics": [] } }),
+    )
+    .unwrap();
+    let edit = &actions[0]["edit"]["changes"][URI][0];
+    assert_eq!(edit["newText"], "max_retries");
+    assert_eq!(edit["range"], typo["range"]);
+}
+
+#[test]
+fn changes_are_debounced_and_requests_see_the_latest_text() {
+    let mut server = Server::default();
+    open(&mut server, WORKFLOW);
+    server.notification(Notification::new(
+        "textDocument/didChange".to_string(),
+        json!({ "textDocument": { "uri": URI, "version": 2 }, "contentChanges": [
+            { "range": { "start": { "line": 3, "character": 20 }, "end": { "line": 3, "character": 31 } }, "text": "max_retries" }
+        ] }),
+    ));
+    assert!(server.publish_due().is_empty(), "nothing before the debounce");
+    let (_, published) = server.request(request(2, "textDocument/hover", at(3, 23)));
+    let [Message::Notification(notification)] = published.as_slice() else { panic!("{published:?}") };
+    assert!(!notification.params["diagnostics"].to_string().contains("unknown_attribute"));
+    let hover = ask(&mut server, "textDocument/hover", at(3, 23)).unwrap();
+    assert!(hover["contents"]["value"].as_str().unwrap().starts_with("**max_retries**"), "{hover}");
+}
+
+#[test]
+fn unknown_methods_and_bad_params_are_errors_not_crashes() {
+    let mut server = Server::default();
+    assert!(ask(&mut server, "textDocument/hover", json!({ "nonsense": true })).is_err());
+    assert!(ask(&mut server, "fabro/none", json!({})).unwrap_err().contains("does not handle"));
+    assert!(ask(&mut server, "textDocument/hover", at(0, 0)).unwrap_err().contains("not open"));
+    assert!(server.notification(Notification::new("textDocument/didOpen".into(), json!(42))).is_empty());
+}
+
+/// A small deterministic generator (xorshift), so a failing case can be replayed.
+struct Random(u64);
+
+impl Random {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+}
+
+const PIECES: &[&str] = &[
+    "digraph",
+    " w ",
+    "{",
+    "}",
+    "[",
+    "]",
+    "=",
+    "->",
+    "--",
+    "\"",
+    "\\",
+    ";",
+    ",",
+    "\n",
+    " ",
+    "start",
+    "exit",
+    "shape=Mdiamond",
+    "shape=house",
+    "prompt=\"@",
+    "condition=\"outcome=",
+    "retry_target=",
+    "é",
+    "😀",
+    "/*",
+    "*/",
+    "//",
+    "#",
+    "subgraph",
+    "node",
+    "edge",
+    "graph",
+    "<",
+    ">",
+    "0",
+    "-1.5",
+    "stack.child_dotfile=\"w.dot\"",
+    "\u{0}",
+];
+
+#[test]
+fn random_and_mutated_buffers_never_crash_any_handler() {
+    let mut random = Random(0x9e37_79b9_7f4a_7c15);
+    let mut server = Server::default();
+    let methods = [
+        "textDocument/hover",
+        "textDocument/completion",
+        "textDocument/definition",
+        "textDocument/references",
+        "textDocument/prepareRename",
+        "textDocument/rename",
+        "textDocument/documentSymbol",
+        "textDocument/documentLink",
+        "textDocument/codeAction",
+        "textDocument/formatting",
+    ];
+    for case in 0..300 {
+        let text = if case % 2 == 0 {
+            (0..random.below(40)).map(|_| PIECES[random.below(PIECES.len())]).collect::<String>()
+        } else {
+            let mut text = WORKFLOW.to_string();
+            for _ in 0..1 + random.below(4) {
+                let mut at = random.below(text.len() + 1);
+                while !text.is_char_boundary(at) {
+                    at -= 1;
+                }
+                match random.below(3) {
+                    0 => text.insert_str(at, PIECES[random.below(PIECES.len())]),
+                    1 => {
+                        let mut end = (at + random.below(8)).min(text.len());
+                        while !text.is_char_boundary(end) {
+                            end -= 1;
+                        }
+                        text.replace_range(at..end, "");
+                    }
+                    _ => text.truncate(at),
+                }
+            }
+            text
+        };
+        open(&mut server, &text);
+        // Ranged edits, some out of range, through the change path too.
+        server.notification(Notification::new(
+            "textDocument/didChange".to_string(),
+            json!({ "textDocument": { "uri": URI, "version": case + 2 }, "contentChanges": [{
+                "range": { "start": { "line": random.below(8), "character": random.below(30) },
+                           "end": { "line": random.below(8), "character": random.below(30) } },
+                "text": PIECES[random.below(PIECES.len())] }] }),
+        ));
+        for method in methods {
+            let mut params = at(random.below(8) as u32, random.below(40) as u32);
+            params["newName"] = json!(["renamed", "x y", "", "exit"][random.below(4)]);
+            params["context"] = json!({ "includeDeclaration": true, "diagnostics": [] });
+            params["range"] =
+                json!({ "start": { "line": 0, "character": 0 }, "end": { "line": 99, "character": 0 } });
+            params["options"] = json!({ "tabSize": 4, "insertSpaces": true });
+            let (response, _) = server.request(request(case, method, params));
+            if let Err(error) = response.response_result {
+                assert!(
+                    !error.message.starts_with("internal error"),
+                    "{method} on {text:?}: {}",
+                    error.message
+                );
+            }
+        }
+    }
+}
