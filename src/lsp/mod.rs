@@ -193,7 +193,10 @@ impl Server {
             ));
         document.analysis = Some(analysis.clone());
         if analysis.checked.is_some() {
-            document.last_loaded = Some(analysis.clone());
+            // The analysis it replaces is the size of the buffer's graph: freeing it is off the
+            // path from the keystroke to the diagnostics.
+            let replaced = document.last_loaded.replace(analysis.clone());
+            let _ = std::thread::Builder::new().name("fabro-lsp-free".into()).spawn(move || drop(replaced));
         }
         let diagnostics =
             analysis.findings.iter().map(|finding| actions::to_lsp(document, finding)).collect();

@@ -120,10 +120,19 @@ pub struct ToolHooks {
 impl LlmSettings {
     pub(super) fn parse(attributes: &Attributes, graph: &Attributes) -> LlmSettings {
         let own_or_graph = |key: &str| text(attributes, key).or_else(|| text(graph, key));
-        let own_or_default =
-            |key: &str| text(attributes, key).or_else(|| text(graph, &format!("default_{key}")));
+        // The graph's default for a node attribute is `default_<name>`: found without building
+        // the name for every stage of a large workflow.
+        let default_name = |key: &str| {
+            graph.iter().map(|(name, _)| name).find(|name| name.strip_prefix("default_") == Some(key))
+        };
+        let own_or_default = |key: &str| {
+            text(attributes, key).or_else(|| default_name(key).and_then(|name| text(graph, name)))
+        };
         let flag = |key: &str| {
-            attributes.boolean(key).or_else(|| graph.boolean(&format!("default_{key}"))).unwrap_or(false)
+            attributes
+                .boolean(key)
+                .or_else(|| default_name(key).and_then(|name| graph.boolean(name)))
+                .unwrap_or(false)
         };
         LlmSettings {
             model: text(attributes, "llm_model"),
