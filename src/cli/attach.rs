@@ -42,16 +42,9 @@ const RESUME_START: Duration = Duration::from_secs(30);
 
 pub fn run(args: Args) -> u8 {
     if let Some(url) = &args.server {
-        let client = match super::remote::client(url) {
-            Ok(client) => client,
-            Err(code) => return code,
-        };
-        return super::block_on(async move {
-            let id = match super::remote::run_id(&client, &args.run).await {
-                Ok(id) => id,
-                Err(code) => return code,
-            };
-            detachable(super::remote::attach(&client, &id, args.no_answer)).await
+        let no_answer = args.no_answer;
+        return super::remote::on_server(url, args.run, move |client, id| async move {
+            detachable(super::remote::attach(&client, &id, no_answer)).await
         });
     }
     let dir = match args.run.dir() {

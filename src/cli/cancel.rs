@@ -25,16 +25,9 @@ const END_WAIT: Duration = Duration::from_secs(60);
 
 pub fn run(args: Args) -> u8 {
     if let Some(url) = &args.server {
-        let client = match super::remote::client(url) {
-            Ok(client) => client,
-            Err(code) => return code,
-        };
         let no_wait = args.no_wait;
-        return super::block_on(async move {
-            match super::remote::run_id(&client, &args.run).await {
-                Ok(id) => super::remote::cancel(&client, &id, no_wait).await,
-                Err(code) => code,
-            }
+        return super::remote::on_server(url, args.run, move |client, id| async move {
+            super::remote::cancel(&client, &id, no_wait).await
         });
     }
     let dir = match args.run.dir() {

@@ -25,6 +25,24 @@ pub fn client(url: &str) -> Result<RunClient, u8> {
     })
 }
 
+/// Runs `action` on the service at `url` with the id of the run `run` names there; the exit code.
+pub fn on_server<Action, Done>(url: &str, run: super::RunRef, action: Action) -> u8
+where
+    Action: FnOnce(RunClient, String) -> Done + Send + 'static,
+    Done: std::future::Future<Output = u8> + Send + 'static,
+{
+    let client = match client(url) {
+        Ok(client) => client,
+        Err(code) => return code,
+    };
+    super::block_on(async move {
+        match run_id(&client, &run).await {
+            Ok(id) => action(client, id).await,
+            Err(code) => code,
+        }
+    })
+}
+
 /// Says what went wrong; the exit code for it (2 for a refusal of what was asked, 1 otherwise).
 pub fn failed(error: &ClientError) -> u8 {
     eprintln!("error: {error}");

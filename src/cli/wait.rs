@@ -27,16 +27,9 @@ const POLL: Duration = Duration::from_millis(200);
 
 pub fn run(args: Args) -> u8 {
     if let Some(url) = &args.server {
-        let client = match super::remote::client(url) {
-            Ok(client) => client,
-            Err(code) => return code,
-        };
         let timeout = args.timeout;
-        return super::block_on(async move {
-            match super::remote::run_id(&client, &args.run).await {
-                Ok(id) => super::remote::wait(&client, &id, timeout).await,
-                Err(code) => code,
-            }
+        return super::remote::on_server(url, args.run, move |client, id| async move {
+            super::remote::wait(&client, &id, timeout).await
         });
     }
     let dir = match args.run.dir() {

@@ -152,19 +152,13 @@ fn a_workflow_that_cannot_run_is_refused_before_anything_is_detached() {
     assert!(text(&output).1.contains("is not a run id"), "{}", text(&output).1);
 }
 
-/// A gate, then a stage that waits for the test's go-ahead, then a command per answer.
-const GATE_THEN_WORK: &str = r#"digraph release {
-    start [shape=Mdiamond]
-    exit [shape=Msquare]
-    review [shape=hexagon, label="Ship it?"]
-    deploy [shape=parallelogram, script="while [ ! -f proceed ]; do sleep 0.05; done; echo deployed > deployed"]
-    revise [shape=parallelogram, script="touch revised"]
-    start -> review
-    review -> deploy [label="[A] Approve"]
-    review -> revise [label="[R] Request changes"]
-    deploy -> exit
-    revise -> exit
-}"#;
+/// The deploy gate, whose `deploy` waits for the test's go-ahead (`proceed`).
+fn gate_then_work() -> String {
+    common::DEPLOY_GATE.replace(
+        "script=\"touch deployed\"",
+        "script=\"while [ ! -f proceed ]; do sleep 0.05; done; echo deployed > deployed\"",
+    )
+}
 
 /// Waits until the detached run `id` has paused at its gate.
 fn wait_until_paused(dir: &Path, id: &str) {
@@ -174,7 +168,7 @@ fn wait_until_paused(dir: &Path, id: &str) {
 
 #[test]
 fn attach_shows_a_detached_run_asks_its_gate_at_the_terminal_and_follows_the_resume_to_the_end() {
-    let dir = dir_with(&[("workflow.dot", GATE_THEN_WORK)]);
+    let dir = dir_with(&[("workflow.dot", &gate_then_work())]);
     let id = detach(dir.path());
     // Nobody answers a detached run: it pauses at the gate.
     wait_until_paused(dir.path(), &id);
@@ -215,7 +209,7 @@ fn attach_shows_a_detached_run_asks_its_gate_at_the_terminal_and_follows_the_res
 
 #[test]
 fn attach_without_a_terminal_or_with_no_answer_leaves_a_waiting_gate_and_exits_3() {
-    let dir = dir_with(&[("workflow.dot", GATE_THEN_WORK)]);
+    let dir = dir_with(&[("workflow.dot", &gate_then_work())]);
     let id = detach(dir.path());
     wait_until_paused(dir.path(), &id);
     for args in [vec!["attach", id.as_str()], vec!["attach", id.as_str(), "--no-answer"]] {
