@@ -163,7 +163,10 @@ fn attributes_read_by_nothing(names: &[&str]) -> Vec<String> {
     let defaulted = |name: &str| {
         name.strip_prefix("default_").is_some_and(|own| {
             sources.iter().any(|text| {
-                text.contains("format!(\"default_{key}\")") && text.contains(&format!("\"{own}\""))
+                // A graph default `default_<name>` read beside its node attribute `<name>`.
+                let reads_defaults = text.contains("format!(\"default_{key}\")")
+                    || text.contains("strip_prefix(\"default_\")");
+                reads_defaults && text.contains(&format!("\"{own}\""))
             })
         })
     };
