@@ -431,20 +431,10 @@ fn the_cli_starts_waits_for_cancels_and_attaches_to_runs_on_a_service_with_serve
     assert!(stderr.contains("is not a URL of a fabro service"), "{stderr}");
 }
 
-/// Three command stages; `two` waits for the test's go-ahead for its run.
-const STEPS: &str = r#"digraph steps {
-    start [shape=Mdiamond]
-    exit [shape=Msquare]
-    one [shape=parallelogram, script="echo one; echo one >> steps"]
-    two [shape=parallelogram, timeout="120s", script="touch two-started; while [ ! -f go-$FABRO_INPUT_N ]; do sleep 0.05; done; echo two >> steps"]
-    three [shape=parallelogram, script="echo three >> steps"]
-    start -> one -> two -> three -> exit
-}"#;
-
 #[test]
 fn a_run_is_interrupted_between_stages_rewound_forked_and_its_stage_files_read_over_the_api() {
     let dir = workspace();
-    std::fs::write(dir.path().join("wf/steps.dot"), STEPS).unwrap();
+    std::fs::write(dir.path().join("wf/steps.dot"), common::three_steps("go-$FABRO_INPUT_N")).unwrap();
     let service = Service::start(dir.path(), "2");
     let steps = || std::fs::read_to_string(dir.path().join("steps")).unwrap_or_default();
     let (code, created) =

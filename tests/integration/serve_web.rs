@@ -422,20 +422,9 @@ fn the_start_form_lists_the_workflows_asks_for_their_inputs_and_refuses_what_can
 /// A workflow outside the `--workflows` root.
 const TIDY_FOR_OUTSIDE: &str = "digraph secret { start [shape=Mdiamond] exit [shape=Msquare] start -> exit }";
 
-/// `one`, then `two` (which waits for the test's `proceed`), then `three`; each appends to `steps`.
-const THREE_STEPS: &str = r#"digraph steps {
-    start [shape=Mdiamond]
-    exit [shape=Msquare]
-    one [shape=parallelogram, script="echo one >> steps"]
-    two [shape=parallelogram, timeout="120s", script="touch two-started; while [ ! -f proceed ]; do sleep 0.05; done; echo two >> steps"]
-    three [shape=parallelogram, script="echo three >> steps"]
-    start -> one -> two -> three -> exit
-}
-"#;
-
 #[test]
 fn pause_after_this_stage_and_fork_are_form_posts_from_the_run_page() {
-    let test = Test::new().workflow(THREE_STEPS);
+    let test = Test::new().workflow(&common::three_steps("proceed"));
     let dir = test.path("");
     let mut run = fabro_command(&dir, &["run", "workflow.dot", "-q"]).stdout(Stdio::null()).spawn().unwrap();
     wait_until("two starts", || dir.join("two-started").exists());

@@ -399,3 +399,19 @@ pub const DEPLOY_GATE: &str = r#"digraph release {
     revise -> exit
 }
 "#;
+
+/// `one`, then `two` (which waits until the file `go` exists in the work directory), then `three`;
+/// each appends its name to `steps`, and `two` touches `two-started` when it starts.
+pub fn three_steps(go: &str) -> String {
+    format!(
+        r#"digraph steps {{
+    start [shape=Mdiamond]
+    exit [shape=Msquare]
+    one [shape=parallelogram, script="echo one; echo one >> steps"]
+    two [shape=parallelogram, timeout="120s", script="touch two-started; while [ ! -f {go} ]; do sleep 0.05; done; echo two >> steps"]
+    three [shape=parallelogram, script="echo three >> steps"]
+    start -> one -> two -> three -> exit
+}}
+"#
+    )
+}
