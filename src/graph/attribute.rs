@@ -893,6 +893,18 @@ pub struct Attributes {
     entries: Vec<(AttrName, Attr)>,
     /// Positions in `entries` by name, once there are [`INDEXED_FROM`] entries.
     index: Option<rustc_hash::FxHashMap<AttrName, usize>>,
+    /// One bit per name present (see [`name_bit`]): most lookups are of attributes a node does
+    /// not have (reading its settings asks for every one), and a clear bit answers them without
+    /// comparing names.
+    names: u64,
+}
+
+/// The bit of `name` in [`Attributes::names`]: from its length and two of its bytes.
+fn name_bit(name: &str) -> u64 {
+    let bytes = name.as_bytes();
+    let (middle, last) = (bytes.get(bytes.len() / 2), bytes.last());
+    let mixed = bytes.len() * 7 ^ usize::from(*last.unwrap_or(&0)) ^ usize::from(*middle.unwrap_or(&0)) << 1;
+    1 << (mixed % 64)
 }
 
 /// How many entries an attribute map holds before it keeps a hash index.
@@ -906,6 +918,9 @@ impl PartialEq for Attributes {
 
 impl Attributes {
     fn position(&self, key: &str) -> Option<usize> {
+        if self.names & name_bit(key) == 0 {
+            return None;
+        }
         match &self.index {
             Some(index) => index.get(key).copied(),
             None => self.entries.iter().position(|(k, _)| k.as_ref() == key),
@@ -922,6 +937,7 @@ impl Attributes {
         if let Some(index) = &mut self.index {
             index.insert(key.clone(), self.entries.len());
         }
+        self.names |= name_bit(&key);
         self.entries.push((key, attr));
         if self.index.is_none() && self.entries.len() >= INDEXED_FROM {
             self.index =
@@ -1074,6 +1090,25 @@ mod tests {
         }
         assert_eq!(format_duration(Duration::from_secs(900)), "15m");
         assert_eq!(format_duration(Duration::from_millis(1500)), "1500ms");
+    }
+
+    #[test]
+    fn every_name_set_is_found_and_no_other() {
+        let mut attributes = Attributes::default();
+        let names: Vec<&str> = ATTRIBUTES.iter().map(|spec| spec.name).chain(["", "x", "é"]).collect();
+        for (at, name) in names.iter().enumerate() {
+            assert!(attributes.get(name).is_none(), "{name} before it is set");
+            let attr = Attr {
+                value: Value::Text(at.to_string()),
+                span: Span::default(),
+                key_span: Span::default(),
+                inherited: false,
+            };
+            attributes.set(name.to_string(), attr);
+            for earlier in &names[..=at] {
+                assert!(attributes.get(earlier).is_some(), "{earlier} after {name} was set");
+            }
+        }
     }
 
     #[test]
