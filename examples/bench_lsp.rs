@@ -1,11 +1,13 @@
 //! Language server benchmark: `fabro lsp`'s serve loop on an in-memory connection (the same
 //! messages an editor sends over stdio) with a generated workflow of 1,000 and 10,000 stages open.
 //!
-//! Run with `cargo run --release --example bench_lsp` (add `-- 10000` to pick sizes). Per size it
-//! types 30 keystrokes into one attribute value, 40 ms apart (a fast typist), 5 rounds, and
-//! measures from the last keystroke of a round to the diagnostics published for that version;
-//! then hover, completion and a quick fix's code action on the open buffer; and the analysis
-//! alone. Target: diagnostics within 300 ms of the last keystroke at 10,000 stages.
+//! Run with `cargo run --release --example bench_lsp` (add `-- 10000` to pick sizes). Per size,
+//! in 5 rounds, it types 30 keystrokes into one attribute value (the text valid after each), then
+//! a new statement on a line of its own in the middle (broken at its last keystroke, `[prompt=`),
+//! a keystroke every 40 ms (a fast typist), and measures from the last keystroke of each to the
+//! diagnostics published for that version; then hover, completion and a quick fix's code action
+//! on the open buffer; and the analysis alone, of the whole text and after one keystroke.
+//! Target: diagnostics within 300 ms of the last keystroke at 10,000 stages.
 
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
@@ -87,6 +89,34 @@ impl Client {
     }
 }
 
+struct Typist {
+    version: i64,
+}
+
+impl Typist {
+    /// Types `typed` from `at`, a character every 40 ms (a fast typist); returns the time from the
+    /// last keystroke to the diagnostics of the text it made, in milliseconds.
+    fn type_text(&mut self, client: &Client, text: &mut String, at: usize, typed: &str) -> f64 {
+        for (offset, character) in typed.char_indices() {
+            let at = at + offset;
+            let range = json!({ "start": position(text, at), "end": position(text, at) });
+            text.insert(at, character);
+            self.version += 1;
+            client.notify(
+                "textDocument/didChange",
+                json!({
+                    "textDocument": { "uri": URI, "version": self.version },
+                    "contentChanges": [{ "range": range, "text": character.to_string() }],
+                }),
+            );
+            std::thread::sleep(Duration::from_millis(40));
+        }
+        let last_keystroke = Instant::now() - Duration::from_millis(40);
+        client.diagnostics(self.version);
+        last_keystroke.elapsed().as_secs_f64() * 1000.0
+    }
+}
+
 fn position(text: &str, offset: usize) -> Value {
     let line = text[..offset].matches('\n').count();
     let character = offset - text[..offset].rfind('\n').map_or(0, |at| at + 1);
@@ -114,27 +144,19 @@ fn bench(stages: usize) {
     let findings = client.diagnostics(1);
     let open_ms = opened.elapsed().as_secs_f64() * 1000.0;
 
-    // Keystrokes into the goal's value: each inserts one character.
-    let mut version = 1i64;
-    let mut latencies = Vec::new();
-    for _round in 0..5 {
-        for _ in 0..30 {
-            let at = text.find("language server").unwrap();
-            text.insert(at, 'x');
-            version += 1;
-            let range = json!({ "start": position(&text, at), "end": position(&text, at) });
-            client.notify(
-                "textDocument/didChange",
-                json!({
-                    "textDocument": { "uri": URI, "version": version },
-                    "contentChanges": [{ "range": range, "text": "x" }],
-                }),
-            );
-            std::thread::sleep(Duration::from_millis(40));
-        }
-        let last_keystroke = Instant::now() - Duration::from_millis(40);
-        client.diagnostics(version);
-        latencies.push(last_keystroke.elapsed().as_secs_f64() * 1000.0);
+    // Keystrokes into the goal's value, the text valid after each; and a new statement typed on
+    // a line of its own in the middle, broken at the last keystroke of a round (`[prompt=`), then
+    // finished.
+    let mut typist = Typist { version: 1 };
+    let mut valid = Vec::new();
+    let mut broken = Vec::new();
+    for round in 0..5 {
+        let at = text.find("language server").unwrap();
+        valid.push(typist.type_text(&client, &mut text, at, &"x".repeat(30)));
+        let line = text.find(&format!("\n  s{} [", stages / 2 + 1)).unwrap();
+        broken.push(typist.type_text(&client, &mut text, line, &format!("\n  draft{round} [prompt=")));
+        let end = line + text[line + 1..].find('\n').unwrap() + 1;
+        typist.type_text(&client, &mut text, end, "\"x\"]");
     }
 
     let middle = text.find(&format!("s{} [", stages / 2 + 1)).unwrap() + 1;
@@ -159,15 +181,34 @@ fn bench(stages: usize) {
     );
     assert_eq!(actions.as_array().map(Vec::len), Some(1), "the quick fix is offered");
 
-    let analysed = (0..5)
+    // The analysis alone: of the whole text, and of one keystroke given the tree before it.
+    let path = std::path::Path::new("/tmp/fabro-bench-lsp/workflow.dot");
+    let loader = fabro::Loader::new();
+    let timed = |work: &mut dyn FnMut()| {
+        let started = Instant::now();
+        work();
+        started.elapsed().as_secs_f64() * 1000.0
+    };
+    let whole = (0..5)
         .map(|_| {
-            let started = Instant::now();
-            let analysis = fabro::lsp::analysis::analyze(
-                std::path::Path::new("/tmp/fabro-bench-lsp/workflow.dot"),
-                &text,
-            );
-            std::hint::black_box(&analysis);
-            started.elapsed().as_secs_f64() * 1000.0
+            timed(&mut || {
+                drop(std::hint::black_box(fabro::lsp::analysis::analyze(path, &text, &loader, None)))
+            })
+        })
+        .collect();
+    let (_, mut tree) = fabro::lsp::analysis::analyze(path, &text, &loader, None);
+    let keystroke = (0..5)
+        .map(|_| {
+            let at = text.find("language server").unwrap();
+            text.insert(at, 'x');
+            let edit = fabro::syntax::Edit::replace(at, at, 1);
+            let mut earlier =
+                tree.take().map(|(tree, unseen)| (tree, unseen.map_or(edit, |unseen| unseen.then(edit))));
+            timed(&mut || {
+                let (analysis, kept) = fabro::lsp::analysis::analyze(path, &text, &loader, earlier.take());
+                std::hint::black_box(&analysis);
+                tree = kept;
+            })
         })
         .collect();
 
@@ -176,12 +217,16 @@ fn bench(stages: usize) {
     thread.join().unwrap().unwrap();
 
     let ms = |duration: Duration| duration.as_secs_f64() * 1000.0;
-    let max = latencies.iter().copied().fold(0.0, f64::max);
+    let max = |values: &[f64]| values.iter().copied().fold(0.0, f64::max);
     println!(
-        "| {stages} | {:.1} MB | {findings} | {open_ms:.0} | {:.0} | {max:.0} | {:.0} | {:.1} | {:.1} | {:.1} |",
+        "| {stages} | {:.1} MB | {findings} | {open_ms:.0} | {:.0} / {:.0} | {:.0} / {:.0} | {:.0} | {:.0} | {:.1} | {:.1} | {:.1} |",
         text.len() as f64 / 1e6,
-        median(latencies.clone()),
-        median(analysed),
+        median(valid.clone()),
+        max(&valid),
+        median(broken.clone()),
+        max(&broken),
+        median(whole),
+        median(keystroke),
         ms(hover),
         ms(completion),
         ms(action),
@@ -191,8 +236,8 @@ fn bench(stages: usize) {
 fn main() {
     let sizes: Vec<usize> = std::env::args().skip(1).filter_map(|arg| arg.parse().ok()).collect();
     let sizes = if sizes.is_empty() { vec![1000, 10000] } else { sizes };
-    println!("| stages | file | findings | open ms | keystroke to diagnostics ms (median) | max ms | analysis ms | hover ms | completion ms | code action ms |");
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("| stages | file | findings | open ms | keystroke to diagnostics ms, typing in a value (median / max) | the same, a statement half typed | analysis ms (whole text) | analysis ms (after a keystroke) | hover ms | completion ms | code action ms |");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for stages in sizes {
         bench(stages);
     }

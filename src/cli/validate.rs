@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use fabro::{LoadError, Loader};
+use fabro::LoadError;
 use serde_json::json;
 
 use super::exit;
@@ -41,11 +41,7 @@ pub fn run(
             return exit::INVALID;
         }
     };
-    let mut loader = Loader::new().with_inputs(inputs);
-    if let Ok(Some(goal)) = settings.goal_text() {
-        loader = loader.with_goal(goal);
-    }
-    let checked = match loader.load_file(path) {
+    let checked = match settings.loader(inputs).load_file(path) {
         Ok(checked) => checked,
         Err(error) => {
             if json_output {

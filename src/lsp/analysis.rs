@@ -3,11 +3,14 @@
 //! and where every node id and attribute is written.
 
 use std::path::Path;
+use std::sync::Arc;
 
+use crate::config_files::ConfigFiles;
 use crate::diagnostic::Diagnostic;
 use crate::load::{CheckedWorkflow, Loader};
+use crate::run_settings;
 use crate::source::{SourceFile, Span};
-use crate::syntax::{self, Attribute, DefaultsKind, Statement};
+use crate::syntax::{self, Attribute, DefaultsKind, Edit, Statement, SyntaxTree};
 
 /// A buffer analysed.
 #[derive(Debug)]
@@ -102,12 +105,33 @@ impl Index {
     }
 }
 
-/// Analyses the buffer `text` of the file at `path`.
-pub fn analyze(path: &Path, text: &str) -> Analysis {
-    let recovered = syntax::parse_recovering(text, |patched, tree| {
-        let source = std::sync::Arc::new(SourceFile::new(path, patched));
-        (index_of(&tree.statements), Loader::new().load_parsed(source, tree))
-    });
+/// Analyses the buffer `text` of the file at `path`, loaded by `loader`. With the tree of the text an earlier
+/// analysis parsed and the region edited since, only the statements the edit touched are parsed
+/// again (when that gives what a whole parse would). Returns the tree parsed, for the next
+/// analysis, with the region of `text` it does not show (lines blanked by the recovery from a
+/// syntax error), if any.
+pub fn analyze(
+    path: &Path,
+    text: &str,
+    loader: &Loader,
+    earlier: Option<(SyntaxTree<'static>, Edit)>,
+) -> (Analysis, Option<(SyntaxTree<'static>, Option<Edit>)>) {
+    let load = |parsed: &str, tree: &SyntaxTree<'_>| {
+        let source = Arc::new(SourceFile::new(path, parsed));
+        (index_of(&tree.statements), loader.load_parsed(source, tree))
+    };
+    let use_tree = |patched: &str, tree: SyntaxTree<'_>| {
+        let (index, checked) = load(patched, &tree);
+        // The tree is kept for the next edit, with the lines the recovery blanked (if it did) as
+        // edited: the next analysis parses them again.
+        let blanked = (patched.len() == text.len()).then(|| syntax::changed_region(text, patched));
+        let kept = blanked.map(|blanked| (tree.into_owned(), blanked));
+        (index, checked, kept)
+    };
+    let recovered = match earlier {
+        Some((tree, edit)) => syntax::reparse_recovering(tree, edit, text, use_tree),
+        None => syntax::parse_recovering(text, use_tree),
+    };
     let mut findings: Vec<Diagnostic> = recovered
         .errors
         .iter()
@@ -119,11 +143,10 @@ pub fn analyze(path: &Path, text: &str) -> Analysis {
             }
         })
         .collect();
-    let Some((index, checked)) = recovered.parsed else {
-        return Analysis { findings, checked: None, index: Index::default() };
+    let Some((index, checked, kept)) = recovered.parsed else {
+        return (Analysis { findings, checked: None, index: Index::default() }, None);
     };
     findings.extend(checked.diagnostics.iter().cloned());
-    let checked = Some(checked);
     // A finding in text the recovery appended (a closing brace) points at the end of the buffer.
     for finding in &mut findings {
         if let Some(span) = &mut finding.span {
@@ -132,7 +155,22 @@ pub fn analyze(path: &Path, text: &str) -> Analysis {
         }
         finding.edits.retain(|edit| edit.span.end <= text.len());
     }
-    Analysis { findings, checked, index }
+    (Analysis { findings, checked: Some(checked), index }, kept)
+}
+
+/// The loader `fabro validate` uses for the workflow at `path` when run in `work_dir`: with the
+/// goal and inputs of its settings layers (the user's config file, the project's, the
+/// `workflow.toml` beside it). An error in them is a finding of rule `settings`, as `fabro
+/// validate` reports it, and the workflow is loaded without them.
+pub fn loader_for(work_dir: &Path, path: &Path) -> (Loader, Option<Diagnostic>) {
+    let sources = run_settings::Sources::for_run(work_dir, Some(path), None);
+    match run_settings::load(&sources, &ConfigFiles::from_disk()) {
+        Ok(settings) => {
+            let inputs = settings.inputs.as_ref().map(|set| set.value.clone()).unwrap_or_default();
+            (settings.loader(inputs), None)
+        }
+        Err(error) => (Loader::new(), Some(Diagnostic::error("settings", error.to_string()))),
+    }
 }
 
 fn index_of(statements: &[Statement<'_>]) -> Index {
@@ -198,7 +236,7 @@ mod tests {
     #[test]
     fn a_syntax_error_leaves_the_findings_of_the_rest() {
         let text = "digraph w {\n  start [shape=Mdiamond]\n  exit [shape=Msquare]\n  a -> ;\n  b [prompt=\"x\", max_retires=2]\n  start -> b -> exit\n}\n";
-        let analysis = analyze(Path::new("/tmp/w.dot"), text);
+        let (analysis, _) = analyze(Path::new("/tmp/w.dot"), text, &Loader::new(), None);
         let rules: Vec<&str> = analysis.findings.iter().map(|d| d.rule.as_str()).collect();
         assert_eq!(rules[0], "syntax");
         assert!(rules.contains(&"unknown_attribute"), "{rules:?}");
@@ -209,7 +247,7 @@ mod tests {
     #[test]
     fn ids_and_attributes_are_indexed_with_their_roles() {
         let text = "digraph w { a [retry_target=\"b\"]; b; a -> b }";
-        let analysis = analyze(Path::new("w.dot"), text);
+        let (analysis, _) = analyze(Path::new("w.dot"), text, &Loader::new(), None);
         let b: Vec<Role> = analysis.index.sites_of("b").map(|site| site.role).collect();
         assert_eq!(b, [Role::Declaration, Role::RetryTarget, Role::Endpoint]);
         let (site, is_key) = analysis.index.attribute_at(text.find("retry").unwrap()).unwrap();

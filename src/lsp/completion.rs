@@ -287,7 +287,7 @@ mod tests {
     #[test]
     fn completes_names_values_targets_and_condition_keys() {
         let base = "digraph w {\n  start [shape=Mdiamond]\n  exit [shape=Msquare]\n  plan [prompt=\"x\"]\n  m [shape=house]\n  start -> plan -> m -> exit\n}\n";
-        let analysis = analyze(std::path::Path::new("w.dot"), base);
+        let analysis = analyze(std::path::Path::new("w.dot"), base, &crate::load::Loader::new(), None).0;
         let a = Some(&analysis);
         assert!(labels("digraph w { plan [max_re|", a).contains(&"max_retries".to_string()));
         assert!(!labels("digraph w { plan [|", a).iter().any(|l| l.starts_with("manager.")));

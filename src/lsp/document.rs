@@ -8,6 +8,7 @@ use lsp_types::{Position, Range, TextDocumentContentChangeEvent, Url};
 
 use super::analysis::Analysis;
 use crate::source::Span;
+use crate::syntax::{Edit, SyntaxTree};
 
 /// One open workflow file.
 #[derive(Debug)]
@@ -23,30 +24,55 @@ pub struct Document {
     /// The last analysis that loaded a workflow: what completion knows of the nodes while the
     /// text being typed does not parse.
     pub last_loaded: Option<Arc<Analysis>>,
+    /// The tree the last analysis parsed, and the region of the text it does not show (edited
+    /// since, or blanked by the recovery from a syntax error): what the next analysis parses
+    /// again instead of the whole text.
+    pub parsed: Option<(SyntaxTree<'static>, Option<Edit>)>,
 }
 
 impl Document {
     pub fn new(uri: Url, version: i32, text: String) -> Self {
         let path = path_of(&uri);
         let lines = line_starts(&text);
-        Document { uri, path, version, text, lines, analysis: None, last_loaded: None }
+        Document { uri, path, version, text, lines, analysis: None, last_loaded: None, parsed: None }
     }
 
     /// Applies the editor's changes in order (whole-text or ranged).
     pub fn apply(&mut self, version: i32, changes: Vec<TextDocumentContentChangeEvent>) {
         for change in changes {
             match change.range {
-                None => self.text = change.text,
+                None => {
+                    self.text = change.text;
+                    self.lines = line_starts(&self.text);
+                    self.parsed = None;
+                }
                 Some(range) => {
                     let start = self.offset(range.start);
                     let end = self.offset(range.end).max(start);
                     self.text.replace_range(start..end, &change.text);
+                    self.replace_lines(start, end, &change.text);
+                    let edit = Edit::replace(start, end, change.text.len());
+                    if let Some((_, edited)) = &mut self.parsed {
+                        *edited = Some(edited.map_or(edit, |earlier| earlier.then(edit)));
+                    }
                 }
             }
-            self.lines = line_starts(&self.text);
         }
         self.version = version;
         self.analysis = None;
+    }
+
+    /// Updates the line starts after `start..end` was replaced by `inserted` (a keystroke in a
+    /// large buffer does not scan it all again).
+    fn replace_lines(&mut self, start: usize, end: usize, inserted: &str) {
+        // Lines whose newline was in the replaced bytes are gone; those after it move.
+        let first_gone = self.lines.partition_point(|&line| line <= start);
+        let first_kept = self.lines.partition_point(|&line| line <= end);
+        let added = inserted.match_indices('\n').map(|(at, _)| start + at + 1);
+        let moved = self.lines[first_kept..].iter().map(|&line| line - end + start + inserted.len());
+        let tail: Vec<usize> = added.chain(moved).collect();
+        self.lines.truncate(first_gone);
+        self.lines.extend(tail);
     }
 
     /// The byte offset of an LSP position, clamped to the text.
@@ -100,6 +126,27 @@ mod tests {
     use super::*;
 
     #[test]
+    fn line_starts_follow_every_edit() {
+        let uri = Url::parse("file:///tmp/w.dot").unwrap();
+        let mut document = Document::new(uri, 1, "a\nbc\n\nd\n".to_string());
+        let edits = [
+            ((0, 1), (1, 1), "x\ny"),
+            ((1, 0), (3, 0), ""),
+            ((0, 0), (0, 0), "\n\n"),
+            ((2, 1), (2, 1), "q\n"),
+        ];
+        for (version, ((l1, c1), (l2, c2), text)) in edits.into_iter().enumerate() {
+            let change = TextDocumentContentChangeEvent {
+                range: Some(Range::new(Position::new(l1, c1), Position::new(l2, c2))),
+                range_length: None,
+                text: text.to_string(),
+            };
+            document.apply(version as i32 + 2, vec![change]);
+            assert_eq!(document.lines, line_starts(&document.text), "{:?}", document.text);
+        }
+    }
+
+    #[test]
     fn positions_count_utf16_units_and_edits_apply_by_range() {
         let uri = Url::parse("file:///tmp/w.dot").unwrap();
         let mut document = Document::new(uri, 1, "digraph w {\n  a [label=\"é😀x\"]\n}\n".to_string());
@@ -115,6 +162,7 @@ mod tests {
         };
         document.apply(2, vec![change]);
         assert!(document.text.contains("  b [label"));
+        assert_eq!(document.lines, line_starts(&document.text));
         assert_eq!(document.path, PathBuf::from("/tmp/w.dot"));
     }
 }

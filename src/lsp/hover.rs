@@ -96,7 +96,7 @@ mod tests {
     #[test]
     fn hovers_attributes_shapes_nodes_and_conditions() {
         let text = "digraph w {\n  model_stylesheet=\"* { llm_model: m1 }\"\n  start [shape=Mdiamond]\n  exit [shape=Msquare]\n  a [prompt=\"x\", max_retries=2]\n  start -> a\n  a -> exit [condition=\"outcome=success && context.ok\"]\n}\n";
-        let analysis = analyze(std::path::Path::new("w.dot"), text);
+        let analysis = analyze(std::path::Path::new("w.dot"), text, &crate::load::Loader::new(), None).0;
         let at = |needle: &str| hover(&analysis, text.find(needle).unwrap() + 1).unwrap_or_default();
         assert!(at("max_retries").starts_with("**max_retries**: a whole number"), "{}", at("max_retries"));
         assert!(at("Msquare").contains("a **exit** stage"), "{}", at("Msquare"));

@@ -110,7 +110,8 @@ pub fn serve(connection: Connection) -> Result<(), LspError> {
         Err(error) => return Err(error.into()),
     };
     let client_pid = params.get("processId").and_then(serde_json::Value::as_u64);
-    let mut server = Server::default();
+    let mut server =
+        Server::new(workspace_root(&params).unwrap_or_else(|| std::env::current_dir().unwrap_or_default()));
     let mut last_check = Instant::now();
     loop {
         let wait = server
@@ -148,6 +149,19 @@ pub fn serve(connection: Connection) -> Result<(), LspError> {
     }
 }
 
+/// The directory the editor has open (its first workspace folder, else its root): where a run of
+/// its workflows would work, and so where their project settings are found.
+fn workspace_root(params: &serde_json::Value) -> Option<std::path::PathBuf> {
+    let folder = params
+        .get("workspaceFolders")
+        .and_then(|folders| folders.get(0))
+        .and_then(|folder| folder.get("uri"));
+    let uri = folder.or_else(|| params.get("rootUri")).and_then(serde_json::Value::as_str);
+    let from_uri = uri.and_then(|uri| Url::parse(uri).ok()).and_then(|uri| uri.to_file_path().ok());
+    from_uri
+        .or_else(|| params.get("rootPath").and_then(serde_json::Value::as_str).map(std::path::PathBuf::from))
+}
+
 fn process_exists(pid: u64) -> bool {
     let Ok(pid) = libc::pid_t::try_from(pid) else { return true };
     // SAFETY: kill with signal 0 sends nothing; it only asks whether the process exists.
@@ -156,14 +170,26 @@ fn process_exists(pid: u64) -> bool {
 }
 
 /// The open buffers and what waits to be analysed.
-#[derive(Default)]
 pub struct Server {
     documents: HashMap<Url, Document>,
     /// Buffers changed since their last analysis, with when to analyse them.
     due: HashMap<Url, Instant>,
+    /// Where a run of the workflows would work: where their project's settings are found.
+    work_dir: std::path::PathBuf,
+}
+
+impl Default for Server {
+    /// A server working in the current directory.
+    fn default() -> Self {
+        Server::new(std::env::current_dir().unwrap_or_default())
+    }
 }
 
 impl Server {
+    pub fn new(work_dir: std::path::PathBuf) -> Self {
+        Server { documents: HashMap::new(), due: HashMap::new(), work_dir }
+    }
+
     fn next_due(&self) -> Option<Instant> {
         self.due.values().min().copied()
     }
@@ -183,14 +209,26 @@ impl Server {
         if document.analysis.is_some() {
             return None;
         }
-        let analysis =
-            Arc::new(guarded(|| analysis::analyze(&document.path, &document.text)).unwrap_or_else(
-                |message| Analysis {
-                    findings: vec![crate::diagnostic::Diagnostic::error("internal", message)],
-                    checked: None,
-                    index: Default::default(),
-                },
-            ));
+        let earlier = document.parsed.take().and_then(|(tree, edit)| Some((tree, edit?)));
+        let work_dir = &self.work_dir;
+        let analysed = guarded(AssertUnwindSafe(|| {
+            // Read at every analysis: a change to a settings file shows at the next keystroke.
+            let (loader, settings_error) = analysis::loader_for(work_dir, &document.path);
+            let (mut analysis, tree) = analysis::analyze(&document.path, &document.text, &loader, earlier);
+            analysis.findings.extend(settings_error);
+            (analysis, tree)
+        }));
+        let analysis = match analysed {
+            Ok((analysis, tree)) => {
+                document.parsed = tree;
+                Arc::new(analysis)
+            }
+            Err(message) => Arc::new(Analysis {
+                findings: vec![crate::diagnostic::Diagnostic::error("internal", message)],
+                checked: None,
+                index: Default::default(),
+            }),
+        };
         document.analysis = Some(analysis.clone());
         if analysis.checked.is_some() {
             // The analysis it replaces is the size of the buffer's graph: freeing it is off the

@@ -139,7 +139,7 @@ mod tests {
 
     #[test]
     fn definitions_references_and_renames_cover_edges_and_retry_targets() {
-        let analysis = analyze(std::path::Path::new("/tmp/w.dot"), TEXT);
+        let analysis = analyze(std::path::Path::new("/tmp/w.dot"), TEXT, &crate::load::Loader::new(), None).0;
         let use_site = TEXT.find("-> plan").unwrap() + 3;
         assert_eq!(
             definition(&analysis, use_site),
@@ -165,7 +165,7 @@ mod tests {
 
     #[test]
     fn stages_and_linked_files() {
-        let analysis = analyze(std::path::Path::new("/tmp/w.dot"), TEXT);
+        let analysis = analyze(std::path::Path::new("/tmp/w.dot"), TEXT, &crate::load::Loader::new(), None).0;
         let ids: Vec<String> =
             stages(&analysis).into_iter().map(|stage| format!("{}:{}", stage.id, stage.kind)).collect();
         assert_eq!(ids, ["start:start", "exit:exit", "plan:agent", "check:command"]);

@@ -207,3 +207,107 @@ fn random_and_mutated_buffers_never_crash_any_handler() {
         }
     }
 }
+
+fn published_diagnostics(messages: &[Message], version: i32) -> Value {
+    let [Message::Notification(notification)] = messages else { panic!("{messages:?}") };
+    assert_eq!(notification.params["version"], version);
+    notification.params["diagnostics"].clone()
+}
+
+#[test]
+fn edits_parsed_again_in_part_publish_what_a_whole_analysis_does() {
+    let uri = Url::parse(URI).unwrap();
+    let mut edited = Server::default();
+    open(&mut edited, WORKFLOW);
+    // Keystrokes (replace what `find` finds, shifted by `skip`, with `insert`): typing in a prompt,
+    // a new stage, an unclosed string and its close, a removed line, a comment opened mid-line,
+    // a typo made worse.
+    let edits = [
+        ("prompt=\"x", 9, "", "y"),
+        ("  start -> plan", 0, "", "  review [prompt=\"check\"]\n"),
+        ("check", 0, "", "\""),
+        ("\"check", 0, "\"", ""),
+        ("  exit [shape=Msquare]\n", 0, "  exit [shape=Msquare]\n", ""),
+        ("plan -> exit", 5, "", "// "),
+        ("max_retires", 0, "", "z"),
+        // A statement typed on a line of its own, broken until its last keystroke.
+        ("  start -> plan", 0, "", "\n"),
+        ("\n  start -> plan", 0, "", "  d"),
+        ("  d\n", 3, "", " [pro"),
+        ("[pro", 4, "", "mpt="),
+        ("mpt=", 4, "", "\"q"),
+        ("\"q", 2, "", "\"]"),
+    ];
+    let mut text = WORKFLOW.to_string();
+    for (version, (anchor, skip, replaced, insert)) in edits.into_iter().enumerate() {
+        let version = version as i32 + 2;
+        let start = text.find(anchor).expect("anchor") + skip;
+        let end = start + replaced.len();
+        let before = Document::new(uri.clone(), 1, text.clone());
+        let range = json!({ "start": before.position(start), "end": before.position(end) });
+        text.replace_range(start..end, insert);
+        edited.notification(Notification::new(
+            "textDocument/didChange".to_string(),
+            json!({ "textDocument": { "uri": URI, "version": version },
+                    "contentChanges": [{ "range": range, "text": insert }] }),
+        ));
+        let (_, published) = edited.request(request(
+            version,
+            "textDocument/documentSymbol",
+            json!({ "textDocument": { "uri": URI } }),
+        ));
+        assert_eq!(edited.documents[&uri].text, text);
+        let mut fresh = Server::default();
+        let opened = fresh.notification(Notification::new(
+            "textDocument/didOpen".to_string(),
+            json!({ "textDocument": { "uri": URI, "languageId": "dot", "version": version, "text": text } }),
+        ));
+        assert_eq!(
+            published_diagnostics(&published, version),
+            published_diagnostics(&opened, version),
+            "after edit {version}:\n{text}"
+        );
+    }
+}
+
+#[test]
+fn the_settings_layers_beside_the_buffer_give_their_inputs_and_their_mistakes() {
+    let dir = tempfile::tempdir().unwrap();
+    let flows = dir.path().join("flows");
+    std::fs::create_dir(&flows).unwrap();
+    let uri = Url::from_file_path(flows.join("report.dot")).unwrap();
+    let text = "digraph report {\n  graph [goal=\"Fix {{ inputs.ticket }}\"]\n  start [shape=Mdiamond]\n  exit [shape=Msquare]\n  start -> exit\n}\n";
+    let mut server = Server::new(dir.path().to_path_buf());
+    let rules = |server: &mut Server, version: i32| -> Vec<String> {
+        server.notification(Notification::new(
+            "textDocument/didChange".to_string(),
+            json!({ "textDocument": { "uri": uri, "version": version }, "contentChanges": [{ "text": text }] }),
+        ));
+        let (_, published) = server.request(request(
+            version,
+            "textDocument/documentSymbol",
+            json!({ "textDocument": { "uri": uri } }),
+        ));
+        let diagnostics = published_diagnostics(&published, version);
+        let rules =
+            diagnostics.as_array().unwrap().iter().map(|d| format!("{}: {}", d["code"], d["message"]));
+        rules.collect()
+    };
+    server.notification(Notification::new(
+        "textDocument/didOpen".to_string(),
+        json!({ "textDocument": { "uri": uri, "languageId": "dot", "version": 1, "text": text } }),
+    ));
+    let found = rules(&mut server, 2);
+    assert!(found.iter().any(|rule| rule.contains("undefined_input")), "{found:?}");
+
+    std::fs::write(flows.join("workflow.toml"), "[run.inputs]\nticket = \"PAY-12\"\n").unwrap();
+    let found = rules(&mut server, 3);
+    assert!(found.is_empty(), "the input is defined by workflow.toml: {found:?}");
+
+    std::fs::write(flows.join("workflow.toml"), "[run]\ngaol = \"x\"\n").unwrap();
+    let found = rules(&mut server, 4);
+    assert!(
+        found.iter().any(|rule| rule.starts_with("\"settings\"") && rule.contains("unknown key `gaol`")),
+        "{found:?}"
+    );
+}

@@ -326,6 +326,16 @@ impl RunSettings {
     }
 
     /// The goal's text: `goal`, or the text of `goal_file` (which must not be empty).
+    /// A loader that reads the workflow as a run with these settings does: with their goal and
+    /// `inputs` (the settings' own, or what the command line made of them).
+    pub fn loader(&self, inputs: Inputs) -> crate::load::Loader {
+        let loader = crate::load::Loader::new().with_inputs(inputs);
+        match self.goal_text() {
+            Ok(Some(goal)) => loader.with_goal(goal),
+            _ => loader,
+        }
+    }
+
     pub fn goal_text(&self) -> Result<Option<String>, SettingsError> {
         let Some(goal) = &self.goal else { return Ok(None) };
         let path = match &goal.value {

@@ -7,11 +7,13 @@
 mod comments;
 mod parser;
 mod recovery;
+mod reparse;
 mod syntax_error;
 mod tree;
 
 pub use comments::comments;
 pub use parser::parse;
-pub use recovery::{parse_recovering, Recovered};
+pub use recovery::{parse_recovering, reparse_recovering, Recovered};
+pub use reparse::{changed_region, reparse, Edit};
 pub use syntax_error::{SyntaxError, SyntaxErrorKind};
 pub use tree::{Attribute, DefaultsKind, Id, Literal, Statement, Subgraph, SyntaxTree};

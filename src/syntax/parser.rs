@@ -34,6 +34,24 @@ pub fn parse(text: &str) -> Result<SyntaxTree<'_>, SyntaxError> {
     build_graph(first)
 }
 
+/// Parses a run of statements cut out of a graph's body (positions relative to `text`). An
+/// error is only reported as such: the caller parses the whole file to explain it.
+pub(super) fn parse_statements(text: &str) -> Result<Vec<Statement<'_>>, SyntaxError> {
+    if let Some(offset) = too_deep(text) {
+        return Err(SyntaxError::new(SyntaxErrorKind::TooDeep(MAX_NESTING), Span::at(offset)));
+    }
+    let mut list = DotParser::parse(Rule::statement_list, text).map_err(|e| translate_error(text, &e))?;
+    let mut statements = Vec::new();
+    for pair in list.next().into_iter().flat_map(Pair::into_inner) {
+        match pair.as_rule() {
+            Rule::EOI => {}
+            Rule::edge_tail => return Err(subgraph_endpoint(&statements, &pair)),
+            _ => statements.push(build_statement(pair)?),
+        }
+    }
+    Ok(statements)
+}
+
 /// Deepest nesting of `{` (subgraphs) or `<` (HTML labels) the parser accepts. The grammar and the
 /// tree builder recurse per level, so unbounded nesting would overflow the stack.
 const MAX_NESTING: usize = 100;
@@ -372,8 +390,19 @@ fn beginner_mistake(text: &str, offset: usize) -> Option<SyntaxError> {
     Some(SyntaxError::new(kind, span))
 }
 
+/// How [`expected_words`] names the start of a statement.
+const STATEMENT: &str = "a new statement";
+
+/// True when a new statement could have started where `error` is: what came before it was
+/// complete.
+pub(super) fn statement_could_start(error: &SyntaxError) -> bool {
+    match &error.kind {
+        SyntaxErrorKind::Unexpected { expected, .. } => expected.contains(STATEMENT),
+        _ => true,
+    }
+}
+
 fn expected_words(positives: &[Rule], after_edge_operator: bool) -> String {
-    const STATEMENT: &str = "a new statement";
     let statement_rules = [Rule::subgraph, Rule::id_statement];
     // After `->` the grammar also tries a subgraph endpoint; that is not worth mentioning.
     let statement_possible = !after_edge_operator && positives.iter().any(|r| statement_rules.contains(r));

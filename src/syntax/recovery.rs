@@ -5,7 +5,8 @@
 
 use std::borrow::Cow;
 
-use super::parser::parse;
+use super::parser::{parse, statement_could_start};
+use super::reparse::{changed_region, reparse, Edit};
 use super::syntax_error::SyntaxError;
 use super::tree::SyntaxTree;
 
@@ -24,13 +25,40 @@ pub struct Recovered<R> {
 /// Parses `text`; on a syntax error, blanks the line it is on (or closes the graph, for an error at
 /// the end) and tries again, up to a bound. The first tree that parses is given to `use_tree`
 /// with the text it was parsed from.
-pub fn parse_recovering<R>(text: &str, use_tree: impl FnOnce(&str, &SyntaxTree<'_>) -> R) -> Recovered<R> {
+pub fn parse_recovering<R>(text: &str, use_tree: impl FnOnce(&str, SyntaxTree<'_>) -> R) -> Recovered<R> {
+    recover(text, None, use_tree)
+}
+
+/// As [`parse_recovering`], from `earlier`, the tree of the text before `edit`: each attempt
+/// first parses again only the statements the edit (and the lines blanked since) touched, and
+/// parses the whole text only to find an error as a whole parse reports it.
+pub fn reparse_recovering<R>(
+    earlier: SyntaxTree<'static>,
+    edit: Edit,
+    text: &str,
+    use_tree: impl FnOnce(&str, SyntaxTree<'_>) -> R,
+) -> Recovered<R> {
+    recover(text, Some((earlier, edit)), use_tree)
+}
+
+fn recover<R>(
+    text: &str,
+    mut earlier: Option<(SyntaxTree<'static>, Edit)>,
+    use_tree: impl FnOnce(&str, SyntaxTree<'_>) -> R,
+) -> Recovered<R> {
     let mut errors = Vec::new();
     let mut patched: Cow<'_, str> = Cow::Borrowed(text);
     for _ in 0..MAX_RECOVERIES {
+        if let Some((mut tree, edit)) = earlier.take() {
+            if reparse(&mut tree, &patched, edit) {
+                let parsed = use_tree(&patched, tree);
+                return Recovered { errors, parsed: Some(parsed) };
+            }
+            earlier = Some((tree, edit));
+        }
         let error = match parse(&patched) {
             Ok(tree) => {
-                let parsed = use_tree(&patched, &tree);
+                let parsed = use_tree(&patched, tree);
                 return Recovered { errors, parsed: Some(parsed) };
             }
             Err(error) => error,
@@ -44,7 +72,12 @@ pub fn parse_recovering<R>(text: &str, use_tree: impl FnOnce(&str, &SyntaxTree<'
             return Recovered { errors, parsed: None };
         }
         match patch(&patched, &error) {
-            Some(next) if next != patched.as_ref() => patched = Cow::Owned(next),
+            Some(next) if next != patched.as_ref() => {
+                if let (Some((_, edit)), Some(blanked)) = (&mut earlier, changed_region(&patched, &next)) {
+                    *edit = edit.then(blanked);
+                }
+                patched = Cow::Owned(next);
+            }
             _ => return Recovered { errors, parsed: None },
         }
     }
@@ -62,8 +95,14 @@ fn patch(text: &str, error: &SyntaxError) -> Option<String> {
     }
     let mut start = text[..at].rfind('\n').map_or(0, |i| i + 1);
     let mut end = text[at..].find('\n').map_or(text.len(), |i| at + i);
-    // An error at a closing brace is the unfinished statement before it (`a -> ` then `}`).
-    if text[start..at].trim().is_empty() && text[at..].starts_with('}') {
+    // An error at a closing brace is the unfinished statement before it (`a -> ` then `}`); so is
+    // an error at most one token into its line where no statement could start: the unfinished
+    // statement of the line before took that token (`[prompt=` then `s5 [..]`, `a [pro` then
+    // `s5`). Blanking the line before keeps this one, and the statements after it, for the rest.
+    let prefix = &text[start..at];
+    let at_brace = prefix.trim().is_empty() && text[at..].starts_with('}');
+    let taken = prefix.split_whitespace().count() <= 1 && !statement_could_start(error);
+    if at_brace || taken {
         let before = text[..start].trim_end();
         if !before.ends_with('{') && !before.is_empty() {
             end = before.len();
@@ -121,6 +160,25 @@ mod tests {
         });
         assert_eq!(recovered.errors.len(), 1);
         assert!(recovered.parsed.expect("recovers").contains("start -> exit"));
+    }
+
+    #[test]
+    fn recovering_from_an_earlier_tree_finds_what_a_whole_recovery_finds() {
+        let before = "digraph w {\n  start [shape=Mdiamond]\n  a [label=\"x\"]\n  b [label=\"y\"]\n  start -> a -> b\n}\n";
+        let tree = parse(before).unwrap().into_owned();
+        // A statement half typed on a new line.
+        let at = before.find("  b [").unwrap();
+        let text = format!("{}  draft [prompt=\n{}", &before[..at], &before[at..]);
+        let edit = Edit::replace(at, at, "  draft [prompt=\n".len());
+        let whole = parse_recovering(&text, |patched, tree| (patched.to_string(), tree.into_owned()));
+        let partial =
+            reparse_recovering(tree, edit, &text, |patched, tree| (patched.to_string(), tree.into_owned()));
+        assert_eq!(partial.errors, whole.errors);
+        assert_eq!(partial.errors.len(), 1, "the statements after the broken one are kept");
+        assert_eq!(partial.parsed, whole.parsed);
+        let (patched, tree) = partial.parsed.unwrap();
+        assert!(!patched.contains("draft") && patched.contains("b [label"), "{patched}");
+        assert_eq!(tree.statements.len(), 4);
     }
 
     #[test]
