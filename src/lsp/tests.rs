@@ -10,10 +10,7 @@ const URI: &str = "file:///tmp/fabro-lsp-test/w.dot";
 const WORKFLOW: &str = "digraph w {\n  start [shape=Mdiamond]\n  exit [shape=Msquare]\n  plan [prompt=\"x\", max_retires=2]\n  start -> plan -> exit\n}\n";
 
 fn open(server: &mut Server, text: &str) -> Vec<Message> {
-    server.notification(Notification::new(
-        "textDocument/didOpen".to_string(),
-        json!({ "textDocument": { "uri": URI, "languageId": "dot", "version": 1, "text": text } }),
-    ))
+    open_at(server, URI, 1, text)
 }
 
 fn ask(server: &mut Server, method: &str, params: Value) -> Result<Value, String> {
@@ -60,12 +57,8 @@ fn opening_a_buffer_publishes_its_findings_and_the_quick_fix_renames() {
 fn changes_are_debounced_and_requests_see_the_latest_text() {
     let mut server = Server::default();
     open(&mut server, WORKFLOW);
-    server.notification(Notification::new(
-        "textDocument/didChange".to_string(),
-        json!({ "textDocument": { "uri": URI, "version": 2 }, "contentChanges": [
-            { "range": { "start": { "line": 3, "character": 20 }, "end": { "line": 3, "character": 31 } }, "text": "max_retries" }
-        ] }),
-    ));
+    let typo = json!({ "start": { "line": 3, "character": 20 }, "end": { "line": 3, "character": 31 } });
+    change(&mut server, URI, 2, json!({ "range": typo, "text": "max_retries" }));
     assert!(server.publish_due().is_empty(), "nothing before the debounce");
     let (_, published) = server.request(request(2, "textDocument/hover", at(3, 23)));
     let [Message::Notification(notification)] = published.as_slice() else { panic!("{published:?}") };
@@ -182,13 +175,14 @@ fn random_and_mutated_buffers_never_crash_any_handler() {
         };
         open(&mut server, &text);
         // Ranged edits, some out of range, through the change path too.
-        server.notification(Notification::new(
-            "textDocument/didChange".to_string(),
-            json!({ "textDocument": { "uri": URI, "version": case + 2 }, "contentChanges": [{
-                "range": { "start": { "line": random.below(8), "character": random.below(30) },
-                           "end": { "line": random.below(8), "character": random.below(30) } },
-                "text": PIECES[random.below(PIECES.len())] }] }),
-        ));
+        let range = json!({ "start": { "line": random.below(8), "character": random.below(30) },
+                            "end": { "line": random.below(8), "character": random.below(30) } });
+        change(
+            &mut server,
+            URI,
+            case as i32 + 2,
+            json!({ "range": range, "text": PIECES[random.below(PIECES.len())] }),
+        );
         for method in methods {
             let mut params = at(random.below(8) as u32, random.below(40) as u32);
             params["newName"] = json!(["renamed", "x y", "", "exit"][random.below(4)]);
@@ -212,6 +206,28 @@ fn published_diagnostics(messages: &[Message], version: i32) -> Value {
     let [Message::Notification(notification)] = messages else { panic!("{messages:?}") };
     assert_eq!(notification.params["version"], version);
     notification.params["diagnostics"].clone()
+}
+
+fn open_at(server: &mut Server, uri: &str, version: i32, text: &str) -> Vec<Message> {
+    server.notification(Notification::new(
+        "textDocument/didOpen".to_string(),
+        json!({ "textDocument": { "uri": uri, "languageId": "dot", "version": version, "text": text } }),
+    ))
+}
+
+fn change(server: &mut Server, uri: &str, version: i32, change: Value) {
+    server.notification(Notification::new(
+        "textDocument/didChange".to_string(),
+        json!({ "textDocument": { "uri": uri, "version": version }, "contentChanges": [change] }),
+    ));
+}
+
+/// The diagnostics published on the way to answering a request about the buffer (analysed then,
+/// without waiting for the debounce).
+fn diagnostics_on_request(server: &mut Server, uri: &str, version: i32) -> Value {
+    let params = json!({ "textDocument": { "uri": uri } });
+    let (_, published) = server.request(request(version, "textDocument/documentSymbol", params));
+    published_diagnostics(&published, version)
 }
 
 #[test]
@@ -246,27 +262,11 @@ fn edits_parsed_again_in_part_publish_what_a_whole_analysis_does() {
         let before = Document::new(uri.clone(), 1, text.clone());
         let range = json!({ "start": before.position(start), "end": before.position(end) });
         text.replace_range(start..end, insert);
-        edited.notification(Notification::new(
-            "textDocument/didChange".to_string(),
-            json!({ "textDocument": { "uri": URI, "version": version },
-                    "contentChanges": [{ "range": range, "text": insert }] }),
-        ));
-        let (_, published) = edited.request(request(
-            version,
-            "textDocument/documentSymbol",
-            json!({ "textDocument": { "uri": URI } }),
-        ));
+        change(&mut edited, URI, version, json!({ "range": range, "text": insert }));
+        let diagnostics = diagnostics_on_request(&mut edited, URI, version);
         assert_eq!(edited.documents[&uri].text, text);
-        let mut fresh = Server::default();
-        let opened = fresh.notification(Notification::new(
-            "textDocument/didOpen".to_string(),
-            json!({ "textDocument": { "uri": URI, "languageId": "dot", "version": version, "text": text } }),
-        ));
-        assert_eq!(
-            published_diagnostics(&published, version),
-            published_diagnostics(&opened, version),
-            "after edit {version}:\n{text}"
-        );
+        let opened = open_at(&mut Server::default(), URI, version, &text);
+        assert_eq!(diagnostics, published_diagnostics(&opened, version), "after edit {version}:\n{text}");
     }
 }
 
@@ -278,25 +278,15 @@ fn the_settings_layers_beside_the_buffer_give_their_inputs_and_their_mistakes() 
     let uri = Url::from_file_path(flows.join("report.dot")).unwrap();
     let text = "digraph report {\n  graph [goal=\"Fix {{ inputs.ticket }}\"]\n  start [shape=Mdiamond]\n  exit [shape=Msquare]\n  start -> exit\n}\n";
     let mut server = Server::new(dir.path().to_path_buf());
+    let uri = uri.as_str();
     let rules = |server: &mut Server, version: i32| -> Vec<String> {
-        server.notification(Notification::new(
-            "textDocument/didChange".to_string(),
-            json!({ "textDocument": { "uri": uri, "version": version }, "contentChanges": [{ "text": text }] }),
-        ));
-        let (_, published) = server.request(request(
-            version,
-            "textDocument/documentSymbol",
-            json!({ "textDocument": { "uri": uri } }),
-        ));
-        let diagnostics = published_diagnostics(&published, version);
+        change(server, uri, version, json!({ "text": text }));
+        let diagnostics = diagnostics_on_request(server, uri, version);
         let rules =
             diagnostics.as_array().unwrap().iter().map(|d| format!("{}: {}", d["code"], d["message"]));
         rules.collect()
     };
-    server.notification(Notification::new(
-        "textDocument/didOpen".to_string(),
-        json!({ "textDocument": { "uri": uri, "languageId": "dot", "version": 1, "text": text } }),
-    ));
+    open_at(&mut server, uri, 1, text);
     let found = rules(&mut server, 2);
     assert!(found.iter().any(|rule| rule.contains("undefined_input")), "{found:?}");
 
