@@ -27,6 +27,7 @@ pub mod interview;
 pub mod lifecycle_hooks;
 pub mod llm;
 pub mod load;
+pub mod log_tail;
 pub mod lsp;
 pub mod memory;
 pub mod models;

@@ -4,7 +4,6 @@
 //! the answer resumes the run in a process of its own and the view goes on. Ctrl-C detaches and
 //! leaves the run alone. Exits as `fabro wait` does once the run settles.
 
-use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -12,6 +11,7 @@ use fabro::event_log::LoggedEvent;
 use fabro::graph::Choice;
 use fabro::interview::console::Console;
 use fabro::interview::{Answer, Interviewer, Question};
+use fabro::log_tail::LogTail;
 use fabro::run_dir::layout;
 use fabro::run_dir::submission::RunState;
 use fabro::run_status::RunStatus;
@@ -164,37 +164,26 @@ async fn answer_here(dir: &Path) -> Result<(), u8> {
     Ok(())
 }
 
-/// Reads the events a run directory's `events.jsonl` gains, line by line.
+/// The events a run directory's `events.jsonl` gains.
 struct EventFollower {
     dir: PathBuf,
-    file: Option<std::fs::File>,
-    pending: Vec<u8>,
+    events: LogTail,
 }
 
 impl EventFollower {
     fn new(dir: &Path) -> EventFollower {
-        EventFollower { dir: dir.to_path_buf(), file: None, pending: Vec::new() }
+        EventFollower { dir: dir.to_path_buf(), events: LogTail::new(&dir.join(layout::EVENTS)) }
     }
 
-    /// The whole lines written since the last call (a torn last line waits for its end).
+    /// Every event written since the last read.
     fn read_new(&mut self) -> Vec<LoggedEvent> {
-        if self.file.is_none() {
-            // Never through a link a stage may have put there; absent until the run starts.
-            self.file = fabro::regular_file::open(&self.dir.join(layout::EVENTS), false).ok();
-        }
-        let Some(file) = &mut self.file else { return Vec::new() };
-        let mut chunk = Vec::new();
-        if file.read_to_end(&mut chunk).is_err() {
-            return Vec::new();
-        }
-        self.pending.extend_from_slice(&chunk);
         let mut events = Vec::new();
-        while let Some(end) = self.pending.iter().position(|&byte| byte == b'\n') {
-            let line: Vec<u8> = self.pending.drain(..=end).collect();
-            if let Some(event) = LoggedEvent::from_line(&String::from_utf8_lossy(&line[..end])) {
-                events.push(event);
+        loop {
+            let new = self.events.read_new();
+            events.extend(new.lines.iter().filter_map(|line| LoggedEvent::from_line(line)));
+            if !new.more {
+                return events;
             }
         }
-        events
     }
 }

@@ -1,7 +1,7 @@
 //! `fabro logs RUN|--last [-f] [--output] [--node ID] [--json]`: a run's `events.jsonl`, one line per event.
 
 use std::collections::HashMap;
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use fabro::graph::HandlerType;
@@ -12,6 +12,7 @@ use std::time::Duration;
 use serde_json::{Map, Value};
 
 use super::exit;
+use fabro::log_tail::LogTail;
 use fabro::run_dir::layout;
 
 #[derive(clap::Args)]
@@ -49,13 +50,11 @@ pub fn run(args: LogsArgs) -> u8 {
         Err(code) => return code,
     };
     let path = run_dir.join(layout::EVENTS);
-    let mut file = match open_log(&run_dir, &path, args.follow) {
-        Ok(file) => file,
-        Err(message) => {
-            eprintln!("error: {message}");
-            return exit::INVALID;
-        }
-    };
+    if let Err(message) = wait_for_log(&run_dir, &path, args.follow) {
+        eprintln!("error: {message}");
+        return exit::INVALID;
+    }
+    let mut events = LogTail::new(&path);
     let mut printer = Printer {
         args: &args,
         line_no: 0,
@@ -63,38 +62,41 @@ pub fn run(args: LogsArgs) -> u8 {
         run_dir: run_dir.clone(),
         outputs: HashMap::new(),
     };
-    let mut pending: Vec<u8> = Vec::new();
-    let mut chunk = Vec::new();
     loop {
-        chunk.clear();
-        if let Err(error) = file.read_to_end(&mut chunk) {
-            eprintln!("error: cannot read `{}`: {error}", path.display());
-            return exit::FAILED;
+        let new = events.read_new();
+        if new.restarted {
+            printer.line_no = 0; // a log that was replaced or cut short is read from its start
         }
-        pending.extend_from_slice(&chunk);
         let mut finished = false;
-        while let Some(end) = pending.iter().position(|&b| b == b'\n') {
-            let line: Vec<u8> = pending.drain(..=end).collect();
-            match printer.line(&line[..end]) {
+        for line in &new.lines {
+            match printer.line(line.as_bytes()) {
                 Ok(is_final) => finished |= is_final,
                 Err(_) => return exit::SUCCESS, // stdout closed (`fabro logs ... | head`)
             }
         }
+        if new.more {
+            continue;
+        }
         if !args.follow {
             // A last line without a newline: the file as it stands is all there is.
-            if !pending.is_empty() && printer.line(&pending).is_err() {
-                return exit::SUCCESS;
+            if let Some(line) = events.take_unfinished() {
+                let _ = printer.line(line.as_bytes());
             }
             return exit::SUCCESS;
         }
         if finished {
             return exit::SUCCESS;
         }
-        if chunk.is_empty() && !fabro::run_dir::lock_is_held(&run_dir) {
+        if new.lines.is_empty() && !fabro::run_dir::lock_is_held(&run_dir) {
             // Nothing new and no process drives the run: whatever it wrote before it stopped has
             // been read once the file is read again.
-            chunk.clear();
-            if file.read_to_end(&mut chunk).is_ok() && chunk.is_empty() {
+            let last = events.read_new();
+            for line in &last.lines {
+                if printer.line(line.as_bytes()).is_err() {
+                    return exit::SUCCESS;
+                }
+            }
+            if last.lines.is_empty() {
                 let _ = printer.out.flush();
                 eprintln!(
                     "note: no process drives this run and it recorded no end (its fabro was killed); \
@@ -108,28 +110,19 @@ pub fn run(args: LogsArgs) -> u8 {
             return exit::SUCCESS;
         }
         std::thread::sleep(POLL);
-        // A log that was replaced or cut short is read again from its start.
-        if let (Ok(position), Ok(meta)) = (file.stream_position(), std::fs::metadata(&path)) {
-            if meta.len() < position {
-                if let Ok(reopened) = fabro::regular_file::open(&path, false) {
-                    file = reopened;
-                    pending.clear();
-                    printer.line_no = 0;
-                }
-            }
-        }
     }
 }
 
-/// Opens `events.jsonl`. When following a run that has only just been created, waits for it.
-fn open_log(run_dir: &Path, path: &Path, follow: bool) -> Result<std::fs::File, String> {
+/// Checks that `events.jsonl` can be read. When following a run that has only just been created,
+/// waits for it.
+fn wait_for_log(run_dir: &Path, path: &Path, follow: bool) -> Result<(), String> {
     if !run_dir.is_dir() {
         return Err(format!("`{}` is not a directory", run_dir.display()));
     }
     let mut waited = Duration::ZERO;
     loop {
         match fabro::regular_file::open(path, false) {
-            Ok(mut file) => {
+            Ok(file) => {
                 let limit = fabro::regular_file::FileKind::EventLog.limit();
                 if file.metadata().is_ok_and(|meta| meta.len() > limit) {
                     return Err(format!(
@@ -138,9 +131,7 @@ fn open_log(run_dir: &Path, path: &Path, follow: bool) -> Result<std::fs::File, 
                         limit >> 30
                     ));
                 }
-                file.seek(SeekFrom::Start(0))
-                    .map_err(|e| format!("cannot read `{}`: {e}", path.display()))?;
-                return Ok(file);
+                return Ok(());
             }
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
                 let starting = follow && run_dir.join(layout::MANIFEST).is_file();

@@ -7,7 +7,7 @@
 //!
 //! Errors are `{"error": {"code": "...", "message": "..."}}` with a stable `code`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::AppState;
+use crate::log_tail::LogTail;
 use crate::run_dir::layout;
 use crate::run_dir::lookup::RunEntry;
 use crate::run_dir::submission::{RunState, Submission};
@@ -409,12 +410,11 @@ async fn run_events(
         .and_then(|value| value.to_str().ok())
         .and_then(|text| text.trim().parse().ok())
         .unwrap_or(0);
-    let start = Follow { dir: run.dir, offset: 0, pending: Vec::new(), after, done: false };
+    let events = LogTail::new(&run.dir.join(layout::EVENTS));
+    let start = Follow { dir: run.dir, events, lines: VecDeque::new(), after, done: false };
     let stream = futures::stream::unfold(start, |mut follow| async move {
         loop {
-            if let Some(end) = follow.pending.iter().position(|&b| b == b'\n') {
-                let line: Vec<u8> = follow.pending.drain(..=end).collect();
-                let text = String::from_utf8_lossy(&line[..end]).into_owned();
+            if let Some(text) = follow.lines.pop_front() {
                 let seq = serde_json::from_str::<serde_json::Value>(&text)
                     .ok()
                     .and_then(|event| event["seq"].as_u64())
@@ -422,6 +422,7 @@ async fn run_events(
                 if seq != 0 && seq <= follow.after {
                     continue;
                 }
+                follow.after = follow.after.max(seq);
                 let event = SseEvent::default().id(seq.to_string()).data(text);
                 return Some((Ok::<_, std::convert::Infallible>(event), follow));
             }
@@ -430,16 +431,15 @@ async fn run_events(
             }
             // Settled before the read: what is read now is all there will be.
             let settled = RunState::of(&follow.dir).is_settled();
-            let chunk = super::read_from(&follow.dir.join(layout::EVENTS), follow.offset);
-            follow.offset += chunk.len() as u64;
-            follow.pending.extend_from_slice(&chunk);
-            if chunk.is_empty() {
+            let new = follow.events.read_new().lines;
+            if new.is_empty() {
                 if settled {
                     follow.done = true;
                     continue;
                 }
                 tokio::time::sleep(super::EVENT_POLL).await;
             }
+            follow.lines.extend(new);
         }
     });
     Sse::new(stream).keep_alive(axum::response::sse::KeepAlive::default()).into_response()
@@ -448,9 +448,11 @@ async fn run_events(
 /// Where an event stream is in a run's `events.jsonl`.
 struct Follow {
     dir: PathBuf,
-    offset: u64,
-    pending: Vec<u8>,
-    /// Events up to this seq were sent before (`Last-Event-ID`).
+    events: LogTail,
+    /// Lines read and not yet sent.
+    lines: VecDeque<String>,
+    /// Events up to this seq were sent (before a reconnection, by `Last-Event-ID`): a log read
+    /// again from its start does not send them twice.
     after: u64,
     done: bool,
 }

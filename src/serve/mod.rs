@@ -25,7 +25,7 @@ mod pages;
 mod queue;
 mod start_page;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -40,6 +40,7 @@ use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::Router;
 
+use crate::log_tail::LogTail;
 use crate::run_dir::lookup::{runs_in, RunEntry};
 
 use crate::run_dir::layout;
@@ -323,28 +324,23 @@ async fn live_log(
 /// Server-sent events: every line of `events.jsonl` as it is written, from the start.
 async fn events(State(state): State<Arc<AppState>>, UrlPath(id): UrlPath<String>) -> Response {
     let Some(dir) = run_dir(&state, &id) else { return not_found("no such run") };
-    let path = dir.join(layout::EVENTS);
-    let stream =
-        futures::stream::unfold((path, 0u64, Vec::new()), |(path, offset, mut pending)| async move {
-            loop {
-                if let Some(end) = pending.iter().position(|&b| b == b'\n') {
-                    let line: Vec<u8> = pending.drain(..=end).collect();
-                    let text = String::from_utf8_lossy(&line[..end]).into_owned();
-                    return Some((
-                        Ok::<_, std::convert::Infallible>(SseEvent::default().data(text)),
-                        (path, offset, pending),
-                    ));
-                }
-                let chunk = read_from(&path, offset);
-                if chunk.is_empty() {
-                    tokio::time::sleep(EVENT_POLL).await;
-                    continue;
-                }
-                let offset = offset + chunk.len() as u64;
-                pending.extend_from_slice(&chunk);
-                return Some((Ok(SseEvent::default().comment("more")), (path, offset, pending)));
+    let start = (LogTail::new(&dir.join(layout::EVENTS)), VecDeque::new());
+    let stream = futures::stream::unfold(start, |(mut events, mut lines)| async move {
+        loop {
+            if let Some(text) = lines.pop_front() {
+                return Some((
+                    Ok::<_, std::convert::Infallible>(SseEvent::default().data(text)),
+                    (events, lines),
+                ));
             }
-        });
+            let new = events.read_new().lines;
+            if new.is_empty() {
+                tokio::time::sleep(EVENT_POLL).await;
+                continue;
+            }
+            lines.extend(new);
+        }
+    });
     Sse::new(stream).keep_alive(axum::response::sse::KeepAlive::default()).into_response()
 }
 
