@@ -39,25 +39,31 @@ pub fn is_run_id(text: &str) -> bool {
     uuid::Uuid::try_parse(text).is_ok()
 }
 
-/// Records a run to be started in `root` (which must be new or empty): `fabro ARGS` in `cwd`.
-pub fn submit(
-    root: &Path,
-    run_id: &str,
-    args: Vec<String>,
-    cwd: &Path,
-    by: &str,
-    state: SubmissionState,
-) -> Result<Submission, LaunchError> {
+/// A run to submit: `fabro ARGS` in `cwd`, of the workflow named `workflow`.
+#[derive(Debug, Clone)]
+pub struct RunToSubmit<'a> {
+    pub run_id: &'a str,
+    pub workflow: &'a str,
+    pub args: Vec<String>,
+    pub cwd: &'a Path,
+    /// Who asks (`cli`, `service`).
+    pub by: &'a str,
+    pub state: SubmissionState,
+}
+
+/// Records a run to be started in `root` (which must be new or empty).
+pub fn submit(root: &Path, run: RunToSubmit<'_>) -> Result<Submission, LaunchError> {
     if root.read_dir().is_ok_and(|mut entries| entries.next().is_some()) {
         return Err(LaunchError::Taken(root.to_path_buf()));
     }
     let submission = Submission {
-        run_id: run_id.to_string(),
+        run_id: run.run_id.to_string(),
         submitted_at: now_rfc3339(),
-        by: by.to_string(),
-        args,
-        cwd: cwd.to_path_buf(),
-        state,
+        by: run.by.to_string(),
+        args: run.args,
+        cwd: run.cwd.to_path_buf(),
+        workflow: Some(run.workflow.to_string()),
+        state: run.state,
         process: None,
         relaunches: 0,
     };
@@ -147,6 +153,7 @@ pub fn launch_resume(
             by: by.to_string(),
             args: Vec::new(),
             cwd,
+            workflow: crate::run_dir::read_manifest(dir).map(|manifest| manifest.workflow),
             state: SubmissionState::Launched,
             process: None,
             relaunches: 0,

@@ -526,7 +526,7 @@ async fn start(args: &mut RunArgs) -> Result<u8, Refusal> {
     let engine = engine_for(&args.launch, &valid, &config_files, settings)?;
     check_providers(&engine, &valid.workflow, &args.launch, "the run did not start").await?;
     if args.detach {
-        return detach(args.run_dir.as_deref());
+        return detach(args.run_dir.as_deref(), valid.workflow.name());
     }
     let options = RunOptions {
         run_dir: args.run_dir.clone(),
@@ -561,7 +561,7 @@ async fn start(args: &mut RunArgs) -> Result<u8, Refusal> {
 /// `--detach`, once the workflow and its setup were checked: submits the run in `run_dir` (else
 /// `.fabro/runs/<id>`) and starts this same command for it in a process of its own. Prints the
 /// run id on stdout, what to do next on stderr.
-fn detach(run_dir: Option<&std::path::Path>) -> Result<u8, Refusal> {
+fn detach(run_dir: Option<&std::path::Path>, workflow: &str) -> Result<u8, Refusal> {
     let not_started = |error: &dyn std::fmt::Display| refusal(error, "the run did not start");
     let run_id = fabro::run_launcher::new_run_id();
     let root = match run_dir {
@@ -588,8 +588,15 @@ fn detach(run_dir: Option<&std::path::Path>) -> Result<u8, Refusal> {
     let cwd = std::env::current_dir().map_err(|error| not_started(&error))?;
     let exe = std::env::current_exe().map_err(|error| not_started(&error))?;
     let state = fabro::run_dir::submission::SubmissionState::Queued;
-    fabro::run_launcher::submit(&root, &run_id, arguments, &cwd, "cli", state)
-        .map_err(|error| not_started(&error))?;
+    let run = fabro::run_launcher::RunToSubmit {
+        run_id: &run_id,
+        workflow,
+        args: arguments,
+        cwd: &cwd,
+        by: "cli",
+        state,
+    };
+    fabro::run_launcher::submit(&root, run).map_err(|error| not_started(&error))?;
     // The run outlives this process, which leaves reaping it to init.
     let _child = fabro::run_launcher::launch(&root, &exe).map_err(|error| not_started(&error))?;
     println!("{run_id}");

@@ -44,6 +44,10 @@ pub struct Submission {
     pub args: Vec<String>,
     /// The directory that process starts in.
     pub cwd: PathBuf,
+    /// The workflow's name (its graph's), checked when it was submitted: what listings show
+    /// before the run has written its manifest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workflow: Option<String>,
     pub state: SubmissionState,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub process: Option<LaunchedProcess>,
@@ -57,9 +61,13 @@ fn is_zero(n: &u32) -> bool {
 }
 
 impl Submission {
-    /// The name of the workflow a `fabro run` submission runs (its file's stem), for listings
-    /// before the run has written its manifest.
+    /// The name of the workflow a `fabro run` submission runs, for listings before the run has
+    /// written its manifest: as recorded (a submission from before fabro recorded it: its file's
+    /// stem).
     pub fn workflow_name(&self) -> Option<String> {
+        if let Some(name) = &self.workflow {
+            return Some(name.clone());
+        }
         match self.args.as_slice() {
             [command, file, ..] if command == "run" => {
                 Path::new(file).file_stem().map(|stem| stem.to_string_lossy().into_owned())
@@ -192,6 +200,7 @@ mod tests {
             by: "cli".into(),
             args: vec!["run".into()],
             cwd: PathBuf::from("/"),
+            workflow: None,
             state,
             process: None,
             relaunches: 0,

@@ -103,17 +103,21 @@ pub async fn submit_run(state: &AppState, request: &RunRequest) -> Result<String
         move || loader.load_file(&workflow)
     })
     .await;
+    let mut name = String::new();
     let problems = match checked {
-        Ok(Ok(checked)) => checked
-            .diagnostics
-            .iter()
-            .filter(|diagnostic| diagnostic.is_error())
-            .map(|diagnostic| {
-                let at = diagnostic.span.map(|span| checked.workflow.source().location(span.start));
-                let at = at.map(|at| format!("{}:{}: ", at.line, at.column)).unwrap_or_default();
-                format!("{at}{} [{}]", diagnostic.message, diagnostic.rule)
-            })
-            .collect::<Vec<_>>(),
+        Ok(Ok(checked)) => {
+            name = checked.workflow.name().to_string();
+            checked
+                .diagnostics
+                .iter()
+                .filter(|diagnostic| diagnostic.is_error())
+                .map(|diagnostic| {
+                    let at = diagnostic.span.map(|span| checked.workflow.source().location(span.start));
+                    let at = at.map(|at| format!("{}:{}: ", at.line, at.column)).unwrap_or_default();
+                    format!("{at}{} [{}]", diagnostic.message, diagnostic.rule)
+                })
+                .collect::<Vec<_>>()
+        }
         Ok(Err(crate::LoadError::Syntax { error, file })) => {
             let at = file.location(error.span.start);
             vec![format!("{}:{}: {} [syntax]", at.line, at.column, error.kind)]
@@ -152,15 +156,15 @@ pub async fn submit_run(state: &AppState, request: &RunRequest) -> Result<String
     for (key, value) in &request.labels {
         args.extend(["--label".into(), format!("{key}={value}")]);
     }
-    crate::run_launcher::submit(
-        &root,
-        &id,
+    let run = crate::run_launcher::RunToSubmit {
+        run_id: &id,
+        workflow: &name,
         args,
-        &state.options.service_dir,
-        super::queue::SERVICE,
-        SubmissionState::Queued,
-    )
-    .map_err(|problem| ActionError::Internal(problem.to_string()))?;
+        cwd: &state.options.service_dir,
+        by: super::queue::SERVICE,
+        state: SubmissionState::Queued,
+    };
+    crate::run_launcher::submit(&root, run).map_err(|problem| ActionError::Internal(problem.to_string()))?;
     state.queue.notify_one();
     Ok(id)
 }

@@ -216,7 +216,10 @@ fn summary(dir: &Path, id: &str) -> RunSummary {
     RunSummary {
         id: id.to_string(),
         status: RunState::of(dir).as_str().to_string(),
-        workflow: manifest.as_ref().map(|manifest| manifest.workflow.clone()),
+        workflow: match &manifest {
+            Some(manifest) => Some(manifest.workflow.clone()),
+            None => submission.as_ref().and_then(Submission::workflow_name),
+        },
         goal: manifest.as_ref().map(|manifest| manifest.goal.clone()).filter(|goal| !goal.is_empty()),
         labels: manifest.as_ref().map(|manifest| manifest.labels.clone()).unwrap_or_default(),
         submitted_at: submission.map(|submission| submission.submitted_at),

@@ -76,7 +76,15 @@ fn card(entry: &RunEntry) -> Card {
     Card {
         id: entry.run_id.clone(),
         state: RunState::of(dir),
-        workflow: manifest.as_ref().map(|m| m.workflow.clone()).unwrap_or_default(),
+        workflow: match &manifest {
+            Some(manifest) => manifest.workflow.clone(),
+            // Queued or starting: the name recorded when it was submitted.
+            None => crate::run_dir::submission::Submission::read(dir)
+                .ok()
+                .flatten()
+                .and_then(|submission| submission.workflow_name())
+                .unwrap_or_default(),
+        },
         goal: manifest.as_ref().map(|m| m.goal.clone()).unwrap_or_default(),
         labels: manifest.as_ref().map(|m| m.labels.clone()).unwrap_or_default(),
         started: manifest.as_ref().map(|m| m.started_at.clone()).unwrap_or_default(),

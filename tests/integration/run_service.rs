@@ -128,6 +128,15 @@ fn runs_submitted_over_the_api_queue_in_order_run_alone_and_can_be_cancelled_and
     let queued: Vec<&str> =
         listed.as_array().unwrap().iter().map(|run| run["id"].as_str().unwrap()).collect();
     assert_eq!(queued, [ids[2].as_str(), ids[1].as_str()], "newest first");
+    assert!(listed.as_array().unwrap().iter().all(|run| run["workflow"] == "gated"), "{listed}");
+    // A workflow sent as text is named by its graph, not by the file the service wrote it to.
+    let pasted = GATED.replacen("digraph gated", "digraph pasted", 1);
+    let (code, answer) =
+        service.call("POST", "/runs", Some(json!({"source": pasted, "inputs": {"n": 9}})), &[]);
+    assert_eq!(code, 202, "{answer}");
+    let pasted_id = answer["id"].as_str().unwrap().to_string();
+    let (_, run) = service.call("GET", &format!("/runs/{pasted_id}"), None, &[]);
+    assert_eq!((run["status"].as_str(), run["workflow"].as_str()), (Some("queued"), Some("pasted")), "{run}");
     // `fabro runs` lists them too, with the running one, before any finished run.
     let listed = common::fabro_in(dir.path(), &["runs"]);
     let table = String::from_utf8_lossy(&listed.stdout);
@@ -135,6 +144,11 @@ fn runs_submitted_over_the_api_queue_in_order_run_alone_and_can_be_cancelled_and
         let row = table.lines().find(|line| line.starts_with(&id[..13])).unwrap_or_else(|| panic!("{table}"));
         assert!(row.contains("gated") && row.contains(status), "{table}");
     }
+    let row =
+        table.lines().find(|line| line.starts_with(&pasted_id[..13])).unwrap_or_else(|| panic!("{table}"));
+    assert!(row.contains("pasted") && row.contains("queued"), "{table}");
+    let (code, _) = service.call("POST", &format!("/runs/{pasted_id}/cancel"), Some(json!({})), &[]);
+    assert_eq!(code, 202);
     // A queued run cancelled never starts.
     let (code, answer) = service.call("POST", &format!("/runs/{}/cancel", ids[2]), Some(json!({})), &[]);
     assert_eq!((code, answer["status"].as_str()), (202, Some("canceled")), "{answer}");
