@@ -202,8 +202,9 @@ fn bench(stages: usize) {
             let at = text.find("language server").unwrap();
             text.insert(at, 'x');
             let edit = fabro::syntax::Edit::replace(at, at, 1);
-            let mut earlier =
-                tree.take().map(|(tree, unseen)| (tree, unseen.map_or(edit, |unseen| unseen.then(edit))));
+            let mut earlier = tree
+                .take()
+                .map(|(tree, unseen)| (tree, Some(unseen.map_or(edit, |unseen| unseen.then(edit)))));
             timed(&mut || {
                 let (analysis, kept) = fabro::lsp::analysis::analyze(path, &text, &loader, earlier.take());
                 std::hint::black_box(&analysis);

@@ -2,7 +2,7 @@
 //! validate` reports for what parses, with recovery past broken statements), the loaded workflow,
 //! and where every node id and attribute is written.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::config_files::ConfigFiles;
@@ -107,14 +107,15 @@ impl Index {
 
 /// Analyses the buffer `text` of the file at `path`, loaded by `loader`. With the tree of the text an earlier
 /// analysis parsed and the region edited since, only the statements the edit touched are parsed
-/// again (when that gives what a whole parse would). Returns the tree parsed, for the next
+/// again (when that gives what a whole parse would; with no region, the tree is the text's).
+/// Returns the tree parsed, for the next
 /// analysis, with the region of `text` it does not show (lines blanked by the recovery from a
 /// syntax error), if any.
 pub fn analyze(
     path: &Path,
     text: &str,
     loader: &Loader,
-    earlier: Option<(SyntaxTree<'static>, Edit)>,
+    earlier: Option<(SyntaxTree<'static>, Option<Edit>)>,
 ) -> (Analysis, Option<(SyntaxTree<'static>, Option<Edit>)>) {
     let load = |parsed: &str, tree: &SyntaxTree<'_>| {
         let source = Arc::new(SourceFile::new(path, parsed));
@@ -129,7 +130,9 @@ pub fn analyze(
         (index, checked, kept)
     };
     let recovered = match earlier {
-        Some((tree, edit)) => syntax::reparse_recovering(tree, edit, text, use_tree),
+        Some((tree, Some(edit))) => syntax::reparse_recovering(tree, edit, text, use_tree),
+        // The text is the one the tree was parsed from (a file it reads changed).
+        Some((tree, None)) => syntax::Recovered { errors: Vec::new(), parsed: Some(use_tree(text, tree)) },
         None => syntax::parse_recovering(text, use_tree),
     };
     let mut findings: Vec<Diagnostic> = recovered
@@ -158,18 +161,33 @@ pub fn analyze(
     (Analysis { findings, checked: Some(checked), index }, kept)
 }
 
-/// The loader `fabro validate` uses for the workflow at `path` when run in `work_dir`: with the
-/// goal and inputs of its settings layers (the user's config file, the project's, the
-/// `workflow.toml` beside it). An error in them is a finding of rule `settings`, as `fabro
-/// validate` reports it, and the workflow is loaded without them.
-pub fn loader_for(work_dir: &Path, path: &Path) -> (Loader, Option<Diagnostic>) {
+/// What the settings layers make of a buffer, as `fabro validate` reads them.
+pub struct BufferSettings {
+    /// A loader with the goal and inputs of the layers.
+    pub loader: Loader,
+    /// A mistake in them: a finding of rule `settings`, as `fabro validate` reports it (the
+    /// workflow is then loaded without them).
+    pub error: Option<Diagnostic>,
+    /// The layers' files (there or not): a change to one changes the findings.
+    pub files: Vec<PathBuf>,
+}
+
+/// The settings layers of the workflow at `path` when run in `work_dir`: the user's config file,
+/// the project's, the `workflow.toml` (and `fabro.toml`) beside it.
+pub fn settings_for(work_dir: &Path, path: &Path) -> BufferSettings {
     let sources = run_settings::Sources::for_run(work_dir, Some(path), None);
+    let files = [&sources.user, &sources.project, &sources.workflow, &sources.workflow_hooks];
+    let files = files.into_iter().flatten().cloned().collect();
     match run_settings::load(&sources, &ConfigFiles::from_disk()) {
         Ok(settings) => {
             let inputs = settings.inputs.as_ref().map(|set| set.value.clone()).unwrap_or_default();
-            (settings.loader(inputs), None)
+            BufferSettings { loader: settings.loader(inputs), error: None, files }
         }
-        Err(error) => (Loader::new(), Some(Diagnostic::error("settings", error.to_string()))),
+        Err(error) => BufferSettings {
+            loader: Loader::new(),
+            error: Some(Diagnostic::error("settings", error.to_string())),
+            files,
+        },
     }
 }
 

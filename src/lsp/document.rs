@@ -28,13 +28,26 @@ pub struct Document {
     /// since, or blanked by the recovery from a syntax error): what the next analysis parses
     /// again instead of the whole text.
     pub parsed: Option<(SyntaxTree<'static>, Option<Edit>)>,
+    /// The files the last analysis read besides the buffer (prompt files, child workflows, the
+    /// settings layers, there or not): a change to one is a reason to analyse it again.
+    pub reads: Vec<PathBuf>,
 }
 
 impl Document {
     pub fn new(uri: Url, version: i32, text: String) -> Self {
         let path = path_of(&uri);
         let lines = line_starts(&text);
-        Document { uri, path, version, text, lines, analysis: None, last_loaded: None, parsed: None }
+        Document {
+            uri,
+            path,
+            version,
+            text,
+            lines,
+            analysis: None,
+            last_loaded: None,
+            parsed: None,
+            reads: Vec::new(),
+        }
     }
 
     /// Applies the editor's changes in order (whole-text or ranged).

@@ -110,6 +110,11 @@ pub fn serve(connection: Connection) -> Result<(), LspError> {
         Err(error) => return Err(error.into()),
     };
     let client_pid = params.get("processId").and_then(serde_json::Value::as_u64);
+    if let Some(request) = watch_files_request(&params) {
+        connection.sender.send(Message::Request(request)).map_err(|_| {
+            std::io::Error::new(std::io::ErrorKind::BrokenPipe, "the client went away during the handshake")
+        })?;
+    }
     let mut server =
         Server::new(workspace_root(&params).unwrap_or_else(|| std::env::current_dir().unwrap_or_default()));
     let mut last_check = Instant::now();
@@ -162,6 +167,32 @@ fn workspace_root(params: &serde_json::Value) -> Option<std::path::PathBuf> {
         .or_else(|| params.get("rootPath").and_then(serde_json::Value::as_str).map(std::path::PathBuf::from))
 }
 
+/// When the client can watch files for the server (dynamic registration), the request that asks
+/// it to report every file of the workspace that changes: a buffer is analysed again when a file
+/// it reads (a prompt file, a child workflow, a settings layer) changes.
+fn watch_files_request(params: &serde_json::Value) -> Option<Request> {
+    let watched = &params["capabilities"]["workspace"]["didChangeWatchedFiles"]["dynamicRegistration"];
+    if watched != &serde_json::Value::Bool(true) {
+        return None;
+    }
+    let watcher = lsp_types::FileSystemWatcher {
+        glob_pattern: lsp_types::GlobPattern::String("**/*".into()),
+        kind: None,
+    };
+    let options = lsp_types::DidChangeWatchedFilesRegistrationOptions { watchers: vec![watcher] };
+    let registration = lsp_types::Registration {
+        id: "fabro-watched-files".to_string(),
+        method: notifications::DidChangeWatchedFiles::METHOD.to_string(),
+        register_options: serde_json::to_value(options).ok(),
+    };
+    let params = lsp_types::RegistrationParams { registrations: vec![registration] };
+    Some(Request {
+        id: RequestId::from("fabro-watch-files".to_string()),
+        method: requests::RegisterCapability::METHOD.to_string(),
+        params: serde_json::to_value(params).ok()?,
+    })
+}
+
 fn process_exists(pid: u64) -> bool {
     let Ok(pid) = libc::pid_t::try_from(pid) else { return true };
     // SAFETY: kill with signal 0 sends nothing; it only asks whether the process exists.
@@ -209,18 +240,23 @@ impl Server {
         if document.analysis.is_some() {
             return None;
         }
-        let earlier = document.parsed.take().and_then(|(tree, edit)| Some((tree, edit?)));
+        let earlier = document.parsed.take();
         let work_dir = &self.work_dir;
         let analysed = guarded(AssertUnwindSafe(|| {
             // Read at every analysis: a change to a settings file shows at the next keystroke.
-            let (loader, settings_error) = analysis::loader_for(work_dir, &document.path);
-            let (mut analysis, tree) = analysis::analyze(&document.path, &document.text, &loader, earlier);
-            analysis.findings.extend(settings_error);
-            (analysis, tree)
+            let settings = analysis::settings_for(work_dir, &document.path);
+            let (mut analysis, tree) =
+                analysis::analyze(&document.path, &document.text, &settings.loader, earlier);
+            analysis.findings.extend(settings.error);
+            let base = document.path.parent().map(std::path::Path::to_path_buf).unwrap_or_default();
+            let mut reads = settings.files;
+            reads.extend(navigation::linked_files(&analysis, &base).into_iter().map(|(_, path)| path));
+            (analysis, tree, reads)
         }));
         let analysis = match analysed {
-            Ok((analysis, tree)) => {
+            Ok((analysis, tree, reads)) => {
                 document.parsed = tree;
+                document.reads = reads;
                 Arc::new(analysis)
             }
             Err(message) => Arc::new(Analysis {
@@ -273,6 +309,23 @@ impl Server {
                 if let Some(document) = self.documents.get_mut(&uri) {
                     document.apply(params.text_document.version, params.content_changes);
                     self.due.insert(uri, Instant::now() + DEBOUNCE);
+                }
+                Vec::new()
+            }
+            notifications::DidChangeWatchedFiles::METHOD => {
+                let Some(params) = parse::<lsp_types::DidChangeWatchedFilesParams>(notification.params)
+                else {
+                    return Vec::new();
+                };
+                let changed: Vec<std::path::PathBuf> =
+                    params.changes.iter().filter_map(|change| change.uri.to_file_path().ok()).collect();
+                // A buffer whose findings come from a changed file (a prompt file, a child
+                // workflow, a settings layer) is analysed again, its text unchanged.
+                for (uri, document) in &mut self.documents {
+                    if document.reads.iter().any(|read| changed.contains(read)) {
+                        document.analysis = None;
+                        self.due.insert(uri.clone(), Instant::now() + DEBOUNCE);
+                    }
                 }
                 Vec::new()
             }

@@ -301,3 +301,44 @@ fn the_settings_layers_beside_the_buffer_give_their_inputs_and_their_mistakes() 
         "{found:?}"
     );
 }
+
+#[test]
+fn a_change_to_a_file_the_buffer_reads_analyses_it_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let uri = Url::from_file_path(dir.path().join("w.dot")).unwrap();
+    let text = "digraph w {\n  start [shape=Mdiamond]\n  exit [shape=Msquare]\n  plan [prompt=\"@plan.md\"]\n  start -> plan -> exit\n}\n";
+    let mut server = Server::new(dir.path().to_path_buf());
+    let opened = open_at(&mut server, uri.as_str(), 1, text);
+    let rules = |diagnostics: Value| -> Vec<String> {
+        diagnostics.as_array().unwrap().iter().map(|d| d["code"].as_str().unwrap().to_string()).collect()
+    };
+    let missing = rules(published_diagnostics(&opened, 1));
+    assert!(!missing.is_empty(), "the prompt file is missing");
+    let changed = |server: &mut Server, name: &str| {
+        let file = Url::from_file_path(dir.path().join(name)).unwrap();
+        server.notification(Notification::new(
+            "workspace/didChangeWatchedFiles".to_string(),
+            json!({ "changes": [{ "uri": file, "type": 1 }] }),
+        ));
+        std::thread::sleep(DEBOUNCE + Duration::from_millis(20));
+        server.publish_due()
+    };
+    std::fs::write(dir.path().join("notes.md"), "unrelated").unwrap();
+    assert!(changed(&mut server, "notes.md").is_empty(), "a file the buffer does not read");
+    std::fs::write(dir.path().join("plan.md"), "Plan the work.").unwrap();
+    let published = changed(&mut server, "plan.md");
+    let now = rules(published_diagnostics(&published, 1));
+    assert!(now.len() < missing.len(), "{missing:?} -> {now:?}");
+    std::fs::write(dir.path().join("workflow.toml"), "[run]\ngaol = 1\n").unwrap();
+    let published = changed(&mut server, "workflow.toml");
+    assert!(rules(published_diagnostics(&published, 1)).contains(&"settings".to_string()));
+}
+
+#[test]
+fn a_client_that_can_watch_files_is_asked_to() {
+    let params = json!({ "capabilities": { "workspace": { "didChangeWatchedFiles": { "dynamicRegistration": true } } } });
+    let request = watch_files_request(&params).expect("asked");
+    assert_eq!(request.method, "client/registerCapability");
+    assert_eq!(request.params["registrations"][0]["method"], "workspace/didChangeWatchedFiles");
+    assert!(watch_files_request(&json!({ "capabilities": {} })).is_none());
+}

@@ -10,7 +10,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use crate::common::{fabro_bin, fabro_in};
 
@@ -244,4 +244,15 @@ fn lsp_exits_when_the_client_is_gone() {
     let result = scenario("client_gone", dir.path());
     assert_eq!(result["exit_code"], 0, "{result}");
     assert!(result["seconds"].as_f64().unwrap() < 5.0, "{result}");
+}
+
+#[test]
+fn lsp_asks_a_client_that_watches_files_and_analyses_again_when_a_file_it_reads_changes() {
+    let dir = project(WORKFLOW, CHILD);
+    let result = scenario("watched_files", dir.path());
+    assert_eq!(result["registered"], json!(["workspace/didChangeWatchedFiles"]), "{result}");
+    assert_eq!(result["watchers"], json!(["**/*"]), "{result}");
+    let settings_found = |key: &str| result[key].as_array().unwrap().iter().any(|code| code == "settings");
+    assert!(!settings_found("before") && settings_found("after"), "{result}");
+    assert!(result["settings_message"].as_str().unwrap().contains("unknown key `gaol`"), "{result}");
 }

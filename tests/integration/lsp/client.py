@@ -58,18 +58,24 @@ class Session:
         self.client = LanguageClient("fabro-lsp-test", "1")
         self.published = []
         self.changed = asyncio.Event()
+        self.registrations = []
 
         @self.client.feature(t.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)
         def on_diagnostics(params):
             self.published.append(params)
             self.changed.set()
 
-    async def start(self):
+        @self.client.feature(t.CLIENT_REGISTER_CAPABILITY)
+        def on_register(params):
+            self.registrations.extend(params.registrations)
+            return None
+
+    async def start(self, capabilities=None):
         await self.client.start_io(self.fabro, "lsp", "--stdio")
         result = await asyncio.wait_for(
             self.client.initialize_async(
                 t.InitializeParams(
-                    capabilities=t.ClientCapabilities(),
+                    capabilities=capabilities or t.ClientCapabilities(),
                     process_id=os.getpid(),
                     root_uri="file://" + os.path.dirname(self.path),
                 )
@@ -84,11 +90,12 @@ class Session:
         )
         return result
 
-    async def diagnostics(self, version):
-        """The diagnostics published for `version` of the buffer (waits for them)."""
+    async def diagnostics(self, version, after=0):
+        """The diagnostics published for `version` of the buffer, the last of those published
+        after the first `after` publications (waits for them)."""
         deadline = time.monotonic() + TIMEOUT
         while True:
-            for params in reversed(self.published):
+            for params in reversed(self.published[after:]):
                 if params.uri == self.uri and params.version == version:
                     return params.diagnostics
             self.changed.clear()
@@ -269,6 +276,34 @@ async def garbage(session):
     return {"alive": True}
 
 
+WATCHING = t.ClientCapabilities(
+    workspace=t.WorkspaceClientCapabilities(
+        did_change_watched_files=t.DidChangeWatchedFilesClientCapabilities(dynamic_registration=True)
+    )
+)
+
+
+async def watched_files(session):
+    """A client that watches files for the server: a settings layer written beside the workflow
+    (reported changed as the client would) is in the buffer's findings, the buffer unchanged."""
+    before = [d.code for d in await session.diagnostics(1)]
+    published = len(session.published)
+    layer = os.path.join(os.path.dirname(session.path), "workflow.toml")
+    with open(layer, "w") as file:
+        file.write("[run]\ngaol = \"Ship it\"\n")
+    session.client.workspace_did_change_watched_files(
+        t.DidChangeWatchedFilesParams(changes=[t.FileEvent(uri="file://" + layer, type=t.FileChangeType.Created)])
+    )
+    after = await session.diagnostics(1, after=published)
+    return {
+        "registered": [r.method for r in session.registrations],
+        "watchers": [w["globPattern"] for r in session.registrations for w in (r.register_options or {}).get("watchers", [])],
+        "before": before,
+        "after": [d.code for d in after],
+        "settings_message": next((d.message for d in after if d.code == "settings"), None),
+    }
+
+
 SCENARIOS = {
     "diagnostics": diagnostics,
     "quick_fix": quick_fix,
@@ -277,6 +312,7 @@ SCENARIOS = {
     "navigate": navigate,
     "format": format_document,
     "garbage": garbage,
+    "watched_files": watched_files,
 }
 
 
@@ -292,7 +328,7 @@ async def main(scenario, fabro, path):
         code = server.wait(timeout=TIMEOUT)
         return {"exit_code": code, "seconds": time.monotonic() - started}
     session = Session(fabro, path)
-    initialized = await session.start()
+    initialized = await session.start(WATCHING if scenario == "watched_files" else None)
     result = await SCENARIOS[scenario](session)
     result["server_name"] = initialized.server_info.name if initialized.server_info else None
     result["exit_code"] = await session.stop()
