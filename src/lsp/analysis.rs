@@ -105,12 +105,11 @@ impl Index {
     }
 }
 
-/// Analyses the buffer `text` of the file at `path`, loaded by `loader`. With the tree of the text an earlier
-/// analysis parsed and the region edited since, only the statements the edit touched are parsed
-/// again (when that gives what a whole parse would; with no region, the tree is the text's).
-/// Returns the tree parsed, for the next
-/// analysis, with the region of `text` it does not show (lines blanked by the recovery from a
-/// syntax error), if any.
+/// Analyses the buffer `text` of the file at `path`, loaded by `loader`. `earlier` is the tree an
+/// earlier analysis parsed and the region edited since (none: the text is the tree's): only the
+/// statements that region touched are parsed again, when that gives what a whole parse would.
+/// Returns, for the next analysis, the tree parsed and the region of `text` it does not show
+/// (lines the recovery from a syntax error blanked), if any.
 pub fn analyze(
     path: &Path,
     text: &str,
@@ -124,9 +123,10 @@ pub fn analyze(
     let use_tree = |patched: &str, tree: SyntaxTree<'_>| {
         let (index, checked) = load(patched, &tree);
         // The tree is kept for the next edit, with the lines the recovery blanked (if it did) as
-        // edited: the next analysis parses them again.
-        let blanked = (patched.len() == text.len()).then(|| syntax::changed_region(text, patched));
-        let kept = blanked.map(|blanked| (tree.into_owned(), blanked));
+        // edited: the next analysis parses them again. A tree of a text the recovery closed with
+        // a brace is not.
+        let same_length = patched.len() == text.len();
+        let kept = same_length.then(|| (tree.into_owned(), syntax::changed_region(text, patched)));
         (index, checked, kept)
     };
     let recovered = match earlier {

@@ -111,9 +111,9 @@ pub fn serve(connection: Connection) -> Result<(), LspError> {
     };
     let client_pid = params.get("processId").and_then(serde_json::Value::as_u64);
     if let Some(request) = watch_files_request(&params) {
-        connection.sender.send(Message::Request(request)).map_err(|_| {
-            std::io::Error::new(std::io::ErrorKind::BrokenPipe, "the client went away during the handshake")
-        })?;
+        if connection.sender.send(Message::Request(request)).is_err() {
+            return Ok(()); // the client went away after the handshake
+        }
     }
     let mut server =
         Server::new(workspace_root(&params).unwrap_or_else(|| std::env::current_dir().unwrap_or_default()));

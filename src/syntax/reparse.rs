@@ -55,7 +55,7 @@ fn reparse_window(tree: &mut SyntaxTree<'static>, text: &str, edit: Edit) -> Opt
     // whole parse.
     let moved = |old: usize| old - edit.old_end + edit.new_end;
     let starts_line = |old: usize| {
-        let before = text[..moved(old)].rsplit_once('\n').map(|(_, line)| line);
+        let before = text.get(..moved(old)).and_then(|text| text.rsplit_once('\n')).map(|(_, line)| line);
         before.is_some_and(|line| line.bytes().all(|byte| matches!(byte, b' ' | b'\t' | b'\r')))
     };
     let mut after = starts.partition_point(|&start| start <= edit.old_end);
