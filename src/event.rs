@@ -175,7 +175,8 @@ pub enum Event {
         duration_ms: u64,
         exit_code: Option<i32>,
         http_status: Option<u16>,
-        /// What a deciding hook answered: `allow`, `block`, `modify` (pre_tool_use), `note`.
+        /// What a hook answered: a lifecycle hook `proceed`, `skip`, `override`; a tool-call
+        /// hook `allow`, `block`, `modify` (pre_tool_use), `note`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         decision: Option<String>,
     },

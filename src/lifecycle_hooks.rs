@@ -3,9 +3,10 @@
 //! configuration), each a shell command or an HTTP POST told about one kind of moment of a run (its
 //! start and end, a pause, a stage's start and end, a human gate waiting). Loading checks every
 //! entry (event names, URLs, `when` conditions) before a run starts; firing runs the hooks of one
-//! moment in order and says whether a blocking one vetoed it.
+//! moment in order and says whether a blocking one vetoed it, or answered that its stage be
+//! skipped or the run go elsewhere ([`HookDecision`]).
 //!
-//! This module never decides what a veto does to the run (the engine fails the stage or the run)
+//! This module never decides what a veto or a decision does to the run (the engine does)
 //! and never fails on its own: a hook that cannot run is a failed hook, reported to the caller.
 
 use std::path::{Path, PathBuf};
@@ -293,12 +294,15 @@ impl LifecycleHooks {
     }
 
     /// Runs the hooks of `firing.payload.event` whose `when` holds, in order, telling `report`
-    /// how each went. A blocking hook that fails stops there: the veto says why.
+    /// how each went. A blocking hook that fails (or answers `block`) stops there: the veto says
+    /// why. Otherwise the first blocking hook that answered `skip` or `override` decides, if one
+    /// did (a block by a later one still wins).
     pub async fn fire(
         &self,
         firing: &Firing<'_>,
         report: &mut (dyn FnMut(HookReport) + Send),
-    ) -> Result<(), Veto> {
+    ) -> Result<Option<Directive>, Veto> {
+        let mut directive = None;
         for hook in self.hooks.iter().filter(|hook| hook.event == firing.payload.event) {
             if hook.when.as_ref().is_some_and(|when| !firing.holds(when))
                 || hook.matcher.as_ref().is_some_and(|matcher| !firing.payload.matched_by(matcher))
@@ -309,6 +313,10 @@ impl LifecycleHooks {
             let result = hook.run(firing).await;
             let duration_ms = clock.elapsed().as_millis() as u64;
             let failed = result.failure.clone();
+            let decided = result.decision.clone().filter(|decision| *decision != HookDecision::Proceed);
+            if let (true, None, Some(decision)) = (hook.blocking, &directive, decided) {
+                directive = Some(Directive { hook: hook.name.clone(), decision });
+            }
             report(HookReport {
                 hook: hook.name.clone(),
                 event: hook.event,
@@ -320,7 +328,7 @@ impl LifecycleHooks {
                 return Err(Veto { hook: hook.name.clone(), message });
             }
         }
-        Ok(())
+        Ok(directive)
     }
 }
 
@@ -657,12 +665,80 @@ pub struct HookReport {
     pub result: HookResult,
 }
 
-/// What a hook answered: an exit code, an HTTP status, and why it failed if it did.
+/// What a hook answered: an exit code, an HTTP status, the decision it printed (if any), and why
+/// it failed if it did (a `block` decision is a failure).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct HookResult {
     pub exit_code: Option<i32>,
     pub http_status: Option<u16>,
+    pub decision: Option<HookDecision>,
     pub failure: Option<String>,
+}
+
+/// What a hook decided about the moment it was told of, answered as JSON (a command's stdout, an
+/// HTTP hook's 2xx body): `{"decision": "proceed" | "skip" | "block" | "override", "reason",
+/// "edge_to"}`, as Fabro's hooks answer. Only a blocking hook's decision changes the run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HookDecision {
+    Proceed,
+    /// stage_start: the stage does not run; it ends `skipped` and the run goes on from it.
+    Skip {
+        reason: Option<String>,
+    },
+    /// stage_start or edge_selected: the run goes to this node instead (of the stage about to
+    /// start, or of the chosen edge's target).
+    Override {
+        to: String,
+        reason: Option<String>,
+    },
+}
+
+impl HookDecision {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            HookDecision::Proceed => "proceed",
+            HookDecision::Skip { .. } => "skip",
+            HookDecision::Override { .. } => "override",
+        }
+    }
+
+    /// The decision printed as `text`, for a hook of `event`: `None` when the text is not a JSON
+    /// object with a `decision`; `Err` (why the hook fails) for `block` and for a decision that
+    /// does not apply to the moment.
+    fn parse(text: &str, event: HookEvent) -> Option<Result<HookDecision, String>> {
+        let Ok(serde_json::Value::Object(object)) = serde_json::from_str(text.trim()) else { return None };
+        let decision = object.get("decision")?.as_str().unwrap_or_default().to_string();
+        let text_of = |key: &str| {
+            object.get(key).and_then(serde_json::Value::as_str).map(str::trim).filter(|text| !text.is_empty())
+        };
+        let reason = text_of("reason").map(str::to_string);
+        Some(match decision.as_str() {
+            "proceed" | "allow" => Ok(HookDecision::Proceed),
+            "block" => Err(format!("blocked: {}", reason.as_deref().unwrap_or("no reason given"))),
+            "skip" if event == HookEvent::StageStart => Ok(HookDecision::Skip { reason }),
+            "override" if matches!(event, HookEvent::StageStart | HookEvent::EdgeSelected) => {
+                match text_of("edge_to") {
+                    Some(to) => Ok(HookDecision::Override { to: to.to_string(), reason }),
+                    None => Err("the hook answered `override` without `edge_to` (the node to go to)".to_string()),
+                }
+            }
+            "skip" | "override" => Err(format!(
+                "the hook answered `{decision}` at {}: only a stage_start hook skips its stage, and only \
+                 stage_start and edge_selected hooks override where the run goes",
+                event.as_str()
+            )),
+            other => Err(format!(
+                "the hook answered the decision `{other}`; a lifecycle hook answers proceed, skip, block or override"
+            )),
+        })
+    }
+}
+
+/// What the blocking hooks of a moment decided, when not to go on as planned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Directive {
+    pub hook: String,
+    pub decision: HookDecision,
 }
 
 /// A blocking hook said no.
@@ -698,6 +774,17 @@ impl LifecycleHook {
         match run_collected(process, Some(json), self.timeout).await {
             Ok(ran) => {
                 let exit_code = ran.status.as_ref().ok().and_then(|status| status.code());
+                // Exit 0 or 2 with a JSON decision on stdout: the decision, whatever the code.
+                let printed = matches!(exit_code, Some(0 | 2))
+                    .then(|| HookDecision::parse(&String::from_utf8_lossy(&ran.out), self.event))
+                    .flatten();
+                if let Some(printed) = printed {
+                    let (decision, failure) = match printed {
+                        Ok(decision) => (Some(decision), None),
+                        Err(failure) => (None, Some(failure)),
+                    };
+                    return HookResult { exit_code, http_status: None, decision, failure };
+                }
                 let failure = match &ran.status {
                     Ok(status) if status.success() => None,
                     Ok(status) => {
@@ -715,7 +802,7 @@ impl LifecycleHook {
                     }
                     Err(error) => Some(format!("cannot wait for the command: {error}")),
                 };
-                HookResult { exit_code, http_status: None, failure }
+                HookResult { exit_code, http_status: None, decision: None, failure }
             }
             Err(Unfinished::NotStarted(error)) => HookResult {
                 failure: Some(format!("cannot start the command: {error}")),
@@ -735,8 +822,21 @@ impl LifecycleHook {
         match tool_hooks::post_json(url, json, self.timeout).await {
             Ok(response) => {
                 let status = response.status();
-                let failure = (!status.is_success()).then(|| format!("POST {url} answered {status}"));
-                HookResult { exit_code: None, http_status: Some(status.as_u16()), failure }
+                let http_status = Some(status.as_u16());
+                if !status.is_success() {
+                    let failure = Some(format!("POST {url} answered {status}"));
+                    return HookResult { http_status, failure, ..HookResult::default() };
+                }
+                let body = response.text().await.unwrap_or_default();
+                match HookDecision::parse(&body, self.event) {
+                    Some(Ok(decision)) => {
+                        HookResult { http_status, decision: Some(decision), ..HookResult::default() }
+                    }
+                    Some(Err(failure)) => {
+                        HookResult { http_status, failure: Some(failure), ..HookResult::default() }
+                    }
+                    None => HookResult { http_status, ..HookResult::default() },
+                }
             }
             Err(failure) => HookResult { failure: Some(failure), ..HookResult::default() },
         }
@@ -850,6 +950,33 @@ mod tests {
         let text = "event = \"run_start\"\ntype = \"command\"\ncommand = \"true\"\nwhen = \"outcome=\"";
         let HookEntryError::BadWhen { offset, .. } = entry(text).unwrap_err() else { panic!("not BadWhen") };
         assert_eq!(offset, 8);
+    }
+
+    #[test]
+    fn decisions_are_read_as_fabro_writes_them_and_only_where_they_apply() {
+        let at = |text: &str, event| HookDecision::parse(text, event);
+        assert_eq!(at("plain output", HookEvent::StageStart), None);
+        assert_eq!(at(r#"{"note": "no decision"}"#, HookEvent::StageStart), None);
+        assert_eq!(at(r#"{"decision": "proceed"}"#, HookEvent::RunStart), Some(Ok(HookDecision::Proceed)));
+        assert_eq!(
+            at(r#" {"decision": "skip", "reason": "off in CI"} "#, HookEvent::StageStart),
+            Some(Ok(HookDecision::Skip { reason: Some("off in CI".into()) }))
+        );
+        assert_eq!(
+            at(r#"{"decision": "override", "edge_to": "fix"}"#, HookEvent::EdgeSelected),
+            Some(Ok(HookDecision::Override { to: "fix".into(), reason: None }))
+        );
+        assert_eq!(
+            at(r#"{"decision": "block"}"#, HookEvent::StageStart),
+            Some(Err("blocked: no reason given".into()))
+        );
+        let refused = |text: &str, event| at(text, event).and_then(Result::err).unwrap_or_default();
+        assert!(refused(r#"{"decision": "override"}"#, HookEvent::StageStart).contains("without `edge_to`"));
+        assert!(
+            refused(r#"{"decision": "skip"}"#, HookEvent::RunStart).contains("only a stage_start hook skips")
+        );
+        assert!(refused(r#"{"decision": "maybe"}"#, HookEvent::StageStart)
+            .contains("proceed, skip, block or override"));
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::path::Path;
 use super::walker::Walker;
 use crate::event::Event;
 use crate::graph::{HandlerType, Node};
-use crate::lifecycle_hooks::{Firing, HookEvent, HookPayload, HookReport, Veto};
+use crate::lifecycle_hooks::{Directive, Firing, HookEvent, HookPayload, HookReport, Veto};
 use crate::outcome::{Outcome, StageStatus};
 use crate::run_status::RunStatus;
 
@@ -43,18 +43,20 @@ impl Walker<'_> {
             HookEvent::RunPaused => payload.reason = reason.map(str::to_string),
             _ => payload.failure_reason = reason.map(str::to_string),
         }
-        self.fire(payload, None, None, None).await
+        self.fire(payload, None, None, None).await.map(|_| ())
     }
 
-    /// Fires a stage moment's hooks: stage_start (which a blocking hook can veto), and for a
-    /// human gate gate_waiting; `outcome` for the ends (stage_complete, stage_failed).
+    /// Fires a stage moment's hooks: stage_start (which a blocking hook can veto, skip or send
+    /// elsewhere), and for a human gate gate_waiting; `outcome` for the ends (stage_complete,
+    /// stage_failed).
     pub async fn fire_stage_hooks(
         &self,
         node: &Node,
         visit: u32,
         stage_dir: &Path,
         outcome: Option<&Outcome>,
-    ) -> Result<(), Veto> {
+    ) -> Result<Option<Directive>, Veto> {
+        let mut directive = None;
         let event = match outcome.map(|outcome| outcome.status) {
             None => HookEvent::StageStart,
             Some(StageStatus::Fail) => HookEvent::StageFailed,
@@ -66,7 +68,7 @@ impl Walker<'_> {
                 payload.outcome = Some(outcome.status.as_str().to_string());
                 payload.failure_reason = outcome.failure_reason.clone();
             }
-            self.fire(payload, Some(node), Some(stage_dir), outcome).await?;
+            directive = self.fire(payload, Some(node), Some(stage_dir), outcome).await?;
         }
         if event == HookEvent::StageStart
             && node.handler_type() == HandlerType::Human
@@ -80,7 +82,7 @@ impl Walker<'_> {
             );
             self.fire(payload, Some(node), Some(stage_dir), None).await?;
         }
-        Ok(())
+        Ok(directive)
     }
 
     /// Fires stage_retrying: a failed attempt of `node` is about to run again.
@@ -103,16 +105,16 @@ impl Walker<'_> {
     }
 
     /// Fires edge_selected for the edge from `node` to `to` the run is about to cross; a
-    /// blocking hook's veto says why it must not.
+    /// blocking hook's veto says why it must not, its override where to go instead.
     pub async fn fire_edge_selected(
         &self,
         node: &Node,
         visit: u32,
         to: &str,
         label: Option<&str>,
-    ) -> Result<(), Veto> {
+    ) -> Result<Option<Directive>, Veto> {
         if !self.hooks_fire(HookEvent::EdgeSelected) {
-            return Ok(());
+            return Ok(None);
         }
         let mut payload = self.stage_payload(HookEvent::EdgeSelected, node, visit);
         payload.edge_from = Some(node.id.clone());
@@ -161,7 +163,7 @@ impl Walker<'_> {
         node: Option<&Node>,
         stage_dir: Option<&Path>,
         outcome: Option<&Outcome>,
-    ) -> Result<(), Veto> {
+    ) -> Result<Option<Directive>, Veto> {
         let scope = &self.scope;
         let options = scope.options;
         // Commands of a stage that runs programs run where its programs run.
@@ -205,7 +207,7 @@ fn hook_event(report: HookReport) -> Event {
             duration_ms,
             exit_code: result.exit_code,
             http_status: result.http_status,
-            decision: None,
+            decision: result.decision.map(|decision| decision.as_str().to_string()),
         },
         Some(message) => Event::HookFailed {
             hook,

@@ -27,6 +27,7 @@ use crate::context::Context;
 use crate::event::{Event, SelectedEdge};
 use crate::event_log::now_rfc3339;
 use crate::graph::{EdgeRef, HandlerType, Node, Workflow};
+use crate::lifecycle_hooks::{Directive, HookDecision};
 use crate::outcome::{FailureClass, Outcome, Pause, PauseKind, StageStatus};
 use crate::run_dir::layout;
 use crate::run_dir::stage_summary::StageSummary;
@@ -252,20 +253,28 @@ impl<'e> Walker<'e> {
             scope.events.flush();
         }
         // Routing stages (start, exit, conditional) are not stages a hook hears of.
-        let veto = match keeps_files {
-            true => self.fire_stage_hooks(node, visit, &stage_dir, None).await.err(),
-            false => None,
+        let heard = match keeps_files {
+            true => self.fire_stage_hooks(node, visit, &stage_dir, None).await,
+            false => Ok(None),
         };
         let started_at = now_rfc3339();
         let clock = Instant::now();
-        let end = match (veto, node.handler_type()) {
+        let mut sent_to = None;
+        let end = match (heard, node.handler_type()) {
             // A blocking hook's veto fails the stage: its failure routing applies.
-            (Some(veto), _) => StageEnd::Done {
+            (Err(veto), _) => StageEnd::Done {
                 outcome: Outcome::fail(veto.to_string()).with_class(FailureClass::Structural),
                 attempts: 1,
             },
-            (None, HandlerType::Parallel) => super::parallel::run(self, index, visit).await,
-            (None, _) => self.run_stage(node, visit, &stage_dir).await,
+            // A blocking hook's skip or override: the stage does not run.
+            (Ok(Some(directive)), _) => {
+                if let HookDecision::Override { to, .. } = &directive.decision {
+                    sent_to = Some(to.clone());
+                }
+                StageEnd::Done { outcome: skipped_by_hook(&directive), attempts: 0 }
+            }
+            (Ok(None), HandlerType::Parallel) => super::parallel::run(self, index, visit).await,
+            (Ok(None), _) => self.run_stage(node, visit, &stage_dir).await,
         };
         let (mut outcome, attempts) = match end {
             StageEnd::Done { outcome, attempts } => (outcome, attempts),
@@ -308,9 +317,10 @@ impl<'e> Walker<'e> {
                 _ => Step::Finish(RunStatus::Succeeded, None),
             };
         }
-        let step = match self.circuit_breaker(node, visit, &outcome) {
-            Some(reason) => Step::Finish(RunStatus::Failed, Some(reason)),
-            None => self.next_step(index, &outcome),
+        let step = match (self.circuit_breaker(node, visit, &outcome), &sent_to) {
+            (Some(reason), _) => Step::Finish(RunStatus::Failed, Some(reason)),
+            (None, Some(to)) => self.step_to(node, to, "stage_start"),
+            (None, None) => self.next_step(index, &outcome),
         };
         let next_id = match &step {
             Step::Next(next) | Step::Restart(next) => Some(workflow.node_at(*next).id.as_str()),
@@ -328,13 +338,30 @@ impl<'e> Walker<'e> {
         if checkpointed {
             self.fire_checkpoint_saved(node, visit).await;
         }
+        let mut step = step;
         if let Step::Next(next) | Step::Restart(next) = &step {
             let label = self.entered_by.and_then(|edge| workflow.graph()[edge].label());
             let to = &workflow.node_at(*next).id;
-            if let Err(veto) = self.fire_edge_selected(node, visit, to, label).await {
-                let reason = format!("edge `{}` -> `{to}` not crossed: {veto}", node.id);
-                self.last_outcome = Some(outcome);
-                return Step::Finish(RunStatus::Failed, Some(reason));
+            match self.fire_edge_selected(node, visit, to, label).await {
+                Err(veto) => {
+                    let reason = format!("edge `{}` -> `{to}` not crossed: {veto}", node.id);
+                    self.last_outcome = Some(outcome);
+                    return Step::Finish(RunStatus::Failed, Some(reason));
+                }
+                // A blocking hook sends the run elsewhere: the checkpoint says where, again.
+                Ok(Some(Directive { decision: HookDecision::Override { to, .. }, .. })) => {
+                    step = self.step_to(node, &to, "edge_selected");
+                    if let Step::Next(next) = &step {
+                        let next_id = workflow.node_at(*next).id.clone();
+                        if let Err(error) = self.save_checkpoint(RunStatus::Running, &node.id, Some(&next_id))
+                        {
+                            if self.is_main() {
+                                return self.pause_undurable(node, visit, &error);
+                            }
+                        }
+                    }
+                }
+                Ok(_) => {}
             }
         }
         if let Step::Next(next) = &step {
@@ -350,6 +377,28 @@ impl<'e> Walker<'e> {
         }
         self.last_outcome = Some(outcome);
         step
+    }
+
+    /// The step to `to`, where a blocking hook of `moment` sent the run from `node`: a node of
+    /// the workflow, else the run fails naming it.
+    fn step_to(&self, node: &Node, to: &str, moment: &str) -> Step {
+        let workflow = self.scope.workflow;
+        match workflow.index_of(to) {
+            Some(next) => Step::Next(next),
+            None => {
+                let ids = workflow.nodes().map(|node| node.id.as_str());
+                let hint = crate::diagnostic::did_you_mean(to, ids)
+                    .map(|near| format!(" (did you mean `{near}`?)"))
+                    .unwrap_or_default();
+                Step::Finish(
+                    RunStatus::Failed,
+                    Some(format!(
+                        "a {moment} hook at `{}` sent the run to `{to}`, which is no stage of this workflow{hint}",
+                        node.id
+                    )),
+                )
+            }
+        }
     }
 
     /// Step mode (main line): asks the reviewer about the stage that just ended. A note waits in
@@ -1119,4 +1168,16 @@ async fn stalled(
             return since.elapsed();
         }
     }
+}
+
+/// The outcome of a stage a blocking lifecycle hook kept from running (`skip`, or `override`
+/// elsewhere): skipped, with the hook and its reason in the notes.
+fn skipped_by_hook(directive: &Directive) -> Outcome {
+    let (what, reason) = match &directive.decision {
+        HookDecision::Override { to, reason } => (format!("sent the run to `{to}`"), reason),
+        HookDecision::Skip { reason } => ("skipped it".to_string(), reason),
+        HookDecision::Proceed => ("let it run".to_string(), &None),
+    };
+    let reason = reason.as_ref().map(|reason| format!(": {reason}")).unwrap_or_default();
+    Outcome::new(StageStatus::Skipped).with_notes(format!("hook `{}` {what}{reason}", directive.hook))
 }

@@ -172,8 +172,9 @@ fn config_file_hooks_run_before_the_workflow_s() {
     assert_eq!(order, "config\nworkflow\n");
 }
 
-/// Serves one request on a loopback port, answering `status`; returns the port and what came.
-fn one_request_server(status: u16) -> (u16, std::thread::JoinHandle<(String, String)>) {
+/// Serves one request on a loopback port, answering `status` with `answer`; returns the port and
+/// what came.
+fn one_request_server(status: u16, answer: &'static str) -> (u16, std::thread::JoinHandle<(String, String)>) {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
     let port = listener.local_addr().expect("addr").port();
     let handle = std::thread::spawn(move || {
@@ -195,8 +196,12 @@ fn one_request_server(status: u16) -> (u16, std::thread::JoinHandle<(String, Str
         let mut body = vec![0; length];
         reader.read_exact(&mut body).expect("body");
         let mut stream = stream;
-        write!(stream, "HTTP/1.1 {status} X\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
-            .expect("answer");
+        let length = answer.len();
+        write!(
+            stream,
+            "HTTP/1.1 {status} X\r\ncontent-length: {length}\r\nconnection: close\r\n\r\n{answer}"
+        )
+        .expect("answer");
         (head, String::from_utf8(body).expect("utf-8"))
     });
     (port, handle)
@@ -204,7 +209,7 @@ fn one_request_server(status: u16) -> (u16, std::thread::JoinHandle<(String, Str
 
 #[test]
 fn an_http_hook_posts_the_event_as_json() {
-    let (port, server) = one_request_server(200);
+    let (port, server) = one_request_server(200, "");
     let toml = format!(
         "[[hooks]]\nevent = \"stage_complete\"\ntype = \"http\"\nurl = \"http://127.0.0.1:{port}/fabro\"\n"
     );
@@ -228,7 +233,7 @@ fn an_http_hook_posts_the_event_as_json() {
 
 #[test]
 fn an_http_hook_answering_an_error_is_a_failed_hook() {
-    let (port, server) = one_request_server(500);
+    let (port, server) = one_request_server(500, "");
     let toml =
         format!("[[hooks]]\nevent = \"run_complete\"\ntype = \"http\"\nurl = \"http://localhost:{port}/\"\n");
     let ran = Test::new()
@@ -607,4 +612,117 @@ fn a_blocking_edge_selected_hook_stops_the_run_before_it_crosses_the_edge() {
         reason.starts_with("edge `work` -> `exit` not crossed: blocking hook `fabro.toml hooks[0]` stopped it: the command exited with code 1: deploys need a ticket"),
         "{reason}"
     );
+}
+
+const ROUTED: &str = r#"digraph routed {
+    start [shape=Mdiamond]
+    exit  [shape=Msquare]
+    work  [shape=parallelogram, script="touch worked"]
+    a     [shape=parallelogram, script="touch a"]
+    b     [shape=parallelogram, script="touch b"]
+    start -> work -> a -> exit
+    work -> b [condition="outcome=fail"]
+    b -> exit
+}"#;
+
+fn blocking_hook(event: &str, matcher: &str, command: &str) -> String {
+    format!("{}blocking = true\nmatcher = \"{matcher}\"\n", hook(event, command))
+}
+
+fn status_of(ran: &Ran, node: &str) -> Value {
+    let path = run_dir(ran).join("stages").join(node).join("1").join("status.json");
+    serde_json::from_str(&std::fs::read_to_string(&path).unwrap_or_default()).unwrap_or_default()
+}
+
+#[test]
+fn a_blocking_stage_start_hook_that_answers_skip_keeps_its_stage_from_running() {
+    // Exit 2 with a JSON decision: the decision counts, as in Fabro.
+    let skip = r#"echo '{"decision": "skip", "reason": "deploy disabled in CI"}'; exit 2"#;
+    let ran = Test::new()
+        .workflow(ROUTED)
+        .file("fabro.toml", &blocking_hook("stage_start", "^work$", skip))
+        .args(["run", "workflow.dot", "--run-dir", "run", "-q"])
+        .status(0)
+        .run();
+    assert!(!ran.dir.path().join("worked").exists(), "the skipped stage did not run");
+    assert!(ran.dir.path().join("a").exists(), "the run went on from it, as after a success");
+    let work = status_of(&ran, "work");
+    assert_eq!(work["outcome"], "skipped", "{work}");
+    assert!(work["notes"].as_str().unwrap_or("").contains("deploy disabled in CI"), "{work}");
+    let ran_events = logged(&ran, "hook.ran");
+    assert_eq!(ran_events.len(), 1, "{ran_events:?}");
+    assert_eq!(ran_events[0]["decision"], "skip");
+
+    // The same answer from a hook that does not block changes nothing.
+    let ran = Test::new()
+        .workflow(ROUTED)
+        .file("fabro.toml", &hook("stage_start", skip))
+        .args(["run", "workflow.dot", "--run-dir", "run", "-q"])
+        .status(0)
+        .run();
+    assert!(ran.dir.path().join("worked").exists());
+}
+
+#[test]
+fn a_blocking_edge_selected_hook_that_answers_override_sends_the_run_to_another_stage() {
+    let to =
+        |node: &str| format!(r#"echo '{{"decision": "override", "edge_to": "{node}", "reason": "hotfix"}}'"#);
+    let ran = Test::new()
+        .workflow(ROUTED)
+        .file("fabro.toml", &blocking_hook("edge_selected", "^a$", &to("b")))
+        .args(["run", "workflow.dot", "--run-dir", "run", "-q"])
+        .status(0)
+        .run();
+    assert!(ran.dir.path().join("worked").exists() && ran.dir.path().join("b").exists());
+    assert!(!ran.dir.path().join("a").exists(), "the chosen edge's target never ran");
+    let checkpoint: Value =
+        serde_json::from_str(&std::fs::read_to_string(run_dir(&ran).join("checkpoint.json")).unwrap())
+            .unwrap();
+    assert_eq!(
+        checkpoint["completed_nodes"].as_array().map(|nodes| nodes.contains(&"b".into())),
+        Some(true),
+        "{checkpoint}"
+    );
+
+    // A node that is not there ends the run, named, with what was meant.
+    let ran = Test::new()
+        .workflow(ROUTED)
+        .file("fabro.toml", &blocking_hook("edge_selected", "^a$", &to("bb")))
+        .args(["run", "workflow.dot", "--run-dir", "run", "-q"])
+        .status(1)
+        .run();
+    let result: Value =
+        serde_json::from_str(&std::fs::read_to_string(run_dir(&ran).join("result.json")).unwrap()).unwrap();
+    assert_eq!(
+        result["failure_reason"],
+        "a edge_selected hook at `work` sent the run to `bb`, which is no stage of this workflow (did you mean `b`?)"
+    );
+
+    // A decision the moment does not take is the hook's failure: a blocking one stops the run.
+    let ran = Test::new()
+        .workflow(ROUTED)
+        .file("fabro.toml", &blocking_hook("edge_selected", "^a$", r#"echo '{"decision": "skip"}'"#))
+        .args(["run", "workflow.dot", "--run-dir", "run", "-q"])
+        .status(1)
+        .run();
+    let failed = logged(&ran, "hook.failed");
+    let message = failed[0]["message"].as_str().unwrap_or("");
+    assert!(message.contains("only a stage_start hook skips its stage"), "{message}");
+}
+
+#[test]
+fn an_http_hook_decides_by_the_json_of_its_answer() {
+    let (port, server) = one_request_server(200, r#"{"decision": "skip", "reason": "frozen"}"#);
+    let toml = format!(
+        "[[hooks]]\nevent = \"stage_start\"\ntype = \"http\"\nurl = \"http://127.0.0.1:{port}/\"\nblocking = true\nmatcher = \"^work$\"\n"
+    );
+    let ran = Test::new()
+        .workflow(ROUTED)
+        .file("fabro.toml", &toml)
+        .args(["run", "workflow.dot", "--run-dir", "run", "-q"])
+        .status(0)
+        .run();
+    server.join().expect("server");
+    assert!(!ran.dir.path().join("worked").exists() && ran.dir.path().join("a").exists());
+    assert_eq!(status_of(&ran, "work")["notes"], "hook `fabro.toml hooks[0]` skipped it: frozen");
 }
