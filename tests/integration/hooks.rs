@@ -684,6 +684,17 @@ fn a_blocking_edge_selected_hook_that_answers_override_sends_the_run_to_another_
         "{checkpoint}"
     );
 
+    // At a stage's start: the stage does not run, and the run goes on from the node named.
+    let ran = Test::new()
+        .workflow(ROUTED)
+        .file("fabro.toml", &blocking_hook("stage_start", "^work$", &to("b")))
+        .args(["run", "workflow.dot", "--run-dir", "run", "-q"])
+        .status(0)
+        .run();
+    let made = |file: &str| ran.dir.path().join(file).exists();
+    assert_eq!((made("worked"), made("a"), made("b")), (false, false, true));
+    assert_eq!(status_of(&ran, "work")["notes"], "hook `fabro.toml hooks[0]` sent the run to `b`: hotfix");
+
     // A node that is not there ends the run, named, with what was meant.
     let ran = Test::new()
         .workflow(ROUTED)
