@@ -493,7 +493,8 @@ fn parse_entry(value: toml::Value, default_name: &str, file: &Path) -> Result<En
     if matcher.is_some() && !event.can_match() {
         return Err(HookEntryError::NothingToMatch { field: "matcher", event: event.to_string() });
     }
-    let blocking = entry.blocking.unwrap_or(false);
+    // The moments that have not happened yet block unless told not to, as in Fabro.
+    let blocking = entry.blocking.unwrap_or(event.can_block());
     if blocking && !event.can_block() {
         return Err(HookEntryError::CannotBlock(event));
     }
@@ -913,8 +914,12 @@ mod tests {
         assert_eq!(hook.event, HookEvent::StageStart);
         assert_eq!(hook.action, HookAction::Command("true".to_string()));
         assert_eq!(hook.timeout, DEFAULT_TIMEOUT);
-        assert!(!hook.blocking);
+        assert!(hook.blocking, "a start blocks unless told not to, as in Fabro");
         assert_eq!(hook.name, "test hooks[0]");
+        let hook = entry("event = \"stage_complete\"\ncommand = \"true\"").expect("valid");
+        assert!(!hook.blocking, "what has happened cannot be blocked");
+        let hook = entry("event = \"edge_selected\"\ncommand = \"true\"\nblocking = false").expect("valid");
+        assert!(!hook.blocking);
     }
 
     #[test]

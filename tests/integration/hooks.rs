@@ -370,7 +370,8 @@ fn a_failing_hook_leaves_an_event_and_the_run_goes_on() {
 
 #[test]
 fn a_hook_past_its_timeout_is_killed_and_counts_as_failed() {
-    let toml = "[[hooks]]\nevent = \"run_start\"\ntype = \"command\"\ntimeout = 1\ncommand = \"sleep 20\"\n";
+    let toml =
+        "[[hooks]]\nevent = \"run_start\"\ntype = \"command\"\ntimeout = 1\ncommand = \"sleep 20\"\nblocking = false\n";
     let started = std::time::Instant::now();
     let ran = Test::new()
         .workflow(ONE_COMMAND)
@@ -653,10 +654,10 @@ fn a_blocking_stage_start_hook_that_answers_skip_keeps_its_stage_from_running() 
     assert_eq!(ran_events.len(), 1, "{ran_events:?}");
     assert_eq!(ran_events[0]["decision"], "skip");
 
-    // The same answer from a hook that does not block changes nothing.
+    // The same answer from a hook told not to block changes nothing.
     let ran = Test::new()
         .workflow(ROUTED)
-        .file("fabro.toml", &hook("stage_start", skip))
+        .file("fabro.toml", &format!("{}blocking = false\n", hook("stage_start", skip)))
         .args(["run", "workflow.dot", "--run-dir", "run", "-q"])
         .status(0)
         .run();
