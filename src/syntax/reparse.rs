@@ -189,6 +189,45 @@ mod tests {
         assert_eq!(first.then(before), Edit { start: 0, old_end: 4, new_end: 6 });
     }
 
+    /// A small deterministic generator (xorshift): the same edits at every run.
+    fn numbers(mut seed: u64) -> impl FnMut(usize) -> usize {
+        move |bound: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % bound.max(1) as u64) as usize
+        }
+    }
+
+    /// Keystrokes at random places of the shipped workflows (comments, subgraphs, multi-line
+    /// attribute lists), each compared with a whole parse.
+    #[test]
+    fn keystrokes_in_the_shipped_workflows_give_the_tree_of_a_whole_parse() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("workflows");
+        let mut next = numbers(0x9e37_79b9_7f4a_7c15);
+        let mut reparsed = 0;
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_none_or(|extension| extension != "dot") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            for _ in 0..60 {
+                let mut start = next(text.len());
+                while !text.is_char_boundary(start) {
+                    start -= 1;
+                }
+                let insert = ["x", " ", "\n", "_", "1", ""][next(6)];
+                let end = if insert.is_empty() { (start + 1).min(text.len()) } else { start };
+                if !text.is_char_boundary(end) {
+                    continue;
+                }
+                reparsed += usize::from(check(&text, start, end, insert));
+            }
+        }
+        assert!(reparsed > 200, "{reparsed} keystrokes parsed again in part");
+    }
+
     /// Random edits of workflow-like text, each compared with a whole parse of its result.
     #[test]
     fn random_edits_give_the_tree_of_a_whole_parse() {
@@ -215,13 +254,7 @@ mod tests {
             "node [shape=box]",
             "é",
         ];
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
-        let mut next = |bound: usize| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            (seed % bound.max(1) as u64) as usize
-        };
+        let mut next = numbers(0x2545_f491_4f6c_dd1d);
         let (mut reparsed, mut whole) = (0, 0);
         for _ in 0..1500 {
             let mut text = TEXT.to_string();
