@@ -142,6 +142,8 @@ pub struct LifecycleHook {
     pub matcher: Option<regex::Regex>,
     /// The settings file that defines it.
     pub file: PathBuf,
+    /// `sandbox = false`: a command runs on the host, not where the stage's programs run.
+    pub on_host: bool,
 }
 
 /// The hooks of a run: the config file's first, then the workflow's.
@@ -250,6 +252,8 @@ struct HookEntry {
     when: Option<String>,
     matcher: Option<String>,
     arguments_matcher: Option<String>,
+    /// Fabro's: whether a command runs in the stage's sandbox (the default) or on the host.
+    sandbox: Option<bool>,
 }
 
 impl LifecycleHooks {
@@ -462,6 +466,10 @@ fn parse_entry(value: toml::Value, default_name: &str, file: &Path) -> Result<En
         if entry.when.is_some() {
             return Err(HookEntryError::Misplaced { kind: event.as_str(), field: "when" });
         }
+        // A tool call's hooks run where the stage's programs run: there is no host to choose.
+        if entry.sandbox.is_some() {
+            return Err(HookEntryError::Misplaced { kind: event.as_str(), field: "sandbox" });
+        }
         let action = match action {
             Action::Command(command) => ToolHookAction::Command(command),
             Action::Http(url) => ToolHookAction::Http(url),
@@ -484,6 +492,10 @@ fn parse_entry(value: toml::Value, default_name: &str, file: &Path) -> Result<En
     let Some(event) = event else { return Err(HookEntryError::NoAction) };
     let action = match action {
         Action::Command(command) => HookAction::Command(command),
+        // An HTTP call is made from the host: `sandbox` would say nothing.
+        Action::Http(_) if entry.sandbox.is_some() => {
+            return Err(HookEntryError::Misplaced { kind: "http", field: "sandbox" })
+        }
         Action::Http(url) => HookAction::Http(url),
         Action::Prompt { .. } => return Err(HookEntryError::PromptNotForEvent(event)),
     };
@@ -517,6 +529,7 @@ fn parse_entry(value: toml::Value, default_name: &str, file: &Path) -> Result<En
         when,
         matcher,
         file: file.to_path_buf(),
+        on_host: entry.sandbox == Some(false),
     }))
 }
 
@@ -763,7 +776,9 @@ impl LifecycleHook {
 
     async fn run_command(&self, command: &str, json: &str, firing: &Firing<'_>) -> HookResult {
         use crate::agent::tools::{run_collected, Unfinished};
-        let mut process = firing.confinement.command(
+        let host = Confinement::default();
+        let confinement = if self.on_host { &host } else { &firing.confinement };
+        let mut process = confinement.command(
             "sh".as_ref(),
             &["-c".as_ref(), command.as_ref()],
             firing.work_dir,
@@ -771,7 +786,19 @@ impl LifecycleHook {
             &firing.readable,
         );
         process.stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
-        process.env("FABRO_HOOK_EVENT", json);
+        // The event as JSON on stdin, whole in `$FABRO_HOOK_EVENT`, and in the variables Fabro's
+        // hooks read (`$FABRO_HOOK_CONTEXT` names the JSON's file: stdin).
+        let payload = &firing.payload;
+        process
+            .env("FABRO_HOOK_EVENT", json)
+            .env("FABRO_EVENT", payload.event.as_str())
+            .env("FABRO_RUN_ID", &payload.run_id)
+            .env("FABRO_WORKFLOW", &payload.workflow)
+            .env("FABRO_HOOK_CONTEXT", "/dev/stdin");
+        match &payload.node_id {
+            Some(node) => process.env("FABRO_NODE_ID", node),
+            None => process.env_remove("FABRO_NODE_ID"),
+        };
         match run_collected(process, Some(json), self.timeout).await {
             Ok(ran) => {
                 let exit_code = ran.status.as_ref().ok().and_then(|status| status.code());
@@ -1052,6 +1079,7 @@ mod tests {
             when: when.map(|text| Condition::parse(text).expect("condition")),
             matcher: None,
             file: PathBuf::from("test"),
+            on_host: false,
         };
         let hooks = LifecycleHooks {
             hooks: vec![hook("exit 3", Some("context.go=yes")), hook("echo no >&2; exit 4", None)].into(),

@@ -175,6 +175,11 @@ impl Walker<'_> {
             None => crate::sandbox::Confinement::default(),
         };
         let stage = node.map(|node| (node.id.clone(), payload.visit.unwrap_or(1)));
+        // A sandbox starts in the work directory: a run directory given as a relative path is
+        // found from where fabro started, so the paths it binds are absolute.
+        let absolute = |path: &Path| std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+        let stage_dir = stage_dir.map(absolute);
+        let run_root = absolute(scope.run_dir.root());
         let firing = Firing {
             payload,
             outcome,
@@ -182,8 +187,8 @@ impl Walker<'_> {
             artifacts: Some(&scope.artifacts),
             work_dir: &self.worktree.work_dir,
             confinement,
-            writable: stage_dir.into_iter().collect(),
-            readable: vec![scope.run_dir.root()],
+            writable: stage_dir.as_deref().into_iter().collect(),
+            readable: vec![run_root.as_path()],
         };
         let events = &scope.events;
         let mut report = |report: HookReport| {

@@ -522,9 +522,14 @@ fn a_stage_s_hooks_run_in_its_sandbox_and_run_hooks_do_not() {
         work  [shape=parallelogram, sandbox="bwrap", script="true"]
         start -> work -> exit
     }"#;
-    // The work directory is `work/`; outside it, a sandboxed command cannot write.
-    let toml =
-        [hook("stage_complete", "touch ../from_stage"), hook("run_complete", "touch ../from_run")].concat();
+    // The work directory is `work/`; outside it, what a sandboxed command writes never reaches
+    // the host. `sandbox = false` (Fabro's) runs a stage's hook on the host.
+    let toml = [
+        hook("stage_complete", "touch in_sandbox; touch ../from_stage"),
+        hook("run_complete", "touch ../from_run"),
+        format!("{}sandbox = false\n", hook("stage_complete", "touch ../from_host")),
+    ]
+    .concat();
     let ran = Test::new()
         .workflow(workflow)
         .file("fabro.toml", &toml)
@@ -533,11 +538,12 @@ fn a_stage_s_hooks_run_in_its_sandbox_and_run_hooks_do_not() {
         .status(0)
         .run();
     let dir = ran.dir.path();
+    assert!(dir.join("work/in_sandbox").exists(), "the stage's hook ran, in its sandbox");
     assert!(!dir.join("from_stage").exists(), "the stage's hook escaped its sandbox");
-    assert!(dir.join("from_run").exists());
-    let failed = logged(&ran, "hook.failed");
-    assert_eq!(failed.len(), 1);
-    assert_eq!(failed[0]["hook_event"], "stage_complete");
+    assert!(dir.join("from_run").exists() && dir.join("from_host").exists());
+    // A relative run directory is found from inside the sandbox too (it once made every stage
+    // hook of a sandboxed stage fail to start).
+    assert!(logged(&ran, "hook.failed").is_empty(), "{:?}", logged(&ran, "hook.failed"));
 }
 
 #[test]
@@ -737,4 +743,29 @@ fn an_http_hook_decides_by_the_json_of_its_answer() {
     server.join().expect("server");
     assert!(!ran.dir.path().join("worked").exists() && ran.dir.path().join("a").exists());
     assert_eq!(status_of(&ran, "work")["notes"], "hook `fabro.toml hooks[0]` skipped it: frozen");
+}
+
+#[test]
+fn a_hook_written_for_fabro_reads_its_variables_and_its_context_file() {
+    const RUN_ID: &str = "0193a6f0-0000-7000-8000-000000000001";
+    // Fabro's documented example, and the context read from `$FABRO_HOOK_CONTEXT`.
+    let script = r#"cat "$FABRO_HOOK_CONTEXT" > "context-$FABRO_NODE_ID.json"
+echo "$FABRO_EVENT $FABRO_RUN_ID $FABRO_WORKFLOW" > "env-$FABRO_NODE_ID.txt"
+if [ "$FABRO_NODE_ID" = "work" ]; then
+  echo '{"decision": "skip", "reason": "deploy disabled in CI"}'
+  exit 0
+fi"#;
+    let ran = Test::new()
+        .workflow(ROUTED)
+        .file("fabro.toml", &hook("stage_start", script))
+        .args(["run", "workflow.dot", "--run-dir", "run", "--run-id", RUN_ID, "-q"])
+        .status(0)
+        .run();
+    let dir = ran.dir.path();
+    assert!(!dir.join("worked").exists() && dir.join("a").exists(), "work was skipped, a ran");
+    let env = std::fs::read_to_string(dir.join("env-work.txt")).unwrap();
+    assert_eq!(env, format!("stage_start {RUN_ID} routed\n"));
+    let context: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("context-a.json")).unwrap()).unwrap();
+    assert_eq!((context["event"].as_str(), context["node_id"].as_str()), (Some("stage_start"), Some("a")));
 }
