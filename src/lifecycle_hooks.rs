@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::agent::tool_hooks::{self, ToolEvent, ToolHook, ToolHookAction};
+use crate::agent::tool_hooks::{self, HttpTarget, ToolEvent, ToolHook, ToolHookAction};
 use crate::condition::{Condition, Scope};
 use crate::context::artifacts::ArtifactStore;
 use crate::context::Context;
@@ -123,7 +123,7 @@ pub enum HookAction {
     /// `sh -c COMMAND`, with the event as JSON on stdin and in `$FABRO_HOOK_EVENT`.
     Command(String),
     /// A POST of the event as JSON.
-    Http(reqwest::Url),
+    Http(HttpTarget),
 }
 
 /// One `[[hooks]]` entry, checked.
@@ -212,6 +212,15 @@ pub enum HookEntryError {
         "url `{0}` is not https; only https URLs are allowed, and http only to 127.0.0.1, ::1 or localhost"
     )]
     NotHttps(String),
+    #[error("header `{name}`: {message}")]
+    BadHeader { name: String, message: String },
+    #[error(
+        "header `{header}` reads `${variable}`, which `allowed_env_vars` does not list; add it there (a hook reads \
+         only the variables listed)"
+    )]
+    HeaderVariable { header: String, variable: String },
+    #[error("tls `{0}` is not one of verify, no_verify, off")]
+    BadTls(String),
     #[error("timeout `{0}` is not a duration such as 30 (seconds), 30s or 2m")]
     BadTimeout(String),
     #[error(
@@ -254,6 +263,12 @@ struct HookEntry {
     arguments_matcher: Option<String>,
     /// Fabro's: whether a command runs in the stage's sandbox (the default) or on the host.
     sandbox: Option<bool>,
+    /// An http hook's headers; `$NAME` in a value reads the environment variable, if listed in
+    /// `allowed_env_vars`.
+    headers: Option<std::collections::BTreeMap<String, String>>,
+    allowed_env_vars: Option<Vec<String>>,
+    /// An http hook's TLS: `verify` (the default), `no_verify`, `off` (plain http to any host).
+    tls: Option<String>,
 }
 
 impl LifecycleHooks {
@@ -382,7 +397,7 @@ fn parse_entries(path: &Path, entries: Vec<toml::Value>) -> Result<Vec<(Entry, b
 /// What a hook does, from `type` (else the one of `command`, `url`, `prompt` it has).
 enum Action {
     Command(String),
-    Http(reqwest::Url),
+    Http(HttpTarget),
     Prompt { prompt: String, model: Option<String> },
 }
 
@@ -398,10 +413,13 @@ fn parse_action(entry: &HookEntry) -> Result<Action, HookEntryError> {
         ("command", entry.command.is_some()),
         ("url", entry.url.is_some()),
         ("prompt", entry.prompt.is_some()),
+        ("headers", entry.headers.is_some()),
+        ("allowed_env_vars", entry.allowed_env_vars.is_some()),
+        ("tls", entry.tls.is_some()),
     ];
     let own: &[&str] = match kind {
         "command" => &["command"],
-        "http" => &["url"],
+        "http" => &["url", "headers", "allowed_env_vars", "tls"],
         "prompt" => &["prompt", "model"],
         other => return Err(HookEntryError::UnknownType(other.to_string())),
     };
@@ -421,7 +439,7 @@ fn parse_action(entry: &HookEntry) -> Result<Action, HookEntryError> {
         ),
         "http" => {
             let url = entry.url.as_deref().ok_or(HookEntryError::Missing { kind, field: "url" })?;
-            Action::Http(check_url(url)?)
+            Action::Http(http_target(url, entry)?)
         }
         _ => Action::Prompt {
             prompt: non_blank(&entry.prompt).ok_or(HookEntryError::Missing { kind, field: "prompt" })?,
@@ -531,6 +549,37 @@ fn parse_entry(value: toml::Value, default_name: &str, file: &Path) -> Result<En
         file: file.to_path_buf(),
         on_host: entry.sandbox == Some(false),
     }))
+}
+
+/// An http hook's URL, headers and TLS, checked: a header's `$NAME` must be listed in
+/// `allowed_env_vars`; `tls = "off"` allows plain http to any host.
+fn http_target(url: &str, entry: &HookEntry) -> Result<HttpTarget, HookEntryError> {
+    let verify_tls = match entry.tls.as_deref().map(str::trim) {
+        None | Some("verify") => true,
+        Some("no_verify" | "off") => false,
+        Some(other) => return Err(HookEntryError::BadTls(other.to_string())),
+    };
+    let url = match entry.tls.as_deref().map(str::trim) {
+        Some("off") => reqwest::Url::parse(url)
+            .map_err(|error| HookEntryError::BadUrl { url: url.to_string(), message: error.to_string() })?,
+        _ => check_url(url)?,
+    };
+    let allowed = entry.allowed_env_vars.clone().unwrap_or_default();
+    let mut headers = Vec::new();
+    for (name, value) in entry.headers.clone().unwrap_or_default() {
+        let bad = |message: String| HookEntryError::BadHeader { name: name.clone(), message };
+        reqwest::header::HeaderName::from_bytes(name.as_bytes()).map_err(|error| bad(error.to_string()))?;
+        if let Some(variable) =
+            tool_hooks::environment_names(&value).into_iter().find(|v| !allowed.iter().any(|a| a == v))
+        {
+            return Err(HookEntryError::HeaderVariable {
+                header: name.clone(),
+                variable: variable.to_string(),
+            });
+        }
+        headers.push((name, value));
+    }
+    Ok(HttpTarget { url, headers, verify_tls })
 }
 
 /// https anywhere; http only to this machine (a local relay, a test server).
@@ -770,7 +819,7 @@ impl LifecycleHook {
             crate::secrets::redact(&serde_json::to_string(&firing.payload).unwrap_or_default()).into_owned();
         match &self.action {
             HookAction::Command(command) => self.run_command(command, &json, firing).await,
-            HookAction::Http(url) => self.post(url, json).await,
+            HookAction::Http(target) => self.post(target, json).await,
         }
     }
 
@@ -846,8 +895,9 @@ impl LifecycleHook {
         }
     }
 
-    async fn post(&self, url: &reqwest::Url, json: String) -> HookResult {
-        match tool_hooks::post_json(url, json, self.timeout).await {
+    async fn post(&self, target: &HttpTarget, json: String) -> HookResult {
+        let url = &target.url;
+        match target.post_json(json, self.timeout).await {
             Ok(response) => {
                 let status = response.status();
                 let http_status = Some(status.as_u16());
@@ -1009,6 +1059,36 @@ mod tests {
         );
         assert!(refused(r#"{"decision": "maybe"}"#, HookEvent::StageStart)
             .contains("proceed, skip, block or override"));
+    }
+
+    #[test]
+    fn http_headers_read_only_the_variables_they_are_allowed() {
+        let http =
+            |rest: &str| format!("event = \"run_complete\"\nurl = \"https://hooks.example.com/\"\n{rest}");
+        let hook = entry(&http(
+            "allowed_env_vars = [\"API_KEY\"]\n[headers]\nAuthorization = \"Bearer $API_KEY\"\nX-Team = \"ops\"\n",
+        ))
+        .expect("valid");
+        let HookAction::Http(target) = hook.action else { panic!("an http hook") };
+        assert_eq!(
+            target.headers,
+            [("Authorization".into(), "Bearer $API_KEY".into()), ("X-Team".into(), "ops".into())]
+        );
+        assert!(target.verify_tls);
+        let refused = |text: &str| entry(text).err().map(|error| error.to_string()).unwrap_or_default();
+        let unlisted = refused(&http("[headers]\nAuthorization = \"Bearer ${API_KEY}\"\n"));
+        assert!(unlisted.contains("reads `$API_KEY`, which `allowed_env_vars` does not list"), "{unlisted}");
+        assert!(refused(&http("[headers]\n\"bad header\" = \"x\"\n")).starts_with("header `bad header`"));
+        assert!(refused(&http("tls = \"maybe\"\n")).contains("not one of verify, no_verify, off"));
+        let plain = "event = \"run_complete\"\nurl = \"http://hooks.example.com/\"\n";
+        assert!(refused(plain).contains("not https"));
+        let HookAction::Http(target) = entry(&format!("{plain}tls = \"off\"\n")).expect("valid").action
+        else {
+            panic!("an http hook")
+        };
+        assert!(!target.verify_tls && target.url.scheme() == "http");
+        let command = "event = \"run_complete\"\ncommand = \"true\"\nheaders = { A = \"b\" }\n";
+        assert!(refused(command).contains("`headers` does not belong to a `command` hook"));
     }
 
     #[test]

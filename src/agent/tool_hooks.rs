@@ -59,7 +59,7 @@ impl ToolEvent {
 #[derive(Debug, Clone)]
 pub enum ToolHookAction {
     Command(String),
-    Http(reqwest::Url),
+    Http(HttpTarget),
     /// A one-turn question to a model; `model` must be the stage's model or its small model
     /// (`small`); none: the small model, else the stage's.
     Prompt {
@@ -303,7 +303,7 @@ impl ToolHook {
         let json = crate::secrets::redact(&payload.to_string()).into_owned();
         match &self.action {
             ToolHookAction::Command(command) => self.run_command(toolbox, command, &json, payload).await,
-            ToolHookAction::Http(url) => self.post(url, json).await,
+            ToolHookAction::Http(target) => self.post(target, json).await,
             ToolHookAction::Prompt { prompt, model: wanted } => {
                 self.ask(model, wanted.as_deref(), prompt, &json).await
             }
@@ -413,8 +413,9 @@ impl ToolHook {
     }
 
     /// An HTTP hook: a 2xx answer's JSON decision counts; anything else allows (fails open).
-    async fn post(&self, url: &reqwest::Url, json: String) -> Answer {
-        let response = match post_json(url, json, self.timeout).await {
+    async fn post(&self, target: &HttpTarget, json: String) -> Answer {
+        let url = &target.url;
+        let response = match target.post_json(json, self.timeout).await {
             Ok(response) => response,
             Err(failure) => return Answer { failure: Some(failure), ..Answer::default() },
         };
@@ -513,21 +514,91 @@ impl ToolHook {
 
 /// POSTs `json` to `url` (a hook's event) within `timeout`; why it could not, as a hook's
 /// failure message.
-pub async fn post_json(
-    url: &reqwest::Url,
-    json: String,
-    timeout: Duration,
-) -> Result<reqwest::Response, String> {
-    let client = reqwest::Client::builder()
-        .timeout(timeout)
-        .build()
-        .map_err(|error| format!("cannot make an HTTP client: {error}"))?;
-    let sent =
-        client.post(url.clone()).header(reqwest::header::CONTENT_TYPE, "application/json").body(json).send();
-    sent.await.map_err(|error| match error.is_timeout() {
-        true => format!("POST {url} timed out after {}", humantime::format_duration(timeout)),
-        false => format!("POST {url} failed: {error}"),
-    })
+/// Where an http hook posts: its URL, the headers it adds (a value's `$NAME` or `${NAME}` read
+/// from the environment when the hook fires, only names its entry allows) and whether the
+/// server's TLS certificate is checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpTarget {
+    pub url: reqwest::Url,
+    pub headers: Vec<(String, String)>,
+    pub verify_tls: bool,
+}
+
+impl HttpTarget {
+    pub fn new(url: reqwest::Url) -> HttpTarget {
+        HttpTarget { url, headers: Vec::new(), verify_tls: true }
+    }
+
+    /// POSTs `json` to the URL with the headers (the environment's values put in).
+    pub async fn post_json(&self, json: String, timeout: Duration) -> Result<reqwest::Response, String> {
+        let url = &self.url;
+        let client = reqwest::Client::builder()
+            .timeout(timeout)
+            .danger_accept_invalid_certs(!self.verify_tls)
+            .build()
+            .map_err(|error| format!("cannot make an HTTP client: {error}"))?;
+        let mut request = client.post(url.clone()).header(reqwest::header::CONTENT_TYPE, "application/json");
+        for (name, template) in &self.headers {
+            let value = with_environment(template, &|name| std::env::var(name).ok())
+                .map_err(|missing| format!("header `{name}` reads `${missing}`, which is not set"))?;
+            request = request.header(name.as_str(), value);
+        }
+        request.body(json).send().await.map_err(|error| match error.is_timeout() {
+            true => format!("POST {url} timed out after {}", humantime::format_duration(timeout)),
+            false => format!("POST {url} failed: {error}"),
+        })
+    }
+}
+
+/// The `$NAME` and `${NAME}` in `text`: each name with the text before it, and the text after
+/// the last.
+fn references(text: &str) -> (Vec<(&str, &str)>, &str) {
+    let mut found = Vec::new();
+    let mut rest = text;
+    let mut literal_start = 0;
+    let mut at_offset = 0;
+    while let Some(at) = rest[at_offset..].find('$').map(|at| at + at_offset) {
+        let after_dollar = &rest[at + 1..];
+        let (name, consumed) = match after_dollar.strip_prefix('{') {
+            Some(braced) => match braced.find('}') {
+                Some(end) => (&braced[..end], end + 2),
+                None => ("", 0),
+            },
+            None => {
+                let end = after_dollar
+                    .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                    .unwrap_or(after_dollar.len());
+                (&after_dollar[..end], end)
+            }
+        };
+        if name.is_empty() {
+            at_offset = at + 1;
+            continue;
+        }
+        found.push((&rest[literal_start..at], name));
+        rest = &rest[at + 1 + consumed..];
+        literal_start = 0;
+        at_offset = 0;
+    }
+    (found, rest)
+}
+
+/// The environment variables `$NAME` and `${NAME}` in `text` name.
+pub fn environment_names(text: &str) -> Vec<&str> {
+    references(text).0.into_iter().map(|(_, name)| name).collect()
+}
+
+/// `text` with each `$NAME` and `${NAME}` replaced by `lookup(NAME)`; the first name it has no
+/// value for is the error.
+fn with_environment(text: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<String, String> {
+    let (found, tail) = references(text);
+    let mut out = String::new();
+    for (literal, name) in found {
+        out.push_str(literal);
+        out.push_str(&lookup(name).ok_or_else(|| name.to_string())?);
+    }
+    out.push_str(tail);
+    Ok(out)
 }
 
 /// `{"ok": bool, "reason"?: string}` in a model's answer, also inside a code fence or prose.
@@ -555,6 +626,20 @@ mod tests {
             timeout: DEFAULT_TIMEOUT,
             blocking: true,
         }
+    }
+
+    #[test]
+    fn header_values_take_the_environment_by_name() {
+        let lookup = |name: &str| match name {
+            "API_KEY" => Some("s3cret".to_string()),
+            "API" => Some("short".to_string()),
+            _ => None,
+        };
+        assert_eq!(with_environment("Bearer $API_KEY", &lookup).unwrap(), "Bearer s3cret");
+        assert_eq!(with_environment("${API}_KEY and $API-x", &lookup).unwrap(), "short_KEY and short-x");
+        assert_eq!(with_environment("cost: 5$ $", &lookup).unwrap(), "cost: 5$ $");
+        assert_eq!(with_environment("$MISSING", &lookup), Err("MISSING".to_string()));
+        assert_eq!(environment_names("a $X b ${Y_2}c $ {"), ["X", "Y_2"]);
     }
 
     #[test]

@@ -769,3 +769,22 @@ fi"#;
         serde_json::from_str(&std::fs::read_to_string(dir.join("context-a.json")).unwrap()).unwrap();
     assert_eq!((context["event"].as_str(), context["node_id"].as_str()), (Some("stage_start"), Some("a")));
 }
+
+#[test]
+fn an_http_hook_sends_its_headers_with_the_allowed_variables_put_in() {
+    let (port, server) = one_request_server(200, "");
+    let toml = format!(
+        "[[hooks]]\nevent = \"run_complete\"\nurl = \"http://127.0.0.1:{port}/\"\nallowed_env_vars = [\"HOOK_TOKEN\"]\n\
+         [hooks.headers]\nAuthorization = \"Bearer $HOOK_TOKEN\"\nX-Team = \"ops\"\n"
+    );
+    Test::new()
+        .workflow(ONE_COMMAND)
+        .file("fabro.toml", &toml)
+        .env("HOOK_TOKEN", "t0k3n")
+        .args(["run", "workflow.dot", "--run-dir", "run", "-q"])
+        .status(0)
+        .run();
+    let (head, _) = server.join().expect("server");
+    let head = head.to_ascii_lowercase();
+    assert!(head.contains("authorization: bearer t0k3n") && head.contains("x-team: ops"), "{head}");
+}
