@@ -193,6 +193,23 @@ fn watch_files_request(params: &serde_json::Value) -> Option<Request> {
     })
 }
 
+/// `path` with its `.` and `..` steps resolved by name (the file may not exist yet): a prompt
+/// written `@../prompts/plan.md` is the file the editor reports as `/project/prompts/plan.md`.
+fn lexically_normal(path: &std::path::Path) -> std::path::PathBuf {
+    use std::path::Component;
+    let mut normal = std::path::PathBuf::new();
+    for component in path.components() {
+        match component {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                normal.pop();
+            }
+            other => normal.push(other),
+        }
+    }
+    normal
+}
+
 fn process_exists(pid: u64) -> bool {
     let Ok(pid) = libc::pid_t::try_from(pid) else { return true };
     // SAFETY: kill with signal 0 sends nothing; it only asks whether the process exists.
@@ -251,6 +268,7 @@ impl Server {
             let base = document.path.parent().map(std::path::Path::to_path_buf).unwrap_or_default();
             let mut reads = settings.files;
             reads.extend(navigation::linked_files(&analysis, &base).into_iter().map(|(_, path)| path));
+            let reads = reads.iter().map(|path| lexically_normal(path)).collect();
             (analysis, tree, reads)
         }));
         let analysis = match analysed {
@@ -317,8 +335,12 @@ impl Server {
                 else {
                     return Vec::new();
                 };
-                let changed: Vec<std::path::PathBuf> =
-                    params.changes.iter().filter_map(|change| change.uri.to_file_path().ok()).collect();
+                let changed: Vec<std::path::PathBuf> = params
+                    .changes
+                    .iter()
+                    .filter_map(|change| change.uri.to_file_path().ok())
+                    .map(|path| lexically_normal(&path))
+                    .collect();
                 // A buffer whose findings come from a changed file (a prompt file, a child
                 // workflow, a settings layer) is analysed again, its text unchanged.
                 for (uri, document) in &mut self.documents {

@@ -305,8 +305,9 @@ fn the_settings_layers_beside_the_buffer_give_their_inputs_and_their_mistakes() 
 #[test]
 fn a_change_to_a_file_the_buffer_reads_analyses_it_again() {
     let dir = tempfile::tempdir().unwrap();
-    let uri = Url::from_file_path(dir.path().join("w.dot")).unwrap();
-    let text = "digraph w {\n  start [shape=Mdiamond]\n  exit [shape=Msquare]\n  plan [prompt=\"@plan.md\"]\n  start -> plan -> exit\n}\n";
+    std::fs::create_dir(dir.path().join("flows")).unwrap();
+    let uri = Url::from_file_path(dir.path().join("flows/w.dot")).unwrap();
+    let text = "digraph w {\n  start [shape=Mdiamond]\n  exit [shape=Msquare]\n  plan [prompt=\"@../plan.md\"]\n  start -> plan -> exit\n}\n";
     let mut server = Server::new(dir.path().to_path_buf());
     let opened = open_at(&mut server, uri.as_str(), 1, text);
     let rules = |diagnostics: Value| -> Vec<String> {
@@ -329,8 +330,8 @@ fn a_change_to_a_file_the_buffer_reads_analyses_it_again() {
     let published = changed(&mut server, "plan.md");
     let now = rules(published_diagnostics(&published, 1));
     assert!(now.len() < missing.len(), "{missing:?} -> {now:?}");
-    std::fs::write(dir.path().join("workflow.toml"), "[run]\ngaol = 1\n").unwrap();
-    let published = changed(&mut server, "workflow.toml");
+    std::fs::write(dir.path().join("flows/workflow.toml"), "[run]\ngaol = 1\n").unwrap();
+    let published = changed(&mut server, "flows/workflow.toml");
     assert!(rules(published_diagnostics(&published, 1)).contains(&"settings".to_string()));
 }
 
