@@ -49,6 +49,13 @@ fn run_dir(ran: &Ran) -> std::path::PathBuf {
     ran.dir.path().join("run")
 }
 
+/// A JSON file of the run directory (`result.json`, `stages/work/1/status.json`, ...).
+fn run_file(ran: &Ran, name: &str) -> Value {
+    let path = run_dir(ran).join(name);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|error| panic!("{}: {error}", path.display()));
+    serde_json::from_str(&text).expect("json")
+}
+
 /// The events the hooks were told about, in order, as `hooks.log` holds them.
 fn told(dir: &Path) -> Vec<Value> {
     let text = std::fs::read_to_string(dir.join("hooks.log")).unwrap_or_default();
@@ -295,9 +302,7 @@ fn a_blocking_run_start_hook_stops_the_run_before_any_stage() {
         .run();
     assert!(!ran.dir.path().join("worked").exists());
     assert!(logged(&ran, "stage.started").is_empty());
-    let result: Value =
-        serde_json::from_str(&std::fs::read_to_string(run_dir(&ran).join("result.json")).expect("result"))
-            .expect("json");
+    let result = run_file(&ran, "result.json");
     assert_eq!(result["status"], "failed");
     assert!(
         result["failure_reason"].as_str().expect("reason").starts_with("the run did not start"),
@@ -612,8 +617,7 @@ fn a_blocking_edge_selected_hook_stops_the_run_before_it_crosses_the_edge() {
         .status(1)
         .run();
     assert!(ran.dir.path().join("worked").exists(), "the stage before the edge ran");
-    let result: Value =
-        serde_json::from_str(&std::fs::read_to_string(run_dir(&ran).join("result.json")).unwrap()).unwrap();
+    let result = run_file(&ran, "result.json");
     let reason = result["failure_reason"].as_str().unwrap();
     assert!(
         reason.starts_with("edge `work` -> `exit` not crossed: blocking hook `fabro.toml hooks[0]` stopped it: the command exited with code 1: deploys need a ticket"),
@@ -637,8 +641,7 @@ fn blocking_hook(event: &str, matcher: &str, command: &str) -> String {
 }
 
 fn status_of(ran: &Ran, node: &str) -> Value {
-    let path = run_dir(ran).join("stages").join(node).join("1").join("status.json");
-    serde_json::from_str(&std::fs::read_to_string(&path).unwrap_or_default()).unwrap_or_default()
+    run_file(ran, &format!("stages/{node}/1/status.json"))
 }
 
 #[test]
@@ -682,9 +685,7 @@ fn a_blocking_edge_selected_hook_that_answers_override_sends_the_run_to_another_
         .run();
     assert!(ran.dir.path().join("worked").exists() && ran.dir.path().join("b").exists());
     assert!(!ran.dir.path().join("a").exists(), "the chosen edge's target never ran");
-    let checkpoint: Value =
-        serde_json::from_str(&std::fs::read_to_string(run_dir(&ran).join("checkpoint.json")).unwrap())
-            .unwrap();
+    let checkpoint = run_file(&ran, "checkpoint.json");
     assert_eq!(
         checkpoint["completed_nodes"].as_array().map(|nodes| nodes.contains(&"b".into())),
         Some(true),
@@ -709,8 +710,7 @@ fn a_blocking_edge_selected_hook_that_answers_override_sends_the_run_to_another_
         .args(["run", "workflow.dot", "--run-dir", "run", "-q"])
         .status(1)
         .run();
-    let result: Value =
-        serde_json::from_str(&std::fs::read_to_string(run_dir(&ran).join("result.json")).unwrap()).unwrap();
+    let result = run_file(&ran, "result.json");
     assert_eq!(
         result["failure_reason"],
         "a edge_selected hook at `work` sent the run to `bb`, which is no stage of this workflow (did you mean `b`?)"
